@@ -1,0 +1,25 @@
+"""gluon-dsl: GPU kernels with explicit layouts, shared memory, barriers and warp roles, from Python.
+
+    import gluon
+    import gluon.language as gl
+
+    @gluon.jit
+    def copy_kernel(dst_ptr, src_ptr, n_elements, XBLOCK: gl.constexpr):
+        idx = gl.program_id(0) * XBLOCK + gl.thread_id(0)
+        if idx < n_elements:
+            dst_ptr[idx] = src_ptr[idx]
+
+    copy_kernel[grid, (2048,)](dst, src, src.numel(), XBLOCK=2048)
+
+Pipeline: DSL trace (gluon.dsl, gluon.frontend) -> IR (gluon.ir) -> passes (gluon.passes) ->
+TTGIR (gluon.backend.triton_lowering) -> Triton 3.6 binaries (gluon.backend.triton_compile) ->
+launch (gluon.runtime); gluon.jit ties them together with a cache.
+"""
+__version__ = "0.1.0"
+
+from .arch import CDNA3, SM80, SM90, SM100, Arch, current_arch  # noqa: E402,F401
+from . import jit as _jit_module  # noqa: E402,F401  (installs the launch hook; must precede the next line)
+from .dsl import jit, kernel  # noqa: E402,F401  (the decorator `gluon.jit`, not the module)
+from .ir import GluonError  # noqa: E402,F401
+from .types import (DType, Layout, MemorySpace, SharedMemoryDescriptor, SwizzleMode,  # noqa: E402,F401
+                    TensorRef, WarpRole)

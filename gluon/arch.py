@@ -1,0 +1,97 @@
+"""GPU architectures as data: what each can do and how much of each resource a block gets.
+
+The DSL asks `arch.supports(op)` at trace time (so `wgmma()` in an SM80 kernel fails on the user's
+line), the passes read the limits (shared memory, registers, threads), and the backend reads
+`target` to pick Triton's compiler.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+# Op families. The DSL gates each builtin on one of these names.
+COMMON_OPS = frozenset({
+    "program_id", "arith", "load", "store", "smem", "reduce", "convert_layout", "thread_barrier",
+})
+NV_SM80_OPS = frozenset({"mma", "cp_async", "ldmatrix"})
+NV_SM90_OPS = frozenset({"wgmma", "tma", "mbarrier", "cluster", "setmaxnreg", "warp_specialize"})
+NV_SM100_OPS = frozenset({"tcgen05", "tmem"})
+
+
+@dataclass(frozen=True)
+class Arch:
+    name: str                      # "sm90"
+    vendor: str                    # "nvidia" | "amd"
+    backend: str                   # triton backend: "cuda" | "hip"
+    version: int | str             # 90 | "gfx942"
+    warp_size: int
+    smem_per_block: int            # bytes without opt-in
+    smem_per_block_max: int        # bytes with opt-in (what a kernel may really use)
+    regs_per_block: int            # 32-bit registers in the register file of one SM
+    max_regs_per_thread: int
+    max_threads_per_block: int
+    sm_count_hint: int             # a typical part's SM/CU count (the real count comes from the device)
+    ops: frozenset = field(default_factory=frozenset)
+
+    @property
+    def target(self) -> tuple:
+        """Triton target triple: (backend, arch, warp size)."""
+        return (self.backend, self.version, self.warp_size)
+
+    @property
+    def target_string(self) -> str:
+        return f"{self.backend}:{self.version}"
+
+    def supports(self, op_family: str) -> bool:
+        return op_family in self.ops
+
+    def __str__(self) -> str:
+        return self.name
+
+    def __repr__(self) -> str:
+        return self.name.upper()
+
+
+SM80 = Arch("sm80", "nvidia", "cuda", 80, 32, 48 * 1024, 163 * 1024, 65536, 255, 1024, 108,
+            COMMON_OPS | NV_SM80_OPS)
+SM90 = Arch("sm90", "nvidia", "cuda", 90, 32, 48 * 1024, 227 * 1024, 65536, 255, 1024, 132,
+            COMMON_OPS | NV_SM80_OPS | NV_SM90_OPS)
+# Blackwell datacenter parts keep TMA/mbarriers/clusters but replace WGMMA by tcgen05 + TMEM.
+SM100 = Arch("sm100", "nvidia", "cuda", 100, 32, 48 * 1024, 227 * 1024, 65536, 255, 1024, 148,
+             COMMON_OPS | NV_SM80_OPS | (NV_SM90_OPS - {"wgmma"}) | NV_SM100_OPS)
+CDNA3 = Arch("cdna3", "amd", "hip", "gfx942", 64, 64 * 1024, 64 * 1024, 512 * 64 * 4, 512, 1024, 304,
+             COMMON_OPS | frozenset({"mfma"}))
+
+ALL_ARCHS = (SM80, SM90, SM100, CDNA3)
+
+
+def arch_by_name(name: str) -> Arch:
+    """'sm90', 'SM90', 'cuda:90', '90', 'gfx942', 'cdna3' -> the Arch."""
+    key = str(name).lower().replace("cuda:", "sm").replace("hip:", "")
+    if key.isdigit():
+        key = "sm" + key
+    for a in ALL_ARCHS:
+        if key in (a.name, str(a.version)):
+            return a
+    raise ValueError(f"unknown arch {name!r}; known: {', '.join(a.name for a in ALL_ARCHS)}")
+
+
+def current_arch() -> Arch | None:
+    """The arch of the GPU present (device 0 or torch's current device), or None without one."""
+    try:
+        import torch
+    except ImportError:
+        return None
+    if not torch.cuda.is_available():
+        return None
+    if getattr(torch.version, "hip", None):
+        name = torch.cuda.get_device_properties(torch.cuda.current_device()).gcnArchName.split(":")[0]
+        return arch_by_name(name)
+    major, minor = torch.cuda.get_device_capability()
+    cap = major * 10 + minor
+    best = None
+    for a in (SM80, SM90, SM100):
+        if cap >= a.version and (best is None or a.version > best.version):
+            best = a
+    if best is None:
+        raise RuntimeError(f"GPU compute capability {major}.{minor} is older than sm_80, which gluon needs")
+    return best

@@ -1,0 +1,254 @@
+"""AST frontend: rewrites a kernel's Python control flow over symbolic values into IR regions.
+
+Tracing runs the kernel's Python code once with symbolic values. Plain Python cannot branch or loop on
+a value that only exists on the GPU, so before tracing we rewrite the function's AST:
+
+* ``for i in range(a, b, c): body`` (also ``gl.range``) becomes a loop object that opens an IR ``for``
+  region, with every local name assigned in ``body`` threaded through as a candidate loop-carried value::
+
+      __gl_loop = __gl__.loop(a, b, c, ("acc",), (__gl__.lookup(locals(), "acc"),))
+      for i in __gl_loop:                      # iterates exactly once, inside the region
+          (acc,) = __gl_loop.carried
+          body
+          __gl_loop.end((acc,))
+      (acc,) = __gl_loop.results
+
+* ``with for_range(...) as k: body`` gets the same threading of locals.
+* ``if cond: A else: B`` runs as plain Python when ``cond`` is a Python value (constexpr), and otherwise
+  becomes ``__gl__.branch(cond, names, values)`` with ``then``/``else`` regions (a scalar condition) or
+  masked execution (a per-thread tile condition, as in ``if idx < n: dst[idx] = src[idx]``).
+
+``static_range`` loops, ``while`` over Python values and everything else stay Python. ``break``,
+``continue`` and ``return`` inside a rewritten loop or branch are rejected with the user's line.
+The rewritten function keeps the original file name and line numbers, so diagnostics point at the
+user's source.
+"""
+from __future__ import annotations
+
+import ast
+import copy
+import inspect
+import sys
+import textwrap
+from typing import Any, Callable
+
+LOOP_CALLS = {"range"}              # `for _ in range(...)` / `gl.range(...)` / `tl.range(...)`
+WITH_LOOP_CALLS = {"for_range"}     # `with for_range(...) as k:`
+
+
+class FrontendError(SyntaxError):
+    pass
+
+
+def _call_name(node: ast.AST) -> str | None:
+    if isinstance(node, ast.Call):
+        f = node.func
+        if isinstance(f, ast.Name):
+            return f.id
+        if isinstance(f, ast.Attribute):
+            return f.attr
+    return None
+
+
+def _assigned_names(stmts: list[ast.stmt]) -> list[str]:
+    """Local names (re)bound anywhere in `stmts`, in first-seen order, not descending into defs."""
+    seen: dict[str, None] = {}
+
+    class V(ast.NodeVisitor):
+        def visit_Name(self, n: ast.Name):
+            if isinstance(n.ctx, ast.Store) and not n.id.startswith("__gl"):
+                seen.setdefault(n.id)
+
+        def visit_FunctionDef(self, n):  # nested defs have their own scope
+            pass
+
+        visit_AsyncFunctionDef = visit_Lambda = visit_FunctionDef
+
+    for s in stmts:
+        V().visit(s)
+    return list(seen)
+
+
+def _live_in(stmts: list[ast.stmt], names: list[str]) -> list[str]:
+    """Names of `names` that `stmts` may read before writing (so a loop must carry them in)."""
+    written: set[str] = set()
+    live: dict[str, None] = {}
+    for s in stmts:
+        loads = {n.id for n in ast.walk(s) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
+        for n in names:
+            if n in loads and n not in written:
+                live.setdefault(n)
+        if not isinstance(s, (ast.If, ast.For, ast.While, ast.With, ast.Try)):  # conditional writes don't count
+            written |= {n.id for n in ast.walk(s) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
+    return [n for n in names if n in live]
+
+
+def _names_tuple(names: list[str], ctx) -> ast.expr:
+    return ast.Tuple([ast.Name(n, ctx()) for n in names], ctx())
+
+
+def _lookups(names: list[str]) -> ast.expr:
+    return ast.Tuple([
+        ast.Call(ast.Attribute(ast.Name("__gl__", ast.Load()), "lookup", ast.Load()),
+                 [ast.Call(ast.Name("locals", ast.Load()), [], []), ast.Constant(n)], [])
+        for n in names], ast.Load())
+
+
+def _assign(names: list[str], value: ast.expr) -> list[ast.stmt]:
+    if not names:
+        return [ast.Expr(value)]
+    return [ast.Assign([_names_tuple(names, ast.Store)], value)]
+
+
+def _attr(obj: str, attr: str) -> ast.expr:
+    return ast.Attribute(ast.Name(obj, ast.Load()), attr, ast.Load())
+
+
+def _call(fn: ast.expr, *args: ast.expr) -> ast.expr:
+    return ast.Call(fn, list(args), [])
+
+
+def _locate(stmts: list[ast.stmt], node: ast.stmt, keep_span: tuple = ()) -> list[ast.stmt]:
+    """Give synthesized statements the user's line (start and end, so frames report that line)."""
+    for s in stmts:
+        ast.copy_location(s, node)
+        if s not in keep_span:
+            s.end_lineno = node.lineno
+    return stmts
+
+
+class _Rewriter(ast.NodeTransformer):
+    def __init__(self, filename: str):
+        self.filename = filename
+        self.counter = 0
+
+    def _fresh(self, stem: str) -> str:
+        self.counter += 1
+        return f"__gl_{stem}{self.counter}"
+
+    def _reject_jumps(self, stmts: list[ast.stmt], what: str) -> None:
+        for s in stmts:
+            for n in ast.walk(s):
+                if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+                    continue
+                if isinstance(n, (ast.Break, ast.Continue, ast.Return)):
+                    kind = type(n).__name__.lower()
+                    raise FrontendError(
+                        f"'{kind}' inside a {what} over GPU values is not supported: the loop/branch runs on the GPU; "
+                        "restructure with a condition or a mask", (self.filename, n.lineno, n.col_offset + 1, None))
+
+    # for i in range(...)
+    def visit_For(self, node: ast.For):
+        self.generic_visit(node)
+        if _call_name(node.iter) not in LOOP_CALLS or node.orelse:
+            return node
+        self._reject_jumps(node.body, "loop")
+        call = node.iter
+        names = _assigned_names(node.body)
+        if isinstance(node.target, ast.Name):
+            names = [n for n in names if n != node.target.id]
+        loop = self._fresh("loop")
+        args = list(call.args)
+        live = tuple(_live_in(node.body, names))
+        setup = ast.Assign([ast.Name(loop, ast.Store())], ast.Call(
+            _attr("__gl__", "loop"), [ast.Tuple(args, ast.Load()), ast.Constant(tuple(names)), _lookups(names),
+                                     ast.Constant(live)], call.keywords))
+        body = _assign(names, _attr(loop, "carried")) if names else []
+        body += node.body
+        body.append(ast.Expr(_call(_attr(loop, "end"), _names_tuple(names, ast.Load))))
+        new_for = ast.For(node.target, ast.Name(loop, ast.Load()), body, [], lineno=node.lineno)
+        after = _assign(names, _attr(loop, "results")) if names else []
+        return _locate([setup, new_for, *after], node, keep_span=(new_for,))
+
+    # with for_range(...) as k:
+    def visit_With(self, node: ast.With):
+        self.generic_visit(node)
+        if len(node.items) != 1 or _call_name(node.items[0].context_expr) not in WITH_LOOP_CALLS:
+            return node
+        self._reject_jumps(node.body, "loop")
+        item = node.items[0]
+        names = _assigned_names(node.body)
+        if isinstance(item.optional_vars, ast.Name):
+            names = [n for n in names if n != item.optional_vars.id]
+        if not names:
+            return node
+        loop = self._fresh("loop")
+        setup = ast.Assign([ast.Name(loop, ast.Store())], item.context_expr)
+        carry = ast.Expr(_call(_attr(loop, "carry"), ast.Constant(tuple(names)), _lookups(names),
+                               ast.Constant(tuple(_live_in(node.body, names)))))
+        body = _assign(names, _attr(loop, "carried")) + node.body
+        body.append(ast.Expr(_call(_attr(loop, "end"), _names_tuple(names, ast.Load))))
+        new_with = ast.With([ast.withitem(ast.Name(loop, ast.Load()), item.optional_vars)], body)
+        return _locate([setup, carry, new_with, *_assign(names, _attr(loop, "results"))], node,
+                       keep_span=(new_with,))
+
+    # if cond: ... else: ...
+    def visit_If(self, node: ast.If):
+        self.generic_visit(node)
+        cond = self._fresh("cond")
+        br = self._fresh("if")
+        names = _assigned_names(node.body + node.orelse)
+        # the static form gets its own copy: shared nodes would be renumbered twice
+        static_if = ast.If(ast.Name(cond, ast.Load()), copy.deepcopy(node.body), copy.deepcopy(node.orelse or []))
+        dynamic: list[ast.stmt] = [
+            ast.Assign([ast.Name(br, ast.Store())], _call(
+                _attr("__gl__", "branch"), ast.Name(cond, ast.Load()), ast.Constant(tuple(names)), _lookups(names))),
+            ast.Expr(_call(_attr(br, "then_begin"))),
+            *node.body,
+            ast.Expr(_call(_attr(br, "then_end"), _names_tuple(names, ast.Load))),
+            *_assign(names, _call(_attr(br, "else_begin"))),
+            *(node.orelse or []),
+            ast.Expr(_call(_attr(br, "else_end"), _names_tuple(names, ast.Load))),
+            *_assign(names, _attr(br, "results")),
+        ]
+        try:
+            self._reject_jumps(node.body + node.orelse, "branch")
+            dynamic_ok = True
+        except FrontendError as e:
+            dynamic_ok = False
+            err = e
+        if not dynamic_ok:
+            # keep Python semantics for static conditions; a symbolic one gets the error at run time
+            dynamic = [ast.Raise(_call(_attr("__gl__", "frontend_error"), ast.Constant(str(err.msg)),
+                                       ast.Constant(err.lineno)), None)]
+        _locate([static_if], node, keep_span=(static_if,))
+        _locate([d for d in dynamic if d not in node.body and d not in (node.orelse or [])], node)
+        outer_if = ast.If(_call(_attr("__gl__", "is_static"), ast.Name(cond, ast.Load())), [static_if], dynamic)
+        return _locate([ast.Assign([ast.Name(cond, ast.Store())], node.test), outer_if], node, keep_span=(outer_if,))
+
+
+def transform(fn: Callable, helpers: Any) -> Callable:
+    """Return `fn` with its symbolic control flow rewritten; `helpers` is bound to `__gl__` in it."""
+    try:
+        src = inspect.getsource(fn)
+    except (OSError, TypeError) as e:
+        raise FrontendError(f"cannot read the source of kernel {fn.__qualname__}: {e}; "
+                            "kernels must be defined in a file (not typed at an interactive prompt)") from e
+    filename = inspect.getsourcefile(fn) or "<kernel>"
+    first_line = fn.__code__.co_firstlineno
+    tree = ast.parse(textwrap.dedent(src))
+    fdef = tree.body[0]
+    if not isinstance(fdef, ast.FunctionDef):
+        raise FrontendError(f"{fn.__qualname__} is not a plain function")
+    fdef.decorator_list = []
+    _Rewriter(filename).visit(fdef)
+    freevars = fn.__code__.co_freevars
+    # def __gl_make(__gl__, <freevars>): <fdef>; return <name>
+    maker = ast.FunctionDef(
+        name="__gl_make",
+        args=ast.arguments(posonlyargs=[], args=[ast.arg("__gl__")] + [ast.arg(v) for v in freevars],
+                           kwonlyargs=[], kw_defaults=[], defaults=[]),
+        body=[fdef, ast.Return(ast.Name(fdef.name, ast.Load()))], decorator_list=[], returns=None,
+        **({"type_params": []} if sys.version_info >= (3, 12) else {}))
+    module = ast.Module([maker], type_ignores=[])
+    ast.fix_missing_locations(module)
+    ast.increment_lineno(module, first_line - 1)
+    code = compile(module, filename, "exec")
+    ns: dict[str, Any] = {}
+    exec(code, fn.__globals__, ns)
+    cells = [c.cell_contents for c in (fn.__closure__ or ())]
+    new_fn = ns["__gl_make"](helpers, *cells)
+    new_fn.__defaults__ = fn.__defaults__
+    new_fn.__kwdefaults__ = fn.__kwdefaults__
+    new_fn.__wrapped__ = fn
+    return new_fn

@@ -1,0 +1,567 @@
+"""Gluon IR: the contract between the DSL, the passes and the backends.
+
+Shape of the IR:  Module -> Kernel (params, arch, warps, attrs) -> Region -> Op -> (Regions ...)
+
+* A `Value` is defined once: by an op result or as a region argument (loop induction variable,
+  loop-carried value). Values have types (`ScalarType`, `TileType`, `SmemType`, ...).
+* A `Region` is a single block: arguments plus an ordered list of ops. Ops inside a region may use
+  values defined earlier in the same region or in any enclosing region (no isolation: the backend
+  computes warp-partition captures itself).
+* Op kinds are strings registered in `OPS`, each with a doc line, its arch op family, and a verifier.
+
+This module imports nothing else from the project except `gluon.types`, so every layer may read it.
+"""
+from __future__ import annotations
+
+import itertools
+import linecache
+import math
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterator
+
+from .types import (DType, Layout, NVMMASharedLayout, SHARED_LAYOUTS, SliceLayout, SwizzleMode,
+                    layout_rank)
+
+# ------------------------------------------------------------------------------ diagnostics
+
+
+@dataclass(frozen=True)
+class Loc:
+    """A source location in the user's kernel code."""
+
+    file: str
+    line: int
+    func: str | None = None
+
+    def __str__(self) -> str:
+        return f"{self.file}:{self.line}"
+
+    def source_line(self) -> str:
+        return linecache.getline(self.file, self.line).strip()
+
+
+class GluonError(Exception):
+    """A diagnostic about the user's kernel; its text names the file and line it is about."""
+
+    def __init__(self, message: str, loc: Loc | None = None):
+        self.message = message
+        self.loc = loc
+        super().__init__(self._format())
+
+    def _format(self) -> str:
+        if self.loc is None:
+            return self.message
+        where = f"{self.loc}" + (f" (in {self.loc.func})" if self.loc.func else "")
+        src = self.loc.source_line()
+        return f"{where}: {self.message}" + (f"\n    {src}" if src else "")
+
+
+class IRVerificationError(GluonError):
+    pass
+
+
+# ------------------------------------------------------------------------------ types
+
+
+@dataclass(frozen=True)
+class ScalarType:
+    dtype: DType
+
+    def __str__(self) -> str:
+        return self.dtype.name
+
+
+@dataclass(frozen=True)
+class PointerType:
+    """A pointer into global memory (a kernel parameter)."""
+
+    dtype: DType
+
+    def __str__(self) -> str:
+        return f"ptr<{self.dtype.name}>"
+
+
+@dataclass(frozen=True)
+class TileType:
+    """A register tile distributed over the block's threads by `layout` (None until assigned)."""
+
+    dtype: DType
+    shape: tuple[int, ...]
+    layout: Layout | None = None
+
+    def with_dtype(self, dtype: DType) -> "TileType":
+        return TileType(dtype, self.shape, self.layout)
+
+    def __str__(self) -> str:
+        lay = f", {self.layout}" if self.layout is not None else ""
+        return f"tile<{'x'.join(map(str, self.shape))}x{self.dtype.name}{lay}>"
+
+
+@dataclass(frozen=True)
+class SmemType:
+    """Shared memory: `stages` copies of a `shape` tile (stages == 1: one tile, no stage index)."""
+
+    dtype: DType
+    shape: tuple[int, ...]
+    layout: Layout
+    stages: int = 1
+
+    @property
+    def stage_bytes(self) -> int:
+        return math.prod(self.shape) * self.dtype.bits // 8
+
+    @property
+    def bytes(self) -> int:
+        return self.stage_bytes * self.stages
+
+    def stage(self) -> "SmemType":
+        return SmemType(self.dtype, self.shape, self.layout, 1)
+
+    def __str__(self) -> str:
+        st = f"{self.stages}x" if self.stages > 1 else ""
+        return f"smem<{st}{'x'.join(map(str, self.shape))}x{self.dtype.name}, {self.layout}>"
+
+
+@dataclass(frozen=True)
+class BarrierType:
+    """`stages` mbarriers (8 bytes each) in shared memory, initialised with an arrival `count`."""
+
+    stages: int = 1
+    count: int = 1
+
+    def stage(self) -> "BarrierType":
+        return BarrierType(1, self.count)
+
+    def __str__(self) -> str:
+        return f"mbarrier<{self.stages}, count={self.count}>"
+
+
+@dataclass(frozen=True)
+class DescType:
+    """A TMA tensor descriptor for a global tensor of rank len(block_shape), moved in `block_shape` tiles."""
+
+    dtype: DType
+    block_shape: tuple[int, ...]
+    swizzle: SwizzleMode = SwizzleMode.B128
+
+    def __str__(self) -> str:
+        return f"tma_desc<{'x'.join(map(str, self.block_shape))}x{self.dtype.name}, {self.swizzle.name}>"
+
+
+@dataclass(frozen=True)
+class TmemType:
+    """Blackwell tensor memory holding a `shape` accumulator."""
+
+    dtype: DType
+    shape: tuple[int, ...]
+    layout: Layout
+
+    def __str__(self) -> str:
+        return f"tmem<{'x'.join(map(str, self.shape))}x{self.dtype.name}, {self.layout}>"
+
+
+Type = ScalarType | PointerType | TileType | SmemType | BarrierType | DescType | TmemType
+I1, I32, I64, F32 = ScalarType(DType.i1), ScalarType(DType.i32), ScalarType(DType.i64), ScalarType(DType.f32)
+
+
+def element_dtype(t: Type) -> DType | None:
+    return getattr(t, "dtype", None)
+
+
+def same_shape_kind(t: Type, dtype: DType) -> Type:
+    """The type with `t`'s shape and layout but element type `dtype` (scalar stays scalar)."""
+    if isinstance(t, TileType):
+        return TileType(dtype, t.shape, t.layout)
+    return ScalarType(dtype)
+
+
+# ------------------------------------------------------------------------------ values, ops, regions
+
+_ids = itertools.count()
+
+
+class Value:
+    """An SSA value. `name` is a readable hint (the user's variable name when known)."""
+
+    __slots__ = ("type", "name", "id", "owner")
+
+    def __init__(self, type: Type, name: str = "", owner: Any = None):
+        self.type = type
+        self.name = name
+        self.id = next(_ids)
+        self.owner = owner  # the defining Op, or the Region for region arguments
+
+    def __repr__(self) -> str:
+        return f"<Value %{self.name or self.id}: {self.type}>"
+
+
+@dataclass(eq=False)
+class Op:
+    kind: str
+    operands: list[Value]
+    results: list[Value]
+    attrs: dict[str, Any] = field(default_factory=dict)
+    regions: list["Region"] = field(default_factory=list)
+    loc: Loc | None = None
+
+    @property
+    def result(self) -> Value:
+        if len(self.results) != 1:
+            raise ValueError(f"op {self.kind} has {len(self.results)} results, not 1")
+        return self.results[0]
+
+    def __repr__(self) -> str:
+        return f"<Op {self.kind} at {self.loc}>"
+
+
+@dataclass(eq=False)
+class Region:
+    args: list[Value] = field(default_factory=list)
+    ops: list[Op] = field(default_factory=list)
+
+    def add_arg(self, type: Type, name: str = "") -> Value:
+        v = Value(type, name, owner=self)
+        self.args.append(v)
+        return v
+
+    def walk(self) -> Iterator[Op]:
+        """Every op in this region and its nested regions, in program order."""
+        for op in self.ops:
+            yield op
+            for r in op.regions:
+                yield from r.walk()
+
+    def replace_uses(self, old: Value, new: Value) -> None:
+        """Replace every use of `old` by `new` in this region (nested regions included)."""
+        for op in self.walk():
+            op.operands = [new if v is old else v for v in op.operands]
+
+
+@dataclass
+class Param:
+    """A kernel parameter: the value the body uses, and where it came from in the user's code."""
+
+    name: str
+    value: Value
+    loc: Loc | None = None
+    divisibility: int = 1      # 16 when the launcher guarantees alignment (tt.divisibility)
+
+
+@dataclass(eq=False)
+class Kernel:
+    name: str
+    params: list[Param]
+    arch: Any                  # gluon.arch.Arch (not imported: ir stays at the bottom)
+    num_warps: int
+    body: Region
+    attrs: dict[str, Any] = field(default_factory=dict)
+    loc: Loc | None = None
+
+    def walk(self) -> Iterator[Op]:
+        return self.body.walk()
+
+    def param(self, name: str) -> Param:
+        for p in self.params:
+            if p.name == name:
+                return p
+        raise KeyError(name)
+
+
+@dataclass(eq=False)
+class Module:
+    kernels: list[Kernel] = field(default_factory=list)
+
+    @property
+    def kernel(self) -> Kernel:
+        if len(self.kernels) != 1:
+            raise ValueError(f"module has {len(self.kernels)} kernels")
+        return self.kernels[0]
+
+    def pretty(self) -> str:
+        return "\n\n".join(_print_kernel(k) for k in self.kernels)
+
+    def verify(self, *, require_layouts: bool = False) -> "Module":
+        for k in self.kernels:
+            verify_kernel(k, require_layouts=require_layouts)
+        return self
+
+    __str__ = pretty
+
+
+# ------------------------------------------------------------------------------ builder
+
+
+class Builder:
+    """Appends ops at an insertion point (a region); the DSL drives it while tracing."""
+
+    def __init__(self, region: Region):
+        self._stack: list[Region] = [region]
+        self.loc: Loc | None = None
+
+    @property
+    def region(self) -> Region:
+        return self._stack[-1]
+
+    def push(self, region: Region) -> None:
+        self._stack.append(region)
+
+    def pop(self) -> Region:
+        return self._stack.pop()
+
+    def create(self, kind: str, operands=(), result_types=(), attrs=None, regions=(),
+               names=None, loc: Loc | None = None) -> Op:
+        if kind not in OPS:
+            raise KeyError(f"unknown op kind {kind!r}")
+        op = Op(kind, list(operands), [], dict(attrs or {}), list(regions), loc or self.loc)
+        names = names or [""] * len(result_types)
+        op.results = [Value(t, n, owner=op) for t, n in zip(result_types, names)]
+        self.region.ops.append(op)
+        return op
+
+    def insert_at_start(self, region: Region, op: Op) -> None:
+        region.ops.insert(0, op)
+
+
+# ------------------------------------------------------------------------------ op registry
+
+
+@dataclass(frozen=True)
+class OpDef:
+    kind: str
+    doc: str
+    family: str                              # arch op family (gluon.arch) that must support it
+    verify: Callable[[Op], str | None] | None = None   # returns an error message or None
+    terminator: bool = False
+
+
+OPS: dict[str, OpDef] = {}
+
+
+def _register(kind: str, doc: str, family: str = "arith", verify=None, terminator=False) -> None:
+    OPS[kind] = OpDef(kind, doc, family, verify, terminator)
+
+
+def _same_types(op: Op) -> str | None:
+    ts = {v.type for v in op.operands}
+    if len(ts) != 1:
+        return "operands must have the same type, got " + ", ".join(str(v.type) for v in op.operands)
+    return None
+
+
+def _shape_of(t: Type) -> tuple[int, ...]:
+    return t.shape if isinstance(t, TileType) else ()
+
+
+def _verify_dot(op: Op) -> str | None:
+    a, b, acc = (v.type for v in op.operands[:3])
+    ash, bsh, csh = a.shape, b.shape, acc.shape
+    if len(ash) != 2 or len(bsh) != 2 or len(csh) != 2:
+        return f"dot operands must be 2-D, got A {ash}, B {bsh}, acc {csh}"
+    if ash[1] != bsh[0]:
+        return f"inner dimensions differ: A is {ash[0]}x{ash[1]} and B is {bsh[0]}x{bsh[1]} (A's columns must equal B's rows)"
+    if (ash[0], bsh[1]) != tuple(csh):
+        return f"accumulator is {csh[0]}x{csh[1]} but A x B is {ash[0]}x{bsh[1]}"
+    if a.dtype != b.dtype:
+        return f"A is {a.dtype.name} but B is {b.dtype.name}; both operands need one dtype"
+    return None
+
+
+def _verify_for(op: Op) -> str | None:
+    body = op.regions[0]
+    inits = op.operands[3:]
+    if len(body.args) != 1 + len(inits):
+        return f"body has {len(body.args)} args for {len(inits)} loop-carried values"
+    if not body.ops or body.ops[-1].kind != "yield":
+        return "body must end with yield"
+    ys = body.ops[-1].operands
+    if [v.type for v in ys] != [v.type for v in inits]:
+        return "yielded types " + str([str(v.type) for v in ys]) + " differ from init types " + str([str(v.type) for v in inits])
+    return None
+
+
+def _verify_if(op: Op) -> str | None:
+    if op.operands[0].type != I1:
+        return f"condition must be a scalar i1, got {op.operands[0].type}"
+    for r in op.regions:
+        if not r.ops or r.ops[-1].kind != "yield":
+            return "each branch must end with yield"
+        if [v.type for v in r.ops[-1].operands] != [v.type for v in op.results]:
+            return "branch yields do not match the op's result types"
+    return None
+
+
+def _verify_smem_alloc(op: Op) -> str | None:
+    t = op.results[0].type
+    if not isinstance(t.layout, SHARED_LAYOUTS):
+        return f"shared region needs a shared layout (Layout.swizzled / Layout.shared), got {t.layout}"
+    return None
+
+
+_register("program_id", "the program (block) index along attrs['axis']", "program_id")
+_register("num_programs", "the grid size along attrs['axis']", "program_id")
+_register("constant", "attrs['value'] as a scalar, or splatted over a tile")
+_register("binary", "elementwise attrs['op'] (add sub mul div floordiv rem and or xor shl shr min max) on two same-typed values", verify=_same_types)
+_register("cmp", "elementwise comparison attrs['pred'] (lt le gt ge eq ne) -> i1", verify=_same_types)
+_register("unary", "elementwise attrs['op'] (neg not exp exp2 log log2 sqrt rsqrt abs sin cos)")
+_register("cast", "convert element type (result type says to what)")
+_register("select", "elementwise cond ? a : b")
+_register("splat", "broadcast a scalar over a tile")
+_register("arange", "tile [attrs['start'], attrs['end']) of i32")
+_register("expand_dims", "insert a size-1 dimension at attrs['axis']")
+_register("broadcast", "broadcast size-1 dimensions to the result shape")
+_register("convert_layout", "move a tile to another register layout", "convert_layout")
+_register("reduce", "reduce a tile along attrs['axis'] with attrs['op'] (sum max min)", "reduce")
+_register("load", "masked global load: ptr + offsets (mask, other optional; attrs has_mask/has_other)", "load")
+_register("store", "masked global store: ptr + offsets <- value (mask optional)", "store")
+_register("smem_alloc", "allocate a shared region (attrs name); optional initial tile operand", "smem", _verify_smem_alloc)
+_register("smem_index", "view one stage of a multi-stage shared region", "smem")
+_register("smem_load", "load a shared tile into registers", "smem")
+_register("smem_store", "store a register tile to shared memory", "smem")
+_register("smem_trans", "a transposed view of a shared tile (attrs order)", "smem")
+_register("barrier_alloc", "allocate and initialise mbarriers (attrs name, count)", "mbarrier")
+_register("barrier_index", "one mbarrier of a multi-stage set", "mbarrier")
+_register("barrier_expect", "arrive and expect attrs['bytes'] of TMA transactions", "mbarrier")
+_register("barrier_arrive", "arrive attrs['count'] times", "mbarrier")
+_register("barrier_wait", "wait for the phase operand to complete", "mbarrier")
+_register("tma_load", "TMA copy desc[coords] -> shared dst, completing on a barrier: (desc, dst, bar, *coords)", "tma")
+_register("tma_store", "TMA copy shared src -> desc[coords]: (desc, src, *coords)", "tma")
+_register("tma_store_wait", "wait until at most attrs['pendings'] TMA stores are in flight", "tma")
+_register("fence_async_shared", "order generic shared-memory writes before async-proxy reads (TMA, WGMMA)", "tma")
+_register("thread_barrier", "block-wide barrier (bar.sync)", "thread_barrier")
+_register("cp_async", "cp.async global -> shared: (ptr, offsets, dst, mask?)", "cp_async")
+_register("cp_async_commit", "close a cp.async group", "cp_async")
+_register("cp_async_wait", "wait until at most attrs['num'] cp.async groups are pending", "cp_async")
+_register("mma", "Ampere tensor-core dot (HMMA): (a, b, acc) register operands", "mma", _verify_dot)
+_register("mfma", "CDNA matrix-core dot (MFMA): (a, b, acc) register operands", "mfma", _verify_dot)
+_register("wgmma", "Hopper warpgroup dot: (a smem|tile, b smem, acc) -> acc; attrs is_async", "wgmma", _verify_dot)
+_register("wgmma_wait", "wait for async wgmma: (acc, *deps) -> acc; attrs pendings", "wgmma")
+_register("tmem_alloc", "allocate tensor memory for an accumulator", "tmem")
+_register("tmem_load", "tensor memory -> registers", "tmem")
+_register("tcgen05_mma", "Blackwell MMA: (a smem, b smem, d tmem, bar); attrs use_acc", "tcgen05", _verify_dot)
+_register("for", "counted loop (lb, ub, step, *inits); body args (iv, *carried) -> results", "arith", _verify_for)
+_register("if", "scalar branch (cond); then/else regions yield the results", "arith", _verify_if)
+_register("warp_specialize", "one region per warp role; attrs roles=[{role, warps:(first,last), registers}]", "warp_specialize")
+_register("yield", "terminates a for/if region, passing values out", terminator=True)
+
+
+# ------------------------------------------------------------------------------ verifier
+
+
+def verify_kernel(kernel: Kernel, *, require_layouts: bool = False) -> None:
+    """Check op kinds, operand types, dominance and region rules. Raises IRVerificationError."""
+    visible: set[int] = {p.value.id for p in kernel.params}
+    _verify_region(kernel.body, visible, require_layouts, top=True)
+
+
+def _verify_region(region: Region, visible: set[int], require_layouts: bool, top: bool = False) -> None:
+    scope = set(visible) | {a.id for a in region.args}
+    for i, op in enumerate(region.ops):
+        opdef = OPS.get(op.kind)
+        if opdef is None:
+            raise IRVerificationError(f"unknown op kind {op.kind!r}", op.loc)
+        for v in op.operands:
+            if v.id not in scope:
+                where = f" (defined at {v.owner.loc})" if isinstance(v.owner, Op) and v.owner.loc else ""
+                raise IRVerificationError(
+                    f"{op.kind} uses %{v.name or v.id}, which is not defined before it in an enclosing region{where}; "
+                    "a value made inside a loop, branch or warp role cannot be used outside it", op.loc)
+        if opdef.terminator and i != len(region.ops) - 1:
+            raise IRVerificationError(f"{op.kind} must be the last op of its region", op.loc)
+        if opdef.terminator and top:
+            raise IRVerificationError(f"{op.kind} outside a loop or branch", op.loc)
+        for v in op.results:
+            t = v.type
+            if isinstance(t, TileType):
+                for d in t.shape:
+                    if d <= 0 or d & (d - 1):
+                        raise IRVerificationError(f"{op.kind}: tile shape {t.shape} must have power-of-two dimensions", op.loc)
+                if require_layouts and t.layout is None:
+                    raise IRVerificationError(f"{op.kind}: result has no register layout", op.loc)
+                rank = layout_rank(t.layout) if t.layout is not None else None
+                if rank is not None and rank != len(t.shape):
+                    raise IRVerificationError(f"{op.kind}: layout {t.layout} is for rank {rank}, tile is {t.shape}", op.loc)
+        if opdef.verify is not None:
+            msg = opdef.verify(op)
+            if msg:
+                raise IRVerificationError(f"{op.kind}: {msg}", op.loc)
+        for r in op.regions:
+            _verify_region(r, scope, require_layouts)
+        scope.update(v.id for v in op.results)
+
+
+# ------------------------------------------------------------------------------ printer
+
+
+class _Namer:
+    """Readable, unique value names: the user's variable name, suffixed when taken."""
+
+    def __init__(self):
+        self.names: dict[int, str] = {}
+        self.taken: set[str] = set()
+
+    def __call__(self, v: Value) -> str:
+        n = self.names.get(v.id)
+        if n is None:
+            base = v.name or str(len(self.names))
+            n, k = base, 0
+            while n in self.taken:
+                k += 1
+                n = f"{base}_{k}"
+            self.taken.add(n)
+            self.names[v.id] = n
+        return "%" + n
+
+
+def _fmt_attr(v: Any) -> str:
+    if isinstance(v, str):
+        return repr(v)
+    if isinstance(v, (list, tuple)):
+        return "[" + ", ".join(_fmt_attr(x) for x in v) + "]"
+    if isinstance(v, dict):
+        return "{" + ", ".join(f"{k}={_fmt_attr(x)}" for k, x in v.items()) + "}"
+    return str(v)
+
+
+def _print_kernel(k: Kernel) -> str:
+    name = _Namer()
+    params = ", ".join(f"{name(p.value)}: {p.value.type}" for p in k.params)
+    attrs = "".join(f" {a}={_fmt_attr(v)}" for a, v in k.attrs.items())
+    lines = [f"kernel @{k.name}({params}) arch={k.arch} num_warps={k.num_warps}{attrs} {{"]
+    _print_region(k.body, name, lines, 1)
+    lines.append("}")
+    return "\n".join(lines)
+
+
+def _print_region(r: Region, name: _Namer, lines: list[str], depth: int) -> None:
+    pad = "  " * depth
+    for op in r.ops:
+        res = ", ".join(name(v) for v in op.results)
+        lhs = f"{res} = " if res else ""
+        ops = ", ".join(name(v) for v in op.operands)
+        attrs = ("{" + ", ".join(f"{a}={_fmt_attr(v)}" for a, v in op.attrs.items()) + "}") if op.attrs else ""
+        types = " : " + ", ".join(str(v.type) for v in op.results) if op.results else ""
+        loc = f"  // {op.loc}" if op.loc else ""
+        head = f"{pad}{lhs}{op.kind}"
+        if ops:
+            head += " " + ops
+        if attrs:
+            head += " " + attrs
+        if not op.regions:
+            lines.append(f"{head}{types}{loc}")
+            continue
+        for i, reg in enumerate(op.regions):
+            args = ", ".join(f"{name(a)}: {a.type}" for a in reg.args)
+            label = _region_label(op, i)
+            opener = f"{head}{types} {label}" if i == 0 else f"{pad}}} {label}"
+            lines.append(f"{opener}({args}) {{{loc if i == 0 else ''}" if args else f"{opener}{{{loc if i == 0 else ''}")
+            _print_region(reg, name, lines, depth + 1)
+        lines.append(f"{pad}}}")
+
+
+def _region_label(op: Op, i: int) -> str:
+    if op.kind == "if":
+        return "then " if i == 0 else "else "
+    if op.kind == "warp_specialize":
+        role = op.attrs["roles"][i]
+        return f"role {role['role']} warps{list(role['warps'])} "
+    return ""

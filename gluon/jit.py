@@ -1,0 +1,291 @@
+"""The compile pipeline and the JIT: trace -> passes -> TTGIR -> Triton binary -> launcher, cached.
+
+    PIPELINE                      what it does                                   module
+    layout_assign                 give every register tile a layout              passes/layout_assign.py
+    layout_check                  swizzle/TMA/WGMMA/MMA layout rules             passes/layout_check.py
+    warp_spec                     warp roles, warpgroups, register budgets       passes/warp_spec.py
+    smem_alloc                    shared-memory offsets and capacity             passes/smem_alloc.py
+    pipeline                      stage indices (software pipelining)            passes/pipeline.py
+    then: backend/triton_lowering (IR -> TTGIR text), backend/triton_compile (TTGIR -> cubin/hsaco,
+    on-disk cache keyed by TTGIR hash, target, versions and options), runtime.Launcher (launch).
+
+`kernel[grid](args...)` specializes on argument dtypes, 16-byte alignment of pointers, divisibility of
+integers by 16, constexpr values, the launch block and num_warps; each specialization is traced and
+compiled once per process (the binary once per machine, through the disk cache), then launched from an
+in-memory table, so a repeated launch costs a key computation and a dict lookup.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Sequence
+
+from . import dsl, ir
+from .arch import Arch, arch_by_name, current_arch
+from .passes.layout_assign import assign_layouts
+from .passes.layout_check import check_layouts
+from .passes.pipeline import pipeline
+from .passes.smem_alloc import allocate_shared
+from .passes.warp_spec import check_warp_roles
+from .types import DType, TensorRef
+
+PIPELINE: list[tuple[str, Callable[[ir.Kernel], ir.Kernel]]] = [
+    ("layout_assign", assign_layouts),
+    ("layout_check", check_layouts),
+    ("warp_spec", check_warp_roles),
+    ("smem_alloc", allocate_shared),
+    ("pipeline", pipeline),
+]
+
+
+def run_passes(module: ir.Module) -> ir.Module:
+    """Run PIPELINE on every kernel, then verify with all layouts required."""
+    for k in module.kernels:
+        for _, p in PIPELINE:
+            p(k)
+    return module.verify(require_layouts=True)
+
+
+def lower(module: ir.Module) -> str:
+    from .backend.triton_lowering import lower_module
+    return lower_module(module)
+
+
+@dataclass
+class CompiledKernel:
+    """A compiled specialization: its IR, TTGIR, binary, and how to launch it."""
+
+    module: ir.Module
+    ttgir: str
+    binary: Any                       # gluon.backend.triton_compile.Binary
+    arg_specs: list                   # runtime.ArgSpec per kernel parameter (IR order)
+    sources: list                     # per parameter: ("arg", user index) | ("dim", user index, axis) | ("kw", name)
+    timings: dict = field(default_factory=dict)
+    _launcher: Any = None
+
+    @property
+    def kernel(self) -> ir.Kernel:
+        return self.module.kernel
+
+    @property
+    def asm(self) -> dict:
+        return self.binary.asm
+
+    def sass(self) -> str:
+        return self.binary.sass()
+
+    @property
+    def registers(self) -> int:
+        return self.binary.registers
+
+    @property
+    def spills(self) -> int:
+        return self.binary.spills
+
+    @property
+    def shared_bytes(self) -> int:
+        return self.binary.shared_bytes
+
+    @property
+    def launcher(self):
+        if self._launcher is None:
+            from .runtime import Launcher
+            k = self.kernel
+            self._launcher = Launcher(self.binary, self.arg_specs, kernel_name=k.name, source=str(k.loc))
+        return self._launcher
+
+    def launch_args(self, args: Sequence[Any], kwargs: dict) -> list:
+        out = []
+        for src in self.sources:
+            if src[0] == "arg":
+                out.append(args[src[1]])
+            elif src[0] == "dim":
+                out.append(int(args[src[1]].shape[src[2]]))
+            else:
+                if src[1] not in kwargs:
+                    raise ir.GluonError(f"kernel {self.kernel.name} needs the size '{src[1]}': pass {src[1]}=... "
+                                        "to the launch", self.kernel.loc)
+                out.append(kwargs[src[1]])
+        return out
+
+    def __call__(self, grid, *args, stream=None, meta: dict | None = None, **sizes):
+        return self.launcher(grid, *self.launch_args(args, sizes), stream=stream, **(meta or {}))
+
+
+def _arg_specs(kernel: ir.Kernel) -> list:
+    from .runtime import ArgSpec
+    specs = []
+    for p in kernel.params:
+        t = p.value.type
+        src = str(p.loc) if p.loc else None
+        if isinstance(t, ir.PointerType):
+            specs.append(ArgSpec(p.name, "pointer", t.dtype.name, source=src,
+                                 needs_contiguous=p.name in kernel.attrs.get("row_major_params", ())))
+        elif isinstance(t, ir.DescType):
+            specs.append(ArgSpec(p.name, "tensordesc", t.dtype.name, rank=len(t.block_shape),
+                                 block_shape=tuple(t.block_shape), swizzle_bytes=t.swizzle.bytes, source=src))
+        elif isinstance(t, ir.ScalarType):
+            specs.append(ArgSpec(p.name, "scalar", t.dtype.name, source=src))
+        else:
+            raise ir.GluonError(f"parameter {p.name} has type {t}, which cannot be passed from the host", p.loc)
+    return specs
+
+
+def compile_module(module: ir.Module, *, sources: list | None = None, options: dict | None = None,
+                   cache=None) -> CompiledKernel:
+    """Passes -> TTGIR -> binary (disk-cached). Works without a GPU for every supported target."""
+    from .backend.triton_compile import compile_ttgir
+    t0 = time.perf_counter()
+    run_passes(module)
+    t1 = time.perf_counter()
+    ttgir = lower(module)
+    t2 = time.perf_counter()
+    k = module.kernel
+    binary = compile_ttgir(ttgir, k.arch.target, options=options, cache=cache)
+    t3 = time.perf_counter()
+    if sources is None:
+        sources = [("arg", i) for i in range(len(k.params))]
+    ck = CompiledKernel(module, ttgir, binary, _arg_specs(k), sources,
+                        {"passes_s": t1 - t0, "lower_s": t2 - t1, "compile_s": t3 - t2})
+    return ck
+
+
+# ------------------------------------------------------------------------------ specialization
+
+
+def _is_tensor(v) -> bool:
+    return hasattr(v, "data_ptr") or hasattr(v, "__cuda_array_interface__")
+
+
+def _tensor_dtype(v) -> DType:
+    dt = getattr(v, "dtype", None)
+    if dt is None:
+        typestr = v.__cuda_array_interface__["typestr"]
+        return DType.from_name({"<f2": "f16", "<f4": "f32", "<f8": "f64", "<i4": "i32", "<i8": "i64", "|i1": "i8",
+                                "|u1": "u8", "<i2": "i16"}.get(typestr, typestr))
+    return DType.from_name(str(dt))
+
+
+def _data_ptr(v) -> int:
+    if hasattr(v, "data_ptr"):
+        return v.data_ptr()
+    return v.__cuda_array_interface__["data"][0]
+
+
+def _arg_key(v) -> tuple:
+    """What a compiled specialization depends on for one runtime argument."""
+    if _is_tensor(v):
+        return ("t", str(v.dtype) if hasattr(v, "dtype") else _tensor_dtype(v).name, _data_ptr(v) % 16 == 0,
+                len(v.shape))
+    if isinstance(v, bool):
+        return ("b",)
+    if isinstance(v, int):
+        return ("i", v % 16 == 0, -2**31 <= v < 2**31)
+    if isinstance(v, float):
+        return ("f",)
+    return ("?", type(v).__name__)
+
+
+def _stand_in(template: dsl.KernelTemplate, pname: str, v, key: tuple):
+    """The trace-time stand-in for runtime argument `v` of parameter `pname`."""
+    kind = key[0]
+    if kind == "t":
+        dt = _tensor_dtype(v)
+        if template.simt:
+            return dsl.PointerArg(dt, 16 if key[2] else 1)
+        return TensorRef(pname, dt, shape=tuple(f"{pname}_shape{i}" for i in range(key[3])))
+    if kind == "b":
+        return dsl.ScalarArg(DType.i1)
+    if kind == "i":
+        return dsl.ScalarArg(DType.i32 if key[2] else DType.i64, 16 if key[1] else 1)
+    if kind == "f":
+        return dsl.ScalarArg(DType.f32)
+    raise ir.GluonError(f"kernel {template.name}: argument '{pname}' is a {type(v).__name__}; pass a tensor, "
+                        "an int, a float or a bool", template.loc)
+
+
+class JITFunction:
+    """Per-template specialization table (held on the template)."""
+
+    def __init__(self, template: dsl.KernelTemplate):
+        self.template = template
+        sig = template.signature.parameters
+        self.runtime_params = [n for n in sig if n not in template.constexprs]
+        self.cache: dict[tuple, CompiledKernel] = {}
+
+    def specialize(self, args: Sequence[Any], constexprs: dict, block, num_warps, arch: Arch | None,
+                   extra_kw: dict) -> CompiledKernel:
+        t = self.template
+        keys = tuple(_arg_key(v) for v in args)
+        ck_key = (keys, tuple(sorted(constexprs.items())), block, num_warps, arch.name if arch else None)
+        ck = self.cache.get(ck_key)
+        if ck is not None:
+            return ck
+        if len(args) != len(self.runtime_params):
+            raise ir.GluonError(f"kernel {t.name} takes {len(self.runtime_params)} runtime arguments "
+                                f"({', '.join(self.runtime_params)}), got {len(args)}", t.loc)
+        stand_ins = {p: _stand_in(t, p, v, k) for p, v, k in zip(self.runtime_params, args, keys)}
+        arch = arch or t.arch or current_arch()
+        if arch is None:
+            raise ir.GluonError(f"kernel {t.name}: no GPU present to pick an arch; pass arch=", t.loc)
+        module = t.trace(**stand_ins, **constexprs, arch=arch, num_warps=num_warps, block=block)
+        index = {p: i for i, p in enumerate(self.runtime_params)}
+        sources = []
+        for prm in module.kernel.params:
+            if prm.name in index:
+                sources.append(("arg", index[prm.name]))
+            elif "_shape" in prm.name and prm.name.rsplit("_shape", 1)[0] in index:
+                base, axis = prm.name.rsplit("_shape", 1)
+                sources.append(("dim", index[base], int(axis)))
+            else:
+                sources.append(("kw", prm.name))
+        ck = compile_module(module, sources=sources)
+        self.cache[ck_key] = ck
+        return ck
+
+
+def _jit_of(template: dsl.KernelTemplate) -> JITFunction:
+    jf = getattr(template, "_jit", None)
+    if jf is None:
+        jf = template._jit = JITFunction(template)
+    return jf
+
+
+class BoundLaunch:
+    """`kernel[grid]` / `kernel[grid, block]`: call it with the kernel's arguments to launch."""
+
+    __slots__ = ("template", "jf", "grid", "block")
+
+    def __init__(self, template: dsl.KernelTemplate, launch):
+        self.template = template
+        self.jf = _jit_of(template)
+        if isinstance(launch, tuple) and len(launch) == 2 and isinstance(launch[1], (tuple, list)) \
+                and (isinstance(launch[0], (tuple, list)) or callable(launch[0])):
+            self.grid, self.block = launch[0], tuple(launch[1])
+        else:
+            self.grid, self.block = launch, None
+        if isinstance(self.grid, int):
+            self.grid = (self.grid,)
+
+    def __call__(self, *args, num_warps: int | None = None, stream=None, arch: Arch | str | None = None, **kwargs):
+        t = self.template
+        constexprs = {k: kwargs.pop(k) for k in list(kwargs) if k in t.constexprs}
+        if len(args) > len(self.jf.runtime_params):   # constexprs given positionally
+            names = list(t.signature.parameters)
+            bound = dict(zip(names, args))
+            args = tuple(bound[n] for n in self.jf.runtime_params if n in bound)
+            constexprs.update({n: bound[n] for n in names if n in t.constexprs and n in bound})
+        arch = arch_by_name(arch) if isinstance(arch, str) else arch
+        ck = self.jf.specialize(args, constexprs, self.block, num_warps or t.num_warps, arch, kwargs)
+        return ck(self.grid, *args, stream=stream, meta=constexprs, **kwargs)
+
+
+def compile(template: dsl.KernelTemplate, *args, arch: Arch | str | None = None, num_warps: int | None = None,
+            block: Sequence[int] | None = None, options: dict | None = None, cache=None, **kwargs) -> CompiledKernel:
+    """Trace with stand-ins (as `template.trace`) and compile, without a GPU: for tests and ahead-of-time builds."""
+    module = template.trace(*args, arch=arch, num_warps=num_warps, block=block, **kwargs)
+    return compile_module(module, options=options, cache=cache)
+
+
+dsl._LAUNCH_HOOK = BoundLaunch
+dsl._COMPILE_HOOK = compile

@@ -1,0 +1,1 @@
+"""Compiler passes over Gluon IR, run in order by gluon.jit (see PIPELINE there)."""

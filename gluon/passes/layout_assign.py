@@ -1,0 +1,220 @@
+"""Pass: give every register tile a layout.
+
+The explicit form names layouts; the SIMT form (`gl.thread_id`, `gl.arange` without a layout) leaves
+them open. Triton's own frontend picks layouts in TTIR->TTGIR conversion and coalescing passes that do
+not run when we hand it TTGIR, so we choose them here:
+
+1. Values that must share a layout (elementwise operands and results, load/store address/mask/value,
+   loop-carried values and branch results) are unified into classes.
+2. Known layouts flow across `reduce` (result = slice of input) and `expand_dims` (input = slice of
+   result) until nothing changes.
+3. A class still open gets the default blocked layout for its shape: each thread owns one 16-byte
+   vector of the narrowest element loaded or stored by that class (so global accesses vectorize),
+   threads then warps tile the rest; then step 2 runs again.
+4. Where a value feeds `expand_dims` in a layout other than the slice it needs (the same `arange` used
+   as rows and as columns), a `convert_layout` is inserted.
+"""
+from __future__ import annotations
+
+from .. import ir
+from ..types import BlockedLayout, Layout, SliceLayout
+
+_SAME = {"binary", "cmp", "unary", "cast", "select", "broadcast", "load", "store", "cp_async", "wgmma",
+         "wgmma_wait", "mma", "mfma"}
+
+
+class _UF:
+    def __init__(self):
+        self.parent: dict[int, int] = {}
+
+    def find(self, x: int) -> int:
+        p = self.parent.setdefault(x, x)
+        if p != x:
+            p = self.parent[x] = self.find(p)
+        return p
+
+    def union(self, a: int, b: int) -> None:
+        ra, rb = self.find(a), self.find(b)
+        if ra != rb:
+            self.parent[rb] = ra
+
+
+def _tiles(values) -> list[ir.Value]:
+    return [v for v in values if isinstance(v.type, ir.TileType)]
+
+
+def default_layout(shape: tuple[int, ...], warps: int, elem_bytes: int, warp_size: int = 32) -> BlockedLayout:
+    """Blocked layout for `shape`: 16-byte vectors per thread along the last dim, row-major order."""
+    rank = len(shape)
+    vec = max(1, 16 // max(1, elem_bytes))
+    inner = shape[-1]
+    if rank == 1:
+        spt_inner = max(1, min(vec, inner // (warp_size * warps)))
+    else:
+        spt_inner = max(1, min(vec, inner))
+    if rank == 1:
+        return BlockedLayout((spt_inner,), (warp_size,), (warps,), (0,))
+    tpw_inner = max(1, min(warp_size, inner // spt_inner))
+    tpw_outer = warp_size // tpw_inner
+    outer = 1
+    for d in shape[:-1]:
+        outer *= d
+    wpc_outer = max(1, min(warps, max(1, shape[-2] // tpw_outer)))
+    while warps % wpc_outer:
+        wpc_outer -= 1
+    wpc_inner = warps // wpc_outer
+    spt = (1,) * (rank - 1) + (spt_inner,)
+    tpw = (1,) * (rank - 2) + (tpw_outer, tpw_inner)
+    wpc = (1,) * (rank - 2) + (wpc_outer, wpc_inner)
+    order = tuple(range(rank - 1, -1, -1))
+    return BlockedLayout(spt, tpw, wpc, order)
+
+
+def assign_layouts(kernel: ir.Kernel) -> ir.Kernel:
+    uf = _UF()
+    warps_of: dict[int, int] = {}
+    elem_bytes: dict[int, int] = {}
+    values: dict[int, ir.Value] = {}
+    owner_op: dict[int, ir.Op] = {}
+    relations: list[tuple[str, ir.Op]] = []
+
+    def visit(region: ir.Region, warps: int) -> None:
+        for a in _tiles(region.args):
+            values[a.id] = a
+            warps_of[a.id] = warps
+        for op in region.ops:
+            for v in _tiles(op.results):
+                values[v.id] = v
+                warps_of[v.id] = warps
+                owner_op[v.id] = op
+            tiles = _tiles(op.operands) + _tiles(op.results)
+            if op.kind in _SAME and tiles:
+                group = tiles
+                if op.kind in ("wgmma", "mma", "mfma"):
+                    group = [op.operands[2], op.results[0]]
+                elif op.kind == "wgmma_wait":
+                    group = [op.operands[0], op.results[0]]
+                elif op.kind == "cast":
+                    group = [op.operands[0], op.results[0]]
+                for v in group[1:]:
+                    uf.union(group[0].id, v.id)
+                if op.kind in ("load", "store", "cp_async"):
+                    nbytes = op.operands[0].type.dtype.bytes
+                    for v in tiles:
+                        elem_bytes[v.id] = min(elem_bytes.get(v.id, 16), nbytes)
+            elif op.kind in ("reduce", "expand_dims"):
+                relations.append((op.kind, op))
+            if op.kind == "for":
+                body = op.regions[0]
+                visit(body, warps)
+                ys = body.ops[-1].operands if body.ops and body.ops[-1].kind == "yield" else []
+                for init, arg, y, res in zip(op.operands[3:], body.args[1:], ys, op.results):
+                    if isinstance(init.type, ir.TileType):
+                        for v in (arg, y, res):
+                            uf.union(init.id, v.id)
+                continue
+            if op.kind == "if":
+                for r in op.regions:
+                    visit(r, warps)
+                    ys = r.ops[-1].operands if r.ops and r.ops[-1].kind == "yield" else []
+                    for y, res in zip(ys, op.results):
+                        if isinstance(res.type, ir.TileType):
+                            uf.union(res.id, y.id)
+                continue
+            if op.kind == "warp_specialize":
+                for r, role in zip(op.regions, op.attrs["roles"]):
+                    first, last = role["warps"]
+                    visit(r, last - first + 1)
+                continue
+            for r in op.regions:
+                visit(r, warps)
+
+    visit(kernel.body, kernel.num_warps)
+    for p in kernel.params:
+        if isinstance(p.value.type, ir.TileType):
+            values[p.value.id] = p.value
+            warps_of[p.value.id] = kernel.num_warps
+
+    layout: dict[int, Layout] = {}
+    members: dict[int, list[int]] = {}
+    for vid in values:
+        members.setdefault(uf.find(vid), []).append(vid)
+    for vid, v in values.items():
+        lay = v.type.layout
+        if lay is None:
+            continue
+        root = uf.find(vid)
+        if root in layout and layout[root] != lay:
+            op = owner_op.get(vid)
+            raise ir.GluonError(f"conflicting layouts for one value: {layout[root]} and {lay}; "
+                                "insert gl.convert_layout", op.loc if op else None)
+        layout[root] = lay
+
+    def propagate() -> None:
+        changed = True
+        while changed:
+            changed = False
+            for kind, op in relations:
+                src, dst = op.operands[0], op.results[0]
+                rs, rd = uf.find(src.id), uf.find(dst.id) if isinstance(dst.type, ir.TileType) else None
+                axis = op.attrs["axis"]
+                if kind == "reduce":
+                    if rs in layout and rd is not None and rd not in layout:
+                        layout[rd] = SliceLayout(axis, layout[rs])
+                        changed = True
+                    elif rd in layout and rs not in layout and isinstance(layout[rd], SliceLayout):
+                        layout[rs] = layout[rd].parent
+                        changed = True
+                else:  # expand_dims: src = slice(axis, dst)
+                    if rd in layout and rs not in layout:
+                        layout[rs] = SliceLayout(axis, layout[rd])
+                        changed = True
+                    elif rs in layout and rd not in layout and isinstance(layout[rs], SliceLayout) \
+                            and layout[rs].dim == axis:
+                        layout[rd] = layout[rs].parent
+                        changed = True
+
+    propagate()
+    while True:
+        open_roots = [r for r in members if r not in layout]
+        if not open_roots:
+            break
+        # highest rank first: its slices then follow by propagation
+        root = max(open_roots, key=lambda r: (len(values[r].type.shape), max(len(values[m].type.shape) for m in members[r])))
+        rep = max((values[m] for m in members[root]), key=lambda v: len(v.type.shape))
+        eb = min([elem_bytes.get(m, 16) for m in members[root]] or [4])
+        if eb == 16:
+            eb = max(1, rep.type.dtype.bytes)
+        layout[root] = default_layout(rep.type.shape, warps_of[rep.id], eb, kernel.arch.warp_size)
+        propagate()
+
+    for vid, v in values.items():
+        lay = layout[uf.find(vid)]
+        if v.type.layout != lay:
+            v.type = ir.TileType(v.type.dtype, v.type.shape, lay)
+
+    _insert_conversions(kernel.body)
+    return kernel
+
+
+def _insert_conversions(region: ir.Region) -> None:
+    """Make every expand_dims / reduce see the slice relation it needs, converting where not."""
+    new_ops: list[ir.Op] = []
+    for op in region.ops:
+        if op.kind == "expand_dims":
+            src, dst = op.operands[0], op.results[0]
+            want = SliceLayout(op.attrs["axis"], dst.type.layout)
+            if src.type.layout != want:
+                cv = ir.Op("convert_layout", [src], [], {}, [], op.loc)
+                cv.results = [ir.Value(ir.TileType(src.type.dtype, src.type.shape, want), src.name, owner=cv)]
+                new_ops.append(cv)
+                op.operands[0] = cv.results[0]
+        elif op.kind == "reduce" and isinstance(op.results[0].type, ir.TileType):
+            src, dst = op.operands[0], op.results[0]
+            want = SliceLayout(op.attrs["axis"], src.type.layout)
+            if dst.type.layout != want:
+                raise ir.GluonError(f"reduce result must be in {want}, got {dst.type.layout}", op.loc)
+        for r in op.regions:
+            _insert_conversions(r)
+        new_ops.append(op)
+    region.ops[:] = new_ops

@@ -1,0 +1,381 @@
+"""Value-level vocabulary shared by every layer: dtypes, layouts, memory spaces, typed regions.
+
+Everything here is an immutable description (frozen dataclasses / enums) so it can be hashed into
+cache keys, compared in the verifier and printed in diagnostics. Nothing here knows about tracing,
+passes or Triton; the backend maps these descriptions to TTGIR attributes.
+"""
+from __future__ import annotations
+
+import enum
+import math
+from dataclasses import dataclass, field
+from typing import Union
+
+Dim = Union[int, str]  # a dimension: a concrete size, or a symbolic name resolved at launch ("M", "K")
+
+
+class DType(enum.Enum):
+    """Element types. The value is (name, bits, kind, mlir spelling)."""
+
+    i1 = ("i1", 1, "int", "i1")
+    i8 = ("i8", 8, "int", "i8")
+    i16 = ("i16", 16, "int", "i16")
+    i32 = ("i32", 32, "int", "i32")
+    i64 = ("i64", 64, "int", "i64")
+    u8 = ("u8", 8, "uint", "i8")
+    u16 = ("u16", 16, "uint", "i16")
+    u32 = ("u32", 32, "uint", "i32")
+    u64 = ("u64", 64, "uint", "i64")
+    f8e4m3 = ("f8e4m3", 8, "float", "f8E4M3FN")
+    f8e5m2 = ("f8e5m2", 8, "float", "f8E5M2")
+    f16 = ("f16", 16, "float", "f16")
+    bf16 = ("bf16", 16, "float", "bf16")
+    f32 = ("f32", 32, "float", "f32")
+    f64 = ("f64", 64, "float", "f64")
+
+    @property
+    def bits(self) -> int:
+        return self.value[1]
+
+    @property
+    def bytes(self) -> int:
+        return max(1, self.value[1] // 8)
+
+    @property
+    def is_float(self) -> bool:
+        return self.value[2] == "float"
+
+    @property
+    def is_int(self) -> bool:
+        return self.value[2] in ("int", "uint")
+
+    @property
+    def is_signed(self) -> bool:
+        return self.value[2] == "int"
+
+    @property
+    def mlir(self) -> str:
+        return self.value[3]
+
+    def __repr__(self) -> str:
+        return f"DType.{self.name}"
+
+    __str__ = __repr__
+
+    @staticmethod
+    def from_name(name: str) -> "DType":
+        """Our dtype from a short name, or a torch/numpy dtype's string ('torch.float16', 'float32')."""
+        key = str(name).replace("torch.", "").replace("numpy.", "")
+        if key in DType.__members__:
+            return DType[key]
+        if key in _ALIASES:
+            return _ALIASES[key]
+        raise ValueError(f"unknown dtype {name!r}; known: {', '.join(DType.__members__)}")
+
+
+_ALIASES = {
+    "float16": DType.f16, "half": DType.f16, "bfloat16": DType.bf16, "float32": DType.f32,
+    "float": DType.f32, "float64": DType.f64, "double": DType.f64, "int8": DType.i8,
+    "int16": DType.i16, "int32": DType.i32, "int": DType.i32, "int64": DType.i64, "long": DType.i64,
+    "uint8": DType.u8, "uint16": DType.u16, "uint32": DType.u32, "uint64": DType.u64, "bool": DType.i1,
+    "float8_e4m3fn": DType.f8e4m3, "float8_e5m2": DType.f8e5m2,
+}
+
+
+class SwizzleMode(enum.Enum):
+    """Shared-memory swizzle width of the NVMMA layouts (TMA and WGMMA read these)."""
+
+    NONE = 0
+    B32 = 32
+    B64 = 64
+    B128 = 128
+
+    @property
+    def bytes(self) -> int:
+        return self.value
+
+    def __repr__(self) -> str:
+        return f"SwizzleMode.{self.name}"
+
+
+class MemorySpace(enum.Enum):
+    GLOBAL = "global"
+    SHARED = "shared"
+    REGISTER = "register"
+    TENSOR_MEMORY = "tensor_memory"
+
+
+class WarpRole(enum.Enum):
+    """What a group of warps does in a warp-specialized kernel."""
+
+    PRODUCER = "producer"   # moves data (TMA / cp.async) into shared memory
+    CONSUMER = "consumer"   # computes on it (WGMMA / MMA) and owns the epilogue
+    DEFAULT = "default"     # any other work
+
+
+# ----------------------------------------------------------------------------------------- layouts
+
+
+class Layout:
+    """Base of all layouts. Use the constructors below; each returns a concrete frozen dataclass.
+
+    Memory layouts (where bytes sit): `row_major`, `col_major`, `swizzled`, `shared`.
+    Register layouts (which thread holds which element): `blocked`, `slice`, `mma`, `wgmma`,
+    `dot_operand`, `mfma`.
+    """
+
+    space: MemorySpace = MemorySpace.REGISTER
+
+    @staticmethod
+    def row_major(*shape: Dim) -> "StridedLayout":
+        return StridedLayout(tuple(shape), order=tuple(range(len(shape) - 1, -1, -1)))
+
+    @staticmethod
+    def col_major(*shape: Dim) -> "StridedLayout":
+        return StridedLayout(tuple(shape), order=tuple(range(len(shape))))
+
+    @staticmethod
+    def swizzled(rows: int, cols: int, swizzle: SwizzleMode = SwizzleMode.B128,
+                 transposed: bool = False) -> "NVMMASharedLayout":
+        return NVMMASharedLayout((rows, cols), SwizzleMode(swizzle), transposed)
+
+    @staticmethod
+    def shared(vec: int = 1, per_phase: int = 1, max_phase: int = 1,
+               order: tuple[int, ...] = (1, 0)) -> "SwizzledSharedLayout":
+        return SwizzledSharedLayout(vec, per_phase, max_phase, tuple(order))
+
+    @staticmethod
+    def blocked(size_per_thread, threads_per_warp, warps_per_cta, order=None) -> "BlockedLayout":
+        rank = len(size_per_thread)
+        order = tuple(order) if order is not None else tuple(range(rank - 1, -1, -1))
+        return BlockedLayout(tuple(size_per_thread), tuple(threads_per_warp), tuple(warps_per_cta), order)
+
+    @staticmethod
+    def slice(dim: int, parent: "Layout") -> "SliceLayout":
+        return SliceLayout(dim, parent)
+
+    @staticmethod
+    def wgmma(warps_per_cta=(4, 1), instr_n: int = 128) -> "MMALayout":
+        """Hopper WGMMA accumulator layout (nvidia_mma v3), instruction 16 x instr_n x 16."""
+        return MMALayout(3, tuple(warps_per_cta), (16, instr_n, 16))
+
+    @staticmethod
+    def mma(warps_per_cta=(4, 1)) -> "MMALayout":
+        """Ampere HMMA accumulator layout (nvidia_mma v2), instruction 16x8."""
+        return MMALayout(2, tuple(warps_per_cta), (16, 8))
+
+    @staticmethod
+    def dot_operand(op_idx: int, parent: "Layout", k_width: int = 2) -> "DotOperandLayout":
+        return DotOperandLayout(op_idx, parent, k_width)
+
+    @staticmethod
+    def mfma(warps_per_cta=(2, 2), instr_shape=(32, 32), transposed: bool = True,
+             version: int = 3) -> "MFMALayout":
+        return MFMALayout(version, tuple(warps_per_cta), tuple(instr_shape), transposed)
+
+
+@dataclass(frozen=True)
+class StridedLayout(Layout):
+    """Dense memory layout; `order` lists dims fastest-varying first (row-major 2-D: (1, 0))."""
+
+    shape: tuple[Dim, ...]
+    order: tuple[int, ...]
+    space = MemorySpace.GLOBAL
+
+    @property
+    def is_row_major(self) -> bool:
+        return self.order == tuple(range(len(self.shape) - 1, -1, -1))
+
+    def __str__(self) -> str:
+        kind = "row_major" if self.is_row_major else "col_major" if self.order == tuple(range(len(self.shape))) else f"order{list(self.order)}"
+        return f"{kind}({', '.join(map(str, self.shape))})"
+
+
+@dataclass(frozen=True)
+class NVMMASharedLayout(Layout):
+    """Swizzled shared memory readable by TMA and WGMMA (#ttg.nvmma_shared).
+
+    `shape` is the tile the layout was declared for; `transposed` means the tile is stored K-major
+    the other way round (a column-major operand)."""
+
+    shape: tuple[int, ...]
+    swizzle: SwizzleMode = SwizzleMode.B128
+    transposed: bool = False
+    space = MemorySpace.SHARED
+
+    def __str__(self) -> str:
+        t = ", transposed" if self.transposed else ""
+        return f"swizzled({'x'.join(map(str, self.shape))}, {self.swizzle.name}{t})"
+
+
+@dataclass(frozen=True)
+class SwizzledSharedLayout(Layout):
+    """Generic XOR-swizzled shared layout (#ttg.swizzled_shared): ldmatrix / cp.async / scratch."""
+
+    vec: int = 1
+    per_phase: int = 1
+    max_phase: int = 1
+    order: tuple[int, ...] = (1, 0)
+    space = MemorySpace.SHARED
+
+    def __str__(self) -> str:
+        return f"shared(vec={self.vec}, per_phase={self.per_phase}, max_phase={self.max_phase}, order={list(self.order)})"
+
+
+@dataclass(frozen=True)
+class BlockedLayout(Layout):
+    """Each thread owns `size_per_thread` contiguous elements; threads then warps tile the rest."""
+
+    size_per_thread: tuple[int, ...]
+    threads_per_warp: tuple[int, ...]
+    warps_per_cta: tuple[int, ...]
+    order: tuple[int, ...]
+
+    @property
+    def rank(self) -> int:
+        return len(self.size_per_thread)
+
+    def __str__(self) -> str:
+        return (f"blocked(spt={list(self.size_per_thread)}, tpw={list(self.threads_per_warp)}, "
+                f"wpc={list(self.warps_per_cta)}, order={list(self.order)})")
+
+
+@dataclass(frozen=True)
+class SliceLayout(Layout):
+    """The parent layout with dimension `dim` removed (what a reduction along `dim` produces)."""
+
+    dim: int
+    parent: Layout
+
+    def __str__(self) -> str:
+        return f"slice(dim={self.dim}, {self.parent})"
+
+
+@dataclass(frozen=True)
+class MMALayout(Layout):
+    """NVIDIA tensor-core accumulator layout: version 2 = Ampere HMMA, 3 = Hopper WGMMA."""
+
+    version: int
+    warps_per_cta: tuple[int, ...]
+    instr_shape: tuple[int, ...]
+
+    def __str__(self) -> str:
+        kind = "wgmma" if self.version == 3 else "mma"
+        return f"{kind}(wpc={list(self.warps_per_cta)}, instr={list(self.instr_shape)})"
+
+
+@dataclass(frozen=True)
+class DotOperandLayout(Layout):
+    """Register layout of an MMA/MFMA operand (A: op_idx 0, B: op_idx 1) for a given accumulator."""
+
+    op_idx: int
+    parent: Layout
+    k_width: int = 2
+
+    def __str__(self) -> str:
+        return f"dot_operand({self.op_idx}, {self.parent}, k_width={self.k_width})"
+
+
+@dataclass(frozen=True)
+class MFMALayout(Layout):
+    """AMD CDNA matrix-core accumulator layout (#ttg.amd_mfma)."""
+
+    version: int
+    warps_per_cta: tuple[int, ...]
+    instr_shape: tuple[int, ...]
+    transposed: bool = True
+
+    def __str__(self) -> str:
+        return f"mfma(v{self.version}, wpc={list(self.warps_per_cta)}, instr={list(self.instr_shape)})"
+
+
+@dataclass(frozen=True)
+class TensorMemoryLayout(Layout):
+    """Blackwell tensor memory (TMEM) layout of an accumulator block."""
+
+    block: tuple[int, int] = (128, 128)
+    col_stride: int = 1
+    space = MemorySpace.TENSOR_MEMORY
+
+    def __str__(self) -> str:
+        return f"tmem(block={list(self.block)})"
+
+
+REGISTER_LAYOUTS = (BlockedLayout, SliceLayout, MMALayout, DotOperandLayout, MFMALayout)
+SHARED_LAYOUTS = (NVMMASharedLayout, SwizzledSharedLayout)
+
+
+def layout_rank(layout: Layout) -> int | None:
+    """Number of tensor dimensions a register layout describes (None when not fixed by the layout)."""
+    if isinstance(layout, BlockedLayout):
+        return layout.rank
+    if isinstance(layout, SliceLayout):
+        parent = layout_rank(layout.parent)
+        return None if parent is None else parent - 1
+    if isinstance(layout, (MMALayout, MFMALayout, DotOperandLayout)):
+        return 2
+    return None
+
+
+def layout_warps(layout: Layout) -> int | None:
+    """How many warps a register layout spreads over (None when it does not say)."""
+    if isinstance(layout, (BlockedLayout, MMALayout, MFMALayout)):
+        return math.prod(layout.warps_per_cta)
+    if isinstance(layout, (SliceLayout, DotOperandLayout)):
+        return layout_warps(layout.parent)
+    return None
+
+
+# ------------------------------------------------------------------------------ typed descriptions
+
+
+@dataclass(frozen=True)
+class SharedMemoryDescriptor:
+    """A typed shared-memory region: `stages` copies of a `shape` tile of `dtype` in `layout`."""
+
+    dtype: DType
+    shape: tuple[int, ...]
+    layout: Layout
+    stages: int = 1
+    name: str = ""
+
+    @property
+    def stage_bytes(self) -> int:
+        return math.prod(self.shape) * self.dtype.bits // 8
+
+    @property
+    def bytes(self) -> int:
+        return self.stage_bytes * self.stages
+
+    def __str__(self) -> str:
+        st = f"{self.stages}x" if self.stages > 1 else ""
+        return f"smem<{st}{'x'.join(map(str, self.shape))}x{self.dtype.name}, {self.layout}>"
+
+
+@dataclass(frozen=True)
+class TensorRef:
+    """A tensor a kernel receives: its name, element type, shape (ints or symbolic names) and layout.
+
+    `shape` defaults to the shape of a strided `layout` (`Layout.row_major(128, 64)`)."""
+
+    name: str
+    dtype: DType
+    layout: Layout | None = None
+    space: MemorySpace = MemorySpace.GLOBAL
+    shape: tuple[Dim, ...] | None = field(default=None)
+
+    def __post_init__(self):
+        if self.shape is None and isinstance(self.layout, StridedLayout):
+            object.__setattr__(self, "shape", tuple(self.layout.shape))
+        if self.shape is None:
+            raise ValueError(f"TensorRef {self.name!r}: give a shape or a strided layout (Layout.row_major(...))")
+        object.__setattr__(self, "shape", tuple(self.shape))
+        if self.layout is None:
+            object.__setattr__(self, "layout", Layout.row_major(*self.shape))
+
+    @property
+    def rank(self) -> int:
+        return len(self.shape)
+
+    def __str__(self) -> str:
+        return f"{self.name}: {self.space.value} {'x'.join(map(str, self.shape))}x{self.dtype.name} {self.layout}"
