@@ -118,8 +118,9 @@ def _locate(stmts: list[ast.stmt], node: ast.stmt, keep_span: tuple = ()) -> lis
 
 
 class _Rewriter(ast.NodeTransformer):
-    def __init__(self, filename: str):
+    def __init__(self, filename: str, line_offset: int = 0):
         self.filename = filename
+        self.line_offset = line_offset
         self.counter = 0
 
     def _fresh(self, stem: str) -> str:
@@ -135,7 +136,8 @@ class _Rewriter(ast.NodeTransformer):
                     kind = type(n).__name__.lower()
                     raise FrontendError(
                         f"'{kind}' inside a {what} over GPU values is not supported: the loop/branch runs on the GPU; "
-                        "restructure with a condition or a mask", (self.filename, n.lineno, n.col_offset + 1, None))
+                        "restructure with a condition or a mask", (self.filename, n.lineno + self.line_offset, n.col_offset + 1,
+                                         None))
 
     # for i in range(...)
     def visit_For(self, node: ast.For):
@@ -231,7 +233,7 @@ def transform(fn: Callable, helpers: Any) -> Callable:
     if not isinstance(fdef, ast.FunctionDef):
         raise FrontendError(f"{fn.__qualname__} is not a plain function")
     fdef.decorator_list = []
-    _Rewriter(filename).visit(fdef)
+    _Rewriter(filename, first_line - 1).visit(fdef)
     freevars = fn.__code__.co_freevars
     # def __gl_make(__gl__, <freevars>): <fdef>; return <name>
     maker = ast.FunctionDef(

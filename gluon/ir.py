@@ -498,11 +498,14 @@ class _Namer:
     def __init__(self):
         self.names: dict[int, str] = {}
         self.taken: set[str] = set()
+        self.anon = 0
 
     def __call__(self, v: Value) -> str:
         n = self.names.get(v.id)
         if n is None:
-            base = v.name or str(len(self.names))
+            base = v.name
+            if not base:
+                base, self.anon = str(self.anon), self.anon + 1
             n, k = base, 0
             while n in self.taken:
                 k += 1

@@ -8,13 +8,17 @@ not run when we hand it TTGIR, so we choose them here:
    loop-carried values and branch results) are unified into classes.
 2. Known layouts flow across `reduce` (result = slice of input) and `expand_dims` (input = slice of
    result) until nothing changes.
-3. A class still open gets the default blocked layout for its shape: each thread owns one 16-byte
-   vector of the narrowest element loaded or stored by that class (so global accesses vectorize),
-   threads then warps tile the rest; then step 2 runs again.
-4. Where a value feeds `expand_dims` in a layout other than the slice it needs (the same `arange` used
-   as rows and as columns), a `convert_layout` is inserted.
+3. Open classes that address global memory (load/store/cp.async offsets) are decided first, with
+   the default blocked layout for their shape: each thread owns one 16-byte vector of the element
+   loaded or stored (so accesses vectorize), threads then warps tile the rest. Then step 2 runs,
+   then any class still open gets the default too, highest rank first.
+4. Where a value reaches `expand_dims` in a layout other than the slice it needs (the same `arange`
+   used for A's rows and C's rows), or a store's value is in another layout than its addresses (an
+   MMA accumulator written to memory), a `convert_layout` is inserted.
 """
 from __future__ import annotations
+
+import math
 
 from .. import ir
 from ..types import BlockedLayout, Layout, SliceLayout
@@ -77,6 +81,7 @@ def assign_layouts(kernel: ir.Kernel) -> ir.Kernel:
     values: dict[int, ir.Value] = {}
     owner_op: dict[int, ir.Op] = {}
     relations: list[tuple[str, ir.Op]] = []
+    anchors: list[ir.Value] = []
 
     def visit(region: ir.Region, warps: int) -> None:
         for a in _tiles(region.args):
@@ -90,6 +95,12 @@ def assign_layouts(kernel: ir.Kernel) -> ir.Kernel:
             tiles = _tiles(op.operands) + _tiles(op.results)
             if op.kind in _SAME and tiles:
                 group = tiles
+                if op.kind == "store":      # the value is converted to the address layout if needed
+                    group = _tiles([op.operands[1]] + op.operands[3:])
+                elif op.kind == "cp_async":
+                    group = _tiles([op.operands[1]] + op.operands[3:])
+                if op.kind in ("load", "store", "cp_async") and group:
+                    anchors.append(group[0])
                 if op.kind in ("wgmma", "mma", "mfma"):
                     group = [op.operands[2], op.results[0]]
                 elif op.kind == "wgmma_wait":
@@ -100,7 +111,7 @@ def assign_layouts(kernel: ir.Kernel) -> ir.Kernel:
                     uf.union(group[0].id, v.id)
                 if op.kind in ("load", "store", "cp_async"):
                     nbytes = op.operands[0].type.dtype.bytes
-                    for v in tiles:
+                    for v in group:
                         elem_bytes[v.id] = min(elem_bytes.get(v.id, 16), nbytes)
             elif op.kind in ("reduce", "expand_dims"):
                 relations.append((op.kind, op))
@@ -174,18 +185,24 @@ def assign_layouts(kernel: ir.Kernel) -> ir.Kernel:
                         layout[rd] = layout[rs].parent
                         changed = True
 
+    def choose_default(root: int) -> None:
+        rep = max((values[m] for m in members[root]), key=lambda v: (len(v.type.shape), math.prod(v.type.shape)))
+        eb = min([elem_bytes.get(m, 16) for m in members[root]] or [16])
+        if eb == 16:
+            eb = max(1, rep.type.dtype.bytes)
+        layout[root] = default_layout(rep.type.shape, warps_of[rep.id], eb, kernel.arch.warp_size)
+
+    for root in sorted({uf.find(a.id) for a in anchors}, key=lambda r: -len(values[r].type.shape)):
+        if root not in layout:
+            choose_default(root)
     propagate()
     while True:
         open_roots = [r for r in members if r not in layout]
         if not open_roots:
             break
         # highest rank first: its slices then follow by propagation
-        root = max(open_roots, key=lambda r: (len(values[r].type.shape), max(len(values[m].type.shape) for m in members[r])))
-        rep = max((values[m] for m in members[root]), key=lambda v: len(v.type.shape))
-        eb = min([elem_bytes.get(m, 16) for m in members[root]] or [4])
-        if eb == 16:
-            eb = max(1, rep.type.dtype.bytes)
-        layout[root] = default_layout(rep.type.shape, warps_of[rep.id], eb, kernel.arch.warp_size)
+        root = max(open_roots, key=lambda r: max(len(values[m].type.shape) for m in members[r]))
+        choose_default(root)
         propagate()
 
     for vid, v in values.items():
@@ -197,18 +214,39 @@ def assign_layouts(kernel: ir.Kernel) -> ir.Kernel:
     return kernel
 
 
+def _convert(src: ir.Value, want: Layout, loc) -> ir.Op:
+    cv = ir.Op("convert_layout", [src], [], {}, [], loc)
+    cv.results = [ir.Value(ir.TileType(src.type.dtype, src.type.shape, want), src.name, owner=cv)]
+    return cv
+
+
+def _rematerialize(src: ir.Value, want: Layout) -> ir.Op | None:
+    """An `arange` is cheaper to recompute in the wanted layout than to convert (no shuffle)."""
+    op = src.owner
+    if isinstance(op, ir.Op) and op.kind == "arange":
+        new = ir.Op("arange", [], [], dict(op.attrs), [], op.loc)
+        new.results = [ir.Value(ir.TileType(src.type.dtype, src.type.shape, want), src.name, owner=new)]
+        return new
+    return None
+
+
 def _insert_conversions(region: ir.Region) -> None:
-    """Make every expand_dims / reduce see the slice relation it needs, converting where not."""
+    """Make every expand_dims see the slice it needs and every store a value in its address layout."""
     new_ops: list[ir.Op] = []
     for op in region.ops:
         if op.kind == "expand_dims":
             src, dst = op.operands[0], op.results[0]
             want = SliceLayout(op.attrs["axis"], dst.type.layout)
             if src.type.layout != want:
-                cv = ir.Op("convert_layout", [src], [], {}, [], op.loc)
-                cv.results = [ir.Value(ir.TileType(src.type.dtype, src.type.shape, want), src.name, owner=cv)]
+                cv = _rematerialize(src, want) or _convert(src, want, op.loc)
                 new_ops.append(cv)
                 op.operands[0] = cv.results[0]
+        elif op.kind == "store" and isinstance(op.operands[2].type, ir.TileType):
+            val, want = op.operands[2], op.operands[1].type.layout
+            if val.type.layout != want:
+                cv = _convert(val, want, op.loc)
+                new_ops.append(cv)
+                op.operands[2] = cv.results[0]
         elif op.kind == "reduce" and isinstance(op.results[0].type, ir.TileType):
             src, dst = op.operands[0], op.results[0]
             want = SliceLayout(op.attrs["axis"], src.type.layout)

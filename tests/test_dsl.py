@@ -1,0 +1,193 @@
+"""Tracing: the Quick Start, the copy kernel, control flow, and diagnostics that name the user's line."""
+import os
+import subprocess
+import sys
+
+import pytest
+
+import gluon
+import gluon.language as gl
+from gluon import SM80, SM90, CDNA3, DType, Layout, SwizzleMode, TensorRef
+from gluon.dsl import PointerArg, ScalarArg, mbarrier, mfma, smem, tma_load, wgmma
+from gluon.ir import GluonError
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+HERE = os.path.abspath(__file__)
+
+
+def _line_of(text: str) -> int:
+    with open(HERE) as f:
+        for i, line in enumerate(f, 1):
+            if text in line and "_line_of" not in line:
+                return i
+    raise AssertionError(text)
+
+
+def test_quickstart_runs_verbatim_and_prints_ir():
+    out = subprocess.run([sys.executable, os.path.join(ROOT, "examples", "quickstart.py")],
+                         capture_output=True, text=True, check=True).stdout
+    assert out.startswith("kernel @my_gemm(")
+    assert "warp_specialize" in out and "role producer warps[0, 3]" in out and "role consumer warps[4, 7]" in out
+    assert out.count("tma_load %A") == 1 and out.count("tma_load %B") == 1
+    assert "wgmma %A_tile, %B_tile" in out
+    # the named accumulator is carried through the consumer loop
+    assert "tile<128x256xf32, wgmma(" in out and "yield %acc" in out
+    # "K" became an i32 parameter
+    assert "%K: i32" in out.splitlines()[0]
+
+
+@gluon.jit
+def copy_kernel(dst_ptr, src_ptr, n_elements, XBLOCK: gl.constexpr):
+    idx = gl.program_id(0) * XBLOCK + gl.thread_id(0)
+    if idx < n_elements:
+        dst_ptr[idx] = src_ptr[idx]
+
+
+def _trace_copy(**kw):
+    return copy_kernel.trace(PointerArg(DType.f32), PointerArg(DType.f32), ScalarArg(DType.i32, 16),
+                             XBLOCK=2048, block=(2048,), arch=SM90, **kw)
+
+
+def test_simt_copy_becomes_masked_tile_ops():
+    k = _trace_copy().kernel
+    kinds = [op.kind for op in k.walk()]
+    assert "if" not in kinds                          # a per-thread condition masks, it does not branch
+    load = next(op for op in k.walk() if op.kind == "load")
+    store = next(op for op in k.walk() if op.kind == "store")
+    assert load.attrs["has_mask"] and store.attrs["has_mask"]
+    assert load.results[0].type.shape == (2048,)
+    assert store.operands[3] is load.operands[2]     # the same mask guards both
+    assert store.loc.line == _line_of("dst_ptr[idx] = src_ptr[idx]")
+
+
+def test_thread_id_needs_block():
+    with pytest.raises(GluonError, match="launch block shape"):
+        copy_kernel.trace(PointerArg(DType.f32), PointerArg(DType.f32), ScalarArg(DType.i32), XBLOCK=2048, arch=SM90)
+
+
+@gluon.jit
+def loops_and_branches(out_ptr, n, ITERS: gl.constexpr):
+    acc = gl.zeros((128,), gl.float32)
+    total = gl.full((), 0, gl.int32)
+    for i in range(n):
+        acc = acc + i
+        if i > 3:
+            total = total + 1
+        else:
+            total = total + 2
+    for j in gl.static_range(ITERS):
+        acc = acc * 2.0
+    offs = gl.arange(0, 128)
+    gl.store(out_ptr + offs, acc + total)
+
+
+def test_loop_carried_locals_and_scalar_branch():
+    k = loops_and_branches.trace(PointerArg(DType.f32), ScalarArg(DType.i32), ITERS=2, arch=SM90).kernel
+    loop = next(op for op in k.body.ops if op.kind == "for")
+    carried = [v.type for v in loop.results]
+    assert len(carried) == 2                                   # acc and total, nothing else
+    assert {str(t) for t in carried} == {"tile<128xf32>", "i32"}
+    branch = next(op for op in loop.regions[0].ops if op.kind == "if")
+    assert [str(v.type) for v in branch.results] == ["i32"]
+    muls = [op for op in k.body.ops if op.kind == "binary" and op.attrs["op"] == "mul"]
+    assert len(muls) == 2                                      # static_range unrolled
+
+
+@gluon.jit
+def changes_python_number(out_ptr, n):
+    x = 0
+    for i in range(n):
+        x = x + i
+    out_ptr[0] = x
+
+
+def test_python_number_changed_in_gpu_loop_is_an_error():
+    with pytest.raises(GluonError) as e:
+        changes_python_number.trace(PointerArg(DType.i32), ScalarArg(DType.i32), arch=SM90)
+    assert "'x'" in str(e.value) and "test_dsl.py" in str(e.value)
+
+
+@gluon.jit
+def break_in_gpu_loop(out_ptr, n):
+    for i in range(n):
+        if i > 2:
+            break
+        out_ptr[i] = i
+
+
+def test_break_in_gpu_loop_is_rejected_with_line():
+    with pytest.raises(SyntaxError) as e:
+        break_in_gpu_loop.trace(PointerArg(DType.i32), ScalarArg(DType.i32), arch=SM90)
+    assert e.value.lineno == _line_of("            break")
+
+
+@gluon.kernel(arch=SM80, num_warps=4)
+def wgmma_on_sm80(A, B):
+    a = smem(DType.f16, Layout.swizzled(64, 64), name="a")
+    b = smem(DType.f16, Layout.swizzled(64, 64), name="b")
+    wgmma(a, b, "acc")  # needs sm90
+
+
+def test_arch_gating_names_op_arch_and_line():
+    with pytest.raises(RuntimeError) as e:
+        wgmma_on_sm80.trace(TensorRef("A", DType.f16, shape=(64, 64)), TensorRef("B", DType.f16, shape=(64, 64)))
+    msg = str(e.value)
+    assert "wgmma()" in msg and "sm80" in msg
+    line = _line_of('"acc")  # needs sm90')
+    assert f"test_dsl.py:{line}" in msg
+
+
+@gluon.kernel(arch=SM90, num_warps=4)
+def mfma_on_nvidia(A):
+    x = gl.zeros((32, 32), gl.float16)
+    mfma(x, x, "acc")
+
+
+def test_mfma_on_nvidia_raises():
+    with pytest.raises(RuntimeError, match=r"mfma\(\) is not available on sm90"):
+        mfma_on_nvidia.trace(TensorRef("A", DType.f16, shape=(32, 32)))
+
+
+@gluon.kernel(arch=SM90, num_warps=4)
+def mismatched_dot(A):
+    a = smem(DType.f16, Layout.swizzled(128, 64), name="a")
+    b = smem(DType.f16, Layout.swizzled(32, 128, SwizzleMode.B64), name="b")
+    wgmma(a, b, "acc")
+
+
+@gluon.kernel(arch=SM90, num_warps=4)
+def mixed_dtype_dot(A):
+    a = smem(DType.f16, Layout.swizzled(128, 64), name="a")
+    b = smem(DType.bf16, Layout.swizzled(64, 128), name="b")
+    wgmma(a, b, "acc")
+
+
+def test_dot_shape_and_dtype_mismatch():
+    ref = TensorRef("A", DType.f16, shape=(64, 64))
+    with pytest.raises(GluonError, match=r"inner dimensions differ: A is 128x64 and B is 32x128") as e:
+        mismatched_dot.trace(ref)
+    assert "wgmma(a, b, \"acc\")" in str(e.value)
+    with pytest.raises(GluonError, match="A is f16 but B is bf16"):
+        mixed_dtype_dot.trace(ref)
+
+
+@gluon.kernel(arch=SM90, num_warps=4)
+def wide_tma_box(A):
+    a = smem(DType.f16, Layout.swizzled(64, 128, SwizzleMode.B128), name="a")
+    bar = mbarrier(name="bar")
+    tma_load(a, A, (0, 0), bar, box=(64, 128))
+
+
+def test_tma_box_wider_than_swizzle_is_rejected_by_layout_check():
+    module = wide_tma_box.trace(TensorRef("A", DType.f16, shape=("M", "K")))
+    from gluon.jit import run_passes
+    with pytest.raises(GluonError) as e:
+        run_passes(module)
+    msg = str(e.value)
+    assert "256 bytes, wider than the 128-byte swizzle" in msg and "at most 64" in msg
+    assert f"test_dsl.py:{_line_of('box=(64, 128))')}" in msg
+
+
+def test_builtin_outside_kernel():
+    with pytest.raises(GluonError, match="inside a kernel"):
+        gl.program_id(0)
