@@ -537,6 +537,9 @@ class _KernelLowering:
             lit = scalar_literal(op.attrs["value"], t.dtype)
         except (ValueError, OverflowError) as e:
             raise self.err(str(e)) from None
+        if not r.name:   # anonymous constants are hoisted and shared, as Triton prints them
+            self.alias_value(r, self.const_like(op.attrs["value"], t))
+            return
         if isinstance(t, TileType):
             self._emit(f"{self.define(r, 'cst')} = arith.constant dense<{lit}> : {self.ty(t)}")
         elif t.dtype == DType.i1:

@@ -1,0 +1,72 @@
+"""Shared benchmark plumbing: timing, interleaved repeats, tables and --json output.
+
+Every benchmark measures its baseline in the same process and run, interleaving candidate and
+baseline (A B A B ...), and reports the median ratio over repeats along with the spread, because
+the GPU drifts by several percent within minutes.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import statistics
+import subprocess
+import sys
+from typing import Callable
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def parser(description: str) -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(description=description)
+    p.add_argument("--json", metavar="PATH", help="write every row (shape, dtype, config, times, ratio, error) here")
+    p.add_argument("--repeats", type=int, default=5, help="interleaved candidate/baseline rounds (median reported)")
+    return p
+
+
+def bench_ms(fn: Callable[[], None], rep_ms: int = 200) -> float:
+    """Median of CUDA-event timings with the L2 flushed before each run (triton.testing.do_bench)."""
+    from triton.testing import do_bench
+    return float(do_bench(fn, warmup=25, rep=rep_ms, return_mode="median"))
+
+
+def interleaved(candidate: Callable[[], None], baseline: Callable[[], None], repeats: int,
+                rep_ms: int = 200) -> dict:
+    """Time candidate and baseline alternately; medians and the ratio baseline/candidate per round."""
+    cand, base, ratios = [], [], []
+    for _ in range(repeats):
+        c = bench_ms(candidate, rep_ms)
+        b = bench_ms(baseline, rep_ms)
+        cand.append(c)
+        base.append(b)
+        ratios.append(b / c)
+    return {"time_ms": statistics.median(cand), "baseline_ms": statistics.median(base),
+            "ratio": statistics.median(ratios), "ratio_min": min(ratios), "ratio_max": max(ratios)}
+
+
+def environment() -> dict:
+    import torch
+    import triton
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
+    return {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+            "device": torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu",
+            "torch": torch.__version__, "triton": triton.__version__, "commit": commit or "unknown"}
+
+
+def write_json(path: str | None, rows: list[dict], meta: dict) -> None:
+    if not path:
+        return
+    tmp = f"{path}.tmp"
+    with open(tmp, "w") as f:
+        json.dump({"meta": meta, "rows": rows}, f, indent=1)
+    os.replace(tmp, path)
+
+
+def table(rows: list[dict], cols: list[tuple[str, str, str]]) -> str:
+    """cols: (header, key, format)."""
+    head = " | ".join(h for h, _, _ in cols)
+    lines = [head, "-" * len(head)]
+    for r in rows:
+        lines.append(" | ".join(format(r.get(k, ""), f) if r.get(k) is not None else "-" for _, k, f in cols))
+    return "\n".join(lines)

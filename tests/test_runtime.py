@@ -1,0 +1,776 @@
+"""Tests of gluon.runtime that need no GPU.
+
+Every launch here goes through a fake backend (the object the Launcher calls for everything
+GPU-side), so the whole Python path runs: validation, specialization, TMA descriptor planning and
+caching, the flat argument list handed to triton's C launcher, grid and stream handling. Tensors
+are CPU tensors; ``cuda_like`` wraps one so that it reports itself as a CUDA tensor (is_cuda,
+device, get_device), which lets the "cuda" backend configuration be validated here too.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import pathlib
+import re
+import time
+from types import SimpleNamespace
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from gluon import runtime as rt  # noqa: E402
+from gluon.runtime import (ArgSpec, LaunchError, Launcher, TensorDescriptor,  # noqa: E402
+                           make_tensor_descriptor, specialization_key, tma_box_shape)
+
+SHARED = pathlib.Path(__file__).resolve().parents[1].parent / "shared" / "ttgir"
+DATA = pathlib.Path(__file__).resolve().parent / "data" / "ttgir"
+
+
+def ttgir_path(name: str) -> pathlib.Path:
+    for d in (DATA, SHARED):
+        if (d / name).exists():
+            return d / name
+    pytest.skip(f"{name} not found in tests/data/ttgir or shared/ttgir")
+
+
+# --------------------------------------------------------------------------------------------
+# fakes
+# --------------------------------------------------------------------------------------------
+
+class FakeBackend:
+    """Records what the Launcher would do on a GPU."""
+
+    def __init__(self, device_type="cpu", max_threads=1024, capability=(9, 0), max_shared=232448,
+                 current=0):
+        self.device_type = device_type
+        self.calls = []
+        self.fills = []
+        self.loads = []
+        self.launcher_types = None
+        self.launcher_meta = None
+        self.max_threads = max_threads
+        self.cap = capability
+        self.max_shared_mem = max_shared
+        self.current = current
+        self.contexts = []
+        self.hooks = (None, None)
+
+    def check_available(self, kernel):
+        pass
+
+    def current_device(self):
+        return self.current
+
+    def device_context(self, device):
+        self.contexts.append(device)
+        return contextlib.nullcontext()
+
+    def current_stream(self, device):
+        return 1000 + max(device, 0)
+
+    def capability(self, device):
+        return self.cap
+
+    def max_shared(self, device):
+        return self.max_shared_mem
+
+    def load(self, name, cubin, shared, device):
+        self.loads.append((name, shared, device))
+        return 0xF00 + max(device, 0), self.max_threads
+
+    def make_launcher(self, launch_types, meta):
+        self.launcher_types = list(launch_types)
+        self.launcher_meta = meta
+
+        def launch(*a):
+            self.calls.append(a)
+        return launch
+
+    def fill_tma_descriptor(self, *a):
+        self.fills.append(a)
+        return ("CUtensorMap", a)
+
+    def launch_hooks(self):
+        return self.hooks
+
+
+class NoGPU:
+    """A backend that fails the test if anything GPU-side is reached."""
+
+    device_type = "cuda"
+
+    def __getattr__(self, name):
+        raise AssertionError(f"touched the GPU backend ({name}) before validation finished")
+
+
+class _CudaLike(torch.Tensor):
+    """A CPU tensor that says it lives on cuda:<_dev> (slices and views keep the class)."""
+
+    _dev = 0
+
+    @property
+    def is_cuda(self):
+        return True
+
+    @property
+    def device(self):
+        return torch.device("cuda", self._dev)
+
+    def get_device(self):
+        return self._dev
+
+
+def cuda_like(t, dev=0):
+    cls = _CudaLike if dev == 0 else type(f"_CudaLike{dev}", (_CudaLike,), {"_dev": dev})
+    return t.as_subclass(cls)
+
+
+def fake_binary(sig, *, num_warps=4, shared=1024, tensordesc_meta=None, ttgir="", name="k",
+                target=("cuda", 90, 32)):
+    md = {"name": name, "num_warps": num_warps, "num_ctas": 1, "shared": shared,
+          "gluon_signature": [list(x) for x in sig], "tensordesc_meta": tensordesc_meta,
+          "global_scratch_size": 0, "global_scratch_align": 1, "profile_scratch_size": 0,
+          "profile_scratch_align": 1, "launch_cooperative_grid": False, "launch_pdl": False}
+    return SimpleNamespace(name=name, target=target, key="k", path=None,
+                           asm={"cubin": b"\0", "ttgir": ttgir}, metadata=md,
+                           num_warps=num_warps, shared_bytes=shared)
+
+
+COPY_SIG = [("src", "!tt.ptr<f16>"), ("dst", "!tt.ptr<f16>"), ("n", "i32")]
+COPY_ARGS = [ArgSpec("src", "pointer", "f16", rank=1, source="copy.py:3"),
+             ArgSpec("dst", "pointer", "f16", rank=1, needs_contiguous=True, source="copy.py:3"),
+             ArgSpec("n", "scalar", "i32", source="copy.py:3")]
+
+TMA_ARGS = [ArgSpec("a_desc", "tensordesc", "f16", block_shape=(128, 64), swizzle_bytes=128),
+            ArgSpec("b_desc", "tensordesc", "f16", block_shape=(64, 128), swizzle_bytes=128),
+            ArgSpec("c_desc", "tensordesc", "f16", block_shape=(128, 128), swizzle_bytes=128),
+            ArgSpec("K", "scalar", "i32")]
+
+
+def copy_launcher(backend=None, **kw):
+    return Launcher(fake_binary(COPY_SIG, **kw), COPY_ARGS, kernel_name="copy_kernel",
+                    source="copy.py:2", backend=backend or FakeBackend())
+
+
+@pytest.fixture(autouse=True)
+def _fresh_cache():
+    rt.clear_descriptor_cache()
+    yield
+    rt.clear_descriptor_cache()
+
+
+@pytest.fixture(scope="module")
+def tma_kernel():
+    """The sample TMA+WGMMA kernel, compiled for sm_90 by triton (works without a GPU)."""
+    triton = pytest.importorskip("triton")
+    from triton.backends.compiler import GPUTarget
+    return triton.compile(str(ttgir_path("hopper_tma_wgmma.ttgir")), target=GPUTarget("cuda", 90, 32))
+
+
+def tma_inputs(M=256, N=256, K=512):
+    return (torch.randn(M, K).half(), torch.randn(K, N).half(), torch.empty(M, N).half())
+
+
+# --------------------------------------------------------------------------------------------
+# ArgSpec, dtypes, boxes, signature parsing
+# --------------------------------------------------------------------------------------------
+
+def test_argspec_normalises_and_rejects():
+    assert ArgSpec("x", "pointer", "fp16").dtype == "f16"
+    assert ArgSpec("x", "pointer", "torch.bfloat16").dtype == "bf16"
+    assert ArgSpec("x", "tensordesc", "f16", block_shape=[64, 64]).block_shape == (64, 64)
+    with pytest.raises(ValueError, match="kind"):
+        ArgSpec("x", "tensor", "f16")
+    with pytest.raises(ValueError, match="unknown dtype"):
+        ArgSpec("x", "pointer", "f17")
+    with pytest.raises(ValueError, match="swizzle"):
+        ArgSpec("x", "tensordesc", "f16", block_shape=(64, 64), swizzle_bytes=48)
+    with pytest.raises(ValueError, match="rank"):
+        ArgSpec("x", "tensordesc", "f16", rank=3, block_shape=(64, 64))
+    with pytest.raises(ValueError, match="scalar"):
+        ArgSpec("x", "scalar", "f8e4m3")
+
+
+def test_tma_box_shape_follows_triton_rule():
+    assert tma_box_shape((128, 64), 2, 128) == (128, 64)
+    assert tma_box_shape((64, 128), 2, 128) == (64, 64)     # 128-byte swizzle: 64 fp16 inner
+    assert tma_box_shape((128, 128), 2, 128) == (128, 64)
+    assert tma_box_shape((512, 64), 2, 128) == (256, 64)    # every dim clamped to 256
+    assert tma_box_shape((64, 64), 4, 64) == (64, 16)
+    assert tma_box_shape((64, 40), 2, 0) == (64, 40)        # 80 bytes: a multiple of 16
+    with pytest.raises(ValueError, match="narrower"):
+        tma_box_shape((64, 32), 2, 128)
+    with pytest.raises(ValueError, match="multiple of 16"):
+        tma_box_shape((64, 4), 2, 0)
+
+
+def test_box_matches_triton_tensordesc_metadata():
+    """Our box rule gives what triton's get_tensordesc_metadata() reports for the sample."""
+    pytest.importorskip("triton")
+    from triton._C.libtriton import ir
+    from triton.backends.compiler import GPUTarget
+    from triton.backends.nvidia.compiler import CUDABackend
+    ctx = ir.context()
+    ir.load_dialects(ctx)
+    CUDABackend(GPUTarget("cuda", 90, 32)).load_dialects(ctx)
+    meta = ir.parse_mlir_module(str(ttgir_path("hopper_tma_wgmma.ttgir")), ctx).get_tensordesc_metadata()
+    for m, spec in zip(meta, TMA_ARGS):
+        assert tuple(m["block_size"]) == tma_box_shape(spec.block_shape, 2, 128)
+        assert m["swizzle"] == 3 and m["elem_size"] == 2 and m["elem_type"] == 6
+
+
+def test_tma_dtype_table_matches_triton():
+    driver = pytest.importorskip("triton.backends.nvidia.driver")
+    assert rt._TMA_DTYPE_DEVICE_TO_HOST == driver.TMA_DTYPE_DEVICE_TO_HOST
+
+
+def test_parse_ttgir_signature_sample_files():
+    sig = rt.parse_ttgir_signature(ttgir_path("hopper_tma_wgmma.ttgir").read_text())
+    assert len(sig) == 16
+    assert sig[0][0] == "a_desc" and sig[0][1].startswith("!tt.tensordesc<tensor<128x64xf16")
+    assert [t for _, t, _ in sig[1:5]] == ["i32", "i32", "i64", "i64"]
+    assert sig[-1] == ("K", "i32", 1)
+    for d in (DATA, SHARED):
+        if (d / "layouts_smem.ttgir").exists():
+            sig = rt.parse_ttgir_signature((d / "layouts_smem.ttgir").read_text())
+            assert sig == [("x_ptr", "!tt.ptr<f32>", 16), ("out_ptr", "!tt.ptr<f32>", 16)]
+            break
+    # printed TTGIR carries loc(...) after the attributes
+    text = ('tt.func public @k(%arg0: !tt.ptr<f32> {tt.divisibility = 16 : i32} loc("a.ttgir":6:39), '
+            '%arg1: i32 loc(#loc3)) attributes {noinline = false} {')
+    assert rt.parse_ttgir_signature(text) == [("arg0", "!tt.ptr<f32>", 16), ("arg1", "i32", 1)]
+
+
+# --------------------------------------------------------------------------------------------
+# the calling convention
+# --------------------------------------------------------------------------------------------
+
+def test_tma_launch_flat_arguments(tma_kernel):
+    """Each descriptor goes out as [CUtensorMap, *shape (i32), *strides (i64)]; K last."""
+    be = FakeBackend()
+    L = Launcher(tma_kernel, TMA_ARGS, kernel_name="tma_wgmma_kernel", backend=be)
+    A, B, C = tma_inputs()
+    L((2, 2), A, B, C, 512)
+    assert be.launcher_types == (["nvTmaDesc", "i32", "i32", "i64", "i64"] * 3 + ["i32"])
+    (call,) = be.calls
+    g0, g1, g2, stream, function, packed, launch_md, enter, exit_ = call[:9]
+    assert (g0, g1, g2) == (2, 2, 1)
+    assert stream == 1000 and function == 0xF00
+    assert packed == (tma_kernel.metadata.num_warps, 1, tma_kernel.metadata.shared)
+    assert launch_md is None and enter is None and exit_ is None
+    flat = call[9:]
+    assert len(flat) == 16
+    boxes = []
+    for i, t in enumerate((A, B, C)):
+        cumap, s0, s1, st0, st1 = flat[5 * i: 5 * i + 5]
+        assert cumap[0] == "CUtensorMap"
+        ptr, swizzle, elem_size, elem_type, box, shape, strides, padding = cumap[1]
+        assert ptr == t.data_ptr() and swizzle == 3 and elem_size == 2 and elem_type == 6
+        assert shape == tuple(t.shape) and strides == t.stride() and padding == 0
+        assert (s0, s1, st0, st1) == (*t.shape, *t.stride())
+        boxes.append(box)
+    assert boxes == [(128, 64), (64, 64), (128, 64)]
+    assert flat[-1] == 512
+
+
+def test_flat_arguments_match_triton_launcher_format(tma_kernel):
+    """The C launcher triton 3.6 generates for our types parses exactly our flat list."""
+    driver = pytest.importorskip("triton.backends.nvidia.driver")
+    be = FakeBackend()
+    L = Launcher(tma_kernel, TMA_ARGS, kernel_name="tma_wgmma_kernel", backend=be)
+    L((2, 2), *tma_inputs(), 512)
+    src = driver.make_launcher({}, {i: t for i, t in enumerate(be.launcher_types)}, None)
+    fmt = re.search(r'PyArg_ParseTuple\(args, "([^"]+)"', src).group(1)
+    assert fmt.startswith(driver._BASE_ARGS_FORMAT)
+    arg_fmt = fmt[len(driver._BASE_ARGS_FORMAT):]
+    flat = be.calls[0][9:]
+    assert len(arg_fmt) == len(flat)
+    py_for = {"O": object, "i": int, "L": int, "I": int, "d": float, "b": int, "h": int}
+    for f, v in zip(arg_fmt, flat):
+        assert isinstance(v, py_for[f]), (f, v)
+    assert arg_fmt == "OiiLL" * 3 + "i"
+    # base format: grid xyz, stream, function, coop, pdl, scratch x2, packed md, launch md, hooks
+    assert driver._BASE_ARGS_FORMAT == "iiiKKppOOOOOO"
+
+
+def test_pointer_launch_and_warp_count_from_metadata():
+    """A warp-specialized kernel launches metadata num_warps, not ttg.num-warps."""
+    be = FakeBackend()
+    L = copy_launcher(be, num_warps=12)
+    x, y = torch.randn(100).half(), torch.empty(100).half()
+    L((4,), x, y, 100)
+    call = be.calls[0]
+    assert call[:3] == (4, 1, 1)
+    assert call[5] == (12, 1, 1024)
+    assert call[9:] == (x.data_ptr(), y.data_ptr(), 100)
+    assert be.launcher_types == ["*fp16", "*fp16", "i32"]
+    assert be.launcher_meta.tensordesc_meta is None   # descriptors are already expanded by us
+
+
+def test_warp_specialized_sample_uses_metadata_num_warps():
+    triton = pytest.importorskip("triton")
+    from triton.backends.compiler import GPUTarget
+    k = triton.compile(str(ttgir_path("hopper_ws_wgmma.ttgir")), target=GPUTarget("cuda", 90, 32))
+    be = FakeBackend()
+    L = Launcher(k, TMA_ARGS, kernel_name="ws_wgmma_kernel", backend=be)
+    assert L.num_warps == k.metadata.num_warps > 4
+    L((2, 2), *tma_inputs(), 512)
+    assert be.calls[0][5][0] == k.metadata.num_warps
+
+
+def test_compile_layer_signature_records():
+    """The compile layer writes gluon_signature as [{"name", "type", "attrs"}] with pointer types
+    spelled *f16 and tt.divisibility in attrs; both are understood."""
+    sig = [{"name": "src", "type": "*f16", "attrs": {"tt.divisibility": 16}},
+           {"name": "dst", "type": "*fp16", "attrs": {}},
+           {"name": "n", "type": "i32", "attrs": {"tt.divisibility": 16}}]
+    b = fake_binary([])
+    b.metadata["gluon_signature"] = sig
+    be = FakeBackend()
+    L = Launcher(b, COPY_ARGS, kernel_name="copy_kernel", backend=be)
+    x = torch.empty(64).half()
+    L((1,), x, x[1:], 32)                    # dst has no divisibility assumption
+    assert be.launcher_types == ["*fp16", "*fp16", "i32"]
+    with pytest.raises(LaunchError, match="'src'.*not 16-byte aligned"):
+        L((1,), x[1:], x, 32)
+    with pytest.raises(LaunchError, match="'n'.*not a multiple of 16"):
+        L((1,), x, x, 33)
+    b.metadata["gluon_signature"][0]["type"] = "*f32"
+    with pytest.raises(LaunchError, match="pointer to f16, but the binary's parameter is \\*f32"):
+        Launcher(b, COPY_ARGS, kernel_name="copy_kernel", backend=be)
+
+
+def test_compile_layer_binary_if_available(tmp_path, monkeypatch):
+    """A real Binary from gluon.backend.triton_compile (cache in tmp_path), launched on the fake."""
+    tc = pytest.importorskip("gluon.backend.triton_compile")
+    if not hasattr(tc, "compile_ttgir"):
+        pytest.skip("compile_ttgir not there yet")
+    monkeypatch.setenv("GLUON_CACHE_DIR", str(tmp_path))
+    binary = tc.compile_ttgir(ttgir_path("hopper_tma_wgmma.ttgir").read_text(), ("cuda", 90, 32))
+    be = FakeBackend()
+    L = Launcher(binary, TMA_ARGS, kernel_name="tma_wgmma_kernel", backend=be)
+    L((2, 2), *tma_inputs(), 512)
+    assert be.launcher_types[0] == "nvTmaDesc"
+    assert be.calls[0][5][0] == binary.num_warps
+    assert [f[4] for f in be.fills] == [(128, 64), (64, 64), (128, 64)]   # boxes from tensordesc_meta
+    path = DATA / "layouts_smem.ttgir" if (DATA / "layouts_smem.ttgir").exists() else SHARED / "layouts_smem.ttgir"
+    if path.exists():
+        b2 = tc.compile_ttgir(path.read_text(), ("cuda", 90, 32))
+        P = Launcher(b2, [ArgSpec("x_ptr", "pointer", "f32"), ArgSpec("out_ptr", "pointer", "f32")],
+                     kernel_name="layouts_smem_kernel", backend=be)
+        x = torch.randn(65 * 64)
+        P((1,), x, x)
+        with pytest.raises(LaunchError, match="tt.divisibility = 16"):
+            P((1,), x[1:], x)
+
+
+def test_grid_forms():
+    be = FakeBackend()
+    L = copy_launcher(be)
+    x, y = torch.randn(64).half(), torch.empty(64).half()
+    seen = {}
+
+    def grid(meta):
+        seen.update(meta)
+        return (meta["n"] // meta["BLOCK"],)
+
+    L(grid, x, y, 64, BLOCK=16)
+    assert be.calls[-1][:3] == (4, 1, 1)
+    assert seen["src"] is x and seen["BLOCK"] == 16
+    L(3, x, y, 64)
+    assert be.calls[-1][:3] == (3, 1, 1)
+    import numpy as np
+    L((np.int64(2), 3), x, y, 64)
+    assert be.calls[-1][:3] == (2, 3, 1)
+    n = len(be.calls)
+    L((0,), x, y, 64)                       # an empty grid launches nothing
+    assert len(be.calls) == n
+    for bad in [(1, 2, 3, 4), (-1,), (1, 70000), ("a",), ()]:
+        with pytest.raises(LaunchError, match="grid"):
+            L(bad, x, y, 64)
+
+
+def test_stream_selection():
+    be = FakeBackend()
+    L = copy_launcher(be)
+    x, y = torch.randn(64).half(), torch.empty(64).half()
+    L((1,), x, y, 64)
+    assert be.calls[-1][3] == 1000                      # current stream of the device
+    L((1,), x, y, 64, stream=77)
+    assert be.calls[-1][3] == 77
+    L((1,), x, y, 64, stream=SimpleNamespace(cuda_stream=99))
+    assert be.calls[-1][3] == 99
+    with pytest.raises(LaunchError, match="stream"):
+        L((1,), x, y, 64, stream="default")
+
+
+def test_launch_hooks_get_metadata():
+    be = FakeBackend()
+    seen = []
+    be.hooks = (seen.append, None)
+    L = copy_launcher(be)
+    L((1,), torch.randn(8).half(), torch.empty(8).half(), 8)
+    md = be.calls[-1][6]
+    assert md.get()["name"] == "k" and md.get()["stream"] == 1000
+
+
+def test_binary_loaded_once_per_device_and_device_switch():
+    be = FakeBackend(device_type="cuda", current=0)
+    L = copy_launcher(be)
+    x0, y0 = cuda_like(torch.randn(16).half(), 0), cuda_like(torch.empty(16).half(), 0)
+    x1, y1 = cuda_like(torch.randn(16).half(), 1), cuda_like(torch.empty(16).half(), 1)
+    L((1,), x0, y0, 16)
+    L((1,), x0, y0, 16)
+    L((1,), x1, y1, 16)
+    assert [d for (_, _, d) in be.loads] == [0, 1]
+    assert be.calls[-1][4] == 0xF01 and be.calls[-1][3] == 1001
+    assert be.contexts == [1]             # launched under the tensors' device, not the current one
+
+
+# --------------------------------------------------------------------------------------------
+# validation (all before the GPU is touched)
+# --------------------------------------------------------------------------------------------
+
+def strict_copy_launcher():
+    return Launcher(fake_binary(COPY_SIG), COPY_ARGS, kernel_name="copy_kernel",
+                    source="copy.py:2", backend=NoGPU())
+
+
+def test_wrong_number_of_arguments():
+    L = strict_copy_launcher()
+    with pytest.raises(LaunchError, match=r"copy_kernel \(copy.py:2\) takes 3 arguments \(src, dst, n\), got 2"):
+        L((1,), torch.randn(4).half(), torch.randn(4).half())
+
+
+def test_cpu_tensor_error_message():
+    L = strict_copy_launcher()
+    with pytest.raises(LaunchError) as e:
+        L((1,), torch.randn(4).half(), cuda_like(torch.randn(4).half()), 4)
+    msg = str(e.value)
+    assert "argument 'src'" in msg and "copy_kernel" in msg and "copy.py:3" in msg
+    assert "is a CPU tensor; move it to the GPU: src.cuda()" in msg
+    assert isinstance(e.value, ValueError)
+
+
+def test_wrong_dtype_rank_contiguity():
+    L = strict_copy_launcher()
+    good = cuda_like(torch.randn(8).half())
+    with pytest.raises(LaunchError, match=r"argument 'src'.*has dtype torch.float32, but the kernel needs f16"):
+        L((1,), cuda_like(torch.randn(8)), good, 8)
+    with pytest.raises(LaunchError, match=r"argument 'dst'.*has rank 2 \(shape \(2, 4\)\), but the kernel needs rank 1"):
+        L((1,), good, cuda_like(torch.randn(2, 4).half()), 8)
+    with pytest.raises(LaunchError, match=r"argument 'dst'.*not contiguous.*dst.contiguous\(\)"):
+        L((1,), good, cuda_like(torch.randn(16).half())[::2], 8)
+    # src does not need contiguity
+    L2 = copy_launcher(FakeBackend(device_type="cuda"))
+    L2((1,), cuda_like(torch.randn(16).half())[::2], good, 8)
+
+
+def test_tensors_on_different_devices():
+    L = strict_copy_launcher()
+    with pytest.raises(LaunchError, match=r"argument 'dst'.*is on cuda:1, but an earlier argument is on cuda:0"):
+        L((1,), cuda_like(torch.randn(8).half(), 0), cuda_like(torch.randn(8).half(), 1), 8)
+
+
+def test_no_cuda_device_at_all():
+    """With the real backend on this CPU-only machine: a clear error, not a C-level crash."""
+    if torch.cuda.is_available():
+        pytest.skip("a CUDA device is present")
+    L = Launcher(fake_binary(COPY_SIG), COPY_ARGS, kernel_name="copy_kernel")
+    with pytest.raises(LaunchError, match="no CUDA device"):
+        L((1,), cuda_like(torch.randn(8).half()), cuda_like(torch.randn(8).half()), 8)
+    with pytest.raises(LaunchError, match="no CUDA device"):
+        L((1,), 0x7f0000000000, 0x7f0000001000, 8)
+    with pytest.raises(LaunchError, match="is a CPU tensor"):
+        L((1,), torch.randn(8).half(), torch.randn(8).half(), 8)
+
+
+def test_scalar_range_and_types():
+    import numpy as np
+    be = FakeBackend()
+    sig = [("x", "i32"), ("y", "i32"), ("f", "f32"), ("h", "f16"), ("b", "i1"), ("q", "i64")]
+    args = [ArgSpec("x", "scalar", "i32"), ArgSpec("y", "scalar", "u32"), ArgSpec("f", "scalar", "f32"),
+            ArgSpec("h", "scalar", "f16"), ArgSpec("b", "scalar", "i1"), ArgSpec("q", "scalar", "i64")]
+    L = Launcher(fake_binary(sig), args, kernel_name="s", backend=be)
+    L((1,), -2**31, 2**32 - 1, 1, 2.5, True, 2**62)
+    assert be.calls[-1][9:] == (-2**31, 2**32 - 1, 1.0, 2.5, 1, 2**62)
+    assert be.launcher_types == ["i32", "u32", "fp32", "fp16", "i1", "i64"]
+    L((1,), np.int32(7), np.uint32(9), np.float32(0.5), float("inf"), np.bool_(False), np.int64(-5))
+    assert be.calls[-1][9:] == (7, 9, 0.5, float("inf"), 0, -5)
+    with pytest.raises(LaunchError, match=r"argument 'x' of s is 1099511627776, outside the range of i32"):
+        L((1,), 2**40, 0, 0.0, 0.0, False, 0)
+    with pytest.raises(LaunchError, match=r"'y'.*is -1, outside the range of u32"):
+        L((1,), 0, -1, 0.0, 0.0, False, 0)
+    with pytest.raises(LaunchError, match=r"'x'.*got float 3.5, but the kernel needs an integer"):
+        L((1,), 3.5, 0, 0.0, 0.0, False, 0)
+    with pytest.raises(LaunchError, match=r"'f'.*needs a number"):
+        L((1,), 0, 0, "1.0", 0.0, False, 0)
+    with pytest.raises(LaunchError, match=r"'h'.*beyond the largest finite f16"):
+        L((1,), 0, 0, 0.0, 1e6, False, 0)
+    with pytest.raises(LaunchError, match=r"'b'.*needs a bool"):
+        L((1,), 0, 0, 0.0, 0.0, 2, 0)
+    with pytest.raises(LaunchError, match=r"'x'.*\.item\(\)"):
+        L((1,), torch.tensor(3), 0, 0.0, 0.0, False, 0)
+
+
+def test_tma_rules():
+    be = FakeBackend()
+    L = Launcher(fake_binary([("a", "!tt.tensordesc<tensor<64x64xf16, #shared>>"), ("a_0", "i32"),
+                              ("a_1", "i32"), ("a_2", "i64"), ("a_3", "i64")]),
+                 [ArgSpec("a", "tensordesc", "f16", block_shape=(64, 64), swizzle_bytes=128,
+                          source="gemm.py:7")],
+                 kernel_name="gemm", backend=be)
+    base = torch.randn(128, 136).half()
+    L((1,), base[:, :128])          # row stride 272 bytes: a multiple of 16
+    with pytest.raises(LaunchError, match=r"argument 'a' \(gemm.py:7\) of gemm has base address 0x[0-9a-f]+, not 16-byte aligned"):
+        L((1,), base[:, 1:129])
+    with pytest.raises(LaunchError, match=r"last stride 128.*stride 1"):
+        L((1,), torch.randn(128, 128).half().t())
+    with pytest.raises(LaunchError, match=r"stride 66 elements = 132 bytes in dimension 0.*multiple of 16 bytes"):
+        L((1,), torch.randn(64, 66).half()[:, :64])
+    with pytest.raises(LaunchError, match=r"has dtype torch.float32, but the kernel needs f16"):
+        L((1,), torch.randn(64, 64))
+    with pytest.raises(LaunchError, match=r"has rank 3"):
+        L((1,), torch.randn(2, 64, 64).half())
+    with pytest.raises(LaunchError, match=r"size 0 in dimension 0"):
+        L((1,), torch.randn(0, 64).half())
+    with pytest.raises(LaunchError, match="CPU tensor"):
+        Launcher(fake_binary([("a", "!tt.tensordesc<tensor<64x64xf16, #shared>>"), ("a_0", "i32"),
+                              ("a_1", "i32"), ("a_2", "i64"), ("a_3", "i64")]),
+                 [ArgSpec("a", "tensordesc", "f16", block_shape=(64, 64), swizzle_bytes=128)],
+                 kernel_name="gemm", backend=NoGPU())((1,), torch.randn(64, 64).half())
+
+
+def test_box_rules_checked_at_construction():
+    sig = [("a", "!tt.tensordesc<tensor<64x32xf16, #shared>>"), ("a_0", "i32"), ("a_1", "i32"),
+           ("a_2", "i64"), ("a_3", "i64")]
+    with pytest.raises(LaunchError, match="narrower than its 128-byte swizzle"):
+        Launcher(fake_binary(sig), [ArgSpec("a", "tensordesc", "f16", block_shape=(64, 32),
+                                            swizzle_bytes=128)], kernel_name="k", backend=FakeBackend())
+    meta = [{"swizzle": 1, "elem_size": 2, "elem_type": 6, "block_size": [64, 32], "fp4_padded": False}]
+    with pytest.raises(LaunchError, match="more than the 32-byte swizzle"):
+        Launcher(fake_binary(sig, tensordesc_meta=meta),
+                 [ArgSpec("a", "tensordesc", "f16", block_shape=(64, 32), swizzle_bytes=32)],
+                 kernel_name="k", backend=FakeBackend())
+    meta = [{"swizzle": 0, "elem_size": 2, "elem_type": 6, "block_size": [512, 32], "fp4_padded": False}]
+    with pytest.raises(LaunchError, match="1..256"):
+        Launcher(fake_binary(sig, tensordesc_meta=meta),
+                 [ArgSpec("a", "tensordesc", "f16", block_shape=(64, 32))],
+                 kernel_name="k", backend=FakeBackend())
+
+
+def test_binary_metadata_box_is_used():
+    """tensordesc_meta from the compile layer wins over our rule (it is what the kernel assumes)."""
+    sig = [("a", "!tt.tensordesc<tensor<64x128xf16, #shared>>"), ("a_0", "i32"), ("a_1", "i32"),
+           ("a_2", "i64"), ("a_3", "i64")]
+    meta = [{"swizzle": 2, "elem_size": 2, "elem_type": 6, "block_size": [64, 32], "fp4_padded": False}]
+    be = FakeBackend()
+    L = Launcher(fake_binary(sig, tensordesc_meta=meta),
+                 [ArgSpec("a", "tensordesc", "f16", block_shape=(64, 128), swizzle_bytes=64)],
+                 kernel_name="k", backend=be)
+    L((1,), torch.randn(64, 128).half())
+    assert be.fills[0][4] == (64, 32) and be.fills[0][1] == 2
+    with pytest.raises(LaunchError, match="128-byte swizzle, but the binary's descriptor uses 64-byte"):
+        Launcher(fake_binary(sig, tensordesc_meta=meta),
+                 [ArgSpec("a", "tensordesc", "f16", block_shape=(64, 128), swizzle_bytes=128)],
+                 kernel_name="k", backend=be)
+
+
+def test_signature_mismatches_found_at_construction():
+    with pytest.raises(LaunchError, match=r"'n' is declared a i64 scalar, but the binary's parameter is i32"):
+        Launcher(fake_binary(COPY_SIG), COPY_ARGS[:2] + [ArgSpec("n", "scalar", "i64")],
+                 kernel_name="copy_kernel", backend=FakeBackend())
+    with pytest.raises(LaunchError, match=r"'src' is declared a pointer to f32"):
+        Launcher(fake_binary(COPY_SIG), [ArgSpec("src", "pointer", "f32")] + COPY_ARGS[1:],
+                 kernel_name="copy_kernel", backend=FakeBackend())
+    with pytest.raises(LaunchError, match=r"has 3 parameters but the ArgSpecs cover 2; unmatched: n: i32"):
+        Launcher(fake_binary(COPY_SIG), COPY_ARGS[:2], kernel_name="copy_kernel", backend=FakeBackend())
+    with pytest.raises(LaunchError, match=r"declared scalar i32, but the binary's parameter 2"):
+        Launcher(fake_binary(COPY_SIG[:2] + [("n", "!tt.ptr<i32>")]), COPY_ARGS,
+                 kernel_name="copy_kernel", backend=FakeBackend())
+    with pytest.raises(LaunchError, match=r"block_shape \(64, 64\), but the binary's descriptor moves \(128, 64\)"):
+        Launcher(fake_binary([("a", "!tt.tensordesc<tensor<128x64xf16, #s>>"), ("a_0", "i32"),
+                              ("a_1", "i32"), ("a_2", "i64"), ("a_3", "i64")]),
+                 [ArgSpec("a", "tensordesc", "f16", block_shape=(64, 64), swizzle_bytes=128)],
+                 kernel_name="k", backend=FakeBackend())
+    with pytest.raises(LaunchError, match="CUDA binaries only"):
+        Launcher(fake_binary(COPY_SIG, target=("hip", "gfx942", 64)), COPY_ARGS, kernel_name="k",
+                 backend=FakeBackend())
+    # u32 rides on a signless i32 parameter
+    Launcher(fake_binary(COPY_SIG), COPY_ARGS[:2] + [ArgSpec("n", "scalar", "u32")],
+             kernel_name="copy_kernel", backend=FakeBackend())
+
+
+def test_load_time_checks():
+    x, y = cuda_like(torch.randn(8).half()), cuda_like(torch.randn(8).half())
+    L = copy_launcher(FakeBackend(device_type="cuda", capability=(8, 0)))
+    with pytest.raises(LaunchError, match="compiled for sm_90, but device 0 is sm_80"):
+        L((1,), x, y, 8)
+    L = copy_launcher(FakeBackend(device_type="cuda", max_shared=1000))
+    with pytest.raises(LaunchError, match="needs 1024 bytes of shared memory; device 0 allows 1000"):
+        L((1,), x, y, 8)
+    L = copy_launcher(FakeBackend(device_type="cuda", max_threads=256), num_warps=12)
+    with pytest.raises(LaunchError, match="launches 12 warps"):
+        L((1,), x, y, 8)
+
+
+# --------------------------------------------------------------------------------------------
+# non-torch pointers
+# --------------------------------------------------------------------------------------------
+
+class CAI:
+    def __init__(self, ptr, typestr="<f2", shape=(8,), strides=None):
+        self.__cuda_array_interface__ = {"data": (ptr, False), "typestr": typestr, "shape": shape,
+                                         "strides": strides, "version": 3}
+
+
+def test_pointer_like_objects():
+    be = FakeBackend()
+    L = copy_launcher(be)
+    L((1,), CAI(0x1000), SimpleNamespace(data_ptr=lambda: 0x2000, dtype=torch.float16), 8)
+    assert be.calls[-1][9:] == (0x1000, 0x2000, 8)
+    L((1,), 0x3000, None, 8)
+    assert be.calls[-1][9:] == (0x3000, 0, 8)
+    with pytest.raises(LaunchError, match=r"typestr '<f4', but the kernel needs f16"):
+        L((1,), CAI(0x1000, "<f4"), 0x2000, 8)
+    with pytest.raises(LaunchError, match=r"'dst'.*not contiguous"):
+        L((1,), 0x1000, CAI(0x1000, strides=(4,)), 8)
+    with pytest.raises(LaunchError, match=r"'src'.*rank 2"):
+        L((1,), CAI(0x1000, shape=(2, 4)), 0x2000, 8)
+    with pytest.raises(LaunchError, match=r"'src'.*has dtype f32"):
+        L((1,), SimpleNamespace(data_ptr=lambda: 0x2000, dtype=torch.float32), 0x2000, 8)
+    with pytest.raises(LaunchError, match=r"'src'.*a pointer argument needs a GPU tensor"):
+        L((1,), "x", 0x2000, 8)
+    bf = Launcher(fake_binary([("p", "!tt.ptr<bf16>")]), [ArgSpec("p", "pointer", "bf16")],
+                  kernel_name="k", backend=be)
+    bf((1,), CAI(0x1000, "<V2"))          # bf16 has no typestr: the element size is checked
+
+
+# --------------------------------------------------------------------------------------------
+# specialization
+# --------------------------------------------------------------------------------------------
+
+def test_specialization_key():
+    x = torch.empty(64).half()
+    assert x.data_ptr() % 16 == 0
+    key = specialization_key(COPY_ARGS, [x, x[1:], 32])
+    assert key == ("D", "", "D")
+    assert specialization_key(COPY_ARGS, [x, None, 1]) == ("D", "D", "1")
+    assert specialization_key(COPY_ARGS, [0x1008, CAI(0x1010), 7]) == ("", "D", "")
+    f = [ArgSpec("a", "scalar", "f32"), ArgSpec("b", "scalar", "i1"),
+         ArgSpec("c", "tensordesc", "f16", block_shape=(64, 64))]
+    assert specialization_key(f, [16.0, True, x]) == ("", "", "")
+    assert copy_launcher().specialization_key(x, x, 48) == ("D", "D", "D")
+
+
+def test_binary_divisibility_is_enforced():
+    """A binary compiled with tt.divisibility = 16 must not get values that break it."""
+    ttgir = ("tt.func public @k(%src: !tt.ptr<f16> {tt.divisibility = 16 : i32}, "
+             "%dst: !tt.ptr<f16> {tt.divisibility = 16 : i32}, %n: i32 {tt.divisibility = 16 : i32}) {")
+    be = FakeBackend()
+    L = Launcher(fake_binary(COPY_SIG, ttgir=ttgir), COPY_ARGS, kernel_name="copy_kernel", backend=be)
+    x = torch.empty(64).half()
+    L((1,), x, x, 32)
+    with pytest.raises(LaunchError, match=r"'src'.*not 16-byte aligned.*tt.divisibility = 16"):
+        L((1,), x[1:], x, 32)
+    with pytest.raises(LaunchError, match=r"'n'.*is 24, not a multiple of 16"):
+        L((1,), x, x, 24)
+    # without the attribute anything goes
+    L2 = copy_launcher(be)
+    L2((1,), x[1:], x, 24)
+
+
+# --------------------------------------------------------------------------------------------
+# descriptors: prebuilt objects and the cache
+# --------------------------------------------------------------------------------------------
+
+def test_descriptor_cache_and_fill_after_validation(tma_kernel):
+    be = FakeBackend()
+    L = Launcher(tma_kernel, TMA_ARGS, kernel_name="tma_wgmma_kernel", backend=be)
+    A, B, C = tma_inputs()
+    L((2, 2), A, B, C, 512)
+    L((2, 2), A, B, C, 512)
+    assert len(be.fills) == 3
+    info = rt.descriptor_cache_info()
+    assert info["size"] == 3 and info["hits"] == 3
+    L((1, 2), A[:128], B, C[:128], 512)          # new shapes -> new descriptors for A and C
+    assert len(be.fills) == 5
+    # an invalid later argument: nothing is filled for the earlier ones
+    A2 = torch.randn(256, 512).half()
+    with pytest.raises(LaunchError, match="'K'"):
+        L((2, 2), A2, B, C, 2**40)
+    assert len(be.fills) == 5
+    # the cache is bounded
+    old = rt._DESC_CACHE.maxsize
+    rt._DESC_CACHE.maxsize = 4
+    try:
+        for i in range(6):
+            L((1, 1), torch.randn(128 + 8 * i, 512).half(), B, C, 512)
+        assert rt.descriptor_cache_info()["size"] == 4
+    finally:
+        rt._DESC_CACHE.maxsize = old
+
+
+def test_prebuilt_tensor_descriptor(tma_kernel):
+    be = FakeBackend()
+    L = Launcher(tma_kernel, TMA_ARGS, kernel_name="tma_wgmma_kernel", backend=be)
+    A, B, C = tma_inputs()
+    da = make_tensor_descriptor(A, (128, 64), 128)
+    assert isinstance(da, TensorDescriptor) and da.box == (128, 64)
+    L((2, 2), da, make_tensor_descriptor(B, [64, 128], 128), C, 512)
+    assert be.fills[0][0] == A.data_ptr() and be.fills[1][4] == (64, 64)
+    with pytest.raises(LaunchError, match=r"'a_desc'.*block \(64, 64\) with 128-byte swizzle, but the kernel moves \(128, 64\)"):
+        L((2, 2), make_tensor_descriptor(A, (64, 64), 128), B, C, 512)
+    with pytest.raises(LaunchError, match="not 16-byte aligned"):
+        make_tensor_descriptor(A[:, 1:], (128, 64), 128)
+    with pytest.raises(LaunchError, match="narrower"):
+        make_tensor_descriptor(A, (128, 32), 128)
+    with pytest.raises(LaunchError, match="rank"):
+        make_tensor_descriptor(A, (128,), 128)
+    with pytest.raises(LaunchError, match="padding 'nan' needs a floating-point"):
+        make_tensor_descriptor(torch.zeros(64, 64, dtype=torch.int32), (64, 16), 0, padding="nan")
+    strict = Launcher(tma_kernel, TMA_ARGS, kernel_name="tma_wgmma_kernel", backend=NoGPU())
+    with pytest.raises(LaunchError, match="descriptor of a CPU tensor"):
+        strict((2, 2), da, cuda_like(B), cuda_like(C), 512)
+
+
+# --------------------------------------------------------------------------------------------
+# speed
+# --------------------------------------------------------------------------------------------
+
+def _per_call_us(fn, n=2000, repeats=5):
+    best = float("inf")
+    for _ in range(repeats):
+        t = time.perf_counter()
+        for _ in range(n):
+            fn()
+        best = min(best, (time.perf_counter() - t) / n * 1e6)
+    return best
+
+
+def test_launch_overhead_pointer_args():
+    """Pure-Python pre-launch work of a 3-argument launch stays far below 200 us (typically ~3 us)."""
+    L = copy_launcher(FakeBackend())
+    L._backend.make_launcher = lambda types, meta: (lambda *a: None)   # no call recording
+    L._c_launcher = None
+    L._functions.clear()
+    x, y = torch.randn(1024).half(), torch.empty(1024).half()
+    us = _per_call_us(lambda: L((8,), x, y, 1024))
+    assert us < 200, f"{us:.1f} us per launch"
+
+
+def test_launch_overhead_tma_args(tma_kernel):
+    """Cache-hit path of a TMA launch (3 descriptors + 1 scalar) is also far below 200 us."""
+    be = FakeBackend()
+    L = Launcher(tma_kernel, TMA_ARGS, kernel_name="tma_wgmma_kernel", backend=be)
+    be.make_launcher = lambda types, meta: (lambda *a: None)
+    A, B, C = tma_inputs()
+    us = _per_call_us(lambda: L((2, 2), A, B, C, 512))
+    assert us < 200, f"{us:.1f} us per launch"
+
+
+def test_specialization_key_is_cheap():
+    x, y = torch.randn(1024).half(), torch.empty(1024).half()
+    us = _per_call_us(lambda: specialization_key(COPY_ARGS, (x, y, 1024)))
+    assert us < 50, f"{us:.1f} us per key"
