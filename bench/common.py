@@ -48,7 +48,8 @@ def interleaved(candidate: Callable[[], None], baseline: Callable[[], None], rep
 def environment() -> dict:
     import torch
     import triton
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
+    commit = os.environ.get("GLUON_COMMIT") or subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
     return {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
             "device": torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu",
             "torch": torch.__version__, "triton": triton.__version__, "commit": commit or "unknown"}

@@ -21,8 +21,9 @@ def main() -> int:
     p = parser(__doc__)
     p.add_argument("--gib", type=float, default=4.0, help="bytes of the source tensor in GiB (default 4)")
     p.add_argument("--dtype", default="float32", choices=["float32", "float16", "bfloat16"])
-    p.add_argument("--configs", default="simt:2048:4,simt:4096:8,simt:8192:8,explicit:4096:8,explicit:8192:8",
-                   help="comma list of form:XBLOCK:num_warps")
+    p.add_argument("--configs", default="simt:1024:4,simt:512:4,simt:2048:8,explicit:1024:4,persistent:16384:16",
+                   help="comma list of form:XBLOCK:num_warps[:load_cache[:store_cache]], "
+                        "form = simt | explicit | persistent (caches apply to explicit: ca, cg / wb, cg, cs, wt)")
     args = p.parse_args()
     import torch
     from copy_kernel import copy
@@ -36,14 +37,14 @@ def main() -> int:
     nbytes = 2 * src.numel() * src.element_size()
     rows = []
     for cfg in args.configs.split(","):
-        form, xblock, warps = cfg.split(":")
-        xblock, warps = int(xblock), int(warps)
-        explicit = form == "explicit"
+        form, xblock, warps, *caches = cfg.split(":")
+        kw = dict(xblock=int(xblock), num_warps=int(warps), form=form,
+                  load_cache=caches[0] if caches else "", store_cache=caches[1] if len(caches) > 1 else "")
         dst.fill_(float("nan"))
-        copy(dst, src, xblock, warps, explicit)
+        copy(dst, src, **kw)
         torch.cuda.synchronize()
         wrong = int((dst != src).sum().item())
-        r = interleaved(lambda: copy(dst, src, xblock, warps, explicit), lambda: dst.copy_(src), args.repeats)
+        r = interleaved(lambda: copy(dst, src, **kw), lambda: dst.copy_(src), args.repeats)
         r.update({"shape": [n], "dtype": args.dtype, "config": cfg, "wrong_elements": wrong, "max_err": 0.0 if wrong == 0 else float("nan"),
                   "tb_s": nbytes / r["time_ms"] / 1e9, "baseline_tb_s": nbytes / r["baseline_ms"] / 1e9})
         rows.append(r)

@@ -573,7 +573,7 @@ def load(ptr, mask=None, other=None, cache: str = "", evict: str = "") -> Tensor
     return Tensor(t.emit("load", operands, [rt], attrs).result)
 
 
-def store(ptr, value, mask=None) -> None:
+def store(ptr, value, mask=None, cache: str = "", evict: str = "") -> None:
     t = _tr()
     base, offs = _address(ptr)
     v = cast(_to_tensor(value, base.type.dtype), base.type.dtype)
@@ -583,7 +583,7 @@ def store(ptr, value, mask=None) -> None:
         offs = _broadcast_to(offs, v.shape)
     m = _mask_for(offs.shape, mask)
     operands = [base, offs, v] + ([m] if m is not None else [])
-    t.emit("store", operands, [], {"has_mask": m is not None})
+    t.emit("store", operands, [], {"has_mask": m is not None, "cache": cache, "evict": evict})
 
 
 class GlobalTensor:

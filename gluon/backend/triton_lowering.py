@@ -27,6 +27,14 @@ How the IR maps onto TTGIR, where it is not one op for one op:
 * `mfma` layouts given with a 2-D `instr_shape` (M, N) get their K from the operand element width
   of the dots that use them (CDNA3: 16-bit -> 32x32x8 / 16x16x16, 8-bit -> 32x32x16 / 16x16x32,
   32-bit -> 32x32x2 / 16x16x4): Triton 3.6 needs `instrShape = [M, N, K]`.
+* `tmem_load` / `tmem_alloc(init)` move data between tensor memory and registers in TMEM's message
+  layout (32x32b for blockM 128, 16x32bx2 for blockM 64, f32); when the IR's tile has another
+  layout, the lowering loads/stores in the message layout and adds a `ttg.convert_layout`.
+* A WGMMA accumulator layout (nvidia_mma v3) is printed with the instruction K its wgmma operands
+  need, 256 / element bits (f16/bf16: 16, fp8: 32, tf32: 8), whatever K the IR layout carries
+  (`Layout.wgmma` always says 16, which does not compile for fp8). fp8 x fp8 -> f32 wgmma gets
+  `maxNumImpreciseAcc = 2**30` (Triton's sm90 default; its verifier rejects less than 32) unless
+  the op's attrs give `max_num_imprecise_acc`.
 """
 from __future__ import annotations
 
@@ -257,8 +265,10 @@ class _KernelLowering:
         self.depth = 0
         self.scopes: list[_Scope] = []
         self.mfma_k: dict[MFMALayout, int] = {}
+        self.wgmma_k: dict[MMALayout, int] = {}
         self.op: Op | None = None          # the op being lowered (for error locations)
         self.num_warps = kernel.num_warps
+        self.cur_warps = kernel.num_warps     # warps running the code being lowered (partitions: theirs)
         self.in_partition = False
 
     # -------------------------------------------------------------- driver
@@ -298,6 +308,14 @@ class _KernelLowering:
                     if r.get("default"):
                         first, last = r["warps"]
                         ws_warps.add(last - first + 1)
+            if op.kind == "wgmma" and len(op.operands) >= 3:
+                a, acc = op.operands[0].type, op.operands[2].type
+                lay = getattr(acc, "layout", None)
+                if isinstance(lay, MMALayout) and lay.version == 3 and getattr(a, "dtype", None) is not None:
+                    k = 256 // max(8, a.dtype.bits)
+                    if self.wgmma_k.setdefault(lay, k) != k:
+                        raise LoweringError(f"the wgmma accumulator layout {lay} is used with operands of different "
+                                            "widths; give each its own layout (instrShape K differs)", op.loc)
             if op.kind == "mfma" and len(op.operands) >= 3:
                 a, acc = op.operands[0].type, op.operands[2].type
                 lay = getattr(acc, "layout", None)
@@ -308,6 +326,7 @@ class _KernelLowering:
                                 f"warp count ({sorted(ws_warps)}); it is the module's ttg.num-warps", self.k.loc)
         if ws_warps:
             self.num_warps = ws_warps.pop()
+        self.cur_warps = self.num_warps
 
     @staticmethod
     def _mfma_k(lay: MFMALayout, bits: int) -> int:
@@ -451,9 +470,12 @@ class _KernelLowering:
         if isinstance(lay, SliceLayout):
             return f"#ttg.slice<{{dim = {lay.dim}, parent = {self.layout(lay.parent)}}}>"
         if isinstance(lay, MMALayout):
+            instr = tuple(lay.instr_shape)
+            if lay.version == 3 and lay in self.wgmma_k and len(instr) == 3:
+                instr = (instr[0], instr[1], self.wgmma_k[lay])
             return self.aliases.get("mma", (
                 f"#ttg.nvidia_mma<{{versionMajor = {lay.version}, versionMinor = 0, warpsPerCTA = {_arr(lay.warps_per_cta)}, "
-                f"instrShape = {_arr(lay.instr_shape)}}}>"))
+                f"instrShape = {_arr(instr)}}}>"))
         if isinstance(lay, DotOperandLayout):
             return f"#ttg.dot_op<{{opIdx = {lay.op_idx}, parent = {self.layout(lay.parent)}, kWidth = {lay.k_width}}}>"
         if isinstance(lay, MFMALayout):
@@ -520,13 +542,19 @@ class _KernelLowering:
 
     # -------------------------------------------------------------- arithmetic
 
+    def _axis(self, op: Op) -> str:
+        axis = op.attrs.get("axis", 0)
+        if axis in (0, 1, 2):
+            return "xyz"[axis]
+        if axis in ("x", "y", "z"):
+            return axis
+        raise self.err(f"axis must be 0, 1 or 2, got {axis!r}")
+
     def _op_program_id(self, op: Op) -> None:
-        axis = "xyz"[int(op.attrs.get("axis", 0))]
-        self._emit(f"{self.define(op.result, 'pid')} = tt.get_program_id {axis} : i32")
+        self._emit(f"{self.define(op.result, 'pid')} = tt.get_program_id {self._axis(op)} : i32")
 
     def _op_num_programs(self, op: Op) -> None:
-        axis = "xyz"[int(op.attrs.get("axis", 0))]
-        self._emit(f"{self.define(op.result, 'nprogs')} = tt.get_num_programs {axis} : i32")
+        self._emit(f"{self.define(op.result, 'nprogs')} = tt.get_num_programs {self._axis(op)} : i32")
 
     def _op_constant(self, op: Op) -> None:
         r = op.result
@@ -609,6 +637,10 @@ class _KernelLowering:
     def _op_cast(self, op: Op) -> None:
         (x,) = op.operands
         res = op.result
+        if isinstance(x.type, TileType) != isinstance(res.type, TileType) or \
+                isinstance(res.type, TileType) and (x.type.shape, x.type.layout) != (res.type.shape, res.type.layout):
+            raise self.err(f"cast changes only the element type; {x.type} -> {res.type} changes shape or layout "
+                           "(use convert_layout)")
         name = self._cast(self.ref(x), x.type, res.type, res.name)
         self.alias_value(res, name)
 
@@ -1019,6 +1051,11 @@ class _KernelLowering:
         else:
             use_c = self.const_like(bool(op.attrs.get("use_acc", True)), ScalarType(DType.i1))
         attrs = "inputPrecision = 0 : i32" + (", isAsync = true" if op.attrs.get("is_async", False) else "")
+        imprecise = op.attrs.get("max_num_imprecise_acc")
+        if imprecise is None and a.type.dtype in (DType.f8e4m3, DType.f8e5m2) and acc.type.dtype == DType.f32:
+            imprecise = 1 << 30   # Triton's sm90 default: accumulate fp8 products in full f32 precision
+        if imprecise:
+            attrs += f", maxNumImpreciseAcc = {int(imprecise)} : i32"
         self._emit(f"{self.define(op.result, 'acc')} = ttng.warp_group_dot {self.ref(a)}, {self.ref(b)}, {self.ref(acc)}, "
                    f"{use_c} {{{attrs}}} : {self.ty(a.type)} * {self.ty(b.type)} -> {self.ty(op.result.type)}")
 
@@ -1031,6 +1068,33 @@ class _KernelLowering:
         self._emit(f"{lhs} = ttng.warp_group_dot_wait {', '.join(self.ref(v) for v in vals)} "
                    f"{{pendings = {int(op.attrs.get('pendings', 0))} : i32}} : {', '.join(self.ty(v.type) for v in vals)}")
 
+    def _tmem_message_layout(self, t: TmemType) -> BlockedLayout | None:
+        """The register layout of TMEM's 32x32b (blockM 128) / 16x32bx2 (blockM 64) messages for the
+        warps running this code, as a blocked layout (what Triton's get_tmem_reg_layout computes as a
+        linear layout); None where we do not know it (then the IR's layout is used as is)."""
+        lay = t.layout
+        warps = self.cur_warps
+        if not isinstance(lay, TensorMemoryLayout) or len(t.shape) != 2 or warps % 4 or t.dtype.bits != 32:
+            return None
+        m, n = t.shape
+        col_groups = warps // 4
+        if m != lay.block[0] or n % col_groups:
+            return None
+        if m == 128:
+            return BlockedLayout((1, n // col_groups), (32, 1), (4, col_groups), (0, 1))
+        if m == 64 and n % (2 * col_groups) == 0:
+            return BlockedLayout((1, n // (2 * col_groups)), (16, 2), (4, col_groups), (0, 1))
+        return None
+
+    @staticmethod
+    def _same_distribution(a: Layout, b: Layout) -> bool:
+        if a == b:
+            return True
+        # with one warp column and one thread column, `order` does not change who holds what
+        return (isinstance(a, BlockedLayout) and isinstance(b, BlockedLayout)
+                and (a.size_per_thread, a.threads_per_warp, a.warps_per_cta) == (b.size_per_thread, b.threads_per_warp, b.warps_per_cta)
+                and a.threads_per_warp[1] == 1 and a.warps_per_cta[1] == 1)
+
     def _op_tmem_alloc(self, op: Op) -> None:
         res = op.result
         t = res.type
@@ -1038,20 +1102,38 @@ class _KernelLowering:
             raise self.err(f"tmem_alloc must produce tensor memory, got {t}")
         if op.operands:
             (init,) = op.operands
-            self._emit(f"{self.define(res, 'tmem')} = ttng.tmem_alloc {self.ref(init)} : ({self.ty(init.type)}) -> {self.ty(t)}")
+            val, vty = self.ref(init), init.type
+            msg = self._tmem_message_layout(t)
+            if msg is not None and isinstance(vty, TileType) and not self._same_distribution(vty.layout, msg):
+                cty = TileType(vty.dtype, vty.shape, msg)
+                conv = self.names.fresh(f"{init.name}_tmem" if init.name else "")
+                self._emit(f"{conv} = ttg.convert_layout {val} : {self.ty(vty)} -> {self.ty(cty)}")
+                val, vty = conv, cty
+            self._emit(f"{self.define(res, 'tmem')} = ttng.tmem_alloc {val} : ({self.ty(vty)}) -> {self.ty(t)}")
         else:
             self._emit(f"{self.define(res, 'tmem')} = ttng.tmem_alloc : () -> {self.ty(t)}")
 
     def _op_tmem_load(self, op: Op) -> None:
+        """tmem_load into the IR's layout; when that is not the TMEM message layout (Triton's verifier
+        rejects it), load in the message layout and convert."""
         (tm,) = op.operands
-        self._emit(f"{self.define(op.result)} = ttng.tmem_load {self.ref(tm)} : {self.ty(tm.type)} -> {self.ty(op.result.type)}")
+        res = op.result
+        rt = res.type
+        msg = self._tmem_message_layout(tm.type)
+        if msg is None or self._same_distribution(rt.layout, msg):
+            self._emit(f"{self.define(res)} = ttng.tmem_load {self.ref(tm)} : {self.ty(tm.type)} -> {self.ty(rt)}")
+            return
+        mty = TileType(rt.dtype, rt.shape, msg)
+        raw = self.names.fresh(f"{res.name}_tmem" if res.name else "")
+        self._emit(f"{raw} = ttng.tmem_load {self.ref(tm)} : {self.ty(tm.type)} -> {self.ty(mty)}")
+        self._emit(f"{self.define(res)} = ttg.convert_layout {raw} : {self.ty(mty)} -> {self.ty(rt)}")
 
     def _op_tcgen05_mma(self, op: Op) -> None:
         a, b, d, *rest = op.operands
         self._single(a, "A operand")
         self._single(b, "B operand")
         use_d = self.const_like(bool(op.attrs.get("use_acc", True)), ScalarType(DType.i1))
-        tok = self.define(op.results[0], "tok") if op.results else self.names.fresh()
+        tok = self.define(op.results[0], "tok") if op.results else self.names.fresh("tok")
         types = f"{self.ty(a.type)}, {self.ty(b.type)}, {self.ty(d.type)}"
         head = f"{tok} = ttng.tc_gen5_mma {self.ref(a)}, {self.ref(b)}, {self.ref(d)}[], {use_d}, {self.true()}"
         if rest:
@@ -1196,6 +1278,7 @@ class _KernelLowering:
             self.depth += 1
             scope.insert_at = len(self.lines)
             self.in_partition = True
+            self.cur_warps = nw
             for c in remat:
                 self._lower(c)
 
@@ -1207,6 +1290,7 @@ class _KernelLowering:
                 self._lower_region(reg, on_part_yield)
             finally:
                 self.in_partition = False
+                self.cur_warps = self.num_warps
             self._emit("ttg.warp_return")
             self.depth -= 1
             self._pop_scope()

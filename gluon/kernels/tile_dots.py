@@ -1,4 +1,5 @@
-"""Small DSL kernels the tests compile for each architecture (not collected by pytest)."""
+"""Single-tile dot kernels, one per matrix-unit family: HMMA via cp.async + ldmatrix (SM80), MFMA (CDNA3),
+tcgen05 + tensor memory (SM100). `gluon selftest` and the tests compile them for their targets."""
 import gluon.language as gl
 from gluon import CDNA3, SM80, SM100, Layout, kernel
 from gluon.dsl import (cp_async, cp_async_commit, cp_async_wait, fence_async_shared, mbarrier, mfma, mma, smem,

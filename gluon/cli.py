@@ -1,0 +1,226 @@
+"""The `gluon` command (also `python -m gluon`).
+
+    gluon info                      versions, targets, the GPU present
+    gluon compile FILE.py:KERNEL    trace + compile one kernel, print its IR / TTGIR / PTX / SASS / resources
+    gluon selftest                  compile the built-in kernels for every target and check their machine code
+
+Exit codes: 0 success, 1 a check failed, 2 bad usage or input (a message names what and where).
+"""
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import os
+import re
+import sys
+from typing import Any
+
+from . import __version__
+from .arch import ALL_ARCHS, arch_by_name, current_arch
+from .ir import GluonError
+from .types import DType, TensorRef
+
+
+def _info(args) -> int:
+    import triton
+    gpu = None
+    try:
+        a = current_arch()
+        if a is not None:
+            import torch
+            gpu = {"name": torch.cuda.get_device_name(), "arch": a.name}
+    except Exception as e:  # a broken driver should not hide the rest
+        gpu = {"error": str(e)}
+    info = {"gluon": __version__, "triton": triton.__version__, "python": sys.version.split()[0],
+            "targets": [{"arch": a.name, "target": a.target_string, "warp_size": a.warp_size} for a in ALL_ARCHS],
+            "gpu": gpu, "cache_dir": str(_cache_root())}
+    if args.json:
+        print(json.dumps(info, indent=1))
+    else:
+        print(f"gluon {info['gluon']}  triton {info['triton']}  python {info['python']}")
+        print("targets: " + ", ".join(f"{t['arch']} ({t['target']})" for t in info["targets"]))
+        print(f"gpu: {gpu or 'none'}")
+        print(f"cache: {info['cache_dir']}")
+    return 0
+
+
+def _cache_root():
+    from .cache import KernelCache
+    return KernelCache().root
+
+
+_ARG_RE = re.compile(r"^(?P<dtype>\w+)(\[(?P<shape>[^\]]*)\])?$")
+
+
+def parse_arg(name: str, spec: str):
+    """`f16[M,K]` -> TensorRef, `ptr:f32` -> PointerArg, `i32` -> scalar, `desc:f16[128,64]` -> DescArg."""
+    from .dsl import DescArg, PointerArg, ScalarArg
+    try:
+        if spec.startswith("ptr:"):
+            return PointerArg(DType.from_name(spec[4:]))
+        if spec.startswith("desc:"):
+            m = _ARG_RE.match(spec[5:])
+            shape = tuple(int(x) for x in m.group("shape").split(","))
+            return DescArg(DType.from_name(m.group("dtype")), shape)
+        m = _ARG_RE.match(spec)
+        if m is None:
+            raise ValueError(spec)
+        dt = DType.from_name(m.group("dtype"))
+        if m.group("shape") is None:
+            return ScalarArg(dt)
+        dims = tuple(int(d) if d.strip().isdigit() else d.strip() for d in m.group("shape").split(","))
+        return TensorRef(name, dt, shape=dims)
+    except (ValueError, AttributeError, TypeError) as e:
+        raise SystemExit(_usage(f"--arg {name}={spec}: {e}; write a tensor as f16[M,K], a pointer as ptr:f32, "
+                                "a scalar as i32, a TMA descriptor as desc:f16[128,64]"))
+
+
+def _usage(msg: str) -> str:
+    print(f"gluon: error: {msg}", file=sys.stderr)
+    return 2  # type: ignore[return-value]
+
+
+def _load_kernel(ref: str):
+    path, _, name = ref.rpartition(":")
+    if not path or not name:
+        raise SystemExit(_usage(f"{ref!r}: name the kernel as FILE.py:KERNEL or package.module:KERNEL"))
+    if path.endswith(".py"):
+        if not os.path.exists(path):
+            raise SystemExit(_usage(f"{path}: no such file"))
+        spec = importlib.util.spec_from_file_location(os.path.splitext(os.path.basename(path))[0], path)
+        mod = importlib.util.module_from_spec(spec)
+        sys.path.insert(0, os.path.dirname(os.path.abspath(path)))
+        spec.loader.exec_module(mod)
+    else:
+        mod = importlib.import_module(path)
+    k = getattr(mod, name, None)
+    if k is None or not hasattr(k, "trace"):
+        raise SystemExit(_usage(f"{path} has no gluon kernel named {name!r}"))
+    return k
+
+
+def _literal(v: str) -> Any:
+    for conv in (int, float):
+        try:
+            return conv(v)
+        except ValueError:
+            pass
+    return {"True": True, "False": False}.get(v, v)
+
+
+def _compile(args) -> int:
+    from .jit import compile_module, run_passes
+    k = _load_kernel(args.kernel)
+    kw: dict[str, Any] = {}
+    for item in args.arg or []:
+        name, _, spec = item.partition("=")
+        kw[name] = parse_arg(name, spec)
+    for item in args.const or []:
+        name, _, v = item.partition("=")
+        kw[name] = _literal(v)
+    block = tuple(int(x) for x in args.block.split(",")) if args.block else None
+    try:
+        module = k.trace(arch=args.arch, num_warps=args.num_warps, block=block, **kw)
+        if args.emit == "ir":
+            print(module.pretty())
+            return 0
+        if args.emit == "ir-passes":
+            print(run_passes(module).pretty())
+            return 0
+        ck = compile_module(module)
+    except GluonError as e:
+        print(f"gluon: error: {e}", file=sys.stderr)
+        return 2
+    out = {"ttgir": lambda: ck.ttgir, "llir": lambda: ck.asm["llir"], "ptx": lambda: ck.asm.get("ptx", ""),
+           "amdgcn": lambda: ck.asm.get("amdgcn", ""), "sass": ck.sass}
+    if args.emit in out:
+        print(out[args.emit]())
+    else:
+        res = {"kernel": ck.kernel.name, "target": ck.kernel.arch.target_string, "registers": ck.registers,
+               "spills": ck.spills, "shared_bytes": ck.shared_bytes, "num_warps": ck.binary.num_warps,
+               "cache": str(ck.binary.path)}
+        print(json.dumps(res, indent=1) if args.json else "  ".join(f"{k}={v}" for k, v in res.items()))
+    return 0
+
+
+SELFTEST = [
+    # (kernel module:function, args builder, arch, instructions that must be in the machine code)
+    ("gluon.kernels.gemm_tile_sm90:gemm_tile_sm90", "sm90", ("HGMMA", "UTMALDG", "UTMASTG")),
+    ("gluon.kernels.tile_dots:mma_tile_sm80", "sm80", ("HMMA", "LDGSTS", "LDSM")),
+    ("gluon.kernels.tile_dots:mfma_tile_cdna3", "cdna3", ("v_mfma",)),
+]
+
+
+def _selftest(args) -> int:
+    from .backend.triton_compile import sass_instructions
+    from .jit import compile_module
+    rows, ok = [], True
+    for ref, arch, must in SELFTEST:
+        k = _load_kernel(ref)
+        if arch == "sm90":
+            refs = (TensorRef("A", DType.f16, shape=("M", "K")), TensorRef("B", DType.f16, shape=("K", "N")),
+                    TensorRef("C", DType.f16, shape=("M", "N")), DType.i32)
+        else:
+            refs = (TensorRef("A", DType.f16, shape=(64, 32)), TensorRef("B", DType.f16, shape=(32, 64)),
+                    TensorRef("C", DType.f32, shape=(64, 64)))
+        row = {"kernel": ref.split(":")[1], "arch": arch}
+        try:
+            ck = compile_module(k.trace(*refs))
+            if ck.binary.target[0] == "cuda":
+                found = sass_instructions(ck.sass())
+                missing = [m for m in must if not found[m]]
+            else:
+                missing = [m for m in must if m not in ck.asm["amdgcn"]]
+            row.update(registers=ck.registers, spills=ck.spills, missing=missing, ok=not missing and not ck.spills)
+        except Exception as e:  # report every kernel, then fail
+            row.update(ok=False, error=f"{type(e).__name__}: {e}")
+        ok &= row["ok"]
+        rows.append(row)
+        if not args.json:
+            status = "ok" if row["ok"] else "FAIL"
+            detail = row.get("error") or f"registers={row['registers']} spills={row['spills']}" + (
+                f" missing={row['missing']}" if row["missing"] else f" has {', '.join(must)}")
+            print(f"{status:4} {row['kernel']:<18} {arch:<6} {detail}")
+    if args.json:
+        print(json.dumps(rows, indent=1))
+    return 0 if ok else 1
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="gluon", description="GPU kernels with explicit layouts, compiled through Triton 3.6.")
+    p.add_argument("--version", action="version", version=f"gluon {__version__}")
+    sub = p.add_subparsers(dest="cmd", required=True)
+    s = sub.add_parser("info", help="versions, targets and the GPU present")
+    s.add_argument("--json", action="store_true")
+    s.set_defaults(fn=_info)
+    s = sub.add_parser("compile", help="trace and compile one kernel; print what it became",
+                       description="Example: gluon compile examples/copy_kernel.py:copy_kernel --arch sm90 "
+                                   "--block 2048 --arg dst_ptr=ptr:f32 --arg src_ptr=ptr:f32 --arg n_elements=i32 "
+                                   "--const XBLOCK=2048 --emit sass")
+    s.add_argument("kernel", help="FILE.py:KERNEL or package.module:KERNEL")
+    s.add_argument("--arch", default="sm90", type=lambda a: arch_by_name(a).name,
+                   help="sm80 | sm90 | sm100 | cdna3 (default sm90)")
+    s.add_argument("--num-warps", type=int, default=None)
+    s.add_argument("--block", help="launch block for SIMT kernels, e.g. 2048")
+    s.add_argument("--arg", action="append", metavar="NAME=TYPE",
+                   help="a parameter: f16[M,K] (tensor), ptr:f32, i32, desc:f16[128,64]")
+    s.add_argument("--const", action="append", metavar="NAME=VALUE", help="a constexpr parameter")
+    s.add_argument("--emit", default="summary", choices=["ir", "ir-passes", "ttgir", "llir", "ptx", "amdgcn", "sass",
+                                                         "summary"])
+    s.add_argument("--json", action="store_true")
+    s.set_defaults(fn=_compile)
+    s = sub.add_parser("selftest", help="compile the built-in kernels for each target and check their machine code")
+    s.add_argument("--json", action="store_true")
+    s.set_defaults(fn=_selftest)
+    args = p.parse_args(argv)
+    try:
+        return args.fn(args)
+    except SystemExit as e:
+        return e.code if isinstance(e.code, int) else 2
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

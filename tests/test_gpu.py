@@ -1,0 +1,64 @@
+"""On the GPU: the copy kernels and the TMA+WGMMA tile GEMM against references (run with -m gpu)."""
+import os
+import sys
+
+import pytest
+
+pytestmark = pytest.mark.gpu
+torch = pytest.importorskip("torch")
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples"))
+
+from copy_kernel import copy  # noqa: E402
+
+from gluon.kernels.gemm_tile_sm90 import gemm_tile_sm90, grid  # noqa: E402
+from gluon.runtime import LaunchError  # noqa: E402
+
+
+@pytest.mark.parametrize("form", ["simt", "explicit", "persistent"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+@pytest.mark.parametrize("n", [1, 1000, (1 << 20) + 3, 1 << 22])
+def test_copy_exact(form, dtype, n):
+    src = torch.randn(n, device="cuda").to(dtype)
+    dst = torch.full_like(src, float("nan"))
+    copy(dst, src, form=form)
+    torch.cuda.synchronize()
+    assert torch.equal(dst, src)
+
+
+def test_copy_4gib_fp32_exact():
+    n = 1 << 30                                   # 4 GiB of fp32
+    src = torch.randn(n, device="cuda")
+    dst = torch.full_like(src, float("nan"))
+    copy(dst, src, xblock=4096, num_warps=8)
+    torch.cuda.synchronize()
+    assert torch.equal(dst, src)
+    del src, dst
+    torch.cuda.empty_cache()
+
+
+SHAPES = [(256, 256, 512), (512, 384, 1024), (1024, 1024, 1024), (1000, 1000, 1000), (333, 200, 136), (128, 8192, 8192)]
+
+
+@pytest.mark.parametrize("in_dtype,out_dtype", [(torch.float16, torch.float16), (torch.bfloat16, torch.bfloat16),
+                                                (torch.float16, torch.float32)])
+@pytest.mark.parametrize("M,N,K", SHAPES)
+def test_gemm_tile_matches_fp32_reference(M, N, K, in_dtype, out_dtype):
+    for _ in range(2):                           # fresh inputs each time: a moving error is a race
+        a = torch.randn(M, K, device="cuda", dtype=in_dtype)
+        b = torch.randn(K, N, device="cuda", dtype=in_dtype)
+        c = torch.full((M, N), float("nan"), device="cuda", dtype=out_dtype)
+        gemm_tile_sm90[grid(M, N)](a, b, c, K)
+        torch.cuda.synchronize()
+        ref = a.double() @ b.double()
+        assert not torch.isnan(c).any(), "some output elements were not written"
+        rel = ((c.double() - ref).norm() / ref.norm()).item()
+        assert rel < 1e-2, rel
+
+
+def test_launch_with_cpu_tensor_is_a_clear_error():
+    a = torch.randn(256, 64, dtype=torch.float16)                    # on the CPU
+    b = torch.randn(64, 256, device="cuda", dtype=torch.float16)
+    c = torch.empty(256, 256, device="cuda", dtype=torch.float16)
+    with pytest.raises(LaunchError, match=r"'A'.*CPU tensor.*\.cuda\(\)"):
+        gemm_tile_sm90[grid(256, 256)](a, b, c, 64)
