@@ -40,7 +40,6 @@ from __future__ import annotations
 
 import math
 import re
-import struct
 from typing import Any, Callable
 
 from ..ir import (OPS, BarrierType, DescType, GluonError, Kernel, Module, Op, PointerType, Region,
@@ -144,9 +143,9 @@ _FLOAT_SPECIAL = {  # dtype -> (+inf, -inf, nan) bit patterns, as MLIR hexadecim
 
 
 def float_literal(value: float, dtype: DType = DType.f32) -> str:
-    """An MLIR float literal for `value`: `1.000000e+00` when that round-trips exactly, else the
-    shortest exact decimal (`1.0000000000000001e-01`-style never needed: Python's repr is exact),
-    and hexadecimal bit patterns for inf/nan."""
+    """An MLIR float literal for `value`: `1.000000e+00` (MLIR's own style) when that is exactly
+    the value, else Python's shortest round-tripping decimal (`0.1234567891`); inf and nan as the
+    target type's hexadecimal bit pattern (`0xFF800000`)."""
     v = float(value)
     if math.isnan(v) or math.isinf(v):
         pinf, ninf, nan = _FLOAT_SPECIAL.get(dtype, _FLOAT_SPECIAL[DType.f32])
