@@ -904,7 +904,8 @@ def wgmma(a, b, acc="acc", *, wait: bool = True, pendings: int = 0) -> Tensor:
     if not isinstance(b, Shared):
         raise ir.GluonError("wgmma's B operand must be in shared memory (smem)", _user_loc())
     m, n = _dot_shapes(a, b)
-    acc_t, name = _accumulator(acc, m, n, Layout.wgmma((t.warps, 1), instr_n=builtins.min(n, 256)))
+    acc_t, name = _accumulator(acc, m, n, Layout.wgmma((t.warps, 1), instr_n=builtins.min(n, 256),
+                                                      operand_dtype=b.dtype))
     if isinstance(a, Tensor) and a.layout is None:
         a = convert_layout(a, DotOperandLayout(0, acc_t.layout, _k_width(a.dtype)))
     r = Tensor(t.emit("wgmma", [a, b, acc_t], [acc_t.type], {"is_async": True}, names=[name or "acc"]).result)
@@ -976,8 +977,14 @@ def tcgen05_mma(a: Shared, b: Shared, d: Tensor, barrier: Barrier, use_acc: bool
 
 
 def tmem_load(d: Tensor, layout: Layout | None = None) -> Tensor:
+    """Tensor memory -> registers. The default layout is TMEM's own message layout for a 128-row
+    block (one row per thread, warps stacked over rows), so no shuffle through shared memory."""
     t = _tr()
     t.require("tmem", "tmem_load")
+    m, n = d.shape
+    if layout is None and m == 128 and t.warps in (4, 8):
+        cols = t.warps // 4
+        layout = Layout.blocked([1, n // cols], [32, 1], [4, cols], order=(0, 1))
     return Tensor(t.emit("tmem_load", [d], [ir.TileType(d.dtype, d.shape, layout)]).result)
 
 

@@ -155,9 +155,11 @@ class Layout:
         return SliceLayout(dim, parent)
 
     @staticmethod
-    def wgmma(warps_per_cta=(4, 1), instr_n: int = 128) -> "MMALayout":
-        """Hopper WGMMA accumulator layout (nvidia_mma v3), instruction 16 x instr_n x 16."""
-        return MMALayout(3, tuple(warps_per_cta), (16, instr_n, 16))
+    def wgmma(warps_per_cta=(4, 1), instr_n: int = 128, operand_dtype: "DType | None" = None) -> "MMALayout":
+        """Hopper WGMMA accumulator layout (nvidia_mma v3), instruction 16 x instr_n x K, where K is
+        32 bytes of the operand type (16 for f16/bf16, 32 for fp8, 8 for tf32)."""
+        k = 256 // operand_dtype.bits if operand_dtype is not None else 16
+        return MMALayout(3, tuple(warps_per_cta), (16, instr_n, k))
 
     @staticmethod
     def mma(warps_per_cta=(4, 1)) -> "MMALayout":
