@@ -1371,6 +1371,18 @@ _LAUNCH_HOOK: Callable | None = None   # installed by gluon.jit
 _COMPILE_HOOK: Callable | None = None
 
 
+def _def_line(fn: Callable) -> int:
+    """The line of `def name(` (co_firstlineno points at the first decorator)."""
+    try:
+        lines, start = inspect.getsourcelines(fn)
+    except (OSError, TypeError):
+        return fn.__code__.co_firstlineno
+    for i, line in enumerate(lines):
+        if line.lstrip().startswith(("def ", "async def ")):
+            return start + i
+    return start
+
+
 class KernelTemplate:
     """A decorated kernel function: `.trace(...)` gives its IR; `kernel[grid](...)` launches it."""
 
@@ -1385,7 +1397,7 @@ class KernelTemplate:
         self.constexprs = {n for n, p in self.signature.parameters.items()
                            if _is_constexpr_annotation(p.annotation)}
         self._traceable: Callable | None = None
-        self.loc = ir.Loc(inspect.getsourcefile(fn) or "?", fn.__code__.co_firstlineno, fn.__name__)
+        self.loc = ir.Loc(inspect.getsourcefile(fn) or "?", _def_line(fn), fn.__name__)
         self.__doc__ = fn.__doc__
         self.__wrapped__ = fn
 

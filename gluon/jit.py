@@ -16,6 +16,7 @@ in-memory table, so a repeated launch costs a key computation and a dict lookup.
 """
 from __future__ import annotations
 
+import sys
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
@@ -277,7 +278,14 @@ class BoundLaunch:
             constexprs.update({n: bound[n] for n in names if n in t.constexprs and n in bound})
         arch = arch_by_name(arch) if isinstance(arch, str) else arch
         ck = self.jf.specialize(args, constexprs, self.block, num_warps or t.num_warps, arch, kwargs)
-        return ck(self.grid, *args, stream=stream, meta=constexprs, **kwargs)
+        try:
+            return ck(self.grid, *args, stream=stream, meta=constexprs, **kwargs)
+        except Exception as e:
+            from .runtime import LaunchError
+            if isinstance(e, LaunchError):
+                f = sys._getframe(1)
+                raise LaunchError(f"{e}\n    (launched at {f.f_code.co_filename}:{f.f_lineno})") from None
+            raise
 
 
 def compile(template: dsl.KernelTemplate, *args, arch: Arch | str | None = None, num_warps: int | None = None,

@@ -62,3 +62,24 @@ def test_launch_with_cpu_tensor_is_a_clear_error():
     c = torch.empty(256, 256, device="cuda", dtype=torch.float16)
     with pytest.raises(LaunchError, match=r"'A'.*CPU tensor.*\.cuda\(\)"):
         gemm_tile_sm90[grid(256, 256)](a, b, c, 64)
+
+
+def test_grid_as_function_of_constexprs():
+    from copy_kernel import copy_kernel
+    n = 100_003
+    src = torch.randn(n, device="cuda")
+    dst = torch.full_like(src, float("nan"))
+    copy_kernel[lambda meta: ((n + meta["XBLOCK"] - 1) // meta["XBLOCK"],), (1024,)](dst, src, n, XBLOCK=1024)
+    torch.cuda.synchronize()
+    assert torch.equal(dst, src)
+
+
+def test_copy_accepts_cuda_array_interface_objects():
+    cupy = pytest.importorskip("cupy")
+    from copy_kernel import copy_kernel
+    n = 4096 + 5
+    src = cupy.random.standard_normal(n, dtype=cupy.float32)
+    dst = cupy.full(n, cupy.nan, dtype=cupy.float32)
+    copy_kernel[((n + 1023) // 1024,), (1024,)](dst, src, n, XBLOCK=1024)
+    cupy.cuda.runtime.deviceSynchronize()
+    assert bool((dst == src).all())

@@ -774,3 +774,18 @@ def test_specialization_key_is_cheap():
     x, y = torch.randn(1024).half(), torch.empty(1024).half()
     us = _per_call_us(lambda: specialization_key(COPY_ARGS, (x, y, 1024)))
     assert us < 50, f"{us:.1f} us per key"
+
+
+def test_jit_launch_with_cpu_tensor_names_argument_and_call_site():
+    """Through the JIT: the kernel compiles for its arch (no GPU needed), then the launcher refuses
+    the CPU tensor before touching a GPU, naming the argument, the kernel and the launch line."""
+    torch = pytest.importorskip("torch")
+    from gluon.kernels.gemm_tile_sm90 import gemm_tile_sm90, grid
+    from gluon.runtime import LaunchError
+    a = torch.randn(256, 64, dtype=torch.float16)
+    with pytest.raises(LaunchError) as e:
+        gemm_tile_sm90[grid(256, 256)](a, a.T.contiguous(), torch.empty(256, 256, dtype=torch.float16), 64)  # here
+    msg = str(e.value)
+    assert "argument 'A'" in msg and "gemm_tile_sm90" in msg and "CPU tensor" in msg and "A.cuda()" in msg
+    line = next(i for i, l in enumerate(open(__file__), 1) if l.rstrip().endswith("64)  # here"))
+    assert f"launched at {__file__}:{line}" in msg
