@@ -1,0 +1,99 @@
+"""GEMM: gluon kernels against cuBLAS (torch.matmul) and plain autotuned Triton, in the same run.
+
+    python bench/gemm.py [--kernels tile] [--dtypes fp16,bf16] [--shapes 8192x8192x8192,...] [--json out.json]
+
+Each (kernel, shape, dtype) is first checked against an fp64 reference on fresh random inputs with the
+output poisoned (NaN), then timed interleaved with cuBLAS (median ratio over --repeats rounds); plain
+Triton is timed once per case after its autotuning. TFLOP/s counts 2*M*N*K.
+"""
+from __future__ import annotations
+
+import math
+import os
+import sys
+
+# the repo root instead of bench/ on the path: bench/copy.py must not shadow the stdlib `copy`
+sys.path[0] = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from bench.common import bench_ms, environment, interleaved, parser, table, write_json  # noqa: E402
+
+SHAPES = ["8192x8192x8192", "4096x4096x4096", "2048x2048x2048", "16384x8192x1024", "8192x28672x4096",
+          "128x8192x8192", "1000x1000x1000", "3000x2000x1500", "333x200x136"]
+
+
+def _kernels():
+    """name -> launch(a, b, c): the gluon GEMMs this bench knows."""
+    from gluon.kernels.gemm_tile_sm90 import gemm_tile_sm90, grid
+    ks = {"tile": lambda a, b, c: gemm_tile_sm90[grid(a.shape[0], b.shape[1])](a, b, c, a.shape[1])}
+    try:
+        from gluon.kernels.gemm_sm90 import launch as ws_launch
+        ks["ws"] = ws_launch
+    except ImportError:
+        pass
+    return ks
+
+
+def main() -> int:
+    p = parser(__doc__)
+    p.add_argument("--kernels", default="all", help="comma list of gluon kernels (default: all known)")
+    p.add_argument("--dtypes", default="fp16,bf16")
+    p.add_argument("--shapes", default=",".join(SHAPES), help="MxNxK list")
+    p.add_argument("--no-triton", action="store_true", help="skip the plain Triton baseline")
+    args = p.parse_args()
+    import torch
+    from bench.triton_matmul import matmul as triton_matmul
+    kernels = _kernels()
+    names = list(kernels) if args.kernels == "all" else args.kernels.split(",")
+    dts = {"fp16": torch.float16, "bf16": torch.bfloat16}
+    rows = []
+    for shape in args.shapes.split(","):
+        M, N, K = map(int, shape.split("x"))
+        flops = 2 * M * N * K
+        for dn in args.dtypes.split(","):
+            dt = dts[dn]
+            a = torch.randn(M, K, device="cuda", dtype=dt)
+            b = torch.randn(K, N, device="cuda", dtype=dt)
+            ref = (a.double() @ b.double())
+            base_c = torch.empty(M, N, device="cuda", dtype=dt)
+            tri_ms = None
+            if not args.no_triton:
+                tc = torch.full((M, N), float("nan"), device="cuda", dtype=dt)
+                triton_matmul(a, b, tc)
+                tri_err = ((tc.double() - ref).norm() / ref.norm()).item()
+                tri_ms = bench_ms(lambda: triton_matmul(a, b, tc))
+            for name in names:
+                launch = kernels[name]
+                c = torch.full((M, N), float("nan"), device="cuda", dtype=dt)
+                launch(a, b, c)
+                torch.cuda.synchronize()
+                unwritten = int(torch.isnan(c).sum().item())
+                err = ((c.double() - ref).norm() / ref.norm()).item()
+                r = interleaved(lambda: launch(a, b, c), lambda: torch.matmul(a, b, out=base_c), args.repeats)
+                r.update({"kernel": name, "shape": [M, N, K], "shape_s": shape, "dtype": dn, "config": name,
+                          "rel_err": err, "max_err": err, "unwritten": unwritten,
+                          "tflops": flops / r["time_ms"] / 1e9, "cublas_tflops": flops / r["baseline_ms"] / 1e9,
+                          "triton_ms": tri_ms, "triton_ratio": (tri_ms / r["time_ms"]) if tri_ms else None,
+                          "triton_vs_cublas": (r["baseline_ms"] / tri_ms) if tri_ms else None,
+                          "ok": unwritten == 0 and err <= 1e-2 and not math.isnan(err)})
+                rows.append(r)
+                print(f"{name} {shape} {dn}: {r['tflops']:.0f} TFLOP/s, cuBLAS {r['cublas_tflops']:.0f} -> "
+                      f"{r['ratio']:.3f}x [{r['ratio_min']:.3f}..{r['ratio_max']:.3f}]"
+                      + (f", plain Triton {r['triton_vs_cublas']:.3f}x cuBLAS" if tri_ms else "")
+                      + f", rel err {err:.1e}{'' if r['ok'] else '  WRONG'}", flush=True)
+            del a, b, ref
+            torch.cuda.empty_cache()
+    meta = environment()
+    write_json(args.json, rows, meta)
+    print(f"\nGEMM on {meta['device']} (commit {meta['commit']}); ratio = cuBLAS time / ours (>1 is faster)")
+    print(table(rows, [("kernel", "kernel", ""), ("MxNxK", "shape_s", ""), ("dtype", "dtype", ""),
+                       ("TFLOP/s", "tflops", ".0f"), ("cuBLAS", "cublas_tflops", ".0f"), ("vs cuBLAS", "ratio", ".3f"),
+                       ("vs Triton", "triton_ratio", ".3f"), ("Triton/cuBLAS", "triton_vs_cublas", ".3f"),
+                       ("rel err", "rel_err", ".1e")]))
+    for name in names:
+        rs = [r["ratio"] for r in rows if r["kernel"] == name]
+        if rs:
+            print(f"{name}: geometric mean vs cuBLAS {math.exp(sum(map(math.log, rs)) / len(rs)):.3f}x over {len(rs)} cases")
+    return 0 if all(r["ok"] for r in rows) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
