@@ -12,7 +12,6 @@ import json
 import os
 import statistics
 import subprocess
-import sys
 from typing import Callable
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

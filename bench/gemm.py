@@ -54,7 +54,7 @@ def main() -> int:
             b = torch.randn(K, N, device="cuda", dtype=dt)
             ref = (a.double() @ b.double())
             base_c = torch.empty(M, N, device="cuda", dtype=dt)
-            tri_ms = None
+            tri_ms = tri_err = None
             if not args.no_triton:
                 tc = torch.full((M, N), float("nan"), device="cuda", dtype=dt)
                 triton_matmul(a, b, tc)
@@ -71,7 +71,7 @@ def main() -> int:
                 r.update({"kernel": name, "shape": [M, N, K], "shape_s": shape, "dtype": dn, "config": name,
                           "rel_err": err, "max_err": err, "unwritten": unwritten,
                           "tflops": flops / r["time_ms"] / 1e9, "cublas_tflops": flops / r["baseline_ms"] / 1e9,
-                          "triton_ms": tri_ms, "triton_ratio": (tri_ms / r["time_ms"]) if tri_ms else None,
+                          "triton_ms": tri_ms, "triton_rel_err": tri_err, "triton_ratio": (tri_ms / r["time_ms"]) if tri_ms else None,
                           "triton_vs_cublas": (r["baseline_ms"] / tri_ms) if tri_ms else None,
                           "ok": unwritten == 0 and err <= 1e-2 and not math.isnan(err)})
                 rows.append(r)
@@ -79,7 +79,7 @@ def main() -> int:
                       f"{r['ratio']:.3f}x [{r['ratio_min']:.3f}..{r['ratio_max']:.3f}]"
                       + (f", plain Triton {r['triton_vs_cublas']:.3f}x cuBLAS" if tri_ms else "")
                       + f", rel err {err:.1e}{'' if r['ok'] else '  WRONG'}", flush=True)
-            del a, b, ref
+            a = b = ref = None
             torch.cuda.empty_cache()
     meta = environment()
     write_json(args.json, rows, meta)

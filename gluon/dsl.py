@@ -16,12 +16,11 @@ import inspect
 import os
 import sys
 from dataclasses import dataclass
-from typing import Any, Callable, Sequence
+from typing import Callable, Sequence
 
 from . import frontend, ir
 from .arch import SM90, Arch, arch_by_name
-from .types import (BlockedLayout, DotOperandLayout, DType, Layout, MFMALayout, MMALayout,
-                    NVMMASharedLayout, SliceLayout, SwizzleMode, TensorMemoryLayout, TensorRef,
+from .types import (DotOperandLayout, DType, Layout, NVMMASharedLayout, SliceLayout, SwizzleMode, TensorMemoryLayout, TensorRef,
                     WarpRole)
 
 # ---------------------------------------------------------------------------------- errors / locs

@@ -15,12 +15,10 @@ from __future__ import annotations
 
 import itertools
 import linecache
-import math
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator
 
-from .types import (DType, Layout, NVMMASharedLayout, SHARED_LAYOUTS, SliceLayout, SwizzleMode,
-                    layout_rank)
+from .types import (DType, Layout, SHARED_LAYOUTS, SharedMemoryDescriptor, SwizzleMode, layout_rank)
 
 # ------------------------------------------------------------------------------ diagnostics
 
@@ -97,29 +95,9 @@ class TileType:
         return f"tile<{'x'.join(map(str, self.shape))}x{self.dtype.name}{lay}>"
 
 
-@dataclass(frozen=True)
-class SmemType:
-    """Shared memory: `stages` copies of a `shape` tile (stages == 1: one tile, no stage index)."""
-
-    dtype: DType
-    shape: tuple[int, ...]
-    layout: Layout
-    stages: int = 1
-
-    @property
-    def stage_bytes(self) -> int:
-        return math.prod(self.shape) * self.dtype.bits // 8
-
-    @property
-    def bytes(self) -> int:
-        return self.stage_bytes * self.stages
-
-    def stage(self) -> "SmemType":
-        return SmemType(self.dtype, self.shape, self.layout, 1)
-
-    def __str__(self) -> str:
-        st = f"{self.stages}x" if self.stages > 1 else ""
-        return f"smem<{st}{'x'.join(map(str, self.shape))}x{self.dtype.name}, {self.layout}>"
+# Shared memory: `stages` copies of a `shape` tile (stages == 1: one tile, no stage index). The IR type
+# is the user-facing typed region description itself.
+SmemType = SharedMemoryDescriptor
 
 
 @dataclass(frozen=True)

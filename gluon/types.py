@@ -333,13 +333,18 @@ def layout_warps(layout: Layout) -> int | None:
 
 @dataclass(frozen=True)
 class SharedMemoryDescriptor:
-    """A typed shared-memory region: `stages` copies of a `shape` tile of `dtype` in `layout`."""
+    """A typed shared-memory region: `stages` copies of a `shape` tile of `dtype` in `layout`.
+    Also the IR's type of shared-memory values (`ir.SmemType`); `name` is a label, not part of the type."""
 
     dtype: DType
     shape: tuple[int, ...]
     layout: Layout
     stages: int = 1
-    name: str = ""
+    name: str = field(default="", compare=False)
+
+    def stage(self) -> "SharedMemoryDescriptor":
+        """The type of one stage of this region."""
+        return SharedMemoryDescriptor(self.dtype, self.shape, self.layout, 1, self.name)
 
     @property
     def stage_bytes(self) -> int:

@@ -7,7 +7,7 @@ import pytest
 
 import gluon
 import gluon.language as gl
-from gluon import SM80, SM90, CDNA3, DType, Layout, SwizzleMode, TensorRef
+from gluon import SM80, SM90, DType, Layout, SwizzleMode, TensorRef
 from gluon.dsl import PointerArg, ScalarArg, mbarrier, mfma, smem, tma_load, wgmma
 from gluon.ir import GluonError
 

@@ -4,7 +4,7 @@ import pytest
 import gluon
 import gluon.language as gl
 from gluon import SM90, DType, Layout, SwizzleMode, TensorRef, WarpRole
-from gluon.dsl import PointerArg, ScalarArg, mbarrier, smem, tma_load, warp_role, wgmma
+from gluon.dsl import PointerArg, mbarrier, smem, tma_load, warp_role, wgmma
 from gluon.ir import GluonError
 from gluon.jit import run_passes
 from gluon.passes.layout_assign import default_layout
@@ -40,9 +40,9 @@ def test_layout_assignment_slices_and_rematerializes():
 
 @gluon.kernel(arch=SM90, num_warps=4)
 def too_much_smem(A, STAGES: gl.constexpr):
-    a = smem(DType.f16, Layout.swizzled(128, 64), name="a_ring", stages=STAGES)
-    b = smem(DType.f16, Layout.swizzled(64, 256), name="b_ring", stages=STAGES)
-    bar = mbarrier(name="ready", stages=STAGES)
+    smem(DType.f16, Layout.swizzled(128, 64), name="a_ring", stages=STAGES)
+    smem(DType.f16, Layout.swizzled(64, 256), name="b_ring", stages=STAGES)
+    mbarrier(name="ready", stages=STAGES)
 
 
 def test_shared_memory_capacity_lists_regions():
@@ -70,7 +70,7 @@ def _ws_kernel(producer, consumer, num_warps=8, registers=None):
         b = smem(DType.f16, Layout.swizzled(64, 128), name="b")
         bar = mbarrier(name="bar")
         with warp_role(WarpRole.CONSUMER, warp_range=consumer):
-            acc = wgmma(a, b, "acc")
+            wgmma(a, b, "acc")
         with warp_role(WarpRole.PRODUCER, warp_range=producer, registers=registers):
             tma_load(a, A, (0, 0), bar)
     return ws.trace(TensorRef("A", DType.f16, shape=("M", "K")), DType.i32)

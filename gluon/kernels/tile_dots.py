@@ -2,7 +2,7 @@
 tcgen05 + tensor memory (SM100). `gluon selftest` and the tests compile them for their targets."""
 import gluon.language as gl
 from gluon import CDNA3, SM80, SM100, Layout, kernel
-from gluon.dsl import (cp_async, cp_async_commit, cp_async_wait, fence_async_shared, mbarrier, mfma, mma, smem,
+from gluon.dsl import (cp_async, cp_async_commit, cp_async_wait, mbarrier, mfma, mma, smem,
                        tcgen05_mma, tma_load, tmem_alloc, tmem_load)
 
 
