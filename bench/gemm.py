@@ -20,15 +20,26 @@ SHAPES = ["8192x8192x8192", "4096x4096x4096", "2048x2048x2048", "16384x8192x1024
           "128x8192x8192", "1000x1000x1000", "3000x2000x1500", "333x200x136"]
 
 
-def _kernels():
+def _parse_configs(text: str) -> list[dict]:
+    """'BLOCK_N=256,STAGES=3;EPILOGUE=direct' -> [{'BLOCK_N': 256, 'STAGES': 3}, {'EPILOGUE': 'direct'}]"""
+    out = []
+    for part in filter(None, text.split(";")):
+        cfg = {}
+        for kv in filter(None, part.split(",")):
+            k, _, v = kv.partition("=")
+            cfg[k.strip()] = int(v) if v.strip().lstrip("-").isdigit() else v.strip()
+        out.append(cfg)
+    return out
+
+
+def _kernels(ws_configs: list[dict]):
     """name -> launch(a, b, c): the gluon GEMMs this bench knows."""
+    from gluon.kernels.gemm_sm90 import launch as ws_launch
     from gluon.kernels.gemm_tile_sm90 import gemm_tile_sm90, grid
     ks = {"tile": lambda a, b, c: gemm_tile_sm90[grid(a.shape[0], b.shape[1])](a, b, c, a.shape[1])}
-    try:
-        from gluon.kernels.gemm_sm90 import launch as ws_launch
-        ks["ws"] = ws_launch
-    except ImportError:
-        pass
+    for cfg in ws_configs:
+        name = "ws[" + ",".join(f"{k}={v}" for k, v in cfg.items()) + "]"
+        ks[name if cfg else "ws"] = (lambda cfg: lambda a, b, c: ws_launch(a, b, c, cfg))(cfg)
     return ks
 
 
@@ -38,10 +49,12 @@ def main() -> int:
     p.add_argument("--dtypes", default="fp16,bf16")
     p.add_argument("--shapes", default=",".join(SHAPES), help="MxNxK list")
     p.add_argument("--no-triton", action="store_true", help="skip the plain Triton baseline")
+    p.add_argument("--ws-configs", default="", help="configs of the persistent warp-specialized kernel, "
+                   "';'-separated, each 'KEY=VALUE,...' (an empty one is the default config)")
     args = p.parse_args()
     import torch
     from bench.triton_matmul import matmul as triton_matmul
-    kernels = _kernels()
+    kernels = _kernels(_parse_configs(args.ws_configs) if args.ws_configs else [{}])
     names = list(kernels) if args.kernels == "all" else args.kernels.split(",")
     dts = {"fp16": torch.float16, "bf16": torch.bfloat16}
     rows = []

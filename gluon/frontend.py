@@ -69,17 +69,49 @@ def _assigned_names(stmts: list[ast.stmt]) -> list[str]:
     return list(seen)
 
 
+def _loads(node: ast.AST | None) -> set[str]:
+    return {n.id for n in ast.walk(node) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)} if node else set()
+
+
+def _stores(node: ast.AST | None) -> set[str]:
+    return {n.id for n in ast.walk(node) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)} if node else set()
+
+
 def _live_in(stmts: list[ast.stmt], names: list[str]) -> list[str]:
     """Names of `names` that `stmts` may read before writing (so a loop must carry them in)."""
-    written: set[str] = set()
-    live: dict[str, None] = {}
-    for s in stmts:
-        loads = {n.id for n in ast.walk(s) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
-        for n in names:
-            if n in loads and n not in written:
-                live.setdefault(n)
-        if not isinstance(s, (ast.If, ast.For, ast.While, ast.With, ast.Try)):  # conditional writes don't count
-            written |= {n.id for n in ast.walk(s) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
+    live: set[str] = set()
+
+    def run(block: list[ast.stmt], written: set[str]) -> set[str]:
+        """Walk a block in order; return the names it definitely writes."""
+        written = set(written)
+        for st in block:
+            if isinstance(st, ast.If):
+                live.update(_loads(st.test) - written)
+                both = run(st.body, written) & run(st.orelse, written)
+                written |= both
+            elif isinstance(st, (ast.For, ast.AsyncFor)):
+                live.update(_loads(st.iter) - written)
+                run(st.body, written | _stores(st.target))   # may run zero times: writes don't count
+                run(st.orelse, written)
+            elif isinstance(st, ast.While):
+                live.update(_loads(st.test) - written)
+                run(st.body, written)
+            elif isinstance(st, (ast.With, ast.AsyncWith)):
+                for item in st.items:
+                    live.update(_loads(item.context_expr) - written)
+                    written |= _stores(item.optional_vars)
+                written = run(st.body, written)
+            elif isinstance(st, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                written.add(st.name)
+            else:
+                value_loads = _loads(st)
+                if isinstance(st, ast.AugAssign) and isinstance(st.target, ast.Name):
+                    value_loads.add(st.target.id)
+                live.update(value_loads - written)
+                written |= _stores(st)
+        return written
+
+    run(stmts, set())
     return [n for n in names if n in live]
 
 
@@ -141,17 +173,19 @@ class _Rewriter(ast.NodeTransformer):
 
     # for i in range(...)
     def visit_For(self, node: ast.For):
-        self.generic_visit(node)
         if _call_name(node.iter) not in LOOP_CALLS or node.orelse:
+            self.generic_visit(node)
             return node
         self._reject_jumps(node.body, "loop")
-        call = node.iter
+        # names and liveness come from the user's code, before nested statements are rewritten
         names = _assigned_names(node.body)
         if isinstance(node.target, ast.Name):
             names = [n for n in names if n != node.target.id]
+        live = tuple(_live_in(node.body, names))
+        self.generic_visit(node)
+        call = node.iter
         loop = self._fresh("loop")
         args = list(call.args)
-        live = tuple(_live_in(node.body, names))
         setup = ast.Assign([ast.Name(loop, ast.Store())], ast.Call(
             _attr("__gl__", "loop"), [ast.Tuple(args, ast.Load()), ast.Constant(tuple(names)), _lookups(names),
                                      ast.Constant(live)], call.keywords))
@@ -164,20 +198,21 @@ class _Rewriter(ast.NodeTransformer):
 
     # with for_range(...) as k:
     def visit_With(self, node: ast.With):
-        self.generic_visit(node)
         if len(node.items) != 1 or _call_name(node.items[0].context_expr) not in WITH_LOOP_CALLS:
+            self.generic_visit(node)
             return node
         self._reject_jumps(node.body, "loop")
         item = node.items[0]
         names = _assigned_names(node.body)
         if isinstance(item.optional_vars, ast.Name):
             names = [n for n in names if n != item.optional_vars.id]
+        live = tuple(_live_in(node.body, names))
+        self.generic_visit(node)
         if not names:
             return node
         loop = self._fresh("loop")
         setup = ast.Assign([ast.Name(loop, ast.Store())], item.context_expr)
-        carry = ast.Expr(_call(_attr(loop, "carry"), ast.Constant(tuple(names)), _lookups(names),
-                               ast.Constant(tuple(_live_in(node.body, names)))))
+        carry = ast.Expr(_call(_attr(loop, "carry"), ast.Constant(tuple(names)), _lookups(names), ast.Constant(live)))
         body = _assign(names, _attr(loop, "carried")) + node.body
         body.append(ast.Expr(_call(_attr(loop, "end"), _names_tuple(names, ast.Load))))
         new_with = ast.With([ast.withitem(ast.Name(loop, ast.Load()), item.optional_vars)], body)
@@ -186,10 +221,10 @@ class _Rewriter(ast.NodeTransformer):
 
     # if cond: ... else: ...
     def visit_If(self, node: ast.If):
+        names = _assigned_names(node.body + node.orelse)
         self.generic_visit(node)
         cond = self._fresh("cond")
         br = self._fresh("if")
-        names = _assigned_names(node.body + node.orelse)
         # the static form gets its own copy: shared nodes would be renumbered twice
         static_if = ast.If(ast.Name(cond, ast.Load()), copy.deepcopy(node.body), copy.deepcopy(node.orelse or []))
         dynamic: list[ast.stmt] = [
