@@ -122,3 +122,17 @@ def test_persistent_ws_gemm_column_major_b(M, N, K):
     torch.cuda.synchronize()
     ref = a.double() @ bt.double().T
     assert ((c.double() - ref).norm() / ref.norm()).item() < 1e-2
+
+
+@pytest.mark.parametrize("splits", [2, 3, 5])
+@pytest.mark.parametrize("M,N,K", [(256, 512, 4096), (200, 300, 1000)])
+def test_persistent_ws_gemm_split_k(M, N, K, splits):
+    from gluon.kernels.gemm_sm90 import launch
+    a = torch.randn(M, K, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(K, N, device="cuda", dtype=torch.bfloat16)
+    c = torch.full((M, N), float("nan"), device="cuda", dtype=torch.bfloat16)
+    launch(a, b, c, splits=splits)
+    torch.cuda.synchronize()
+    ref = a.double() @ b.double()
+    assert not torch.isnan(c).any()
+    assert ((c.double() - ref).norm() / ref.norm()).item() < 1e-2

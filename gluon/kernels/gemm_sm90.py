@@ -20,6 +20,7 @@ Thread-block clusters with TMA multicast are not expressible in the TTGIR Triton
 text for this kernel shape (see docs/GEMM.md), so this template has none.
 """
 import gluon.language as gl
+import gluon
 from gluon import SM90, Layout, SwizzleMode, WarpRole, kernel
 from gluon.dsl import (fence_async_shared, mbarrier, smem, tma_load, tma_store, tma_store_wait, warp_role, wgmma,
                        wgmma_wait)
@@ -37,7 +38,7 @@ def _tile_coords(tile, num_pid_m, num_pid_n, GROUP_M: int):
 
 
 @kernel(arch=SM90, num_warps=9)
-def gemm_sm90(A, B, C,
+def gemm_sm90(A, B, C, W, SPLITS,
               BLOCK_M: gl.constexpr = 128, BLOCK_N: gl.constexpr = 256, BLOCK_K: gl.constexpr = 64,
               STAGES: gl.constexpr = 3, GROUP_M: gl.constexpr = 8, CONSUMER_WGS: gl.constexpr = 2,
               PRODUCER_REGS: gl.constexpr = 40, SWIZZLE: gl.constexpr = 128, EPILOGUE: gl.constexpr = "tma",
@@ -59,8 +60,9 @@ def gemm_sm90(A, B, C,
 
     num_pid_m = gl.cdiv(M, BLOCK_M)
     num_pid_n = gl.cdiv(N, BLOCK_N)
-    num_tiles = num_pid_m * num_pid_n
     k_tiles = gl.cdiv(K, BLOCK_K)
+    k_per_split = gl.cdiv(k_tiles, SPLITS)
+    num_units = num_pid_m * num_pid_n * SPLITS     # work unit = (tile, K slice)
     first_tile = gl.program_id(0)
     tile_step = gl.num_programs(0)
     CW = 4 * CONSUMER_WGS
@@ -68,42 +70,50 @@ def gemm_sm90(A, B, C,
     with warp_role(WarpRole.CONSUMER, warp_range=(0, CW - 1)):
         acc_layout = Layout.wgmma((CW, 1), instr_n=BLOCK_N, operand_dtype=A.dtype)
         cnt = gl.full((), 0, gl.int32)
-        for tile in range(first_tile, num_tiles, tile_step):
-            pid_m, pid_n = _tile_coords(tile, num_pid_m, num_pid_n, GROUP_M)
+        for unit in range(first_tile, num_units, tile_step):
+            split = unit % SPLITS
+            pid_m, pid_n = _tile_coords(unit // SPLITS, num_pid_m, num_pid_n, GROUP_M)
+            k_lo = split * k_per_split
+            k_hi = gl.minimum(k_lo + k_per_split, k_tiles)
             acc = gl.zeros((BLOCK_M, BLOCK_N), gl.float32, layout=acc_layout)
-            for kk in range(k_tiles):
+            for kk in range(k_lo, k_hi):
                 s = cnt % STAGES
                 ready[s].wait((cnt // STAGES) & 1)
                 b_op = b_s[s].T if B_KMAJOR else b_s[s]
                 acc = wgmma(a_s[s], b_op, acc, wait=False)
                 acc = wgmma_wait(acc, a_s[s], b_s[s], pendings=1)
-                if kk > 0:                      # the previous WGMMA is done: release its stage
+                if kk > k_lo:                   # the previous WGMMA is done: release its stage
                     empty[(cnt + (STAGES - 1)) % STAGES].arrive()
                 cnt = cnt + 1
             acc = wgmma_wait(acc, pendings=0)
             empty[(cnt + (STAGES - 1)) % STAGES].arrive()
             off_m = pid_m * BLOCK_M
             off_n = pid_n * BLOCK_N
-            if EPILOGUE == "tma":
-                tma_store_wait(0)               # the previous tile's store has read c_tile
-                c_s.store(acc.to(C.dtype))
-                fence_async_shared()
-                tma_store(C, (off_m, off_n), c_s)
+            rows = off_m + gl.arange(0, BLOCK_M, layout=SliceLayout(1, acc_layout))
+            cols = off_n + gl.arange(0, BLOCK_N, layout=SliceLayout(0, acc_layout))
+            mask = (rows[:, None] < M) & (cols[None, :] < N)
+            if SPLITS > 1:                      # split-K: fp32 partial tile into the workspace
+                gl.store(W + ((split * M + rows[:, None]) * N + cols[None, :]), acc, mask=mask)
             else:
-                rows = off_m + gl.arange(0, BLOCK_M, layout=SliceLayout(1, acc_layout))
-                cols = off_n + gl.arange(0, BLOCK_N, layout=SliceLayout(0, acc_layout))
-                mask = (rows[:, None] < M) & (cols[None, :] < N)
-                gl.store(C + (rows[:, None] * N + cols[None, :]), acc.to(C.dtype), mask=mask)
+                if EPILOGUE == "tma":
+                    tma_store_wait(0)           # the previous tile's store has read c_tile
+                    c_s.store(acc.to(C.dtype))
+                    fence_async_shared()
+                    tma_store(C, (off_m, off_n), c_s)
+                else:
+                    gl.store(C + (rows[:, None] * N + cols[None, :]), acc.to(C.dtype), mask=mask)
         if EPILOGUE == "tma":
             tma_store_wait(0)
 
     with warp_role(WarpRole.PRODUCER, warp_range=(CW, CW), registers=PRODUCER_REGS):
         cnt = gl.full((), 0, gl.int32)
-        for tile in range(first_tile, num_tiles, tile_step):
-            pid_m, pid_n = _tile_coords(tile, num_pid_m, num_pid_n, GROUP_M)
+        for unit in range(first_tile, num_units, tile_step):
+            split = unit % SPLITS
+            pid_m, pid_n = _tile_coords(unit // SPLITS, num_pid_m, num_pid_n, GROUP_M)
             off_m = pid_m * BLOCK_M
             off_n = pid_n * BLOCK_N
-            for kk in range(k_tiles):
+            k_lo = split * k_per_split
+            for kk in range(k_lo, gl.minimum(k_lo + k_per_split, k_tiles)):
                 s = cnt % STAGES
                 empty[s].wait(((cnt // STAGES) & 1) ^ 1)   # fresh barriers pass phase 1 at once
                 ready[s].expect(stage_bytes)
@@ -115,29 +125,72 @@ def gemm_sm90(A, B, C,
                 cnt = cnt + 1
 
 
-DEFAULT_CONFIG = dict(BLOCK_M=128, BLOCK_N=256, BLOCK_K=64, STAGES=3, GROUP_M=8, CONSUMER_WGS=2,
-                      PRODUCER_REGS=40, SWIZZLE=128, EPILOGUE="tma")
+# Measured on the H200 (docs/PERF.md): 128x256x64, 3 stages, 2 consumer warpgroups, GROUP_M=16.
+DEFAULT_CONFIG = dict(BLOCK_M=128, BLOCK_N=256, BLOCK_K=64, STAGES=3, GROUP_M=16, CONSUMER_WGS=2,
+                      PRODUCER_REGS=40, SWIZZLE=128, EPILOGUE="auto")
+
+
+@gluon.jit
+def splitk_reduce(c_ptr, w_ptr, numel, SPLITS, XBLOCK: gl.constexpr):
+    """c = sum over the SPLITS fp32 partial products in w (split-major), cast to c's dtype."""
+    idx = gl.program_id(0) * XBLOCK + gl.thread_id(0)
+    if idx < numel:
+        acc = w_ptr[idx]
+        for s in range(1, SPLITS):
+            acc = acc + w_ptr[s * numel + idx]
+        c_ptr[idx] = acc
 
 
 def num_warps(config: dict) -> int:
     return 4 * config.get("CONSUMER_WGS", 2) + 1
 
 
-def grid(M: int, N: int, config: dict, num_sms: int) -> tuple[int]:
+def split_k(M: int, N: int, K: int, config: dict, num_sms: int) -> int:
+    """How many K slices: 1 while the tiles fill the GPU; else enough units for about one wave, each
+    slice at least 4 k-steps, and every slice non-empty."""
     tiles = gl.cdiv(M, config["BLOCK_M"]) * gl.cdiv(N, config["BLOCK_N"])
-    return (max(1, min(tiles, num_sms)),)
+    k_tiles = gl.cdiv(K, config["BLOCK_K"])
+    if tiles * 2 > num_sms or k_tiles < 8:
+        return 1
+    want = min(num_sms // tiles, k_tiles // 4, 16)
+    if want <= 1:
+        return 1
+    per = gl.cdiv(k_tiles, want)
+    return gl.cdiv(k_tiles, per)
+
+
+def grid(M: int, N: int, config: dict, num_sms: int, splits: int = 1) -> tuple[int]:
+    units = gl.cdiv(M, config["BLOCK_M"]) * gl.cdiv(N, config["BLOCK_N"]) * splits
+    return (max(1, min(units, num_sms)),)
 
 
 _SMS: dict[int, int] = {}
+_WORKSPACE: dict[tuple, object] = {}
 
 
-def launch(a, b, c, config: dict | None = None, b_kmajor: bool = False):
-    """c = a @ b with the persistent kernel (b is [K, N], or [N, K] when b_kmajor)."""
+def launch(a, b, c, config: dict | None = None, b_kmajor: bool = False, splits: int | None = None):
+    """c = a @ b with the persistent kernel (b is [K, N], or [N, K] when b_kmajor). `splits` overrides
+    the split-K heuristic (1 disables it)."""
     import torch
     cfg = dict(DEFAULT_CONFIG, **(config or {}))
+    if cfg["EPILOGUE"] == "auto":   # a 128x256 fp32 staging tile would not fit beside the ring
+        cfg["EPILOGUE"] = "tma" if c.element_size() * cfg["BLOCK_M"] * cfg["BLOCK_N"] <= 64 * 1024 else "direct"
     dev = a.device.index if a.device.index is not None else torch.cuda.current_device()
     if dev not in _SMS:
         _SMS[dev] = torch.cuda.get_device_properties(dev).multi_processor_count
     M, N = c.shape
-    gemm_sm90[grid(M, N, cfg, _SMS[dev])](a, b, c, B_KMAJOR=b_kmajor, num_warps=num_warps(cfg), **cfg)
+    K = a.shape[1]
+    S = split_k(M, N, K, cfg, _SMS[dev]) if splits is None else splits
+    if S > 1:
+        key = (dev, S * M * N)
+        w = _WORKSPACE.get(key)
+        if w is None:
+            w = _WORKSPACE[key] = torch.empty(S * M * N, device=a.device, dtype=torch.float32)
+    else:
+        w = _WORKSPACE.get((dev, 0))
+        if w is None:
+            w = _WORKSPACE[(dev, 0)] = torch.empty(16, device=a.device, dtype=torch.float32)
+    gemm_sm90[grid(M, N, cfg, _SMS[dev], S)](a, b, c, w, S, B_KMAJOR=b_kmajor, num_warps=num_warps(cfg), **cfg)
+    if S > 1:
+        splitk_reduce[(gl.cdiv(M * N, 1024),), (1024,)](c, w, M * N, S, XBLOCK=1024, num_warps=4)
     return c
