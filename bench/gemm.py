@@ -17,7 +17,7 @@ sys.path[0] = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 from bench.common import bench_ms, environment, interleaved, parser, table, write_json  # noqa: E402
 
 SHAPES = ["8192x8192x8192", "4096x4096x4096", "2048x2048x2048", "16384x8192x1024", "8192x28672x4096",
-          "128x8192x8192", "1000x1000x1000", "3000x2000x1500", "333x200x136"]
+          "128x8192x8192", "1000x1000x1000", "3000x2000x1500", "333x200x136", "4000x3000x5000"]
 
 
 def _parse_configs(text: str) -> list[dict]:

@@ -147,12 +147,12 @@ def num_warps(config: dict) -> int:
 
 def split_k(M: int, N: int, K: int, config: dict, num_sms: int) -> int:
     """How many K slices: 1 while the tiles fill the GPU; else enough units for about one wave, each
-    slice at least 4 k-steps, and every slice non-empty."""
+    slice at least 16 k-steps, and every slice non-empty."""
     tiles = gl.cdiv(M, config["BLOCK_M"]) * gl.cdiv(N, config["BLOCK_N"])
     k_tiles = gl.cdiv(K, config["BLOCK_K"])
-    if tiles * 2 > num_sms or k_tiles < 8:
-        return 1
-    want = min(num_sms // tiles, k_tiles // 4, 16)
+    if tiles * 2 > num_sms or k_tiles < 32:
+        return 1      # small K: the fp32 workspace round trip would cost more than the idle SMs
+    want = min(num_sms // tiles, k_tiles // 16, 16)
     if want <= 1:
         return 1
     per = gl.cdiv(k_tiles, want)
@@ -168,9 +168,39 @@ _SMS: dict[int, int] = {}
 _WORKSPACE: dict[tuple, object] = {}
 
 
+def _tma_ready(t) -> bool:
+    """TMA needs a 16-byte aligned base, unit last stride and 16-byte multiple other strides."""
+    es = t.element_size()
+    return t.stride(-1) == 1 and t.data_ptr() % 16 == 0 and all(st * es % 16 == 0 for st in t.stride()[:-1])
+
+
+def _padded(t, rows: int, cols: int):
+    import torch
+    out = torch.zeros(rows, cols, device=t.device, dtype=t.dtype)
+    out[: t.shape[0], : t.shape[1]] = t
+    return out
+
+
 def launch(a, b, c, config: dict | None = None, b_kmajor: bool = False, splits: int | None = None):
     """c = a @ b with the persistent kernel (b is [K, N], or [N, K] when b_kmajor). `splits` overrides
-    the split-K heuristic (1 disables it)."""
+    the split-K heuristic (1 disables it).
+
+    Operands whose strides TMA cannot describe (a row of K or N elements that is not a multiple of
+    16 bytes, or a misaligned base) are copied into zero-padded aligned buffers first: exact, but it
+    costs a copy, so aligned inputs are the fast path."""
+    if not (_tma_ready(a) and _tma_ready(b) and _tma_ready(c)):
+        align = 16 // a.element_size()
+        M, K = a.shape
+        N = c.shape[1]
+        Kp, Np = -(-K // align) * align, -(-N // (16 // c.element_size())) * (16 // c.element_size())
+        Np = max(Np, -(-N // align) * align)
+        a2 = _padded(a, M, Kp)
+        b2 = _padded(b, Np, Kp) if b_kmajor else _padded(b, Kp, Np)
+        c2 = c if (Np == N and _tma_ready(c)) else c.new_empty(M, Np)
+        launch(a2, b2, c2, config, b_kmajor, splits)
+        if c2 is not c:
+            c.copy_(c2[:, :N])
+        return c
     import torch
     cfg = dict(DEFAULT_CONFIG, **(config or {}))
     if cfg["EPILOGUE"] == "auto":   # a 128x256 fp32 staging tile would not fit beside the ring
