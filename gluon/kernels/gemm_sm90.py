@@ -16,8 +16,9 @@ across tiles, so stage indices and phases continue from tile to tile.
 
 TMA zero-fills reads past the edges and clips writes, so any M, N, K works (row strides must be
 16-byte aligned, which TMA requires: K and N multiples of 8 for 16-bit types).
-Thread-block clusters with TMA multicast are not expressible in the TTGIR Triton 3.6 accepts from
-text for this kernel shape (see docs/GEMM.md), so this template has none.
+Not here yet: thread-block clusters with TMA multicast (in TTGIR that needs "ttg.num-ctas" > 1 and CTA
+layouts on every layout attribute; whether Triton 3.6 lowers multicast TMA from text is not yet
+checked), ping-pong consumers, and a subtiled epilogue that would allow 4 stages of 128x256x64.
 """
 import gluon.language as gl
 import gluon

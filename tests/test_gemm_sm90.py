@@ -1,0 +1,77 @@
+"""The persistent warp-specialized SM90 GEMM template, compiled without a GPU: machine code of the
+chosen config, variants, and the errors bad configs get before any compilation."""
+import pytest
+
+from gluon import DType, TensorRef
+from gluon.backend.triton_compile import sass_instructions
+from gluon.ir import GluonError
+from gluon.jit import run_passes
+from gluon.kernels.gemm_sm90 import DEFAULT_CONFIG, gemm_sm90, num_warps, split_k
+
+
+def _refs(dtype=DType.f16, out=DType.f16, b_kmajor=False):
+    b_shape = ("N", "K") if b_kmajor else ("K", "N")
+    return (TensorRef("A", dtype, shape=("M", "K")), TensorRef("B", dtype, shape=b_shape),
+            TensorRef("C", out, shape=("M", "N")), TensorRef("W", DType.f32, shape=("L",)), DType.i32)
+
+
+def _cfg(**kw):
+    cfg = dict(DEFAULT_CONFIG, **kw)
+    if cfg["EPILOGUE"] == "auto":
+        cfg["EPILOGUE"] = "tma"
+    return cfg
+
+
+@pytest.mark.parametrize("dtype", [DType.f16, DType.bf16])
+def test_chosen_config_sass_has_hgmma_utmaldg_setmaxnreg_and_no_spills(dtype):
+    cfg = _cfg()
+    ck = gemm_sm90.compile(*_refs(dtype, dtype), num_warps=num_warps(cfg), **cfg)
+    ops = sass_instructions(ck.sass())
+    assert ops["HGMMA.64x256x16.F32"] >= 4            # 2 warpgroups x (64-row halves) of the 128x256 tile
+    assert ops["UTMALDG.2D"] >= 2 and ops["UTMASTG.2D"] >= 1
+    assert ops["USETMAXREG"] >= 2                      # setmaxnreg: producer down, consumers up
+    assert ck.spills == 0
+    assert ck.binary.num_warps == 12                   # 8 consumer warps + the producer's warpgroup
+    assert ck.shared_bytes <= 227 * 1024
+
+
+@pytest.mark.parametrize("variant", [dict(B_KMAJOR=True), dict(EPILOGUE="direct", STAGES=4),
+                                     dict(CONSUMER_WGS=1, BLOCK_N=128, STAGES=4), dict(SWIZZLE=64, BLOCK_K=32)])
+def test_variants_compile_to_hgmma(variant):
+    cfg = _cfg(**variant)
+    ck = gemm_sm90.compile(*_refs(b_kmajor=cfg.get("B_KMAJOR", False)), num_warps=num_warps(cfg), **cfg)
+    ops = sass_instructions(ck.sass())
+    assert ops["HGMMA"] >= 1 and ops["UTMALDG"] >= 1
+
+
+def _passes(**kw):
+    cfg = _cfg(**kw)
+    return run_passes(gemm_sm90.trace(*_refs(), num_warps=num_warps(cfg), **cfg))
+
+
+def test_too_many_stages_lists_every_region():
+    with pytest.raises(GluonError) as e:
+        _passes(STAGES=5)
+    msg = str(e.value)
+    assert "more than the 227.0 KiB" in msg
+    for region in ("a_ring", "b_ring", "c_tile", "ready", "empty"):
+        assert region in msg
+
+
+def test_big_accumulator_on_one_warpgroup_says_what_fits():
+    with pytest.raises(GluonError) as e:
+        _passes(CONSUMER_WGS=1)
+    msg = str(e.value)
+    assert "128x256 f32 accumulator needs 256 registers per thread on 1 warpgroup" in msg
+    assert "use 2 consumer warpgroups" in msg and "128x" in msg
+
+
+def test_block_k_rows_must_fill_the_swizzle():
+    with pytest.raises(GluonError, match=r"64-byte rows, which do not fill the 128-byte swizzle"):
+        _passes(BLOCK_K=32)
+
+
+def test_split_k_heuristic():
+    assert split_k(8192, 8192, 8192, DEFAULT_CONFIG, 132) == 1        # tiles fill the GPU
+    assert split_k(128, 8192, 8192, DEFAULT_CONFIG, 132) == 4         # 32 tiles -> 128 units
+    assert split_k(1000, 1000, 1000, DEFAULT_CONFIG, 132) == 1        # K too short to pay for a workspace
