@@ -1,7 +1,10 @@
 """The seed's Quick Start, verbatim: trace a warp-specialized GEMM sketch and print its IR.
 
-(The implicit form: producer and consumer share double-buffered regions with no explicit waits;
-the pipeline pass that turns this into a barrier ring is a later step, so this example traces only.)
+The implicit form: producer and consumer share double-buffered regions with no explicit waits; the
+pipeline pass turns that into a ready/empty barrier ring. This sketch itself does not compile: its
+128x256 accumulator on one consumer warpgroup needs 256 registers per thread, which layout_check
+rejects. examples/quickstart_gemm.py is the complete, runnable version (coordinates, 2 consumer
+warpgroups, C stored).
 """
 import gluon
 from gluon import DType, Layout, SwizzleMode, TensorRef, WarpRole, MemorySpace, SM90

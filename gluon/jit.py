@@ -3,9 +3,11 @@
     PIPELINE                      what it does                                   module
     layout_assign                 give every register tile a layout              passes/layout_assign.py
     layout_check                  swizzle/TMA/WGMMA/MMA layout rules             passes/layout_check.py
-    warp_spec                     warp roles, warpgroups, register budgets       passes/warp_spec.py
-    smem_alloc                    shared-memory offsets and capacity             passes/smem_alloc.py
-    pipeline                      stage indices (software pipelining)            passes/pipeline.py
+    pipeline                      implicit stage rings -> barriers and phases;   passes/pipeline.py
+                                  single-loop software pipelines; stage indices
+    warp_spec                     warp roles, warpgroups, register budgets,      passes/warp_spec.py
+                                  barrier protocol (pairing, bytes, phases)
+    smem_alloc                    offsets, reuse by liveness, capacity           passes/smem_alloc.py
     then: backend/triton_lowering (IR -> TTGIR text), backend/triton_compile (TTGIR -> cubin/hsaco,
     on-disk cache keyed by TTGIR hash, target, versions and options), runtime.Launcher (launch).
 
@@ -33,9 +35,9 @@ from .types import DType, TensorRef
 PIPELINE: list[tuple[str, Callable[[ir.Kernel], ir.Kernel]]] = [
     ("layout_assign", assign_layouts),
     ("layout_check", check_layouts),
+    ("pipeline", pipeline),          # before the checks: it adds the barriers they check and the smem counts
     ("warp_spec", check_warp_roles),
     ("smem_alloc", allocate_shared),
-    ("pipeline", pipeline),
 ]
 
 
