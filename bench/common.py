@@ -30,6 +30,22 @@ def bench_ms(fn: Callable[[], None], rep_ms: int = 200) -> float:
     return float(do_bench(fn, warmup=25, rep=rep_ms, return_mode="median"))
 
 
+def graphed(fn: Callable[[], None]) -> Callable[[], None]:
+    """`fn` captured in a CUDA graph: replays time the GPU work alone, without host launch overhead
+    (what a framework that captures graphs sees). Warms up on a side stream first, as torch requires."""
+    import torch
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        fn()
+    torch.cuda.current_stream().wait_stream(s)
+    torch.cuda.synchronize()
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        fn()
+    return g.replay
+
+
 def interleaved(candidate: Callable[[], None], baseline: Callable[[], None], repeats: int,
                 rep_ms: int = 200) -> dict:
     """Time candidate and baseline alternately; medians and the ratio baseline/candidate per round."""

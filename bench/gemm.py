@@ -14,7 +14,7 @@ import sys
 
 # the repo root instead of bench/ on the path: bench/copy.py must not shadow the stdlib `copy`
 sys.path[0] = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-from bench.common import bench_ms, environment, interleaved, parser, table, write_json  # noqa: E402
+from bench.common import bench_ms, environment, graphed, interleaved, parser, table, write_json  # noqa: E402
 
 SHAPES = ["8192x8192x8192", "4096x4096x4096", "2048x2048x2048", "16384x8192x1024", "8192x28672x4096",
           "128x8192x8192", "1000x1000x1000", "3000x2000x1500", "333x200x136", "4000x3000x5000"]
@@ -49,6 +49,8 @@ def main() -> int:
     p.add_argument("--dtypes", default="fp16,bf16")
     p.add_argument("--shapes", default=",".join(SHAPES), help="MxNxK list")
     p.add_argument("--no-triton", action="store_true", help="skip the plain Triton baseline")
+    p.add_argument("--graph", action="store_true", help="time CUDA-graph replays of every candidate and baseline "
+                   "(GPU time without host launch overhead; matters below ~50 us per GEMM)")
     p.add_argument("--ws-configs", default="", help="configs of the persistent warp-specialized kernel, "
                    "';'-separated, each 'KEY=VALUE,...' (an empty one is the default config)")
     args = p.parse_args()
@@ -72,7 +74,8 @@ def main() -> int:
                 tc = torch.full((M, N), float("nan"), device="cuda", dtype=dt)
                 triton_matmul(a, b, tc)
                 tri_err = ((tc.double() - ref).norm() / ref.norm()).item()
-                tri_ms = bench_ms(lambda: triton_matmul(a, b, tc))
+                tri_fn = lambda: triton_matmul(a, b, tc)  # noqa: E731
+                tri_ms = bench_ms(graphed(tri_fn) if args.graph else tri_fn)
             for name in names:
                 launch = kernels[name]
                 c = torch.full((M, N), float("nan"), device="cuda", dtype=dt)
@@ -80,8 +83,11 @@ def main() -> int:
                 torch.cuda.synchronize()
                 unwritten = int(torch.isnan(c).sum().item())
                 err = ((c.double() - ref).norm() / ref.norm()).item()
-                r = interleaved(lambda: launch(a, b, c), lambda: torch.matmul(a, b, out=base_c), args.repeats)
-                r.update({"kernel": name, "shape": [M, N, K], "shape_s": shape, "dtype": dn, "config": name,
+                ours, theirs = (lambda: launch(a, b, c)), (lambda: torch.matmul(a, b, out=base_c))
+                if args.graph:
+                    ours, theirs = graphed(ours), graphed(theirs)
+                r = interleaved(ours, theirs, args.repeats)
+                r.update({"kernel": name, "graph": args.graph, "shape": [M, N, K], "shape_s": shape, "dtype": dn, "config": name,
                           "rel_err": err, "max_err": err, "unwritten": unwritten,
                           "tflops": flops / r["time_ms"] / 1e9, "cublas_tflops": flops / r["baseline_ms"] / 1e9,
                           "triton_ms": tri_ms, "triton_rel_err": tri_err, "triton_ratio": (tri_ms / r["time_ms"]) if tri_ms else None,
@@ -96,7 +102,8 @@ def main() -> int:
             torch.cuda.empty_cache()
     meta = environment()
     write_json(args.json, rows, meta)
-    print(f"\nGEMM on {meta['device']} (commit {meta['commit']}); ratio = cuBLAS time / ours (>1 is faster)")
+    mode = "CUDA-graph replays" if args.graph else "eager launches"
+    print(f"\nGEMM on {meta['device']} (commit {meta['commit']}), {mode}; ratio = cuBLAS time / ours (>1 is faster)")
     print(table(rows, [("kernel", "kernel", ""), ("MxNxK", "shape_s", ""), ("dtype", "dtype", ""),
                        ("TFLOP/s", "tflops", ".0f"), ("cuBLAS", "cublas_tflops", ".0f"), ("vs cuBLAS", "ratio", ".3f"),
                        ("vs Triton", "triton_ratio", ".3f"), ("Triton/cuBLAS", "triton_vs_cublas", ".3f"),
