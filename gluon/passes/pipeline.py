@@ -52,6 +52,20 @@ def pipeline(kernel: ir.Kernel) -> ir.Kernel:
     return kernel
 
 
+def _index_ring_use(e, op: ir.Op, ready: ir.Value, s: ir.Value, ph: ir.Value, views: dict[int, ir.Value]) -> None:
+    """Point `op`'s ring operands at stage `s`; before the iteration's first ring use, wait for
+    ready[s]. `views` (one per iteration) holds the stage views made so far; an empty one means no
+    wait has been emitted yet."""
+    e.loc = op.loc
+    if not views:
+        e.op("barrier_wait", [e.bar_index(ready, s), ph])
+    for pos, _ in _ring_operands(op):
+        v = op.operands[pos]
+        if v.id not in views:
+            views[v.id] = e.stage_view(v, s)
+        op.operands[pos] = views[v.id]
+
+
 # ------------------------------------------------------------------------------ rings and their uses
 
 
@@ -363,18 +377,9 @@ def _build_ws_ring(kernel, where, p_loop: ir.Op, c_loop: ir.Op, members: list[_R
     e = _Emit(new_ops, c_loop.loc)
     s, ph = _stage_and_phase(e, _iteration(e, c_loop), S)
     views: dict[int, ir.Value] = {}
-    waited = False
     for op in c_body.ops:
         if uses_ring(op):
-            e.loc = op.loc
-            if not waited:
-                e.op("barrier_wait", [e.bar_index(ready, s), ph])
-                waited = True
-            for pos, _ in _ring_operands(op):
-                v = op.operands[pos]
-                if v.id not in views:
-                    views[v.id] = e.stage_view(v, s)
-                op.operands[pos] = views[v.id]
+            _index_ring_use(e, op, ready, s, ph, views)
         new_ops.append(op)
         if op is release:
             e.loc = op.loc
@@ -502,20 +507,11 @@ def _build_pipeline(kernel, where, loop: ir.Op, members: list[_RingUses]) -> Non
     i = _iteration(e, loop)
     s, ph = _stage_and_phase(e, i, S)
     views: dict[int, ir.Value] = {}
-    waited = False
     for op in body.ops:
         if op in loads:
             continue
         if uses_ring(op):
-            e.loc = op.loc
-            if not waited:
-                e.op("barrier_wait", [e.bar_index(ready, s), ph])
-                waited = True
-            for pos, _ in _ring_operands(op):
-                v = op.operands[pos]
-                if v.id not in views:
-                    views[v.id] = e.stage_view(v, s)
-                op.operands[pos] = views[v.id]
+            _index_ring_use(e, op, ready, s, ph, views)
         new_ops.append(op)
         if op is release:
             e.loc = loads[0].loc
