@@ -93,3 +93,75 @@ def main() -> None:
 
 if __name__ == "__main__":
     main()
+
+
+# ------------------------------------------------------------------------------ tuning (`gluon tune`)
+
+from gluon.tuning.template import H200_SMS, TuningTemplate, element_size, gluon_dtype, torch_dtype  # noqa: E402
+
+
+class _CopyTuning(TuningTemplate):
+    """`copy` for the tuner: XBLOCK, NUM_WARPS, FORM (simt | explicit | persistent) and, for the
+    explicit form, LOAD_CACHE / STORE_CACHE. Shapes are (N,) elements."""
+
+    name = "copy"
+    dims = ("N",)
+    params = ("XBLOCK", "NUM_WARPS", "FORM", "LOAD_CACHE", "STORE_CACHE")
+
+    @staticmethod
+    def _settings(config):
+        return (int(config.get("XBLOCK", 1024)), int(config.get("NUM_WARPS", 4)), config.get("FORM", "simt"),
+                config.get("LOAD_CACHE", ""), config.get("STORE_CACHE", ""))
+
+    def trace(self, config, shape, dtype, arch):
+        from gluon.dsl import PointerArg, ScalarArg
+        xblock, nw, form, lc, sc = self._settings(config)
+        (n,) = shape
+        dt = gluon_dtype(dtype)
+        # the stand-ins the launch makes (gluon.jit._stand_in), so the launch hits the disk cache
+        args = (PointerArg(dt, 16), PointerArg(dt, 16),
+                ScalarArg(gl.int32 if -2**31 <= n < 2**31 else gl.int64, 16 if n % 16 == 0 else 1))
+        if form == "simt":
+            return copy_kernel.trace(*args, arch=arch, num_warps=nw, block=(xblock,), XBLOCK=xblock)
+        if form == "persistent":
+            return copy_kernel_persistent.trace(*args, arch=arch, num_warps=nw, block=(xblock,), XBLOCK=xblock)
+        if form == "explicit":
+            return copy_kernel_explicit.trace(*args, arch=arch, num_warps=nw, XBLOCK=xblock,
+                                              VEC=16 // element_size(dtype), NUM_WARPS=nw, LOAD_CACHE=lc,
+                                              STORE_CACHE=sc)
+        raise gluon.GluonError(f"FORM must be simt, explicit or persistent, not {form!r}")
+
+    def legality_key(self, config_id, shape, dtype, arch):
+        (n,) = shape
+        return (config_id, dtype, arch, n % 16 == 0, -2**31 <= n < 2**31)
+
+    def make_inputs(self, shape, dtype, device, seed):
+        import torch
+        (n,) = shape
+        g = torch.Generator(device=device)
+        g.manual_seed(int(seed))
+        src = torch.randn(n, device=device, generator=g, dtype=torch.float32).to(torch_dtype(dtype))
+        return {"src": src, "out": torch.empty_like(src), "base_out": torch.empty_like(src)}
+
+    def run(self, inputs, config):
+        xblock, nw, form, lc, sc = self._settings(config)
+        copy(inputs["out"], inputs["src"], xblock, nw, form, lc, sc)
+
+    def reference(self, inputs):
+        return inputs["src"]                       # exact: the check widens chunks to fp64
+
+    def baseline(self, inputs):
+        dst, src = inputs["base_out"], inputs["src"]
+        return lambda: dst.copy_(src)
+
+    def bytes(self, shape, dtype):
+        return 2.0 * shape[0] * element_size(dtype)
+
+    def model_s(self, config, shape, dtype, peak_flops=989e12, peak_bw=4.8e12, num_sms=H200_SMS):
+        """Bandwidth roofline; the persistent form pays for its unpipelined grid-stride loop (docs/PERF.md:
+        7-10%)."""
+        t = self.roofline_s(shape, dtype, peak_flops, peak_bw)
+        return t * (1.08 if self._settings(config)[2] == "persistent" else 1.0)
+
+
+TUNING = _CopyTuning()

@@ -225,3 +225,131 @@ def launch(a, b, c, config: dict | None = None, b_kmajor: bool = False, splits: 
     if S > 1:
         splitk_reduce[(gl.cdiv(M * N, 1024),), (1024,)](c, w, M * N, S, XBLOCK=1024, num_warps=4)
     return c
+
+
+# ------------------------------------------------------------------------------ tuning (`gluon tune`)
+
+from gluon.tuning.template import (H200_PEAK_BW, H200_PEAK_FLOPS, H200_SMS,  # noqa: E402
+                                   TuningTemplate, element_size, gluon_dtype, torch_dtype, waves_efficiency)
+
+
+class _GemmSM90Tuning(TuningTemplate):
+    """`gemm_sm90` for the tuner. Config -> kernel: CONSUMER_WARPS -> CONSUMER_WGS = warps // 4,
+    PRODUCER_WARPS must be 1 (one producer warp), CONSUMER_REGS must be left out (or "auto": the
+    consumers are Triton's default partition and get what setmaxnreg leaves), SPLIT_K ("auto"/0 = the
+    split_k heuristic, else forced), EPILOGUE "auto" resolved as `launch` does; the rest (BLOCK_M,
+    BLOCK_N, BLOCK_K, STAGES, GROUP_M, SWIZZLE, EPILOGUE, PRODUCER_REGS) are the kernel's constexprs.
+    Output dtype = input dtype; B is [K, N] row-major."""
+
+    name = "gemm_sm90"
+    dims = ("M", "N", "K")
+    dtypes = ("fp16", "bf16")
+    params = ("BLOCK_M", "BLOCK_N", "BLOCK_K", "STAGES", "GROUP_M", "SWIZZLE", "EPILOGUE", "CONSUMER_WARPS",
+              "CONSUMER_REGS", "PRODUCER_WARPS", "PRODUCER_REGS", "CONSUMER_WGS", "SPLIT_K")
+
+    def kernel_config(self, config: dict, dtype: str) -> dict:
+        cfg = {k: v for k, v in config.items()
+               if k not in ("CONSUMER_WARPS", "CONSUMER_REGS", "PRODUCER_WARPS", "SPLIT_K")}
+        if "CONSUMER_WARPS" in config:
+            w = int(config["CONSUMER_WARPS"])
+            if w <= 0 or w % 4:
+                raise gluon.GluonError(f"CONSUMER_WARPS={w}: the consumers issue WGMMA, which needs whole "
+                                       "warpgroups (a multiple of 4 warps)")
+            cfg["CONSUMER_WGS"] = w // 4
+        pw = config.get("PRODUCER_WARPS", 1)
+        if int(pw) != 1:
+            raise gluon.GluonError(f"PRODUCER_WARPS={pw}: gemm_sm90 has one producer warp")
+        cr = config.get("CONSUMER_REGS")
+        if cr not in (None, "auto", 0):
+            raise gluon.GluonError(f"CONSUMER_REGS={cr}: gemm_sm90's consumers are Triton's default partition "
+                                   "and take the registers setmaxnreg leaves them; leave CONSUMER_REGS out or "
+                                   "set it to 'auto'")
+        cfg = dict(DEFAULT_CONFIG, **cfg)
+        if cfg["EPILOGUE"] == "auto":
+            cfg["EPILOGUE"] = "tma" if element_size(dtype) * cfg["BLOCK_M"] * cfg["BLOCK_N"] <= 64 * 1024 \
+                else "direct"
+        return cfg
+
+    def splits(self, config: dict, shape, num_sms: int = H200_SMS) -> int:
+        s = config.get("SPLIT_K", "auto")
+        if s in (None, "auto", 0):
+            M, N, K = shape
+            return split_k(M, N, K, dict(DEFAULT_CONFIG, **{k: v for k, v in config.items()
+                                                            if k in DEFAULT_CONFIG}), num_sms)
+        return int(s)
+
+    def trace(self, config, shape, dtype, arch):
+        from gluon import DType, TensorRef
+        from gluon.dsl import ScalarArg
+        if str(arch) != "sm90":
+            raise gluon.GluonError(f"gemm_sm90 runs on sm90 (WGMMA + TMA), not {arch}")
+        cfg = self.kernel_config(config, dtype)
+        dt = gluon_dtype(dtype)
+        S = self.splits(config, shape)
+        # the stand-ins JITFunction.specialize makes for launch(): same TTGIR, so the launch hits the cache
+        refs = [TensorRef(n, d, shape=tuple(f"{n}_shape{i}" for i in range(r)))
+                for n, d, r in (("A", dt, 2), ("B", dt, 2), ("C", dt, 2), ("W", DType.f32, 1))]
+        return gemm_sm90.trace(*refs, ScalarArg(DType.i32, 16 if S % 16 == 0 else 1), arch=arch,
+                               num_warps=num_warps(cfg), B_KMAJOR=False, **cfg)
+
+    def legality_key(self, config_id, shape, dtype, arch):
+        return (config_id, dtype, arch)            # the trace has symbolic sizes
+
+    def compile_key(self, config_id, shape, dtype, arch):
+        return (config_id, dtype, arch)            # (a SPLITS of 16 specializes once more, at launch)
+
+    def make_inputs(self, shape, dtype, device, seed):
+        import torch
+        M, N, K = shape
+        g = torch.Generator(device=device)
+        g.manual_seed(int(seed))
+        dt = torch_dtype(dtype)
+        a = torch.randn(M, K, device=device, generator=g, dtype=torch.float32).to(dt)
+        b = torch.randn(K, N, device=device, generator=g, dtype=torch.float32).to(dt)
+        return {"a": a, "b": b, "out": torch.empty(M, N, device=device, dtype=dt),
+                "base_out": torch.empty(M, N, device=device, dtype=dt)}
+
+    def run(self, inputs, config):
+        cfg = self.kernel_config(config, _dtype_name(inputs["out"]))
+        s = config.get("SPLIT_K", "auto")
+        launch(inputs["a"], inputs["b"], inputs["out"], cfg, splits=None if s in (None, "auto", 0) else int(s))
+
+    def reference(self, inputs):
+        return inputs["a"].double() @ inputs["b"].double()
+
+    def baseline(self, inputs):
+        import torch
+        a, b, o = inputs["a"], inputs["b"], inputs["base_out"]
+        return lambda: torch.matmul(a, b, out=o)
+
+    def flops(self, shape):
+        M, N, K = shape
+        return 2.0 * M * N * K
+
+    def bytes(self, shape, dtype):
+        M, N, K = shape
+        return float(element_size(dtype) * (M * K + K * N + M * N))
+
+    def model_s(self, config, shape, dtype, peak_flops=H200_PEAK_FLOPS, peak_bw=H200_PEAK_BW, num_sms=H200_SMS):
+        """Roofline penalized by quantization: tile padding of M, N, K, the idle part of the last wave
+        of (tile, K-slice) units, L2->SM operand traffic of the tile shape, and the split-K workspace."""
+        M, N, K = shape
+        cfg = dict(DEFAULT_CONFIG, **{k: v for k, v in config.items() if k in DEFAULT_CONFIG})
+        BM, BN, BK = cfg["BLOCK_M"], cfg["BLOCK_N"], cfg["BLOCK_K"]
+        tm, tn, tk = gl.cdiv(M, BM), gl.cdiv(N, BN), gl.cdiv(K, BK)
+        S = self.splits(config, shape, num_sms)
+        pad = (M * N * K) / (tm * BM * tn * BN * tk * BK)
+        waves = waves_efficiency(tm * tn * S, num_sms)
+        compute = self.flops(shape) / peak_flops / (pad * waves)
+        es = element_size(dtype)
+        dram = self.bytes(shape, dtype) / peak_bw
+        l2 = (tm * BM * tn * BN * tk * BK) * es * (1.0 / BM + 1.0 / BN) / (2.5 * peak_bw)
+        workspace = (2.0 * S * M * N * 4 / peak_bw) if S > 1 else 0.0
+        return max(compute, dram, l2) + workspace
+
+
+def _dtype_name(t) -> str:
+    return {"torch.float16": "fp16", "torch.bfloat16": "bf16", "torch.float32": "fp32"}[str(t.dtype)]
+
+
+TUNING = _GemmSM90Tuning()

@@ -1,0 +1,266 @@
+"""What a kernel module exposes to the tuner as `TUNING`: how a config becomes a kernel, and how to check
+and time it.
+
+A template is a `TuningTemplate` subclass instance (see the end of `gluon/kernels/gemm_sm90.py` and of
+`examples/copy_kernel.py`). The tuner calls, per (config, shape, dtype):
+
+    legality(config, shape, dtype, arch) -> ir.Module   trace with stand-ins + gluon.jit.run_passes: shared
+                                                        memory, registers, warp roles and layouts are
+                                                        checked without a GPU; raises gluon.ir.GluonError
+                                                        with the reason (the config is then pruned)
+    compile(config, shape, dtype, arch) -> CompiledKernel   the same trace compiled (no GPU; the compile pool
+                                                        calls it, so the launch later hits the disk cache)
+    make_inputs(shape, dtype, device, seed) -> dict     fresh random operands (never zeros) and outputs
+    poison(inputs)                                      fill the outputs with NaN
+    run(inputs, config)                                 one launch
+    output(inputs) / reference(inputs)                  the result and an fp32/fp64 torch reference
+    check(out, ref, rtol, atol) -> (ok, max_err, why)   no NaN (every element written), error within tolerance
+    baseline(inputs) -> callable                        the vendor baseline (torch.matmul, dst.copy_(src))
+    flops(shape), bytes(shape, dtype), roofline_s(shape, dtype, peak_flops, peak_bw)
+    model_s(config, shape, dtype, peak_flops, peak_bw, num_sms)   the dry run's ranking model (defaults to
+                                                        the roofline; GEMM adds wave and tile quantization)
+
+Shapes are tuples of ints in the order of `dims`; dtypes are the names "fp16", "bf16", "fp32".
+Configs are dicts of parameter name -> value as the spec writes them (BLOCK_M, STAGES, CONSUMER_WARPS, ...).
+"""
+from __future__ import annotations
+
+import hashlib
+import importlib
+import importlib.util
+import inspect
+import math
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from .. import ir
+from ..types import DType
+
+DTYPE_NAMES = ("fp16", "bf16", "fp32")
+_GLUON_DTYPES = {"fp16": DType.f16, "bf16": DType.bf16, "fp32": DType.f32}
+_SIZES = {"fp16": 2, "bf16": 2, "fp32": 4}
+
+# H200 SXM peaks used by the dry run's model (dense fp16/bf16 tensor-core flop/s, HBM3e bytes/s).
+H200_PEAK_FLOPS = 989e12
+H200_PEAK_BW = 4.8e12
+H200_SMS = 132
+
+
+def gluon_dtype(name: str) -> DType:
+    try:
+        return _GLUON_DTYPES[name]
+    except KeyError:
+        raise ir.GluonError(f"unknown dtype {name!r}; the tuner knows {', '.join(DTYPE_NAMES)}") from None
+
+
+def torch_dtype(name: str):
+    import torch
+    return {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32}[name]
+
+
+def element_size(name: str) -> int:
+    return _SIZES[name]
+
+
+def shape_str(shape) -> str:
+    return "x".join(str(int(d)) for d in shape)
+
+
+class TuningTemplate:
+    """Base class of a kernel's `TUNING` object. Subclasses set `name`, `dims`, `params` (the parameter
+    names they accept) and implement the kernel-specific hooks; the rest has generic defaults."""
+
+    name: str = "?"
+    dims: tuple[str, ...] = ()
+    params: tuple[str, ...] = ()          # accepted parameter names (empty: anything)
+    dtypes: tuple[str, ...] = DTYPE_NAMES  # dtypes the kernel takes
+
+    # -- identity -----------------------------------------------------------------------------------
+    def source_file(self) -> str | None:
+        mod = sys.modules.get(type(self).__module__)
+        return getattr(mod, "__file__", None) if mod is not None else None
+
+    def source_hash(self) -> str:
+        """sha256 (16 hex digits) of the source of the module that defines this template (the kernel
+        lives there too): rows of an edited kernel are not mistaken for the current one's."""
+        f = self.source_file()
+        try:
+            data = Path(f).read_bytes() if f else inspect.getsource(type(self)).encode()
+        except (OSError, TypeError):
+            data = repr(type(self)).encode()
+        return hashlib.sha256(data).hexdigest()[:16]
+
+    # -- checks without a GPU ---------------------------------------------------------------------------
+    def check_config(self, config: dict, shape, dtype: str, arch: str) -> None:
+        """Cheap checks before tracing: known parameter names, a dtype the kernel takes, a shape of the
+        right rank. Raises GluonError."""
+        if self.params:
+            unknown = sorted(set(config) - set(self.params))
+            if unknown:
+                raise ir.GluonError(f"{self.name} has no parameter {', '.join(unknown)} "
+                                    f"(it takes {', '.join(self.params)})")
+        if dtype not in self.dtypes:
+            raise ir.GluonError(f"{self.name} takes {', '.join(self.dtypes)}, not {dtype}")
+        if len(tuple(shape)) != len(self.dims):
+            raise ir.GluonError(f"{self.name} shapes are {'x'.join(self.dims)}, got {shape_str(shape)}")
+
+    def trace(self, config: dict, shape, dtype: str, arch: str) -> ir.Module:
+        """The kernel's IR for this config (before passes). Subclasses implement it."""
+        raise NotImplementedError
+
+    def legality(self, config: dict, shape, dtype: str, arch: str) -> ir.Module:
+        """Trace and run the passes (layouts, pipeline, warp roles, shared memory): the module, or
+        GluonError with the reason the config cannot work."""
+        from ..jit import run_passes
+        self.check_config(config, shape, dtype, arch)
+        return run_passes(self.trace(config, shape, dtype, arch))
+
+    def legality_key(self, config_id: str, shape, dtype: str, arch: str) -> tuple:
+        """Configs with equal keys get the same verdict (the tuner caches it). Kernels whose trace does
+        not depend on the shape drop it."""
+        return (config_id, tuple(shape), dtype, arch)
+
+    def compile(self, config: dict, shape, dtype: str, arch: str):
+        """Trace, passes, TTGIR, Triton binary (disk-cached): a gluon.jit.CompiledKernel. No GPU needed.
+        The trace is the one the launch makes (same stand-ins), so the launch hits the disk cache."""
+        from ..jit import compile_module
+        self.check_config(config, shape, dtype, arch)
+        return compile_module(self.trace(config, shape, dtype, arch))
+
+    def compile_key(self, config_id: str, shape, dtype: str, arch: str) -> tuple:
+        return self.legality_key(config_id, shape, dtype, arch)
+
+    # -- on the GPU ---------------------------------------------------------------------------------------
+    def make_inputs(self, shape, dtype: str, device, seed: int) -> dict:
+        raise NotImplementedError
+
+    def run(self, inputs: dict, config: dict) -> None:
+        raise NotImplementedError
+
+    def output(self, inputs: dict):
+        return inputs["out"]
+
+    def poison(self, inputs: dict) -> None:
+        self.output(inputs).fill_(float("nan"))
+
+    def reference(self, inputs: dict):
+        raise NotImplementedError
+
+    def baseline(self, inputs: dict) -> Callable[[], Any]:
+        raise NotImplementedError
+
+    def check(self, out, ref, rtol: float, atol: float) -> tuple[bool, float, str | None]:
+        """(ok, max_err, reason). max_err = max|out - ref| / max|ref| (0 when ref is all zeros and out
+        equals it); ok when no element is NaN/inf (outputs are poisoned with NaN, so this also proves
+        every element was written) and max|out - ref| <= atol + rtol * max|ref|. Chunked, so a 4 GiB
+        output needs no 3x temporaries."""
+        import torch
+        o = out.reshape(-1)
+        r = ref.reshape(-1)
+        if o.numel() != r.numel():
+            return False, float("inf"), f"output has {o.numel()} elements, reference {r.numel()}"
+        bad = 0
+        max_diff = 0.0
+        max_ref = 0.0
+        chunk = 1 << 25
+        for i in range(0, o.numel(), chunk):
+            oc = o[i:i + chunk].to(torch.float64)
+            rc = r[i:i + chunk].to(torch.float64)
+            bad += int((~torch.isfinite(oc)).sum())
+            if oc.numel():
+                d = (oc - rc).abs().nan_to_num(nan=0.0, posinf=0.0)
+                max_diff = max(max_diff, float(d.max()))
+                max_ref = max(max_ref, float(rc.abs().max()))
+        max_err = max_diff / max_ref if max_ref > 0 else (0.0 if max_diff == 0 else float("inf"))
+        if bad:
+            return False, max_err, (f"{bad} of {o.numel()} output elements are NaN/inf "
+                                    "(not written, or overflow)")
+        if max_diff > atol + rtol * max_ref:
+            return False, max_err, (f"max |out - ref| = {max_diff:.3g} exceeds atol + rtol * max|ref| = "
+                                    f"{atol:g} + {rtol:g} * {max_ref:.3g} (relative error {max_err:.3g})")
+        return True, max_err, None
+
+    # -- models ------------------------------------------------------------------------------------------
+    def flops(self, shape) -> float:
+        return 0.0
+
+    def bytes(self, shape, dtype: str) -> float:
+        return 0.0
+
+    def roofline_s(self, shape, dtype: str, peak_flops: float = H200_PEAK_FLOPS,
+                   peak_bw: float = H200_PEAK_BW) -> float:
+        """The least time the work can take: max(flops / peak flop/s, bytes / peak bandwidth)."""
+        return max(self.flops(shape) / peak_flops, self.bytes(shape, dtype) / peak_bw)
+
+    def model_s(self, config: dict, shape, dtype: str, peak_flops: float = H200_PEAK_FLOPS,
+                peak_bw: float = H200_PEAK_BW, num_sms: int = H200_SMS) -> float:
+        """The dry run's estimate, for ranking configs only (not a prediction)."""
+        return self.roofline_s(shape, dtype, peak_flops, peak_bw)
+
+
+def waves_efficiency(units: int, slots: int) -> float:
+    """Useful fraction of the last wave: units / (ceil(units / slots) * slots)."""
+    if units <= 0 or slots <= 0:
+        return 1.0
+    return units / (math.ceil(units / slots) * slots)
+
+
+# ------------------------------------------------------------------------------------- resolution
+
+_LOADED: dict[tuple, Any] = {}
+
+
+def load_template_ref(ref: str, base_dir: str | Path | None = None):
+    """"module:attr" or "path/file.py:attr" (relative to base_dir, else the working directory) -> the
+    object. For code paths without a spec (tests, worker processes)."""
+    key = (ref, str(base_dir))
+    if key in _LOADED:
+        return _LOADED[key]
+    mod_name, _, attr = ref.rpartition(":")
+    if not mod_name or not attr:
+        raise ValueError(f"template {ref!r}: write 'module:ATTR' or 'file.py:ATTR'")
+    if mod_name.endswith(".py"):
+        p = Path(mod_name)
+        if not p.is_absolute() and base_dir is not None and (Path(base_dir) / p).exists():
+            p = Path(base_dir) / p
+        p = p.resolve()
+        name = "gluon_tuning_template_" + hashlib.sha256(str(p).encode()).hexdigest()[:12]
+        mod = sys.modules.get(name)
+        if mod is None:
+            spec = importlib.util.spec_from_file_location(name, p)
+            if spec is None or spec.loader is None:
+                raise ValueError(f"template {ref!r}: cannot load {p}")
+            mod = importlib.util.module_from_spec(spec)
+            sys.modules[name] = mod
+            spec.loader.exec_module(mod)
+    else:
+        mod = importlib.import_module(mod_name)
+    obj = getattr(mod, attr)
+    _LOADED[key] = obj
+    return obj
+
+
+def template_of(spec):
+    """The spec's template: gluon.tuning.spec.resolve_template when that module is there, else the
+    spec's `kernel.template` reference resolved next to the spec file. Cached per process."""
+    key = (spec.kernel.template, str(getattr(spec, "source", "")))
+    if key in _LOADED:
+        return _LOADED[key]
+    try:
+        from .spec import resolve_template
+    except ImportError:
+        resolve_template = None
+    if resolve_template is not None:
+        try:
+            obj = resolve_template(spec)
+        except (AttributeError, TypeError):       # a stand-in spec the real resolver does not take
+            obj = None
+        if obj is not None:
+            _LOADED[key] = obj
+            return obj
+    src = getattr(spec, "source", None)
+    obj = load_template_ref(spec.kernel.template, Path(src).parent if src else None)
+    _LOADED[key] = obj
+    return obj

@@ -1,0 +1,568 @@
+"""`gluon tune` without a GPU: templates (legality, the launch's TTGIR), dry runs of the copy and GEMM
+templates, and the tuner's fault handling, resume and multi-worker claims with fake GPU workers.
+
+The fakes live in this module: FAKE is a TuningTemplate on CPU torch tensors whose `run` can crash the
+worker process, hang, write a wrong result or leave elements unwritten (chosen per X value through the
+FAKE_TUNE_FAULTS environment variable, which the spawned workers inherit); `fake_measure` runs the real
+verification path (gluon.tuning.measure.measure_job) with a fake clock and logs every call to
+FAKE_TUNE_LOG, so the tests can count measurements."""
+import importlib.util
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+import warnings
+from types import SimpleNamespace
+
+import pytest
+
+# checked without importing: GPU worker processes import this module for its fakes, and should be quick
+for _m in ("optuna", "pandas", "pyarrow", "pydantic", "torch"):
+    if importlib.util.find_spec(_m) is None:
+        pytest.skip(f"needs {_m}", allow_module_level=True)
+import torch  # noqa: E402
+
+from gluon.ir import GluonError  # noqa: E402
+from gluon.tuning.template import TuningTemplate  # noqa: E402
+
+TESTS = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(TESTS)
+
+
+# ------------------------------------------------------------------------------------------ the fakes
+
+
+def _faults() -> dict:
+    out = {}
+    for part in filter(None, os.environ.get("FAKE_TUNE_FAULTS", "").split(",")):
+        kind, x = part.split(":")
+        out[int(x)] = kind
+    return out
+
+
+class FakeTemplate(TuningTemplate):
+    """dst = src on the CPU; X is the 'tile size': X > FAKE_TUNE_LEGAL_MAX needs too much shared memory."""
+
+    name = "fake"
+    dims = ("N",)
+    dtypes = ("fp32", "fp16")
+    params = ("X", "Y")
+
+    def legality(self, config, shape, dtype, arch):
+        self.check_config(config, shape, dtype, arch)
+        limit = int(os.environ.get("FAKE_TUNE_LEGAL_MAX", "1000"))
+        if config["X"] > limit:
+            raise GluonError(f"kernel fake needs {config['X']} KiB of shared memory, more than the {limit} KiB "
+                             "a block may use")
+
+    def compile(self, config, shape, dtype, arch):
+        return SimpleNamespace(registers=32 + config["X"], spills=0, shared_bytes=1024 * config["X"])
+
+    def make_inputs(self, shape, dtype, device, seed):
+        g = torch.Generator().manual_seed(seed)
+        src = torch.randn(shape[0], generator=g).to({"fp32": torch.float32, "fp16": torch.float16}[dtype])
+        return {"src": src, "out": torch.empty_like(src), "base_out": torch.empty_like(src)}
+
+    def run(self, inputs, config):
+        kind = _faults().get(config["X"])
+        src, out = inputs["src"], inputs["out"]
+        if kind == "crash":
+            os._exit(1)                                  # what an illegal address does to the process
+        if kind == "hang":
+            time.sleep(3600)
+        if kind == "wrong":
+            out.copy_(src * 1.5)
+        elif kind == "unwritten":
+            out[: len(out) // 2].copy_(src[: len(out) // 2])
+        else:
+            out.copy_(src)
+
+    def reference(self, inputs):
+        return inputs["src"].double()
+
+    def baseline(self, inputs):
+        return lambda: inputs["base_out"].copy_(inputs["src"])
+
+    def bytes(self, shape, dtype):
+        return 8.0 * shape[0]
+
+
+FAKE = FakeTemplate()
+
+
+def fake_measure(job):
+    """A GPU worker's measurement, on the CPU: log the call, then the real verify-and-time path with a
+    clock where larger X is faster and the baseline takes 1 ms."""
+    log = os.environ.get("FAKE_TUNE_LOG")
+    if log:
+        with open(log, "a") as f:
+            f.write(json.dumps({"cid": job["config_id"], "X": job["config"]["X"], "purpose": job["purpose"],
+                                "device": job["device_index"], "pid": os.getpid()}) + "\n")
+    time.sleep(float(os.environ.get("FAKE_TUNE_DELAY", "0")))
+    from gluon.tuning.measure import measure_job
+    t = 1.0 / job["config"]["X"]
+    calls = []
+
+    def bench(fn):
+        fn()
+        calls.append(1)
+        ms = t if len(calls) % 2 else 1.0               # candidate, baseline, candidate, ...
+        return [ms, 0.9 * ms, 1.1 * ms]
+    return measure_job(job, "cpu", bench, lambda: None)
+
+
+fake_measure.environment = lambda index: {"device": "FakeGPU", "sm_count": 4, "driver": "0", "cuda": None,
+                                          "triton": None, "torch": torch.__version__, "gluon": "test"}
+
+MEASURE = "test_tuning:fake_measure"
+
+
+def fake_spec(tmp_path, *, x=(1, 6), y=None, constraints=(), sampler="grid", trials=100, name="fake", **tuning):
+    settings = dict(trials=trials, sampler=sampler, seed=0, repeats=1, retime_top=0, trial_timeout_s=20)
+    settings.update(tuning)
+    lines = []
+    if constraints:
+        lines.append("constraints = [" + ", ".join(json.dumps(c) for c in constraints) + "]")
+    lines += ["[kernel]", f'name = "{name}"', 'template = "test_tuning:FAKE"', 'arch = "sm90"', 'dtypes = ["fp32"]',
+              "shapes = [[1000]]", "[params]", f"X = {{ range = [{x[0]}, {x[1]}] }}"]
+    if y:
+        lines.append(f"Y = {{ values = {list(y)} }}")
+    lines.append("[tuning]")
+    lines += [f"{k} = {json.dumps(v)}" for k, v in settings.items()]
+    path = tmp_path / f"{name}.toml"
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def load(path):
+    from gluon.tuning.spec import load_spec
+    return load_spec(path)
+
+
+def run_tune(spec_path, tmp_path, **kw):
+    from gluon.tuning.tuner import tune
+    args = dict(gpus=[0], dry_run=False, progress=False, results_root=str(tmp_path / "results"),
+                tuning_root=str(tmp_path / "tuning"), measure_fn=MEASURE, compile_workers=0,
+                worker_context="forkserver")           # fast restarts; the crash and kill tests use spawn
+    args.update(kw)
+    return tune(load(spec_path), **args)
+
+
+def rows(tmp_path, spec="fake"):
+    from gluon.tuning.results import ResultsStore
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return ResultsStore(tmp_path / "results").read(spec)
+
+
+def calls(log, purpose="trial"):
+    if not os.path.exists(log):
+        return []
+    out = []
+    for line in open(log).read().splitlines():
+        if line.strip():
+            r = json.loads(line)
+            if purpose is None or r["purpose"] == purpose:
+                out.append(r)
+    return out
+
+
+@pytest.fixture
+def env(tmp_path, monkeypatch):
+    log = tmp_path / "calls.jsonl"
+    monkeypatch.setenv("FAKE_TUNE_LOG", str(log))
+    monkeypatch.delenv("FAKE_TUNE_FAULTS", raising=False)
+    monkeypatch.delenv("FAKE_TUNE_DELAY", raising=False)
+    monkeypatch.delenv("FAKE_TUNE_LEGAL_MAX", raising=False)
+    return SimpleNamespace(log=str(log), setenv=monkeypatch.setenv)
+
+
+def _study(tmp_path, summary):
+    import optuna
+
+    from gluon.tuning.tuner import journal_storage
+    return optuna.load_study(study_name=summary.study_name, storage=journal_storage(summary.storage))
+
+
+# ------------------------------------------------------------------------------------------ templates
+
+
+def _captured_launch_module(monkeypatch, template, args, constexprs, block, num_warps):
+    """The module gluon.jit would compile for a launch with these (CPU) arguments."""
+    from gluon import SM90
+    jit = sys.modules["gluon.jit"]                      # (the attribute gluon.jit is the decorator)
+    seen = []
+
+    def fake_compile(module, sources=None, **kw):
+        seen.append(module)
+        raise RuntimeError("captured")
+    monkeypatch.setattr(jit, "compile_module", fake_compile)
+    with pytest.raises(RuntimeError, match="captured"):
+        jit._jit_of(template).specialize(args, constexprs, block, num_warps, SM90, {})
+    return jit.lower(jit.run_passes(seen[0]))
+
+
+def test_gemm_template_traces_what_the_launch_compiles(monkeypatch):
+    """template.compile (the compile pool) and launch() produce the same TTGIR: the GPU worker's launch
+    hits the disk cache the pool filled."""
+    from gluon.jit import lower
+    from gluon.kernels.gemm_sm90 import TUNING, gemm_sm90, num_warps
+    config = dict(BLOCK_M=128, BLOCK_N=256, BLOCK_K=64, SWIZZLE=128, STAGES=3, CONSUMER_WARPS=8, PRODUCER_WARPS=1,
+                  PRODUCER_REGS=40, GROUP_M=8, EPILOGUE="tma")
+    mine = lower(TUNING.legality(config, (1024, 1024, 1024), "bf16", "sm90"))
+    cfg = TUNING.kernel_config(config, "bf16")
+    assert cfg["CONSUMER_WGS"] == 2 and "CONSUMER_WARPS" not in cfg
+    a = torch.empty(64, 32, dtype=torch.bfloat16)
+    w = torch.empty(16, dtype=torch.float32)
+    launch = _captured_launch_module(monkeypatch, gemm_sm90, (a, a, a, w, 1), dict(B_KMAJOR=False, **cfg), None,
+                                     num_warps(cfg))
+    assert mine == launch
+    assert TUNING.flops((2, 3, 4)) == 48 and TUNING.bytes((2, 3, 4), "fp16") == 2 * (8 + 12 + 6)
+
+
+def test_copy_template_traces_what_the_launch_compiles(monkeypatch):
+    from gluon.jit import lower
+    from gluon.tuning.spec import load_spec, resolve_template
+    spec = load_spec(os.path.join(REPO, "specs", "copy.toml"))
+    t = resolve_template(spec)
+    mod = sys.modules[type(t).__module__]
+    mine = lower(t.legality(dict(XBLOCK=2048, NUM_WARPS=8, FORM="simt"), (1 << 20,), "fp32", "sm90"))
+    x = torch.empty(1 << 10)
+    launch = _captured_launch_module(monkeypatch, mod.copy_kernel, (x, x, 1 << 20), dict(XBLOCK=2048), (2048,), 8)
+    assert mine == launch
+    assert t.bytes((100,), "fp16") == 400 and t.roofline_s((10**9,), "fp32", 1e15, 4e12) == pytest.approx(2e-3)
+
+
+def test_gemm_template_rejects_configs_with_reasons():
+    from gluon.kernels.gemm_sm90 import TUNING
+    base = dict(BLOCK_M=128, BLOCK_N=256, BLOCK_K=64, STAGES=3, CONSUMER_WARPS=8, PRODUCER_WARPS=1, EPILOGUE="tma")
+    for bad, msg in ((dict(STAGES=5), "more than the 227.0 KiB"), (dict(CONSUMER_WARPS=6), "multiple of 4"),
+                     (dict(PRODUCER_WARPS=2), "one producer warp"), (dict(CONSUMER_REGS=232), "CONSUMER_REGS"),
+                     (dict(NOPE=1), "no parameter NOPE")):
+        with pytest.raises(GluonError, match=msg):
+            TUNING.legality(dict(base, **bad), (512, 512, 512), "fp16", "sm90")
+    with pytest.raises(GluonError, match="takes fp16, bf16"):
+        TUNING.legality(base, (512, 512, 512), "fp32", "sm90")
+    # the model: one wave of 128x256 tiles is better than 1.03 waves
+    one = TUNING.model_s(base, (128 * 12, 256 * 11, 4096), "fp16")
+    more = TUNING.model_s(base, (128 * 12 + 128, 256 * 11, 4096), "fp16")
+    assert more / one > 1.5
+
+
+def test_check_catches_unwritten_and_wrong_elements():
+    t = FakeTemplate()
+    ref = torch.randn(1000, dtype=torch.float64)
+    out = ref.float().clone()
+    assert t.check(out, ref, 1e-6, 0)[0]
+    out[10] = float("nan")
+    ok, _, why = t.check(out, ref, 1e-2, 0)
+    assert not ok and "1 of 1000" in why
+    ok, err, why = t.check(ref.float() * 1.5, ref, 1e-2, 0)
+    assert not ok and err == pytest.approx(0.5, rel=1e-3) and "exceeds" in why
+
+
+# ------------------------------------------------------------------------------------------ dry runs
+
+
+def test_dry_run_copy_prunes_with_reason_and_compiles_a_sample(tmp_path, capsys):
+    spec = tmp_path / "copy.toml"
+    spec.write_text(textwrap.dedent(f"""
+        [kernel]
+        name = "copy_small"
+        template = "{os.path.join(REPO, 'examples', 'copy_kernel.py')}:TUNING"
+        arch = "sm90"
+        dtypes = ["fp32"]
+        shapes = [[1048576], [1000003]]
+        [params]
+        XBLOCK = {{ values = [512, 1000, 2048] }}
+        NUM_WARPS = 4
+        FORM = {{ values = ["simt", "explicit"] }}
+    """))
+    from gluon.tuning.tuner import tune
+    s = tune(load(spec), dry_run=True, results_root=str(tmp_path / "results"), compile_workers=1, dry_run_compiles=2)
+    out = capsys.readouterr().out
+    assert "DRY RUN" in out and "nothing was run or timed" in out
+    assert s.dry_run and s.statuses["pruned"] == 2 and s.statuses["ok"] == 4 and len(s.ranking) == 4
+    df = rows(tmp_path, "copy_small")
+    assert df["dry_run"].all()
+    pruned = df[df["status"] == "pruned"]
+    assert set(pruned["XBLOCK"]) == {1000} and pruned["reason"].str.contains("power of two").all()
+    ok = df[df["status"] == "ok"]
+    assert len(ok) == 8 and (ok["model_ms"] > 0).all() and (ok["roofline_fraction"] <= 1.0).all()
+    compiled = ok[ok["registers"].notna()]
+    assert compiled["config_id"].nunique() == 2 and (compiled["registers"] > 0).all()
+    assert (compiled["spills"] == 0).all() and (compiled["compile_s"] >= 0).all()
+    assert not (tmp_path / "tuning").exists()                        # no study, no GPU worker
+
+
+def test_dry_run_gemm_prunes_too_many_stages(tmp_path):
+    spec = tmp_path / "gemm.toml"
+    spec.write_text(textwrap.dedent("""
+        [kernel]
+        name = "gemm_small"
+        template = "gluon.kernels.gemm_sm90:TUNING"
+        arch = "sm90"
+        dtypes = ["fp16"]
+        shapes = [[4096, 4096, 4096], [1000, 1000, 1000]]
+        [tiles]
+        BLOCK_M = 128
+        BLOCK_N = 256
+        BLOCK_K = 64
+        [stages]
+        STAGES = { range = [3, 5] }
+        [warp_roles.consumer]
+        warps = 8
+        [warp_roles.producer]
+        warps = 1
+        registers = 40
+        [params]
+        EPILOGUE = { values = ["tma", "direct"] }
+    """))
+    from gluon.tuning.tuner import tune
+    s = tune(load(spec), dry_run=True, results_root=str(tmp_path / "results"), compile_workers=1, dry_run_compiles=1)
+    df = rows(tmp_path, "gemm_small")
+    pruned = df[df["status"] == "pruned"]
+    # 128x256x64 fp16 stages are 48 KiB: 5 never fit, 4 only without the 64 KiB TMA staging tile
+    assert sorted(zip(pruned["STAGES"], pruned["EPILOGUE"])) == [(4, "tma"), (5, "direct"), (5, "tma")]
+    assert pruned["reason"].str.contains("more than the 227.0 KiB").all()
+    assert pruned["reason"].str.contains("a_ring").all()              # the diagnostic lists the regions
+    ok = df[df["status"] == "ok"]
+    assert len(ok) == 3 * 2 and ok["dry_run"].all()
+    compiled = ok[ok["registers"].notna()]
+    assert compiled["config_id"].nunique() == 1 and (compiled["registers"] >= 128).all()
+    assert (compiled["shared_bytes"] > 100_000).all()
+    # 1000^3 leaves most of the last wave idle: its modelled roofline fraction is lower
+    by_shape = ok.groupby("shape")["roofline_fraction"].max()
+    assert by_shape["1000x1000x1000"] < by_shape["4096x4096x4096"]
+    assert s.best_config is not None and s.ranking[0]["score"] >= s.ranking[-1]["score"]
+
+
+# ------------------------------------------------------------------------------------------ faults
+
+
+def test_worker_crash_is_a_runtime_error_and_the_study_goes_on(tmp_path, env):
+    env.setenv("FAKE_TUNE_FAULTS", "crash:3")
+    s = run_tune(fake_spec(tmp_path, x=(1, 6)), tmp_path, worker_context="spawn")
+    df = rows(tmp_path)
+    status = dict(zip(df["X"], df["status"]))
+    assert status == {1: "ok", 2: "ok", 3: "runtime_error", 4: "ok", 5: "ok", 6: "ok"}
+    assert "died" in df[df["X"] == 3]["reason"].iloc[0]
+    assert s.statuses == {"ok": 5, "runtime_error": 1} and s.trials == 6 and s.best_config["X"] == 6
+    assert len({c["pid"] for c in calls(env.log)}) >= 2                  # a new worker after the crash
+
+
+def test_hung_worker_is_killed_and_restarted(tmp_path, env):
+    env.setenv("FAKE_TUNE_FAULTS", "hang:2")
+    t0 = time.monotonic()
+    s = run_tune(fake_spec(tmp_path, x=(1, 4), trial_timeout_s=1.5), tmp_path)
+    assert time.monotonic() - t0 < 30
+    df = rows(tmp_path)
+    assert dict(zip(df["X"], df["status"])) == {1: "ok", 2: "timeout", 3: "ok", 4: "ok"}
+    assert "1.5 s" in df[df["X"] == 2]["reason"].iloc[0]
+    hang = [c for c in calls(env.log) if c["X"] == 2][0]
+    after = [c for c in calls(env.log) if c["pid"] != hang["pid"]]
+    assert after                                                         # later jobs ran in a new process
+    assert s.statuses["timeout"] == 1
+
+
+def test_wrong_results_are_never_the_best(tmp_path, env):
+    env.setenv("FAKE_TUNE_FAULTS", "wrong:6,unwritten:5")               # the fastest two are wrong
+    s = run_tune(fake_spec(tmp_path, x=(1, 6), retime_top=2), tmp_path)
+    df = rows(tmp_path)
+    first = df[~df["retimed"]]
+    st = dict(zip(first["X"], first["status"]))
+    assert st[6] == "wrong_result" and st[5] == "wrong_result"
+    assert "exceeds" in first[first["X"] == 6]["reason"].iloc[0]
+    assert "NaN" in first[first["X"] == 5]["reason"].iloc[0]               # half the output never written
+    assert first[first["X"] == 6]["max_err"].iloc[0] == pytest.approx(0.5, rel=1e-3)
+    assert s.best_config["X"] == 4
+    study = _study(tmp_path, s)
+    assert study.best_trial.user_attrs["config"]["X"] == 4
+    retimed = df[df["retimed"]]
+    assert sorted(retimed["X"]) == [3, 4] and (retimed["status"] == "ok").all()
+    assert [r["config"]["X"] for r in s.retimed] == [4, 3]
+    ok = first[first["status"] == "ok"].iloc[0]
+    assert ok["ratio"] == pytest.approx(ok["baseline_ms"] / ok["median_ms"]) and ok["p10_ms"] < ok["p90_ms"]
+    assert ok["registers"] == 32 + ok["X"] and ok["device"] == "FakeGPU" and ok["study"] == s.study_name
+    from gluon.tuning.results import summary
+    best = summary(df)
+    assert list(best["X"]) == [4]
+
+
+def test_pruned_configs_never_reach_the_gpu(tmp_path, env):
+    env.setenv("FAKE_TUNE_LEGAL_MAX", "4")
+    s = run_tune(fake_spec(tmp_path, x=(1, 6)), tmp_path, compile_workers=1)     # through the compile pool
+    assert sorted(c["X"] for c in calls(env.log)) == [1, 2, 3, 4]
+    df = rows(tmp_path)
+    pruned = df[df["status"] == "pruned"]
+    assert sorted(pruned["X"]) == [5, 6] and pruned["reason"].str.contains("shared memory").all()
+    study = _study(tmp_path, s)
+    states = {t.user_attrs["config"]["X"]: t.state.name for t in study.trials}
+    assert states[5] == states[6] == "PRUNED" and s.trials == 4
+    ok = df[df["status"] == "ok"]
+    assert list(ok.sort_values("X")["registers"]) == [33, 34, 35, 36]      # from the pool's compile
+
+
+# ------------------------------------------------------------------------------------------ resume, claims
+
+
+def test_resume_measures_only_new_trials(tmp_path, env):
+    spec = fake_spec(tmp_path, x=(1, 40), y=(1, 2, 3, 4, 5), sampler="random", trials=5)
+    s1 = run_tune(spec, tmp_path)
+    assert len(calls(env.log)) == 5 and s1.trials == 5
+    s2 = run_tune(spec, tmp_path, trials=8)
+    measured = calls(env.log)
+    assert len(measured) == 8 and len({c["cid"] for c in measured}) == 8
+    assert s2.study_name == s1.study_name and s2.trials == 8 and s2.measured == 3
+    s3 = run_tune(spec, tmp_path, trials=8)                             # finished: nothing to do
+    assert len(calls(env.log)) == 8 and s3.measured == 0
+
+
+def test_same_config_is_looked_up_not_remeasured(tmp_path, env):
+    """A results row of this spec hash answers for a config even when the study is gone."""
+    spec = fake_spec(tmp_path, x=(1, 3), sampler="grid")
+    run_tune(spec, tmp_path)
+    assert len(calls(env.log)) == 3
+    s = run_tune(spec, tmp_path, tuning_root=str(tmp_path / "tuning2"))  # a new study, same results store
+    assert len(calls(env.log)) == 3 and s.reused == 3 and s.trials == 3 and s.best_config["X"] == 3
+
+
+def test_grid_sampler_visits_every_valid_config_once(tmp_path, env):
+    env.setenv("FAKE_TUNE_LEGAL_MAX", "5")
+    spec = fake_spec(tmp_path, x=(1, 7), y=(1, 2, 3), constraints=["X + Y <= 7"], sampler="grid", trials=1000)
+    s = run_tune(spec, tmp_path)
+    sp = load(spec).space
+    legal = {sp.config_id(c) for c in sp.grid() if c["X"] <= 5}
+    measured = [c["cid"] for c in calls(env.log)]
+    assert sorted(measured) == sorted(legal) and len(measured) == len(set(measured)) == 14
+    assert s.stopped == "exhausted"
+
+
+def test_two_workers_on_one_storage_never_measure_a_config_twice(tmp_path, env):
+    env.setenv("FAKE_TUNE_DELAY", "0.05")
+    spec = fake_spec(tmp_path, x=(1, 6), y=(1, 2, 3, 4), sampler="tpe", trials=10)
+    s = run_tune(spec, tmp_path, gpus=[0, 1])
+    measured = calls(env.log)
+    assert len(measured) == 10 and len({c["cid"] for c in measured}) == 10
+    assert {c["device"] for c in measured} == {0, 1}
+    df = rows(tmp_path)
+    assert not df.duplicated(subset=["config_id", "shape", "dtype"]).any() and s.trials == 10
+
+
+def test_two_tuner_processes_on_one_journal_never_measure_a_config_twice(tmp_path, env):
+    spec = fake_spec(tmp_path, x=(1, 4), y=(1, 2, 3), sampler="random", trials=12)
+    procs = [_tune_subprocess(spec, tmp_path, {"FAKE_TUNE_DELAY": "0.1"}, context="forkserver") for _ in range(2)]
+    for p in procs:
+        out, err = p.communicate(timeout=120)
+        assert p.returncode == 0, err
+    measured = [c["cid"] for c in calls(env.log)]
+    assert len(measured) == len(set(measured)) == 12
+    assert not rows(tmp_path).duplicated(subset=["config_id", "shape", "dtype"]).any()
+
+
+def _tune_subprocess(spec, tmp_path, env_extra, trials=None, context="spawn"):
+    code = textwrap.dedent(f"""
+        import sys
+        sys.path[:0] = [{TESTS!r}, {REPO!r}]
+        from gluon.tuning.spec import load_spec
+        from gluon.tuning.tuner import tune
+        tune(load_spec({str(spec)!r}), gpus=[0], dry_run=False, progress=True, trials={trials!r},
+             results_root={str(tmp_path / 'results')!r}, tuning_root={str(tmp_path / 'tuning')!r},
+             measure_fn={MEASURE!r}, compile_workers=0, worker_context={context!r})
+    """)
+    e = dict(os.environ, **env_extra)
+    return subprocess.Popen([sys.executable, "-c", code], env=e, cwd=str(tmp_path), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+
+
+def _wait_for_calls(log, n, proc, timeout=60):
+    t0 = time.monotonic()
+    while len(calls(log, None)) < n:
+        assert proc.poll() is None, proc.communicate()
+        assert time.monotonic() - t0 < timeout
+        time.sleep(0.05)
+
+
+def _check_no_finished_job_repeated(tmp_path, log, in_flight_max=1):
+    df = rows(tmp_path)
+    from gluon.tuning.results import ResultsStore
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        store = ResultsStore(tmp_path / "results")
+        store.read("fake")
+    assert all("temporary" in why for _, why in store.problems), store.problems   # every row file reads
+    first = df[~df["retimed"]]
+    assert not first.duplicated(subset=["config_id", "shape", "dtype"]).any()
+    counts = {}
+    for c in calls(log):
+        counts[c["cid"]] = counts.get(c["cid"], 0) + 1
+    assert max(counts.values()) <= 2
+    assert sum(1 for v in counts.values() if v == 2) <= in_flight_max    # only a job cut short runs again
+    return counts
+
+
+def test_kill_9_mid_study_resumes_without_remeasuring(tmp_path, env):
+    spec = fake_spec(tmp_path, x=(1, 40), y=(1, 2, 3), sampler="tpe", trials=10)
+    p = _tune_subprocess(spec, tmp_path, {"FAKE_TUNE_DELAY": "0.3"})
+    _wait_for_calls(env.log, 4, p)
+    os.kill(p.pid, signal.SIGKILL)
+    p.communicate()
+    time.sleep(1.5)                          # the orphaned GPU worker notices its parent is gone
+    before = len(calls(env.log))
+    assert before >= 4
+    s = run_tune(spec, tmp_path)
+    assert s.trials == 10
+    _check_no_finished_job_repeated(tmp_path, env.log)
+    import optuna
+    study = _study(tmp_path, s)
+    assert not [t for t in study.trials if t.state == optuna.trial.TrialState.RUNNING]
+    assert len([t for t in study.trials if _counts(t)]) == 10
+
+
+def _counts(t):
+    from gluon.tuning.tuner import _Study
+    return _Study._counts(t)
+
+
+def test_ctrl_c_leaves_a_resumable_study(tmp_path, env):
+    spec = fake_spec(tmp_path, x=(1, 40), y=(1, 2, 3), sampler="random", trials=8)
+    p = _tune_subprocess(spec, tmp_path, {"FAKE_TUNE_DELAY": "0.5"}, context="forkserver")
+    _wait_for_calls(env.log, 3, p)
+    os.kill(p.pid, signal.SIGINT)
+    out, err = p.communicate(timeout=60)
+    assert p.returncode != 0 and "KeyboardInterrupt" in err and "resume" in err
+    import optuna
+
+    from gluon.tuning.tuner import journal_storage
+    name = next((tmp_path / "tuning").glob("*.log"))
+    study = optuna.load_study(study_name=name.stem, storage=journal_storage(name))
+    states = [t.state for t in study.trials]
+    assert optuna.trial.TrialState.RUNNING not in states and optuna.trial.TrialState.FAIL in states
+    interrupted = {t.user_attrs["config_id"] for t in study.trials if t.state == optuna.trial.TrialState.FAIL}
+    s = run_tune(spec, tmp_path)
+    assert s.trials == 8
+    counts = _check_no_finished_job_repeated(tmp_path, env.log)
+    assert interrupted <= set(counts)        # the interrupted config was re-enqueued and measured
+
+
+def test_per_shape_scoring_runs_one_study_per_shape(tmp_path, env):
+    path = fake_spec(tmp_path, x=(1, 3), scoring="per_shape")
+    path.write_text(path.read_text().replace("shapes = [[1000]]", "shapes = [[1000], [2000]]"))
+    s = run_tune(path, tmp_path)
+    assert len(s.studies) == 2 and len({st.study_name for st in s.studies}) == 2
+    assert all(st.trials == 3 and st.best_config["X"] == 3 for st in s.studies)
+    assert len(calls(env.log)) == 6 and s.measured == 6
+
+
+def test_unavailable_sampler_is_a_spec_error(tmp_path, env):
+    from gluon.tuning.spec import SpecError
+    try:
+        import cmaes  # noqa: F401
+        pytest.skip("cmaes is installed")
+    except ImportError:
+        pass
+    with pytest.raises(SpecError, match="cmaes"):
+        run_tune(fake_spec(tmp_path, sampler="cmaes"), tmp_path)
