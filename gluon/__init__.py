@@ -21,5 +21,6 @@ from .arch import CDNA3, SM80, SM90, SM100, Arch, current_arch  # noqa: E402,F40
 from . import jit as _jit_module  # noqa: E402,F401  (installs the launch hook; must precede the next line)
 from .dsl import jit, kernel  # noqa: E402,F401  (the decorator `gluon.jit`, not the module)
 from .ir import GluonError  # noqa: E402,F401
+from .loader import load  # noqa: E402,F401  (gluon.load("gemm_sm90"): a built, tuned kernel)
 from .types import (DType, Layout, MemorySpace, SharedMemoryDescriptor, SwizzleMode,  # noqa: E402,F401
                     TensorRef, WarpRole)

@@ -3,6 +3,10 @@
     gluon info                      versions, targets, the GPU present
     gluon compile FILE.py:KERNEL    trace + compile one kernel, print its IR / TTGIR / PTX / SASS / resources
     gluon selftest                  compile the built-in kernels for every target and check their machine code
+    gluon check SPEC                validate a spec, prune its configs, compile the legal ones (no GPU)
+    gluon tune SPEC                 search, verify, time and record (a dry run without a GPU)
+    gluon results [NAME]            the best results per (spec, arch, shape, dtype)
+    gluon build --best              best config per bucket -> binaries + manifest for gluon.load
 
 Exit codes: 0 success, 1 a check failed, 2 bad usage or input (a message names what and where).
 """
@@ -187,6 +191,106 @@ def _selftest(args) -> int:
     return 0 if ok else 1
 
 
+def _spec_or_exit(path: str):
+    from .tuning.spec import SpecError, load_spec
+    try:
+        return load_spec(path)
+    except SpecError as e:
+        raise SystemExit(_usage(str(e)))
+
+
+def _check(args) -> int:
+    from .tuning.template import template_of
+    spec = _spec_or_exit(args.spec)
+    try:
+        template = template_of(spec)
+    except Exception as e:  # an import error in the user's template: name it, no traceback
+        return _usage(str(e))
+    rows, legal = [], 0
+    configs = list(spec.space.grid())
+    for i, cfg in enumerate(configs):
+        cid = spec.space.config_id(cfg)
+        for shape in spec.shapes[:1]:                # legality does not depend on the sizes
+            for dtype in spec.dtypes:
+                row = {"config_id": cid, "config": cfg, "dtype": dtype}
+                try:
+                    if args.compile:
+                        ck = template.compile(cfg, shape, dtype, spec.kernel.arch)
+                        row.update(status="ok", registers=ck.registers, spills=ck.spills, shared_bytes=ck.shared_bytes)
+                    else:
+                        template.legality(cfg, shape, dtype, spec.kernel.arch)
+                        row.update(status="legal")
+                    legal += 1
+                except GluonError as e:
+                    row.update(status="pruned", reason=str(e).splitlines()[0])
+                except Exception as e:  # a compile error: report the config, continue
+                    row.update(status="compile_error", reason=f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}")
+                rows.append(row)
+                if not args.json:
+                    extra = (f"registers={row['registers']} spills={row['spills']} smem={row['shared_bytes']}"
+                             if row["status"] == "ok" else row.get("reason", ""))
+                    print(f"[{i + 1}/{len(configs)}] {cid} {dtype:4} {row['status']:13} {extra}", flush=True)
+    if args.json:
+        print(json.dumps(rows, indent=1, default=str))
+    else:
+        print(f"{spec.name}: {len(configs)} configs in the space, {legal} of {len(rows)} (config, dtype) pairs "
+              f"{'compile' if args.compile else 'pass the checks'}")
+    return 0 if legal else 1
+
+
+def _tune(args) -> int:
+    from .tuning.tuner import tune
+    spec = _spec_or_exit(args.spec)
+    gpus = [int(g) for g in args.gpus.split(",")] if args.gpus else None
+    try:
+        summary = tune(spec, gpus=gpus, dry_run=True if args.dry_run else None, trials=args.trials,
+                       results_root=args.results, tuning_root=args.tuning, progress=not args.json)
+    except KeyboardInterrupt:
+        print("interrupted: the study is saved; run the same command again to resume", file=sys.stderr)
+        return 130
+    if args.json:
+        import dataclasses
+        print(json.dumps(dataclasses.asdict(summary), indent=1, default=str))
+    else:
+        print(summary.message or f"{summary.spec_name}: best {summary.best_config} ({summary.best_value})")
+    return 0 if (summary.best_config is not None or summary.dry_run) else 1
+
+
+def _results(args) -> int:
+    from .tuning.results import ResultsStore, summary
+    df = ResultsStore(args.results).read()
+    if args.name:
+        df = df[df["spec_name"] == args.name]
+    if df is None or df.empty:
+        print(f"no results under {args.results}/" + (f" for {args.name}" if args.name else ""), file=sys.stderr)
+        return 1
+    best = df if args.all else summary(df)
+    cols = [c for c in ("spec_name", "arch", "shape", "dtype", "config_id", "status", "median_ms", "baseline_ms",
+                        "ratio", "tflops", "gbps", "max_err", "registers", "dry_run") if c in best]
+    if args.json:
+        print(best[cols + ["config_json"]].to_json(orient="records", indent=1))
+    else:
+        print(best[cols].to_string(index=False))
+    return 0
+
+
+def _build(args) -> int:
+    from .tuning.build import BuildError, build_best
+    if not args.best:
+        return _usage("gluon build needs --best (the only build mode: the best measured config per bucket)")
+    try:
+        paths = build_best(args.results, args.specs, args.out, args.names or None, args.allow_dry_run,
+                           log=(lambda m: None) if args.json else print)
+    except BuildError as e:
+        return _usage(str(e))
+    if args.json:
+        print(json.dumps([str(p) for p in paths]))
+    else:
+        for p in paths:
+            print(f"wrote {p}")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="gluon", description="GPU kernels with explicit layouts, compiled through Triton 3.6.")
     p.add_argument("--version", action="version", version=f"gluon {__version__}")
@@ -213,6 +317,36 @@ def main(argv: list[str] | None = None) -> int:
     s = sub.add_parser("selftest", help="compile the built-in kernels for each target and check their machine code")
     s.add_argument("--json", action="store_true")
     s.set_defaults(fn=_selftest)
+    s = sub.add_parser("check", help="validate a spec and prune/compile its configs (no GPU needed)")
+    s.add_argument("spec")
+    s.add_argument("--compile", action=argparse.BooleanOptionalAction, default=True,
+                   help="compile every legal config (default) or only run the checks (--no-compile)")
+    s.add_argument("--json", action="store_true")
+    s.set_defaults(fn=_check)
+    s = sub.add_parser("tune", help="search the spec's space on the GPU: verify, time, record (dry run without one)")
+    s.add_argument("spec")
+    s.add_argument("--trials", type=int, default=None, help="override the spec's tuning.trials")
+    s.add_argument("--gpus", help="comma list of GPU indices, one worker each (default: all visible)")
+    s.add_argument("--dry-run", action="store_true", help="validate, prune, compile a sample, rank by a model")
+    s.add_argument("--results", default="results", help="results folder (parquet rows)")
+    s.add_argument("--tuning", default="tuning", help="study storage folder")
+    s.add_argument("--json", action="store_true")
+    s.set_defaults(fn=_tune)
+    s = sub.add_parser("results", help="print the best result per (spec, arch, shape, dtype)")
+    s.add_argument("name", nargs="?", help="a spec name (default: all)")
+    s.add_argument("--results", default="results")
+    s.add_argument("--all", action="store_true", help="every row, not only the best")
+    s.add_argument("--json", action="store_true")
+    s.set_defaults(fn=_results)
+    s = sub.add_parser("build", help="compile the best config per bucket into binaries + manifest")
+    s.add_argument("names", nargs="*", help="spec names (default: all with results)")
+    s.add_argument("--best", action="store_true", help="build the best measured config of each bucket")
+    s.add_argument("--results", default="results")
+    s.add_argument("--specs", default="specs", help="where the spec files are")
+    s.add_argument("--out", default=None, help="output folder (default: RESULTS/build)")
+    s.add_argument("--allow-dry-run", action="store_true", help="accept configs only ranked by the dry-run model")
+    s.add_argument("--json", action="store_true")
+    s.set_defaults(fn=_build)
     args = p.parse_args(argv)
     try:
         return args.fn(args)

@@ -136,6 +136,19 @@ class TuningTemplate:
     def make_inputs(self, shape, dtype: str, device, seed: int) -> dict:
         raise NotImplementedError
 
+    # -- what gluon.load's callables use ---------------------------------------------------------------
+    def shape_of(self, *args) -> tuple[int, ...]:
+        """The problem shape (in `dims` order) of a user call's arguments, to pick a built bucket."""
+        raise NotImplementedError
+
+    def dtype_of(self, *args) -> str:
+        """The dtype name ("fp16", ...) of a user call, to pick a built bucket."""
+        return {"torch.float16": "fp16", "torch.bfloat16": "bf16", "torch.float32": "fp32"}[str(args[0].dtype)]
+
+    def call(self, config: dict, *args, out=None):
+        """Run the kernel with `config` on a user's arguments and return the output."""
+        raise NotImplementedError
+
     def run(self, inputs: dict, config: dict) -> None:
         raise NotImplementedError
 

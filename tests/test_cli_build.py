@@ -1,0 +1,98 @@
+"""The CLI's spec commands, `gluon build --best` and `gluon.load`, on this CPU machine (dry-run rows)."""
+import json
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+import gluon
+from gluon.cli import main
+from gluon.tuning.build import BuildError, build_best
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+COPY_SPEC = os.path.join(ROOT, "specs", "copy.toml")
+
+
+@pytest.fixture(scope="module")
+def dry_results(tmp_path_factory):
+    base = tmp_path_factory.mktemp("tune")
+    cwd = os.getcwd()
+    os.chdir(ROOT)
+    try:
+        rc = main(["tune", COPY_SPEC, "--results", str(base / "results"), "--tuning", str(base / "tuning"), "--json"])
+    finally:
+        os.chdir(cwd)
+    assert rc == 0
+    return base / "results"
+
+
+def test_check_reports_every_config(capsys):
+    assert main(["check", COPY_SPEC, "--no-compile", "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert len(rows) == 30 and all(r["status"] == "legal" for r in rows)
+
+
+def test_check_bad_spec_is_a_clear_error_without_traceback(tmp_path, capsys):
+    bad = tmp_path / "bad.toml"
+    bad.write_text('[kernel]\nname = "x"\ntemplate = "examples/copy_kernel.py:TUNING"\narch = "sm90"\n'
+                   'dtypes = ["fp32"]\nshapes = [[1024]]\n[params]\nXBLOCK = { values = [] }\n')
+    assert main(["check", str(bad)]) == 2
+    err = capsys.readouterr().err
+    assert "bad.toml" in err and "XBLOCK" in err and "Traceback" not in err
+
+
+def test_results_lists_the_dry_run_best(dry_results, capsys):
+    assert main(["results", "copy", "--results", str(dry_results), "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert len(rows) == 1 and rows[0]["dry_run"] is True and rows[0]["shape"] == "1073741824"
+
+
+def test_build_refuses_dry_run_rows_unless_asked(dry_results, tmp_path, capsys):
+    specs = os.path.join(ROOT, "specs")
+    assert main(["build", "--best", "--results", str(dry_results), "--specs", specs, "--out", str(tmp_path)]) == 2
+    assert "only dry-run results" in capsys.readouterr().err
+    with pytest.raises(BuildError, match="only dry-run results"):
+        build_best(dry_results, specs, tmp_path, log=lambda m: None)
+
+
+def test_build_then_load_without_recompiling(dry_results, tmp_path):
+    specs = os.path.join(ROOT, "specs")
+    (manifest,) = build_best(dry_results, specs, tmp_path / "build", allow_dry_run=True, log=lambda m: None)
+    data = json.loads(manifest.read_text())
+    (entry,) = data["entries"]
+    assert entry["shape"] == [1073741824] and entry["dtype"] == "fp32" and entry["dry_run"]
+    art = manifest.parent / entry["artifacts"]
+    assert (art / "metadata.json").exists() and any(p.suffix == ".cubin" for p in art.iterdir())
+    # a fresh cache, in a fresh process: load installs the artifacts and takes well under 0.5 s
+    env = dict(os.environ, GLUON_CACHE_DIR=str(tmp_path / "fresh-cache"))
+    code = ("import time, json; t = time.perf_counter(); import gluon; "
+            f"k = gluon.load({str(manifest)!r}); dt = time.perf_counter() - t; "
+            "from gluon.cache import default_cache; "
+            f"print(json.dumps({{'s': dt, 'hit': default_cache().get({entry['cache_key']!r}) is not None, "
+            "'repr': repr(k)}))")
+    out = json.loads(subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True,
+                                    text=True, check=True).stdout.strip().splitlines()[-1])
+    assert out["hit"] and out["s"] < 0.5 and "copy" in out["repr"]
+
+
+def test_load_picks_the_nearest_bucket(tmp_path):
+    from gluon.loader import LoadedKernel
+    manifest = {"name": "copy", "spec": os.path.join(ROOT, "specs", "copy.toml"),
+                "template": "examples/copy_kernel.py:TUNING", "entries": [
+                    {"shape": [1 << 20], "dtype": "fp32", "config": {"XBLOCK": 1024}, "artifacts": "a", "cache_key": "k1"},
+                    {"shape": [1 << 30], "dtype": "fp32", "config": {"XBLOCK": 4096}, "artifacts": "b", "cache_key": "k2"},
+                    {"shape": [1 << 30], "dtype": "fp16", "config": {"XBLOCK": 2048}, "artifacts": "c", "cache_key": "k3"}]}
+    k = LoadedKernel.__new__(LoadedKernel)
+    k.manifest, k.name, k.entries, k._choice = manifest, "copy", manifest["entries"], {}
+    assert k.bucket((3 << 20,), "fp32")["config"]["XBLOCK"] == 1024
+    assert k.bucket((1 << 29,), "fp32")["config"]["XBLOCK"] == 4096
+    assert k.bucket((1 << 10,), "fp16")["config"]["XBLOCK"] == 2048
+    with pytest.raises(BuildError, match="built for fp16, fp32, not bf16"):
+        k.bucket((1 << 10,), "bf16")
+
+
+def test_load_unknown_name_says_what_to_run(tmp_path):
+    with pytest.raises(BuildError, match="gluon build --best"):
+        gluon.load("nope", root=str(tmp_path))
