@@ -36,6 +36,8 @@ import re
 import shutil
 import time
 import uuid
+
+from .fsutil import atomic_write
 from typing import Iterator, Mapping
 
 __all__ = ["KernelCache", "default_cache", "canonical_encode"]
@@ -215,19 +217,8 @@ class KernelCache:
         entry = self.get(key)
         if entry is None:
             raise KeyError(key)
-        tmp = entry / f"{_TMP_PREFIX}{name}-{os.getpid()}-{uuid.uuid4().hex}"
-        mode = "wb" if isinstance(data, (bytes, bytearray, memoryview)) else "w"
-        kwargs = {} if mode == "wb" else {"encoding": "utf-8", "newline": ""}
-        try:
-            with open(tmp, mode, **kwargs) as f:
-                f.write(data)
-            os.replace(tmp, entry / name)
-        except BaseException:
-            try:
-                tmp.unlink()
-            except OSError:
-                pass
-            raise
+        atomic_write(entry / name, data, tmp_name=f"{_TMP_PREFIX}{name}-{os.getpid()}-{uuid.uuid4().hex}",
+                     durable=False)
         return entry / name
 
     def evict(self, key: str) -> bool:

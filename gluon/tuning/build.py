@@ -18,6 +18,8 @@ import tempfile
 from pathlib import Path
 from typing import Callable
 
+from ..fsutil import atomic_write
+
 MANIFEST = "manifest.json"
 
 
@@ -38,15 +40,6 @@ def find_spec_files(specs_dir: str | Path) -> dict:
             continue
         out.setdefault(spec.name, spec)
     return out
-
-
-def _atomic_write_json(path: Path, data) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".manifest-")
-    with os.fdopen(fd, "w") as f:
-        json.dump(data, f, indent=1, default=str)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
 
 
 def _copy_artifacts(src: Path, dst: Path) -> None:
@@ -116,6 +109,6 @@ def build_best(results_root: str | Path = "results", specs_dir: str | Path = "sp
                     "built_at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
                     "entries": entries}
         path = dest / MANIFEST
-        _atomic_write_json(path, manifest)
+        atomic_write(path, json.dumps(manifest, indent=1, default=str))
         manifests.append(path)
     return manifests

@@ -33,6 +33,8 @@ import warnings
 from collections.abc import Iterable
 from pathlib import Path
 
+from ..fsutil import atomic_write, fsync_dir
+
 STATUSES = ("ok", "pruned", "compile_error", "runtime_error", "wrong_result", "timeout")
 
 _S, _F, _I, _B = "string", "float64", "int64", "bool"
@@ -81,19 +83,6 @@ def _clean(kind: str, v):
             v = v.replace(tzinfo=datetime.timezone.utc)
         return v
     return v
-
-
-def _fsync_dir(path: Path) -> None:
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
 
 
 def _now() -> datetime.datetime:
@@ -182,20 +171,7 @@ class ResultsStore:
 
     @staticmethod
     def _atomic_write(table, final: Path, pq) -> None:
-        tmp = final.parent / f".{final.name}.{os.getpid()}.tmp"
-        try:
-            with open(tmp, "wb") as f:
-                pq.write_table(table, f)
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, final)
-        except BaseException:
-            try:
-                tmp.unlink()
-            except OSError:
-                pass
-            raise
-        _fsync_dir(final.parent)
+        atomic_write(final, lambda f: pq.write_table(table, f), tmp_name=f".{final.name}.{os.getpid()}.tmp")
 
     # -- reading --------------------------------------------------------------------------------------
     def spec_names(self) -> list[str]:
@@ -281,7 +257,7 @@ class ResultsStore:
                     f.unlink()
                 except OSError:
                     pass
-            _fsync_dir(d)
+            fsync_dir(d)
             return final
 
 
