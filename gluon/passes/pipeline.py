@@ -311,13 +311,18 @@ def _user_barriers_ok(loads: list[ir.Op], kernel: ir.Kernel) -> str | None:
     return None
 
 
-def _build_ws_ring(kernel, where, p_loop: ir.Op, c_loop: ir.Op, members: list[_RingUses], suffix: str) -> None:
-    names = ", ".join(f"'{alloc_name(u.root)}'" for u in members)
+def _common_stages(members: list[_RingUses], names: str, how: str, loc) -> int:
+    """The one stage count of rings that share a barrier ring."""
     stages = {u.root.type.stages for u in members}
     if len(stages) != 1:
-        raise ir.GluonError(f"the rings {names} are loaded by one producer loop and read by one consumer loop but have "
-                            f"different stage counts {sorted(stages)}; give them the same number of stages", p_loop.loc)
-    S = stages.pop()
+        raise ir.GluonError(f"the rings {names} are {how} but have different stage counts {sorted(stages)}; "
+                            "give them the same number of stages", loc)
+    return stages.pop()
+
+
+def _build_ws_ring(kernel, where, p_loop: ir.Op, c_loop: ir.Op, members: list[_RingUses], suffix: str) -> None:
+    names = ", ".join(f"'{alloc_name(u.root)}'" for u in members)
+    S = _common_stages(members, names, "loaded by one producer loop and read by one consumer loop", p_loop.loc)
     if not _same_bounds(p_loop, c_loop):
         raise ir.GluonError(
             f"the producer loop at {p_loop.loc} ({_describe_bounds(p_loop)}) and the consumer loop at {c_loop.loc} "
@@ -440,11 +445,7 @@ def _slice(ops: list[ir.Op], body: ir.Region, values: list[ir.Value], what: str)
 
 def _build_pipeline(kernel, where, loop: ir.Op, members: list[_RingUses]) -> None:
     names = ", ".join(f"'{alloc_name(u.root)}'" for u in members)
-    stages = {u.root.type.stages for u in members}
-    if len(stages) != 1:
-        raise ir.GluonError(f"the rings {names} are loaded and read in one loop but have different stage counts "
-                            f"{sorted(stages)}; give them the same number of stages", loop.loc)
-    S = stages.pop()
+    S = _common_stages(members, names, "loaded and read in one loop", loop.loc)
     roots = {u.root.id for u in members}
     body = loop.regions[0]
     loads = [op for op in body.ops if op.kind == "tma_load" and ring_of(op.operands[1])
