@@ -22,5 +22,6 @@ from . import jit as _jit_module  # noqa: E402,F401  (installs the launch hook; 
 from .dsl import jit, kernel  # noqa: E402,F401  (the decorator `gluon.jit`, not the module)
 from .ir import GluonError  # noqa: E402,F401
 from .loader import load  # noqa: E402,F401  (gluon.load("gemm_sm90"): a built, tuned kernel)
+from .tuning.autotune import autotune  # noqa: E402,F401  (@gluon.autotune(configs=[...], key=[...]))
 from .types import (DType, Layout, MemorySpace, SharedMemoryDescriptor, SwizzleMode,  # noqa: E402,F401
                     TensorRef, WarpRole)

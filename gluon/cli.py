@@ -6,6 +6,7 @@
     gluon check SPEC                validate a spec, prune its configs, compile the legal ones (no GPU)
     gluon tune SPEC                 search, verify, time and record (a dry run without a GPU)
     gluon results [NAME]            the best results per (spec, arch, shape, dtype)
+    gluon report [NAME]             plots and report.md: best so far, ratio per shape, importance, bottleneck
     gluon build --best              best config per bucket -> binaries + manifest for gluon.load
 
 Exit codes: 0 success, 1 a check failed, 2 bad usage or input (a message names what and where).
@@ -239,12 +240,15 @@ def _check(args) -> int:
 
 
 def _tune(args) -> int:
-    from .tuning.tuner import tune
+    from .tuning.tuner import TuneError, tune
     spec = _spec_or_exit(args.spec)
     gpus = [int(g) for g in args.gpus.split(",")] if args.gpus else None
     try:
         summary = tune(spec, gpus=gpus, dry_run=True if args.dry_run else None, trials=args.trials,
-                       results_root=args.results, tuning_root=args.tuning, progress=not args.json)
+                       results_root=args.results, tuning_root=args.tuning, storage=args.storage,
+                       progress=not args.json)
+    except TuneError as e:              # a storage that cannot be opened: say which and why, no traceback
+        return _usage(str(e))
     except KeyboardInterrupt:
         print("interrupted: the study is saved; run the same command again to resume", file=sys.stderr)
         return 130
@@ -271,6 +275,23 @@ def _results(args) -> int:
         print(best[cols + ["config_json"]].to_json(orient="records", indent=1))
     else:
         print(best[cols].to_string(index=False))
+    return 0
+
+
+def _report(args) -> int:
+    from .tuning.report import ReportError, write_report
+    try:
+        rep = write_report(args.results, args.out, args.name, specs_dir=args.specs, tuning_root=args.tuning,
+                           storage=args.storage)
+    except ReportError as e:
+        print(f"gluon: error: {e}", file=sys.stderr)
+        return 1
+    if args.json:
+        print(json.dumps({"out": rep.out, "markdown": rep.markdown, "files": rep.files, "best": rep.best,
+                          "importance": rep.importance}, indent=1, default=str))
+    else:
+        for f in rep.files:
+            print(f"wrote {f}")
     return 0
 
 
@@ -330,6 +351,10 @@ def main(argv: list[str] | None = None) -> int:
     s.add_argument("--dry-run", action="store_true", help="validate, prune, compile a sample, rank by a model")
     s.add_argument("--results", default="results", help="results folder (parquet rows)")
     s.add_argument("--tuning", default="tuning", help="study storage folder")
+    s.add_argument("--storage", default=None, metavar="URL_OR_PATH",
+                   help="the study's storage instead of TUNING/<study>.log: a journal file path, sqlite:///path.db, "
+                        "or postgresql://user@host/db shared by several machines (default: the spec's "
+                        "tuning.storage)")
     s.add_argument("--json", action="store_true")
     s.set_defaults(fn=_tune)
     s = sub.add_parser("results", help="print the best result per (spec, arch, shape, dtype)")
@@ -338,6 +363,15 @@ def main(argv: list[str] | None = None) -> int:
     s.add_argument("--all", action="store_true", help="every row, not only the best")
     s.add_argument("--json", action="store_true")
     s.set_defaults(fn=_results)
+    s = sub.add_parser("report", help="plots and a markdown summary of the results (best so far, ratio, importance)")
+    s.add_argument("name", nargs="?", help="a spec name (default: all)")
+    s.add_argument("--results", default="results")
+    s.add_argument("--out", default=None, help="output folder (default: RESULTS/report)")
+    s.add_argument("--specs", default="specs", help="where the spec files are (their templates count flops/bytes)")
+    s.add_argument("--tuning", default="tuning", help="study storage folder (for parameter importance)")
+    s.add_argument("--storage", default=None, metavar="URL_OR_PATH", help="the studies' storage, if not TUNING/")
+    s.add_argument("--json", action="store_true")
+    s.set_defaults(fn=_report)
     s = sub.add_parser("build", help="compile the best config per bucket into binaries + manifest")
     s.add_argument("names", nargs="*", help="spec names (default: all with results)")
     s.add_argument("--best", action="store_true", help="build the best measured config of each bucket")

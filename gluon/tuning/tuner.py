@@ -42,8 +42,18 @@ beside the journal file): it reads the study, and if a finished trial has the co
 from it; if a RUNNING trial of a live tuner has it, this one steps back (FAIL, duplicate_of, a short
 backoff) and asks again; else it sets user attr config_id, which is only ever set under the lock. So
 separate `gluon tune` processes on one journal (other GPUs of the host, or hosts sharing a file system
-with working flock) never measure the same config twice either. (An RDB storage URL is claimed with the
-thread lock and a lock file under tuning_root: safe within a host.)
+with working flock) never measure the same config twice either.
+
+**Storage** (`storage=`, else the spec's `tuning.storage`, else the journal file above): a path is a
+journal file; an SQLAlchemy URL is an Optuna RDB storage (`open_storage`, `rdb_storage`):
+`sqlite:///tuning/gemm.db` (relative to the working directory; `sqlite:////abs/path.db`) or
+`postgresql://user@host/db` (the driver installed separately: psycopg 3 for SQLAlchemy >= 2.1, psycopg2
+for older ones or with `postgresql+psycopg2://`). Claims follow the
+storage (`storage_claims`): a journal or SQLite file is claimed with flock on a file beside it (every
+process that reaches the file), PostgreSQL with a transaction-level advisory lock in the database
+itself, so tuners on several machines sharing one PostgreSQL study never measure a config twice; any
+other database falls back to a lock file under tuning_root (safe within one host only, with a warning).
+Passwords in URLs are masked in messages and in the summary (`TuneSummary.storage`).
 
 **Ctrl-C**: the GPU workers and compile processes are killed, in-flight trials are told FAIL (and
 re-enqueued by the next run), rows already written stay, KeyboardInterrupt is re-raised.
@@ -180,8 +190,66 @@ def journal_storage(path: str | os.PathLike):
     return JournalStorage(Backend(str(path)))
 
 
+def is_storage_url(storage) -> bool:
+    """An SQLAlchemy URL (an Optuna RDB storage) rather than a journal file path."""
+    return isinstance(storage, str) and "://" in storage
+
+
+def describe_storage_url(url: str) -> str:
+    """The URL with its password masked (what messages and summaries show)."""
+    try:
+        from sqlalchemy.engine import make_url
+        return make_url(url).render_as_string(hide_password=True)
+    except Exception:                                   # noqa: BLE001 - a malformed URL: hide what may be one
+        return re.sub(r"//([^:/@]+):[^@]*@", r"//\1:***@", url)
+
+
+def rdb_storage(url: str):
+    """optuna RDBStorage on an SQLAlchemy URL. SQLite: the database's folder is created and writers wait
+    up to 60 s for the file's lock (the tuner's threads and other processes share it); other databases:
+    pooled connections are checked before use (a study outlives idle connections)."""
+    import optuna
+    from sqlalchemy.engine import make_url
+    desc = describe_storage_url(url)
+    try:
+        u = make_url(url)
+    except Exception as e:                              # noqa: BLE001
+        raise TuneError(f"storage {desc}: not a database URL ({e}); write sqlite:///path.db or "
+                        "postgresql://user@host/db, or give a journal file path") from None
+    if u.get_backend_name() == "sqlite":
+        db = u.database or ""
+        if db and db != ":memory:" and not db.startswith("file:"):
+            Path(db).expanduser().parent.mkdir(parents=True, exist_ok=True)
+        kw = {"connect_args": {"timeout": 60}}
+    else:
+        kw = {"pool_pre_ping": True}
+    from sqlalchemy import exc
+    for attempt in range(6):
+        try:
+            return optuna.storages.RDBStorage(url, engine_kwargs=kw)
+        except ImportError as e:
+            raise TuneError(f"storage {desc}: the database driver is missing ({e}); postgresql:// needs "
+                            "`pip install 'psycopg[binary]'` with SQLAlchemy >= 2.1 (psycopg2 with older ones, "
+                            "or write postgresql+psycopg2://), mysql:// needs `pip install PyMySQL`") from None
+        except exc.NoSuchModuleError:
+            raise TuneError(f"storage {desc}: not a database URL SQLAlchemy knows ({u.drivername}); write "
+                            "sqlite:///path.db or postgresql://user@host/db, or give a journal file path") from None
+        except Exception as e:                          # noqa: BLE001 - connection refused, bad credentials, ...
+            text = str(e)
+            # tuners started together on a fresh database race to create Optuna's tables: the loser retries
+            racing = isinstance(e, exc.IntegrityError) or (isinstance(e, exc.DBAPIError) and any(
+                w in text for w in ("already exists", "database is locked", "duplicate key")))
+            if racing and attempt < 5:
+                time.sleep(0.1 * 2 ** attempt)
+                continue
+            first = text.strip().splitlines()[0] if text.strip() else type(e).__name__
+            raise TuneError(f"storage {desc}: cannot open the database: {first}") from None
+
+
 def open_storage(storage, study_name: str, tuning_root: str | os.PathLike):
-    """(storage object or URL for optuna, description). None -> <tuning_root>/<study>.log."""
+    """(storage object for optuna, description). None -> the journal file <tuning_root>/<study>.log; a
+    path -> that journal file; an SQLAlchemy URL -> an RDB storage (`rdb_storage`); a BaseStorage as is.
+    The description is the journal's path or the URL with its password masked."""
     from optuna.storages import BaseStorage
     if storage is None:
         p = Path(tuning_root) / f"{study_name}.log"
@@ -189,9 +257,72 @@ def open_storage(storage, study_name: str, tuning_root: str | os.PathLike):
     if isinstance(storage, BaseStorage):
         return storage, type(storage).__name__
     s = str(storage)
-    if "://" in s:
-        return s, s
+    if is_storage_url(s):
+        return rdb_storage(s), describe_storage_url(s)
     return journal_storage(s), s
+
+
+class _FileClaims:
+    """Claims serialized by flock on a file: every process that reaches the file (one host, or hosts
+    sharing a file system whose flock works across them)."""
+
+    def __init__(self, path: str | os.PathLike):
+        self.path = str(path)
+        Path(self.path).parent.mkdir(parents=True, exist_ok=True)
+
+    @contextlib.contextmanager
+    def __call__(self):
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            yield
+        finally:
+            os.close(fd)
+
+
+class _PostgresClaims:
+    """Claims serialized by a PostgreSQL transaction-level advisory lock on a key derived from the study
+    name: every machine that reaches the database. The lock ends with its transaction (commit, rollback,
+    or the connection dropped when a tuner dies), so a killed tuner never holds it."""
+
+    path = None
+
+    def __init__(self, engine, study_name: str):
+        self.engine = engine
+        self.key = int.from_bytes(hashlib.sha256(f"gluon-claims:{study_name}".encode()).digest()[:8], "big",
+                                  signed=True)
+
+    @contextlib.contextmanager
+    def __call__(self):
+        from sqlalchemy import text
+        with self.engine.begin() as conn:
+            conn.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": self.key})
+            yield
+
+
+def storage_claims(storage, storage_desc: str, study_name: str, tuning_root: str | os.PathLike):
+    """The cross-process part of the claim lock for this storage (see the module docstring): a callable
+    returning a context manager."""
+    import optuna
+    rdb = storage if isinstance(storage, optuna.storages.RDBStorage) else None
+    if rdb is not None:
+        dialect = rdb.engine.dialect.name
+        if dialect == "postgresql":
+            return _PostgresClaims(rdb.engine, study_name)
+        db = rdb.engine.url.database or ""
+        if dialect == "sqlite" and db and db != ":memory:" and not db.startswith("file:"):
+            p = Path(db).expanduser()
+            tag = hashlib.sha256(study_name.encode()).hexdigest()[:12]
+            return _FileClaims(p.parent / f".{p.name}.{tag}.claims.lock")
+        import warnings
+        warnings.warn(f"storage {storage_desc}: claims on a {dialect} database use a lock file under "
+                      f"{tuning_root}/, safe within this host only: tuners on other machines sharing the "
+                      "study may measure a config twice (PostgreSQL, SQLite and journal files are claimed "
+                      "across processes)", stacklevel=3)
+    elif isinstance(storage, optuna.storages.JournalStorage) and storage_desc and Path(storage_desc).parent.is_dir():
+        journal = Path(storage_desc)
+        return _FileClaims(journal.parent / f".{journal.name}.claims.lock")
+    return _FileClaims(Path(tuning_root) / f".{study_name}.claims.lock")
 
 
 def grid_search_space(space) -> dict:
@@ -536,10 +667,8 @@ class _Study:
         self.name = study_name_for(self.spec, tuner.arch, self.device, shapes, dtypes, tuner.objective)
         self.storage, self.storage_desc = open_storage(storage if storage is not None else _t(self.spec, "storage"),
                                                        self.name, tuning_root)
-        journal = Path(self.storage_desc)
-        self.claim_path = str(journal.parent / f".{journal.name}.claims.lock") if journal.suffix == ".log" and \
-            journal.parent.is_dir() else str(Path(tuning_root) / f".{self.name}.claims.lock")
-        Path(self.claim_path).parent.mkdir(parents=True, exist_ok=True)
+        self.claims = storage_claims(self.storage, self.storage_desc, self.name, tuning_root)
+        self.claim_path = self.claims.path          # None for a database-side lock
         self.claim_mutex = threading.Lock()
         self.sampler = make_sampler(self.spec)
         self.study = optuna.create_study(study_name=self.name, storage=self.storage, sampler=self.sampler,
@@ -631,14 +760,10 @@ class _Study:
     @contextlib.contextmanager
     def _claim_lock(self):
         """Claims are serialized: between this process's threads by a lock, between processes sharing the
-        study by flock on a file beside the journal (or under tuning_root for other storages)."""
-        with self.claim_mutex:
-            fd = os.open(self.claim_path, os.O_RDWR | os.O_CREAT, 0o644)
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX)
-                yield
-            finally:
-                os.close(fd)
+        study by the storage's claim lock (`storage_claims`: flock beside a journal or SQLite file, an
+        advisory lock in PostgreSQL, else a file under tuning_root)."""
+        with self.claim_mutex, self.claims():
+            yield
 
     def _counted(self) -> int:
         return sum(1 for t in self._trials() if self._counts(t))

@@ -1,0 +1,142 @@
+"""The tuner on an Optuna RDB storage (SQLite here; PostgreSQL takes the same code path with an advisory
+lock for claims): resume from the database, the spec's `tuning.storage`, two tuner processes sharing one
+study, and clear errors for URLs that cannot be opened. CPU only, with test_tuning's fake GPU workers."""
+import os
+import subprocess
+import sys
+import textwrap
+import uuid
+from types import SimpleNamespace
+
+import pytest
+
+from test_tuning import MEASURE, REPO, TESTS, calls, fake_spec, rows, run_tune
+
+optuna = pytest.importorskip("optuna")
+pytest.importorskip("sqlalchemy")
+
+
+@pytest.fixture
+def env(tmp_path, monkeypatch):
+    """test_tuning's environment for the fake workers: a call log, no faults, no delay."""
+    log = tmp_path / "calls.jsonl"
+    monkeypatch.setenv("FAKE_TUNE_LOG", str(log))
+    for name in ("FAKE_TUNE_FAULTS", "FAKE_TUNE_DELAY", "FAKE_TUNE_LEGAL_MAX"):
+        monkeypatch.delenv(name, raising=False)
+    return SimpleNamespace(log=str(log))
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def storage_url(request, tmp_path):
+    """(URL, spec name): an SQLite file in tmp_path; PostgreSQL only where GLUON_TEST_POSTGRES_URL names a
+    database to use (e.g. postgresql://postgres@127.0.0.1:5432/gluon), with a spec name of its own per test."""
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path}/db/s.db", "fake"
+    url = os.environ.get("GLUON_TEST_POSTGRES_URL")
+    if not url:
+        pytest.skip("set GLUON_TEST_POSTGRES_URL to a PostgreSQL database to run the PostgreSQL variant")
+    return url, f"fake_pg_{uuid.uuid4().hex[:8]}"
+
+
+def _counted(study):
+    from gluon.tuning.tuner import _Study
+    return [t for t in study.trials if _Study._counts(t)]
+
+
+def test_rdb_study_is_resumed_from_the_database(tmp_path, env, storage_url):
+    url, name = storage_url
+    spec = fake_spec(tmp_path, x=(1, 40), y=(1, 2, 3, 4, 5), sampler="random", trials=5, name=name)
+    s1 = run_tune(spec, tmp_path, storage=url)
+    assert s1.storage == url and s1.trials == 5 and len(calls(env.log)) == 5
+    assert not list((tmp_path / "tuning").glob("*.log"))
+    if url.startswith("sqlite"):
+        assert (tmp_path / "db" / "s.db").is_file()                   # its folder was created
+    # a fresh results store: only the study can answer for the first run's configs
+    s2 = run_tune(spec, tmp_path, storage=url, trials=8, results_root=str(tmp_path / "results2"))
+    measured = calls(env.log)
+    assert len(measured) == 8 and len({c["cid"] for c in measured}) == 8          # nothing measured twice
+    assert s2.study_name == s1.study_name and s2.trials == 8 and s2.measured == 3 and s2.reused == 0
+    assert s2.duplicates >= 1                 # the seeded sampler proposed run 1's configs again: answered
+    study = optuna.load_study(study_name=s1.study_name, storage=url)
+    assert len(_counted(study)) == 8
+    s3 = run_tune(spec, tmp_path, storage=url, trials=8)                            # done: nothing to do
+    assert len(calls(env.log)) == 8 and s3.measured == 0 and s3.trials == 8
+
+
+def test_two_tuner_processes_on_one_rdb_study_never_measure_a_config_twice(tmp_path, env, storage_url):
+    from gluon.tuning.tuner import describe_storage_url
+    url, name = storage_url
+    spec = fake_spec(tmp_path, x=(1, 4), y=(1, 2, 3), sampler="random", trials=10, storage=url,  # tuning.storage
+                     name=name)
+    code = textwrap.dedent(f"""
+        import sys
+        sys.path[:0] = [{TESTS!r}, {REPO!r}]
+        from gluon.tuning.spec import load_spec
+        from gluon.tuning.tuner import tune
+        s = tune(load_spec({str(spec)!r}), gpus=[0], dry_run=False, progress=False,
+                 results_root={str(tmp_path / 'results')!r}, tuning_root={str(tmp_path / 'tuning')!r},
+                 measure_fn={MEASURE!r}, compile_workers=0, worker_context="forkserver")
+        print("STORAGE", s.storage)
+    """)
+    e = dict(os.environ, FAKE_TUNE_DELAY="0.15")
+    procs = [subprocess.Popen([sys.executable, "-c", code], env=e, cwd=str(tmp_path), stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True) for _ in range(2)]
+    for p in procs:
+        out, err = p.communicate(timeout=120)
+        assert p.returncode == 0, err
+        assert f"STORAGE {describe_storage_url(url)}" in out
+    measured = [c["cid"] for c in calls(env.log)]
+    assert len(measured) == len(set(measured)) == 10
+    print("jobs per tuner process:", sorted(sum(1 for c in calls(env.log) if c["pid"] == pid)
+                                            for pid in {c["pid"] for c in calls(env.log)}))
+    assert not rows(tmp_path, name).duplicated(subset=["config_id", "shape", "dtype"]).any()
+    names = [n for n in optuna.get_all_study_names(storage=url) if n.startswith(f"{name}.")]
+    assert len(names) == 1
+    study = optuna.load_study(study_name=names[0], storage=url)
+    assert len(_counted(study)) == 10
+    assert not [t for t in study.trials if t.state == optuna.trial.TrialState.RUNNING]
+    if url.startswith("sqlite"):
+        assert list((tmp_path / "db").glob(".s.db.*.claims.lock"))   # claimed beside the database file
+
+
+def test_storage_urls_are_masked_and_bad_ones_are_clear_errors(tmp_path):
+    from gluon.tuning.tuner import TuneError, describe_storage_url, open_storage
+    assert describe_storage_url("postgresql://tuner:s3cret@db.example:5432/gluon") == \
+        "postgresql://tuner:***@db.example:5432/gluon"
+    with pytest.raises(TuneError) as ei:       # no driver installed, or nothing listening on port 1
+        open_storage("postgresql://tuner:s3cret@127.0.0.1:1/gluon", "study", tmp_path)
+    msg = str(ei.value)
+    assert "s3cret" not in msg and "postgresql://tuner:***@127.0.0.1:1/gluon" in msg
+    assert "psycopg" in msg or "cannot open the database" in msg
+    with pytest.raises(TuneError, match="not a database URL"):
+        open_storage("nonsense://", "study", tmp_path)
+    with pytest.raises(TuneError, match="not a database URL"):
+        open_storage("sqlite://x:y:z", "study", tmp_path)
+    # a plain path is a journal file
+    from gluon.tuning.tuner import storage_claims
+    st, desc = open_storage(str(tmp_path / "j" / "study.log"), "study", tmp_path / "tuning")
+    assert isinstance(st, optuna.storages.JournalStorage) and desc.endswith("study.log")
+    assert storage_claims(st, desc, "study", tmp_path / "tuning").path == str(tmp_path / "j" / ".study.log.claims.lock")
+
+
+def test_cli_tune_takes_a_storage_url(tmp_path, monkeypatch, capsys):
+    """`gluon tune SPEC --storage URL` reaches tune(); an unopenable URL is a usage error without a traceback."""
+    from gluon.cli import main
+    seen = {}
+
+    def fake_tune(spec, **kw):
+        seen.update(kw)
+        from gluon.tuning.tuner import TuneSummary
+        return TuneSummary(spec_name=spec.name, dry_run=True, results_root=kw["results_root"])
+    monkeypatch.setattr("gluon.tuning.tuner.tune", fake_tune)
+    copy_spec = os.path.join(REPO, "specs", "copy.toml")
+    assert main(["tune", copy_spec, "--storage", "sqlite:///x.db", "--json", "--results", str(tmp_path)]) == 0
+    assert seen["storage"] == "sqlite:///x.db"
+
+    def failing_tune(spec, **kw):
+        from gluon.tuning.tuner import TuneError
+        raise TuneError("storage postgresql://u:***@h/db: cannot open the database: connection refused")
+    monkeypatch.setattr("gluon.tuning.tuner.tune", failing_tune)
+    assert main(["tune", copy_spec, "--storage", "postgresql://u:pw@h/db"]) == 2
+    err = capsys.readouterr().err
+    assert "cannot open the database" in err and "Traceback" not in err and "pw@" not in err
