@@ -566,3 +566,24 @@ def test_unavailable_sampler_is_a_spec_error(tmp_path, env):
         pass
     with pytest.raises(SpecError, match="cmaes"):
         run_tune(fake_spec(tmp_path, sampler="cmaes"), tmp_path)
+
+
+def test_fresh_study_measures_the_templates_seed_first(tmp_path, env, monkeypatch):
+    monkeypatch.setattr(FAKE, "seed_configs", lambda: [{"X": 4}], raising=False)
+    s = run_tune(fake_spec(tmp_path, x=(1, 6), sampler="random", trials=3), tmp_path)
+    measured = calls(env.log)
+    assert measured[0]["X"] == 4 and len(measured) == 3
+    # a resumed study is not seeded again: still exactly one seeded trial after a second run
+    monkeypatch.setattr(FAKE, "seed_configs", lambda: [{"X": 5}], raising=False)
+    s2 = run_tune(fake_spec(tmp_path, x=(1, 6), sampler="random", trials=4), tmp_path)
+    seeded = [t.params for t in _study(tmp_path, s2).get_trials() if t.user_attrs.get("seeded")]
+    assert seeded == [{"X": 4}] and s.study_name == s2.study_name
+
+
+def test_gemm_seed_is_a_valid_config_of_the_shipped_spec():
+    from gluon.kernels.gemm_sm90 import TUNING
+    spec = load(os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "specs", "gemm_sm90.toml"))
+    (seed,) = TUNING.seed_configs()
+    assert set(spec.space.params) <= set(seed)
+    assert spec.space.check({k: seed[k] for k in spec.space.params}) is None
+    assert seed["BLOCK_N"] == 256 and seed["CONSUMER_WARPS"] == 8 and seed["GROUP_M"] == 16

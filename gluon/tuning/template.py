@@ -136,6 +136,10 @@ class TuningTemplate:
     def make_inputs(self, shape, dtype: str, device, seed: int) -> dict:
         raise NotImplementedError
 
+    def seed_configs(self) -> list[dict]:
+        """Hand-picked configs (in the spec's parameter names) a fresh study measures first."""
+        return []
+
     # -- what gluon.load's callables use ---------------------------------------------------------------
     def shape_of(self, *args) -> tuple[int, ...]:
         """The problem shape (in `dims` order) of a user call's arguments, to pick a built bucket."""

@@ -724,6 +724,19 @@ class _Study:
             return True
         return t.state == TrialState.PRUNED and t.user_attrs.get("status") not in (None, "pruned")
 
+    def _enqueue_seeds(self) -> None:
+        """A fresh study starts from the template's hand-picked configs (those the space allows), so
+        the search begins at what is known to be good instead of at random samples."""
+        if self._trials():
+            return
+        dists = self.space.distributions()
+        for cfg in self.tn.template.seed_configs():
+            if set(self.space.params) - set(cfg):
+                continue                                 # the spec has a parameter the seed does not set
+            full = {k: cfg[k] for k in self.space.params}
+            if self.space.check(full) is None:
+                self.study.enqueue_trial({k: v for k, v in full.items() if k in dists}, user_attrs={"seeded": True})
+
     def _recover(self) -> None:
         """Fail RUNNING trials of dead tuners on this host; re-enqueue interrupted configs."""
         from optuna.trial import TrialState
@@ -792,6 +805,7 @@ class _Study:
 
     def _run(self) -> TuneSummary:
         self._recover()
+        self._enqueue_seeds()
         self.t0 = time.monotonic()
         start_counted = self._counted()
         self.summary.trials = start_counted
