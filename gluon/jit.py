@@ -176,7 +176,9 @@ def _data_ptr(v) -> int:
 
 
 def _arg_key(v) -> tuple:
-    """What a compiled specialization depends on for one runtime argument."""
+    """What a compiled specialization depends on for one runtime argument (on every launch: keep it cheap)."""
+    if type(v).__name__ == "Tensor" and hasattr(v, "data_ptr"):      # torch: the common case, no str()
+        return ("t", v.dtype, v.data_ptr() % 16 == 0, v.dim())
     if _is_tensor(v):
         return ("t", str(v.dtype) if hasattr(v, "dtype") else _tensor_dtype(v).name, _data_ptr(v) % 16 == 0,
                 len(v.shape))

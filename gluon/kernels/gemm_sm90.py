@@ -167,6 +167,7 @@ def grid(M: int, N: int, config: dict, num_sms: int, splits: int = 1) -> tuple[i
 
 _SMS: dict[int, int] = {}
 _WORKSPACE: dict[tuple, object] = {}
+_PLANS: dict[tuple, tuple] = {}
 
 
 def _tma_ready(t) -> bool:
@@ -202,6 +203,29 @@ def launch(a, b, c, config: dict | None = None, b_kmajor: bool = False, splits: 
         if c2 is not c:
             c.copy_(c2[:, :N])
         return c
+    M, N = c.shape
+    K = a.shape[1]
+    plan_key = (a.device, M, N, K, c.element_size(), b_kmajor, splits,
+                tuple(sorted(config.items())) if config else ())
+    plan = _PLANS.get(plan_key)
+    if plan is None:
+        plan = _PLANS[plan_key] = _plan(a, c, M, N, K, config, b_kmajor, splits)
+    bound, dev, S, kw = plan
+    if S > 1:                       # one fp32 workspace per (device, stream): same-stream launches run in order
+        import torch
+        w = _workspace((dev, torch.cuda.current_stream(dev).cuda_stream), S * M * N, a.device)
+    else:
+        w = _workspace((dev, None), 16, a.device)       # unused by the kernel when S == 1
+    bound(a, b, c, w, S, **kw)
+    if S > 1:
+        splitk_reduce[(gl.cdiv(M * N, 1024),), (1024,)](c, w, M * N, S, XBLOCK=1024, num_warps=4)
+    return c
+
+
+def _plan(a, c, M: int, N: int, K: int, config: dict | None, b_kmajor: bool, splits: int | None):
+    """What a launch of this problem needs besides the operands: resolved config, split count, grid,
+    fp32 workspace. Computed once per (device, sizes, output width, config) and kept in _PLANS, so a
+    repeated launch costs a dict lookup here."""
     import torch
     cfg = dict(DEFAULT_CONFIG, **(config or {}))
     if cfg["EPILOGUE"] == "auto":   # a 128x256 fp32 staging tile would not fit beside the ring
@@ -209,22 +233,18 @@ def launch(a, b, c, config: dict | None = None, b_kmajor: bool = False, splits: 
     dev = a.device.index if a.device.index is not None else torch.cuda.current_device()
     if dev not in _SMS:
         _SMS[dev] = torch.cuda.get_device_properties(dev).multi_processor_count
-    M, N = c.shape
-    K = a.shape[1]
     S = split_k(M, N, K, cfg, _SMS[dev]) if splits is None else splits
-    if S > 1:
-        key = (dev, S * M * N)
-        w = _WORKSPACE.get(key)
-        if w is None:
-            w = _WORKSPACE[key] = torch.empty(S * M * N, device=a.device, dtype=torch.float32)
-    else:
-        w = _WORKSPACE.get((dev, 0))
-        if w is None:
-            w = _WORKSPACE[(dev, 0)] = torch.empty(16, device=a.device, dtype=torch.float32)
-    gemm_sm90[grid(M, N, cfg, _SMS[dev], S)](a, b, c, w, S, B_KMAJOR=b_kmajor, num_warps=num_warps(cfg), **cfg)
-    if S > 1:
-        splitk_reduce[(gl.cdiv(M * N, 1024),), (1024,)](c, w, M * N, S, XBLOCK=1024, num_warps=4)
-    return c
+    bound = gemm_sm90[grid(M, N, cfg, _SMS[dev], S)]
+    return bound, dev, S, dict(B_KMAJOR=b_kmajor, num_warps=num_warps(cfg), **cfg)
+
+
+def _workspace(key: tuple, numel: int, device):
+    """The split-K fp32 workspace of a (device, stream): one buffer, grown to the largest request."""
+    w = _WORKSPACE.get(key)
+    if w is None or w.numel() < numel:
+        import torch
+        w = _WORKSPACE[key] = torch.empty(numel, device=device, dtype=torch.float32)
+    return w
 
 
 # ------------------------------------------------------------------------------ tuning (`gluon tune`)
