@@ -8,12 +8,15 @@ Checks what the hardware requires of layouts before any compilation:
   (nvidia_mma v3) layout, M a multiple of 64, N a multiple of 8, and an accumulator that fits the
   register file of its warpgroups.
 * MMA / MFMA: operands in dot-operand layouts of the accumulator's layout.
-Bank-conflict analysis of generic swizzled layouts belongs here too; it is not written yet.
+* Bank conflicts of register <-> shared copies through generic swizzled layouts (`Layout.shared`):
+  advice, not an error (passes/bank_conflicts.py): a `GluonWarning` with a conflict-free swizzle,
+  and `kernel.attrs["bank_conflicts"]`.
 """
 from __future__ import annotations
 
 from .. import ir
 from ..types import (DotOperandLayout, MFMALayout, MMALayout, NVMMASharedLayout, SwizzleMode)
+from .bank_conflicts import report_bank_conflicts
 from .common import walk_with_warps
 
 ACC_REG_LIMIT = 224  # of 255 per thread: leave room for addresses, indices and the epilogue
@@ -30,6 +33,7 @@ def check_layouts(kernel: ir.Kernel) -> ir.Kernel:
             _check_wgmma(op, warps)
         elif op.kind in ("mma", "mfma"):
             _check_register_dot(op)
+    report_bank_conflicts(kernel)
     return kernel
 
 
