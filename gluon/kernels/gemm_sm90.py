@@ -250,7 +250,7 @@ def _workspace(key: tuple, numel: int, device):
 # ------------------------------------------------------------------------------ tuning (`gluon tune`)
 
 from gluon.tuning.template import (H200_PEAK_BW, H200_PEAK_FLOPS, H200_SMS,  # noqa: E402
-                                   TuningTemplate, element_size, gluon_dtype, torch_dtype, waves_efficiency)
+                                   TuningTemplate, dtype_name, element_size, gluon_dtype, torch_dtype, waves_efficiency)
 
 
 class _GemmSM90Tuning(TuningTemplate):
@@ -330,7 +330,7 @@ class _GemmSM90Tuning(TuningTemplate):
                 "base_out": torch.empty(M, N, device=device, dtype=dt)}
 
     def run(self, inputs, config):
-        cfg = self.kernel_config(config, _dtype_name(inputs["out"]))
+        cfg = self.kernel_config(config, dtype_name(inputs["out"].dtype))
         s = config.get("SPLIT_K", "auto")
         launch(inputs["a"], inputs["b"], inputs["out"], cfg, splits=None if s in (None, "auto", 0) else int(s))
 
@@ -383,10 +383,6 @@ class _GemmSM90Tuning(TuningTemplate):
         l2 = (tm * BM * tn * BN * tk * BK) * es * (1.0 / BM + 1.0 / BN) / (2.5 * peak_bw)
         workspace = (2.0 * S * M * N * 4 / peak_bw) if S > 1 else 0.0
         return max(compute, dram, l2) + workspace
-
-
-def _dtype_name(t) -> str:
-    return {"torch.float16": "fp16", "torch.bfloat16": "bf16", "torch.float32": "fp32"}[str(t.dtype)]
 
 
 TUNING = _GemmSM90Tuning()

@@ -74,9 +74,11 @@ def _is_tensor(v) -> bool:
 
 
 def _dtype_name(dt) -> str:
-    s = str(dt)
-    return {"torch.float16": "fp16", "torch.bfloat16": "bf16", "torch.float32": "fp32"}.get(
-        s, s.replace("torch.", ""))
+    from .template import dtype_name
+    try:
+        return dtype_name(dt)
+    except KeyError:                       # a dtype the tuner's templates do not take: its torch name
+        return str(dt).replace("torch.", "")
 
 
 def _config_id(config: dict) -> str:

@@ -55,6 +55,14 @@ def gluon_dtype(name: str) -> DType:
         raise ir.GluonError(f"unknown dtype {name!r}; the tuner knows {', '.join(DTYPE_NAMES)}") from None
 
 
+_TORCH_NAMES = {"torch.float16": "fp16", "torch.bfloat16": "bf16", "torch.float32": "fp32"}
+
+
+def dtype_name(torch_dtype_) -> str:
+    """The tuner's name ("fp16", ...) of a torch dtype; KeyError for dtypes the tuner does not know."""
+    return _TORCH_NAMES[str(torch_dtype_)]
+
+
 def torch_dtype(name: str):
     import torch
     return {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32}[name]
@@ -147,7 +155,7 @@ class TuningTemplate:
 
     def dtype_of(self, *args) -> str:
         """The dtype name ("fp16", ...) of a user call, to pick a built bucket."""
-        return {"torch.float16": "fp16", "torch.bfloat16": "bf16", "torch.float32": "fp32"}[str(args[0].dtype)]
+        return dtype_name(args[0].dtype)
 
     def call(self, config: dict, *args, out=None):
         """Run the kernel with `config` on a user's arguments and return the output."""
