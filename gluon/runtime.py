@@ -487,83 +487,15 @@ def make_tensor_descriptor(tensor: Any, block_shape: Sequence[int], swizzle_byte
 # signature parsing
 # --------------------------------------------------------------------------------------------
 
-def _split_top(s: str) -> list[str]:
-    """Split at commas that are not inside <>, (), [] or {}."""
-    out, depth, cur = [], 0, []
-    for ch in s:
-        if ch in "<([{":
-            depth += 1
-        elif ch in ">)]}":
-            depth -= 1
-        if ch == "," and depth == 0:
-            out.append("".join(cur).strip())
-            cur = []
-        else:
-            cur.append(ch)
-    tail = "".join(cur).strip()
-    if tail:
-        out.append(tail)
-    return out
-
-
-def _strip_loc(s: str) -> str:
-    """Remove a trailing ``loc(...)`` (printed TTGIR carries source locations)."""
-    j = s.find(" loc(")
-    if j < 0:
-        return s
-    depth, k = 0, j + 4
-    while k < len(s):
-        if s[k] == "(":
-            depth += 1
-        elif s[k] == ")":
-            depth -= 1
-            if depth == 0:
-                break
-        k += 1
-    return s[:j] + s[k + 1:]
-
-
-_FUNC_RE = re.compile(r"tt\.func\s+(?:public\s+)?@([\w$.]+)\s*\(")
-_DIV_RE = re.compile(r"tt\.divisibility\s*=\s*(\d+)")
-
-
 def parse_ttgir_signature(ttgir: str) -> list[tuple[str, str, int]]:
-    """``[(name, mlir_type, divisibility), ...]`` of the public entry function of a TTGIR text.
+    """``[(name, mlir_type, divisibility), ...]`` of the entry function of a TTGIR text.
 
     ``divisibility`` is the ``tt.divisibility`` the kernel was compiled to assume (1 if none):
     the launcher refuses values that break it, which would otherwise give silently wrong results.
     """
-    m = _FUNC_RE.search(ttgir)
-    if m is None:
-        return []
-    i, depth = m.end(), 1
-    start = i
-    while i < len(ttgir) and depth:
-        ch = ttgir[i]
-        if ch in "<([{":
-            depth += 1
-        elif ch in ">)]}":
-            depth -= 1
-        i += 1
-    out = []
-    for piece in _split_top(ttgir[start:i - 1]):
-        name, _, rest = piece.partition(":")
-        rest = _strip_loc(rest).strip()
-        attrs = ""
-        # attributes follow the type as " {...}" at depth 0
-        depth = 0
-        for j, ch in enumerate(rest):
-            if ch in "<([":
-                depth += 1
-            elif ch in ">)]":
-                depth -= 1
-            elif ch == "{" and depth == 0:
-                attrs = rest[j:]
-                rest = rest[:j].strip()
-                break
-        dm = _DIV_RE.search(attrs)
-        out.append((name.strip().lstrip("%"), rest, int(dm.group(1)) if dm else 1))
-    return out
+    from .backend.triton_compile import ttgir_arguments
+    return [(name, ty, int(attrs.get("tt.divisibility", 1)))
+            for name, ty, attrs in (ttgir_arguments(ttgir) or [])]
 
 
 _TENSORDESC_RE = re.compile(r"!tt\.tensordesc<\s*tensor<([0-9x]+)x([A-Za-z0-9]+)")

@@ -570,8 +570,10 @@ def _split_top(s: str, sep: str = ",") -> list[str]:
     return out
 
 
-def _func_arg_text(ttgir: str, name: str) -> str | None:
-    m = re.search(r"tt\.func\s+(?:(?:public|private|nested)\s+)?@" + re.escape(name) + r"\s*\(", ttgir)
+def _func_arg_text(ttgir: str, name: str | None = None) -> str | None:
+    """The text between the parentheses of `tt.func ... @name(` (the first function when no name)."""
+    fname = re.escape(name) if name else r"[\w$.]+"
+    m = re.search(r"tt\.func\s+(?:(?:public|private|nested)\s+)?@" + fname + r"\s*\(", ttgir)
     if not m:
         return None
     i, depth, quote = m.end(), 1, False
@@ -587,6 +589,26 @@ def _func_arg_text(ttgir: str, name: str) -> str | None:
                 depth -= 1
         i += 1
     return ttgir[start:i - 1] if depth == 0 else None
+
+
+def _strip_loc(s: str) -> str:
+    """Remove a ``loc(...)`` (printed TTGIR carries source locations)."""
+    j = s.find(" loc(")
+    if j < 0:
+        return s
+    depth, quote, k = 0, False, j + 4
+    while k < len(s):
+        ch = s[k]
+        if ch == '"':
+            quote = not quote
+        elif not quote and ch == "(":
+            depth += 1
+        elif not quote and ch == ")":
+            depth -= 1
+            if depth == 0:
+                break
+        k += 1
+    return s[:j] + s[k + 1:]
 
 
 def _parse_attr_dict(text: str) -> dict[str, Any]:
@@ -605,29 +627,41 @@ def _parse_attr_dict(text: str) -> dict[str, Any]:
     return out
 
 
+def ttgir_arguments(ttgir: str, name: str | None = None) -> list[tuple[str, str, dict]] | None:
+    """``[(name, mlir_type, attrs), ...]`` of the arguments of function `name` (the first function
+    when None) in a TTGIR text, ``loc(...)`` removed; None when the function is not found."""
+    text = _func_arg_text(ttgir, name)
+    if text is None:
+        return None
+    out = []
+    for piece in _split_top(text):
+        piece = _strip_loc(piece).strip()
+        arg, _, rest = piece.partition(":")
+        rest = rest.strip()
+        # a trailing top-level {...} is the argument's attribute dict
+        depth, brace = 0, None
+        for j, ch in enumerate(rest):
+            if ch in _OPEN:
+                if ch == "{" and depth == 0:
+                    brace = j
+                depth += 1
+            elif ch in _CLOSE:
+                depth -= 1
+        attrs = _parse_attr_dict(rest[brace:]) if brace is not None else {}
+        mlir_type = rest[:brace].strip() if brace is not None else rest
+        out.append((arg.strip().lstrip("%"), mlir_type, attrs))
+    return out
+
+
 def _signature_records(ttgir: str, name: str, types: list[str]) -> list[dict]:
     """``[{"name", "type", "attrs"}]`` per kernel argument, in order.
 
     Types are Triton's (``IRSource.signature``); names and attributes come from
     the TTGIR text, since MLIR does not keep SSA names.  Falls back to ``argN``.
     """
-    names: list[str] = []
-    attrs: list[dict] = []
-    text = _func_arg_text(ttgir, name)
-    if text is not None:
-        for piece in _split_top(text):
-            m = re.match(r"\s*%([^\s:]+)\s*:", piece)
-            names.append(m.group(1) if m else "")
-            # a trailing top-level {...} is the argument's attribute dict
-            depth, brace = 0, None
-            for j, ch in enumerate(piece):
-                if ch in _OPEN:
-                    if ch == "{" and depth == 0:
-                        brace = j
-                    depth += 1
-                elif ch in _CLOSE:
-                    depth -= 1
-            attrs.append(_parse_attr_dict(piece[brace:]) if brace is not None else {})
+    args = ttgir_arguments(ttgir, name) or []
+    names = [a[0] for a in args]
+    attrs = [a[2] for a in args]
     if len(names) != len(types):
         names = [f"arg{i}" for i in range(len(types))]
         attrs = [{} for _ in types]
