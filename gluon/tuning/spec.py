@@ -37,7 +37,6 @@ import json
 import keyword
 import math
 import re
-import sys
 import traceback
 from pathlib import Path
 from typing import Any, Literal
@@ -1416,24 +1415,14 @@ def resolve_template(spec: Spec) -> Any:
         if found is None:
             raise _template_error(spec, f"file '{target}' not found (looked in the current directory, "
                                         f"{_display(spec_dir)} and its parents)", ref, TEMPLATE_ALLOWED)
-        found = found.resolve()
-        # the name gluon.tuning.template.load_template_ref gives the same file, so both share one module
-        modname = "gluon_tuning_template_" + hashlib.sha256(str(found).encode()).hexdigest()[:12]
-        module = sys.modules.get(modname)
-        if module is None:
-            mspec = importlib.util.spec_from_file_location(modname, found)
-            if mspec is None or mspec.loader is None:
-                raise _template_error(spec, f"cannot import '{target}'", ref)
-            module = importlib.util.module_from_spec(mspec)
-            sys.modules[modname] = module
-            try:
-                mspec.loader.exec_module(module)
-            except BaseException as e:
-                sys.modules.pop(modname, None)
-                if isinstance(e, (KeyboardInterrupt, SystemExit)):
-                    raise
-                raise _template_error(spec, f"importing '{target}' failed: {type(e).__name__}: {e}"
-                                            f"{_where_raised(e)}", ref) from None
+        from .template import import_file   # one module per file, whoever loads it
+        try:
+            module = import_file(found)
+        except BaseException as e:
+            if isinstance(e, (KeyboardInterrupt, SystemExit)):
+                raise
+            raise _template_error(spec, f"importing '{target}' failed: {type(e).__name__}: {e}"
+                                        f"{_where_raised(e)}", ref) from None
         where = f"'{target}'"
     else:
         try:

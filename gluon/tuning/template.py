@@ -237,6 +237,28 @@ def waves_efficiency(units: int, slots: int) -> float:
 _LOADED: dict[tuple, Any] = {}
 
 
+def import_file(path: str | Path):
+    """Import a .py file once per process under a name derived from its absolute path, so every
+    loader of the same file (spec resolution, gluon.load, worker processes) shares one module. A file
+    whose import fails leaves nothing half-initialized in sys.modules."""
+    path = Path(path).resolve()
+    name = "gluon_tuning_template_" + hashlib.sha256(str(path).encode()).hexdigest()[:12]
+    mod = sys.modules.get(name)
+    if mod is not None:
+        return mod
+    mspec = importlib.util.spec_from_file_location(name, path)
+    if mspec is None or mspec.loader is None:
+        raise ImportError(f"cannot import {path}")
+    mod = importlib.util.module_from_spec(mspec)
+    sys.modules[name] = mod
+    try:
+        mspec.loader.exec_module(mod)
+    except BaseException:
+        sys.modules.pop(name, None)
+        raise
+    return mod
+
+
 def load_template_ref(ref: str, base_dir: str | Path | None = None):
     """"module:attr" or "path/file.py:attr" (relative to base_dir, else the working directory) -> the
     object. For code paths without a spec (tests, worker processes)."""
@@ -250,16 +272,7 @@ def load_template_ref(ref: str, base_dir: str | Path | None = None):
         p = Path(mod_name)
         if not p.is_absolute() and base_dir is not None and (Path(base_dir) / p).exists():
             p = Path(base_dir) / p
-        p = p.resolve()
-        name = "gluon_tuning_template_" + hashlib.sha256(str(p).encode()).hexdigest()[:12]
-        mod = sys.modules.get(name)
-        if mod is None:
-            spec = importlib.util.spec_from_file_location(name, p)
-            if spec is None or spec.loader is None:
-                raise ValueError(f"template {ref!r}: cannot load {p}")
-            mod = importlib.util.module_from_spec(spec)
-            sys.modules[name] = mod
-            spec.loader.exec_module(mod)
+        mod = import_file(p)
     else:
         mod = importlib.import_module(mod_name)
     obj = getattr(mod, attr)
