@@ -114,9 +114,10 @@ def compile_config(spec, config: dict, shape, dtype: str, arch: str) -> dict:
             "spills": int(ck.spills), "shared_bytes": int(ck.shared_bytes)}
 
 
-def _pool_init(parent_pid: int) -> None:
-    """Pool processes: own process group (so a kill takes the compiler's forked child too, and Ctrl-C
-    in the terminal is the parent's to handle), and exit when the parent is gone."""
+def child_process_setup(parent_pid: int) -> None:
+    """For compile-pool and GPU-worker processes: own process group (so a kill takes the compiler's
+    forked child too, and Ctrl-C in the terminal is the parent's to handle), and exit when the parent
+    is gone."""
     try:
         os.setpgrp()
     except OSError:
@@ -177,7 +178,7 @@ class CompilePool:
                 raise cf.process.BrokenProcessPool("the compile pool was closed")
             if self._pool is None:
                 self._pool = cf.ProcessPoolExecutor(self.workers, mp_context=multiprocessing.get_context(self.context),
-                                                    initializer=_pool_init, initargs=(os.getpid(),))
+                                                    initializer=child_process_setup, initargs=(os.getpid(),))
             return self._pool
 
     def _kill(self, pool: cf.ProcessPoolExecutor) -> None:

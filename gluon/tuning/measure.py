@@ -185,13 +185,8 @@ def _worker_main(conn, device_index: int, fn_path: str, parent_pid: int, visible
         os.environ.update(environ)
     if visible is not None:
         os.environ["CUDA_VISIBLE_DEVICES"] = visible
-    try:
-        os.setpgrp()
-    except OSError:
-        pass
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    from .expand import watch_parent
-    watch_parent(parent_pid)
+    from .expand import child_process_setup
+    child_process_setup(parent_pid)
     try:
         fn = resolve_function(fn_path)
         env = getattr(fn, "environment", default_environment)(device_index)
