@@ -379,6 +379,22 @@ def _fmt(v: Any) -> str:
     return repr(v)
 
 
+def _holds(constraints, config: dict, budget: list[int] | None = None) -> bool:
+    """Whether every constraint is true for `config` (one that fails to evaluate counts as false).
+    `budget` ([n]) counts evaluations down and raises _BudgetExceeded when spent."""
+    for c in constraints:
+        if budget is not None:
+            budget[0] -= 1
+            if budget[0] < 0:
+                raise _BudgetExceeded()
+        try:
+            if not evaluate(c, config):
+                return False
+        except ExprError:
+            return False
+    return True
+
+
 @dataclass
 class SearchSpace:
     """Named parameter domains and the constraints every config must satisfy."""
@@ -465,17 +481,7 @@ class SearchSpace:
         config: dict[str, Any] = {}
 
         def ok(depth: int) -> bool:
-            for c in plan[depth]:
-                if budget is not None:
-                    budget[0] -= 1
-                    if budget[0] < 0:
-                        raise _BudgetExceeded()
-                try:
-                    if not evaluate(c, config):
-                        return False
-                except ExprError:
-                    return False
-            return True
+            return _holds(plan[depth], config, budget)
 
         def rec(depth: int) -> Iterator[dict[str, Any]]:
             if depth == len(names):
@@ -558,13 +564,7 @@ class SearchSpace:
         config: dict[str, Any] = {}
 
         def ok(depth: int) -> bool:
-            for c in plan[depth]:
-                try:
-                    if not evaluate(c, config):
-                        return False
-                except ExprError:
-                    return False
-            return True
+            return _holds(plan[depth], config)
 
         def rec(depth: int) -> int:
             if depth >= last:
