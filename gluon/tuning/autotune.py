@@ -88,8 +88,8 @@ def _config_id(config: dict) -> str:
 
 def cuda_timer(fn: Callable[[], Any], config: dict, warmup_ms: int = 25, rep_ms: int = 100) -> list[float]:
     """[median, p10, p90] ms of `fn`: what the tuner's GPU worker measures (CUDA events, L2 flushed)."""
-    from triton.testing import do_bench
-    return [float(x) for x in do_bench(fn, warmup=warmup_ms, rep=rep_ms, quantiles=[0.5, 0.1, 0.9])]
+    from .measure import cuda_times
+    return cuda_times(fn, warmup_ms, rep_ms)
 
 
 def _cuda_available() -> bool:

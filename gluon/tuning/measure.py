@@ -149,15 +149,20 @@ def measure_job(job: dict, device, bench: Callable, synchronize: Callable[[], No
     return res
 
 
-def measure_on_gpu(job: dict) -> dict:
-    """`measure_job` on this worker's GPU (cuda:0 after pinning), timed with triton.testing.do_bench:
-    CUDA events, L2 flushed before every run, quantiles 0.5 / 0.1 / 0.9."""
-    import torch
+def cuda_times(fn, warmup_ms: int = 25, rep_ms: int = 100) -> list[float]:
+    """[median, p10, p90] ms of `fn` by triton.testing.do_bench: CUDA events, L2 flushed before every
+    run. The one timing the tuner's workers and gluon.autotune use."""
     from triton.testing import do_bench
+    return [float(x) for x in do_bench(fn, warmup=warmup_ms, rep=rep_ms, quantiles=[0.5, 0.1, 0.9])]
+
+
+def measure_on_gpu(job: dict) -> dict:
+    """`measure_job` on this worker's GPU (cuda:0 after pinning), timed with `cuda_times`."""
+    import torch
     rep_ms, warmup_ms = job.get("rep_ms", 100), job.get("warmup_ms", 25)
 
     def bench(fn):
-        return list(do_bench(fn, warmup=warmup_ms, rep=rep_ms, quantiles=[0.5, 0.1, 0.9]))
+        return cuda_times(fn, warmup_ms, rep_ms)
 
     try:
         return measure_job(job, torch.device("cuda", 0), bench, torch.cuda.synchronize)
