@@ -39,7 +39,10 @@ def _kernels(ws_configs: list[dict]):
     ks = {"tile": lambda a, b, c: gemm_tile_sm90[grid(a.shape[0], b.shape[1])](a, b, c, a.shape[1])}
     for cfg in ws_configs:
         name = "ws[" + ",".join(f"{k}={v}" for k, v in cfg.items()) + "]"
-        ks[name if cfg else "ws"] = (lambda cfg: lambda a, b, c: ws_launch(a, b, c, cfg))(cfg)
+        kcfg = {k: v for k, v in cfg.items() if k != "SPLIT_K"}
+        splits = cfg.get("SPLIT_K")
+        ks[name if cfg else "ws"] = (lambda kcfg, splits: lambda a, b, c: ws_launch(a, b, c, kcfg, splits=splits))(
+            kcfg, splits)
     return ks
 
 
@@ -52,7 +55,8 @@ def main() -> int:
     p.add_argument("--graph", action="store_true", help="time CUDA-graph replays of every candidate and baseline "
                    "(GPU time without host launch overhead; matters below ~50 us per GEMM)")
     p.add_argument("--ws-configs", default="", help="configs of the persistent warp-specialized kernel, "
-                   "';'-separated, each 'KEY=VALUE,...' (an empty one is the default config)")
+                   "';'-separated, each 'KEY=VALUE,...' (an empty one is the default config; SPLIT_K=n forces n "
+                   "K slices)")
     args = p.parse_args()
     import torch
     from bench.triton_matmul import matmul as triton_matmul

@@ -6,7 +6,7 @@ from gluon import DType, TensorRef
 from gluon.backend.triton_compile import sass_instructions
 from gluon.ir import GluonError
 from gluon.jit import run_passes
-from gluon.kernels.gemm_sm90 import DEFAULT_CONFIG, gemm_sm90, num_warps, split_k
+from gluon.kernels.gemm_sm90 import DEFAULT_CONFIG, SMALL_CONFIGS, choose_config, gemm_sm90, num_warps, split_k
 
 
 def _refs(dtype=DType.f16, out=DType.f16, b_kmajor=False):
@@ -75,3 +75,25 @@ def test_split_k_heuristic():
     assert split_k(8192, 8192, 8192, DEFAULT_CONFIG, 132) == 1        # tiles fill the GPU
     assert split_k(128, 8192, 8192, DEFAULT_CONFIG, 132) == 4         # 32 tiles -> 128 units
     assert split_k(1000, 1000, 1000, DEFAULT_CONFIG, 132) == 1        # K too short to pay for a workspace
+
+
+def test_choose_config_picks_tiles_by_problem_size():
+    def tile(M, N, K):
+        c = choose_config(M, N, K, 132)
+        return c["BLOCK_M"], c["BLOCK_N"], c["CONSUMER_WGS"]
+    assert tile(8192, 8192, 8192) == (128, 256, 2)
+    assert tile(2048, 2048, 2048) == (128, 256, 2)      # 128 tiles of 128x256: a wave, give or take 10%
+    assert tile(4000, 3000, 5000) == (128, 256, 2)
+    assert tile(128, 8192, 8192) == (128, 64, 1)        # 32 big tiles; 128 of 128x64 fill one wave
+    assert tile(1000, 1000, 1000) == (128, 64, 1)       # 64x64 would make 256 tiles: two waves
+    assert tile(333, 200, 136) == (64, 64, 1)           # 24 tiles of 64x64, the most parallel
+    assert choose_config(64, 64, 64, 132) is not choose_config(64, 64, 64, 132)   # callers may edit it
+
+
+@pytest.mark.parametrize("cfg", SMALL_CONFIGS, ids=lambda c: f"{c['BLOCK_M']}x{c['BLOCK_N']}")
+def test_small_configs_compile_without_spills(cfg):
+    cfg = _cfg(**cfg)
+    ck = gemm_sm90.compile(*_refs(), num_warps=num_warps(cfg), **cfg)
+    ops = sass_instructions(ck.sass())
+    assert ops["HGMMA"] >= 1 and ops["UTMALDG.2D"] >= 2 and ck.spills == 0
+    assert ck.binary.num_warps == 8                    # 4 consumer warps + the producer's warpgroup

@@ -86,13 +86,16 @@ def test_copy_accepts_cuda_array_interface_objects():
 
 
 WS_CONFIGS = [
-    {},                                                   # 128x256x64, 3 stages, 2 consumer warpgroups, TMA store
+    {},                                                   # choose_config: the tiles picked by problem size
+    {"GROUP_M": 16},                                      # DEFAULT_CONFIG everywhere: 128x256x64, 3 stages, 2 WGs
     {"EPILOGUE": "direct", "STAGES": 4},
     {"CONSUMER_WGS": 1, "BLOCK_N": 128, "STAGES": 4},
+    {"BLOCK_M": 64, "BLOCK_N": 64, "STAGES": 6, "CONSUMER_WGS": 1},     # SMALL_CONFIGS
+    {"BLOCK_M": 128, "BLOCK_N": 64, "STAGES": 6, "CONSUMER_WGS": 1},
 ]
 
 
-@pytest.mark.parametrize("cfg", WS_CONFIGS, ids=lambda c: ",".join(f"{k}={v}" for k, v in c.items()) or "default")
+@pytest.mark.parametrize("cfg", WS_CONFIGS, ids=lambda c: ",".join(f"{k}={v}" for k, v in c.items()) or "auto")
 @pytest.mark.parametrize("in_dtype,out_dtype", [(torch.float16, torch.float16), (torch.bfloat16, torch.bfloat16),
                                                 (torch.float16, torch.float32)])
 @pytest.mark.parametrize("M,N,K", [(1024, 1024, 1024), (1000, 1000, 1000), (333, 200, 136), (128, 8192, 8192),

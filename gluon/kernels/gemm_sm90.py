@@ -130,6 +130,32 @@ def gemm_sm90(A, B, C, W, SPLITS,
 DEFAULT_CONFIG = dict(BLOCK_M=128, BLOCK_N=256, BLOCK_K=64, STAGES=3, GROUP_M=16, CONSUMER_WGS=2,
                       PRODUCER_REGS=40, SWIZZLE=128, EPILOGUE="auto")
 
+# Problems with less than one wave of 128x256 tiles: smaller tiles on one consumer warpgroup with a
+# deeper ring, so more SMs get work and each keeps more bytes in flight (the 128x256 tile leaves most
+# SMs idle there, and split-K pays an fp32 round trip). Smallest first; `choose_config` takes the
+# first whose tiles fit in one wave. Measured on the H200 (docs/PERF.md, CUDA-graph replays):
+# 128x8192x8192 0.70x -> 0.92x cuBLAS, 1000^3 0.58x -> 0.76x, 333x200x136 0.64x -> 0.86x.
+SMALL_CONFIGS = (
+    dict(DEFAULT_CONFIG, BLOCK_M=64, BLOCK_N=64, STAGES=6, CONSUMER_WGS=1),
+    dict(DEFAULT_CONFIG, BLOCK_M=128, BLOCK_N=64, STAGES=6, CONSUMER_WGS=1),
+)
+
+
+def tiles(M: int, N: int, config: dict) -> int:
+    return gl.cdiv(M, config["BLOCK_M"]) * gl.cdiv(N, config["BLOCK_N"])
+
+
+def choose_config(M: int, N: int, K: int, num_sms: int) -> dict:
+    """The hand-picked configuration for a problem when the caller gives none: DEFAULT_CONFIG once
+    its 128x256 tiles make a wave (num_sms of them, give or take 10%), else the first of
+    SMALL_CONFIGS whose tiles fit in one wave. A rule on tile counts, not a table of shapes."""
+    if tiles(M, N, DEFAULT_CONFIG) * 10 >= num_sms * 9:
+        return dict(DEFAULT_CONFIG)
+    for cfg in SMALL_CONFIGS:
+        if tiles(M, N, cfg) <= num_sms:
+            return dict(cfg)
+    return dict(DEFAULT_CONFIG)
+
 
 @gluon.jit
 def splitk_reduce(c_ptr, w_ptr, numel, SPLITS, XBLOCK: gl.constexpr):
@@ -149,11 +175,11 @@ def num_warps(config: dict) -> int:
 def split_k(M: int, N: int, K: int, config: dict, num_sms: int) -> int:
     """How many K slices: 1 while the tiles fill the GPU; else enough units for about one wave, each
     slice at least 16 k-steps, and every slice non-empty."""
-    tiles = gl.cdiv(M, config["BLOCK_M"]) * gl.cdiv(N, config["BLOCK_N"])
+    t = tiles(M, N, config)
     k_tiles = gl.cdiv(K, config["BLOCK_K"])
-    if tiles * 2 > num_sms or k_tiles < 32:
+    if t * 2 > num_sms or k_tiles < 32:
         return 1      # small K: the fp32 workspace round trip would cost more than the idle SMs
-    want = min(num_sms // tiles, k_tiles // 16, 16)
+    want = min(num_sms // t, k_tiles // 16, 16)
     if want <= 1:
         return 1
     per = gl.cdiv(k_tiles, want)
@@ -161,8 +187,7 @@ def split_k(M: int, N: int, K: int, config: dict, num_sms: int) -> int:
 
 
 def grid(M: int, N: int, config: dict, num_sms: int, splits: int = 1) -> tuple[int]:
-    units = gl.cdiv(M, config["BLOCK_M"]) * gl.cdiv(N, config["BLOCK_N"]) * splits
-    return (max(1, min(units, num_sms)),)
+    return (max(1, min(tiles(M, N, config) * splits, num_sms)),)
 
 
 _SMS: dict[int, int] = {}
@@ -184,8 +209,9 @@ def _padded(t, rows: int, cols: int):
 
 
 def launch(a, b, c, config: dict | None = None, b_kmajor: bool = False, splits: int | None = None):
-    """c = a @ b with the persistent kernel (b is [K, N], or [N, K] when b_kmajor). `splits` overrides
-    the split-K heuristic (1 disables it).
+    """c = a @ b with the persistent kernel (b is [K, N], or [N, K] when b_kmajor). `config` overrides
+    keys of DEFAULT_CONFIG; without one, `choose_config` picks the tiles by problem size. `splits`
+    overrides the split-K heuristic (1 disables it).
 
     Operands whose strides TMA cannot describe (a row of K or N elements that is not a multiple of
     16 bytes, or a misaligned base) are copied into zero-padded aligned buffers first: exact, but it
@@ -227,12 +253,12 @@ def _plan(a, c, M: int, N: int, K: int, config: dict | None, b_kmajor: bool, spl
     fp32 workspace. Computed once per (device, sizes, output width, config) and kept in _PLANS, so a
     repeated launch costs a dict lookup here."""
     import torch
-    cfg = dict(DEFAULT_CONFIG, **(config or {}))
-    if cfg["EPILOGUE"] == "auto":   # a 128x256 fp32 staging tile would not fit beside the ring
-        cfg["EPILOGUE"] = "tma" if c.element_size() * cfg["BLOCK_M"] * cfg["BLOCK_N"] <= 64 * 1024 else "direct"
     dev = a.device.index if a.device.index is not None else torch.cuda.current_device()
     if dev not in _SMS:
         _SMS[dev] = torch.cuda.get_device_properties(dev).multi_processor_count
+    cfg = dict(DEFAULT_CONFIG, **config) if config else choose_config(M, N, K, _SMS[dev])
+    if cfg["EPILOGUE"] == "auto":   # a 128x256 fp32 staging tile would not fit beside the ring
+        cfg["EPILOGUE"] = "tma" if c.element_size() * cfg["BLOCK_M"] * cfg["BLOCK_N"] <= 64 * 1024 else "direct"
     S = split_k(M, N, K, cfg, _SMS[dev]) if splits is None else splits
     bound = gemm_sm90[grid(M, N, cfg, _SMS[dev], S)]
     return bound, dev, S, dict(B_KMAJOR=b_kmajor, num_warps=num_warps(cfg), **cfg)
