@@ -59,6 +59,10 @@ class FakeTemplate(TuningTemplate):
                              "a block may use")
 
     def compile(self, config, shape, dtype, arch):
+        log = os.environ.get("FAKE_TUNE_COMPILE_LOG")
+        if log:
+            with open(log, "a") as f:
+                f.write(json.dumps({"X": config["X"], "t": time.time()}) + "\n")
         return SimpleNamespace(registers=32 + config["X"], spills=0, shared_bytes=1024 * config["X"])
 
     def make_inputs(self, shape, dtype, device, seed):
@@ -100,7 +104,7 @@ def fake_measure(job):
     if log:
         with open(log, "a") as f:
             f.write(json.dumps({"cid": job["config_id"], "X": job["config"]["X"], "purpose": job["purpose"],
-                                "device": job["device_index"], "pid": os.getpid()}) + "\n")
+                                "device": job["device_index"], "pid": os.getpid(), "t": time.time()}) + "\n")
     time.sleep(float(os.environ.get("FAKE_TUNE_DELAY", "0")))
     from gluon.tuning.measure import measure_job
     t = 1.0 / job["config"]["X"]
@@ -177,6 +181,7 @@ def env(tmp_path, monkeypatch):
     monkeypatch.delenv("FAKE_TUNE_FAULTS", raising=False)
     monkeypatch.delenv("FAKE_TUNE_DELAY", raising=False)
     monkeypatch.delenv("FAKE_TUNE_LEGAL_MAX", raising=False)
+    monkeypatch.delenv("FAKE_TUNE_COMPILE_LOG", raising=False)
     return SimpleNamespace(log=str(log), setenv=monkeypatch.setenv)
 
 
@@ -404,6 +409,22 @@ def test_pruned_configs_never_reach_the_gpu(tmp_path, env):
     assert states[5] == states[6] == "PRUNED" and s.trials == 4
     ok = df[df["status"] == "ok"]
     assert list(ok.sort_values("X")["registers"]) == [33, 34, 35, 36]      # from the pool's compile
+
+
+@pytest.mark.parametrize("lookahead", [True, False])
+def test_lookahead_compiles_the_next_trial_while_one_is_measured(tmp_path, env, lookahead):
+    delay = 0.6
+    env.setenv("FAKE_TUNE_DELAY", str(delay))
+    clog = tmp_path / "compiles.jsonl"
+    env.setenv("FAKE_TUNE_COMPILE_LOG", str(clog))
+    s = run_tune(fake_spec(tmp_path, x=(1, 4)), tmp_path, compile_workers=1, lookahead=lookahead)
+    assert s.trials == 4 and s.statuses == {"ok": 4}
+    measured = calls(env.log)
+    compiled = {r["X"]: r["t"] for r in map(json.loads, clog.read_text().splitlines())}
+    assert sorted(compiled) == [1, 2, 3, 4]             # each config compiled once
+    # the next config's compile started while this one's measurement (start .. start + delay) ran
+    overlapped = sum(compiled[nxt["X"]] < cur["t"] + delay for cur, nxt in zip(measured, measured[1:]))
+    assert overlapped == (3 if lookahead else 0)
 
 
 # ------------------------------------------------------------------------------------------ resume, claims

@@ -355,7 +355,9 @@ def make_sampler(spec):
     name = str(_t(spec, "sampler", "tpe")).lower()
     seed = _t(spec, "seed", None)
     if name == "tpe":
-        return optuna.samplers.TPESampler(seed=seed)
+        # constant_liar: trials still running (other GPUs, the lookahead) count as bad, so TPE does not
+        # propose the same region again before they finish
+        return optuna.samplers.TPESampler(seed=seed, constant_liar=True)
     if name == "random":
         return optuna.samplers.RandomSampler(seed=seed)
     if name == "grid":
@@ -426,11 +428,12 @@ def _seed(*parts) -> int:
 def tune(spec, *, gpus=None, dry_run=None, storage=None, progress=True, results_root="results",
          trials: int | None = None, tuning_root="tuning", measure_fn: str = DEFAULT_MEASURE,
          compile_workers: int | None = None, dry_run_compiles: int = 10, dry_run_limit: int = 4096,
-         retime_top: int | None = None, worker_context: str = "spawn") -> TuneSummary:
+         retime_top: int | None = None, worker_context: str = "spawn", lookahead: bool = True) -> TuneSummary:
     """Tune `spec` (see the module docstring). `measure_fn` ("module:function") replaces the GPU
     measurement (tests); `trials` / `retime_top` override the spec's values; `compile_workers` sizes
     the compile pool (0: compile in this process, no timeout); `worker_context` is the multiprocessing
-    start method of the GPU workers ("spawn", or "forkserver" for fast restarts).
+    start method of the GPU workers ("spawn", or "forkserver" for fast restarts); `lookahead` compiles
+    each GPU's next trial while the current one is measured.
 
     A script that calls tune() needs the `if __name__ == "__main__":` guard (spawned processes import
     the main module); `python -c` and the `gluon` command need nothing."""
@@ -450,7 +453,7 @@ def tune(spec, *, gpus=None, dry_run=None, storage=None, progress=True, results_
             n = 0
         gpus = list(range(max(1, n)))
     return t.run(list(gpus), storage=storage, tuning_root=tuning_root, trials=trials, measure_fn=measure_fn,
-                 retime_top=retime_top, worker_context=worker_context)
+                 retime_top=retime_top, worker_context=worker_context, lookahead=lookahead)
 
 
 class _Tuner:
@@ -603,7 +606,8 @@ class _Tuner:
 
     # ------------------------------------------------------------------------------------- studies
 
-    def run(self, gpus, *, storage, tuning_root, trials, measure_fn, retime_top, worker_context) -> TuneSummary:
+    def run(self, gpus, *, storage, tuning_root, trials, measure_fn, retime_top, worker_context,
+            lookahead: bool = True) -> TuneSummary:
         import optuna
         optuna.logging.set_verbosity(optuna.logging.WARNING)
         make_sampler(self.spec)                          # a sampler that cannot work fails before any worker
@@ -623,7 +627,7 @@ class _Tuner:
             summaries = []
             for shapes, dtypes in groups:
                 st = _Study(self, workers, pool, env, shapes, dtypes, storage=storage, tuning_root=tuning_root,
-                            trials=trials, retime_top=retime_top)
+                            trials=trials, retime_top=retime_top, lookahead=lookahead)
                 summaries.append(st.run())
             if len(summaries) == 1:
                 return summaries[0]
@@ -654,7 +658,7 @@ class _Study:
     """One Optuna study: the worker threads, claims, the budget, retiming."""
 
     def __init__(self, tuner: _Tuner, workers, pool, env, shapes, dtypes, *, storage, tuning_root, trials,
-                 retime_top):
+                 retime_top, lookahead: bool = True):
         import optuna
         self.tn = tuner
         self.spec = tuner.spec
@@ -677,6 +681,7 @@ class _Study:
         self.budget = int(trials if trials is not None else _t(self.spec, "trials", 50))
         self.retime_top = int(retime_top if retime_top is not None else _t(self.spec, "retime_top", 0))
         self.trial_timeout = float(_t(self.spec, "trial_timeout_s", 600))
+        self.lookahead = bool(lookahead)
         self.time_limit = _t(self.spec, "time_limit_s", None)
         self.run_id = uuid.uuid4().hex[:12]
         self.owner = {"host": _HOST, "pid": os.getpid(), "run": self.run_id}
@@ -844,32 +849,73 @@ class _Study:
         self.summary.stopped = self.stopped or "trials"
 
     def _thread(self, worker) -> None:
+        """One GPU's loop. With lookahead, the next trial is asked, claimed, checked for legality and
+        sent to the compile pool before this one is measured, so compiling overlaps measuring (TPE
+        runs with constant_liar, so it proposes around the trial still running)."""
         backoff = 0.0
+        current = ahead = None
         try:
             while not self.stop.is_set():
-                if backoff:                             # another worker holds what the sampler proposes
-                    self.stop.wait(backoff)
-                trial = self._next_trial()
-                if trial is None:
-                    return
+                current, ahead = ahead, None
+                if current is None:
+                    current, backoff = self._prepare_next(backoff)
+                    if current is None:
+                        return
+                if self.lookahead:
+                    ahead, backoff = self._prepare_next(backoff, wait=False)
+                (trial, config, cid), current = current, None
                 try:
-                    claimed = self._evaluate(trial, worker) == "claimed"
-                    backoff = min(1.0, max(0.05, backoff * 2)) if claimed else 0.0
+                    self._measure(trial, worker, config, cid)
                 except BaseException:
-                    from optuna.trial import TrialState
-                    try:                                # leave no RUNNING trial behind
-                        self.study.tell(trial, state=TrialState.FAIL)
-                    except Exception:                   # noqa: BLE001 - already told
-                        pass
+                    self._abandon(trial)
                     raise
-                finally:
-                    with self.lock:
-                        self.in_flight -= 1
+                with self.lock:
+                    self.in_flight -= 1
         except BaseException as e:                      # noqa: BLE001 - handed to the main thread
             self.errors.append(e)
             self.stop.set()
+        finally:
+            for item in (current, ahead):               # leave no RUNNING trial behind
+                if item is not None:
+                    self._abandon(item[0])
 
-    def _next_trial(self):
+    def _abandon(self, trial) -> None:
+        """A trial taken but not measured (interrupted, stopped): FAIL, so the next run re-enqueues it."""
+        from optuna.trial import TrialState
+        try:
+            self.study.tell(trial, state=TrialState.FAIL)
+        except Exception:                               # noqa: BLE001 - already told
+            pass
+        with self.lock:
+            self.in_flight -= 1
+
+    def _prepare_next(self, backoff: float, wait: bool = True):
+        """Ask trials until one needs measuring: ((trial, config, config_id), backoff), or (None, backoff)
+        when the run is over (or, with wait=False, when the budget is taken by trials in flight).
+        Trials answered on the way (pruned, duplicates) are told here."""
+        while not self.stop.is_set():
+            if backoff:                                 # another worker holds what the sampler proposes
+                self.stop.wait(backoff)
+            trial = self._next_trial(wait)
+            if trial is None:
+                return None, backoff
+            try:
+                got = self._prepare(trial)
+            except BaseException:
+                self._abandon(trial)
+                raise
+            if isinstance(got, tuple):
+                return (trial, *got), 0.0
+            with self.lock:
+                self.in_flight -= 1
+            if got == "claimed" and not wait:
+                return None, 0.0                        # the lookahead does not back off: measure first
+            backoff = min(1.0, max(0.05, backoff * 2)) if got == "claimed" else 0.0
+        return None, backoff
+
+    def _next_trial(self, wait: bool = True):
+        """A new trial, or None when the run is over. When the budget is only taken by trials in flight
+        (which may still be pruned), wait for them, unless wait=False (the lookahead's ask)."""
         while not self.stop.is_set():
             with self.lock:
                 reason = None
@@ -888,6 +934,8 @@ class _Study:
                 if reason != "trials" or self.in_flight == 0:
                     self.stopped = self.stopped or reason
                     return None
+                if not wait:
+                    return None
             time.sleep(0.05)          # others' trials in flight may still be pruned: wait for them
         return None
 
@@ -901,7 +949,9 @@ class _Study:
         with self.lock:
             self.idle = 0 if counted else self.idle + 1
 
-    def _evaluate(self, trial, worker) -> str | None:
+    def _prepare(self, trial):
+        """Suggest, claim, check legality and start compiling a trial's config: (config, config_id) when
+        it needs measuring, else "duplicate" / "claimed" / "pruned" (the trial is already told)."""
         from optuna.trial import TrialState
         trial.set_user_attr("owner", self.owner)
         config = self.space.suggest(trial)
@@ -947,8 +997,13 @@ class _Study:
                 self.index[key] = row
                 self.summary.rows_written += 1
             self._finish(trial, cid, v.status, v.reason, None, config)
-            return
+            return "pruned"
         self._precompile(config, cid)
+        return config, cid
+
+    def _measure(self, trial, worker, config, cid) -> None:
+        """Run a prepared trial's jobs on `worker` and tell the study its value or failure."""
+        from optuna.trial import TrialState
         rows = []
         for shape in self.shapes:
             for dtype in self.dtypes:
