@@ -153,6 +153,9 @@ class _CopyTuning(TuningTemplate):
     def shape_of(self, src, out=None):
         return (src.numel(),)
 
+    def call_args(self, inputs):
+        return (inputs["src"],)
+
     def call(self, config, src, out=None):
         """A copy of `src` (into `out` when given)."""
         import torch

@@ -161,6 +161,10 @@ class TuningTemplate:
         """Run the kernel with `config` on a user's arguments and return the output."""
         raise NotImplementedError
 
+    def call_args(self, inputs: dict) -> tuple:
+        """The user-call arguments (as `call` takes them after config) held in `make_inputs`' dict."""
+        raise NotImplementedError
+
     def run(self, inputs: dict, config: dict) -> None:
         raise NotImplementedError
 
