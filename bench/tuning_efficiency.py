@@ -156,7 +156,8 @@ def main() -> int:
     if args.startup is not None:
         def make_sampler_startup(s):
             if str(s.tuning.sampler) == "tpe":
-                return optuna.samplers.TPESampler(seed=s.tuning.seed, n_startup_trials=args.startup)
+                return optuna.samplers.TPESampler(seed=s.tuning.seed, n_startup_trials=args.startup,
+                                                    constant_liar=True)
             return make_sampler(s)
         tuner_mod.make_sampler = make_sampler_startup
     seeds = [int(s) for s in args.seeds.split(",")]
