@@ -21,9 +21,10 @@ baseline):
 Prints a table; `--json PATH` writes every row (each config's exhaustive value, each seed's result).
 Exit code: 0 when every seed came within the tolerance, 1 when one did not, 2 without a GPU.
 
-Note: optuna's TPE samples its first `n_startup_trials` (10) configs at random; with a budget below
-that the run measures random search. `--startup N` lowers it (the bench then replaces the tuner's
-sampler factory for the TPE runs; the default measures exactly what `gluon tune` uses).
+Notes: a fresh `gluon tune` study first measures the template's hand-picked configs; here the TPE
+studies start without them (the sampler alone), unless `--seeded`. optuna's TPE samples its first
+`n_startup_trials` (10) configs at random; with a budget below that the run measures random search.
+`--startup N` lowers it (the bench then replaces the tuner's sampler factory for the TPE runs).
 """
 from __future__ import annotations
 
@@ -94,6 +95,8 @@ def main() -> int:
     p.add_argument("--fraction", type=float, default=0.25, help="TPE budget as a fraction of the valid configs")
     p.add_argument("--tolerance", type=float, default=0.03, help="allowed gap to the exhaustive best (0.03 = 3%%)")
     p.add_argument("--startup", type=int, default=None, help="TPE n_startup_trials (default: the tuner's sampler)")
+    p.add_argument("--seeded", action="store_true", help="start each TPE study from the template's hand-picked "
+                   "configs, as `gluon tune` does (default: TPE alone, so the numbers measure the sampler)")
     p.add_argument("--gpus", default=None, help="comma list of GPU indices (default: all visible)")
     p.add_argument("--work", default=None, help="folder for results/ and tuning/ (default: a temporary one)")
     p.add_argument("--time-limit", type=float, default=24 * 3600.0, help="seconds per tuner run")
@@ -164,10 +167,12 @@ def main() -> int:
     table = []
     try:
         for seed in seeds:
+            # one study folder per (seed, startup, seeding): a rerun with other settings is a new search
+            tag = f"tpe-seed{seed}-startup{args.startup or 'default'}{'-seeded' if args.seeded else ''}"
             s = tuner_mod.tune(_with_tuning(spec, sampler="tpe", seed=seed, trials=budget, retime_top=0,
                                             time_limit_s=args.time_limit, repeats=args.repeats, storage=None),
                                gpus=gpus, dry_run=False, progress=False, results_root=results,
-                               tuning_root=os.path.join(work, "tuning", f"tpe-seed{seed}"))
+                               tuning_root=os.path.join(work, "tuning", tag), seeds=args.seeded)
             trials = _evaluated(_study(s))
             best, reached = None, None
             for i, t in enumerate(trials, 1):
@@ -208,7 +213,8 @@ def main() -> int:
     meta = dict(environment(), spec=os.path.abspath(spec_path), spec_name=spec.name, space_size=size,
                 valid=len(valid), evaluated=len(evaluated), exhaustive_best=exh_best,
                 exhaustive_best_config=exh.user_attrs.get("config"), budget=budget, fraction=args.fraction,
-                tolerance=args.tolerance, startup=args.startup, objective=str(spec.tuning.objective),
+                tolerance=args.tolerance, startup=args.startup, seeded=args.seeded,
+                objective=str(spec.tuning.objective),
                 seeds=seeds, work=work, within=hits)
     write_json(args.json, rows, meta)
     return 0 if hits == len(table) else 1

@@ -601,6 +601,13 @@ def test_fresh_study_measures_the_templates_seed_first(tmp_path, env, monkeypatc
     assert seeded == [{"X": 4}] and s.study_name == s2.study_name
 
 
+def test_seeds_false_leaves_the_hand_picked_configs_out(tmp_path, env, monkeypatch):
+    monkeypatch.setattr(FAKE, "seed_configs", lambda: [{"X": 4}], raising=False)
+    s = run_tune(fake_spec(tmp_path, x=(1, 40), sampler="random", trials=3), tmp_path, seeds=False)
+    assert not [t for t in _study(tmp_path, s).get_trials() if t.user_attrs.get("seeded")]
+    assert len(calls(env.log)) == 3
+
+
 def test_gemm_seed_is_a_valid_config_of_the_shipped_spec():
     from gluon.kernels.gemm_sm90 import TUNING
     spec = load(os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "specs", "gemm_sm90.toml"))

@@ -428,12 +428,14 @@ def _seed(*parts) -> int:
 def tune(spec, *, gpus=None, dry_run=None, storage=None, progress=True, results_root="results",
          trials: int | None = None, tuning_root="tuning", measure_fn: str = DEFAULT_MEASURE,
          compile_workers: int | None = None, dry_run_compiles: int = 10, dry_run_limit: int = 4096,
-         retime_top: int | None = None, worker_context: str = "spawn", lookahead: bool = True) -> TuneSummary:
+         retime_top: int | None = None, worker_context: str = "spawn", lookahead: bool = True,
+         seeds: bool = True) -> TuneSummary:
     """Tune `spec` (see the module docstring). `measure_fn` ("module:function") replaces the GPU
     measurement (tests); `trials` / `retime_top` override the spec's values; `compile_workers` sizes
     the compile pool (0: compile in this process, no timeout); `worker_context` is the multiprocessing
     start method of the GPU workers ("spawn", or "forkserver" for fast restarts); `lookahead` compiles
-    each GPU's next trial while the current one is measured.
+    each GPU's next trial while the current one is measured; `seeds=False` leaves the template's
+    hand-picked configs out of a fresh study (to measure the sampler alone).
 
     A script that calls tune() needs the `if __name__ == "__main__":` guard (spawned processes import
     the main module); `python -c` and the `gluon` command need nothing."""
@@ -453,7 +455,7 @@ def tune(spec, *, gpus=None, dry_run=None, storage=None, progress=True, results_
             n = 0
         gpus = list(range(max(1, n)))
     return t.run(list(gpus), storage=storage, tuning_root=tuning_root, trials=trials, measure_fn=measure_fn,
-                 retime_top=retime_top, worker_context=worker_context, lookahead=lookahead)
+                 retime_top=retime_top, worker_context=worker_context, lookahead=lookahead, seeds=seeds)
 
 
 class _Tuner:
@@ -607,7 +609,7 @@ class _Tuner:
     # ------------------------------------------------------------------------------------- studies
 
     def run(self, gpus, *, storage, tuning_root, trials, measure_fn, retime_top, worker_context,
-            lookahead: bool = True) -> TuneSummary:
+            lookahead: bool = True, seeds: bool = True) -> TuneSummary:
         import optuna
         optuna.logging.set_verbosity(optuna.logging.WARNING)
         make_sampler(self.spec)                          # a sampler that cannot work fails before any worker
@@ -627,7 +629,7 @@ class _Tuner:
             summaries = []
             for shapes, dtypes in groups:
                 st = _Study(self, workers, pool, env, shapes, dtypes, storage=storage, tuning_root=tuning_root,
-                            trials=trials, retime_top=retime_top, lookahead=lookahead)
+                            trials=trials, retime_top=retime_top, lookahead=lookahead, seeds=seeds)
                 summaries.append(st.run())
             if len(summaries) == 1:
                 return summaries[0]
@@ -658,7 +660,7 @@ class _Study:
     """One Optuna study: the worker threads, claims, the budget, retiming."""
 
     def __init__(self, tuner: _Tuner, workers, pool, env, shapes, dtypes, *, storage, tuning_root, trials,
-                 retime_top, lookahead: bool = True):
+                 retime_top, lookahead: bool = True, seeds: bool = True):
         import optuna
         self.tn = tuner
         self.spec = tuner.spec
@@ -682,6 +684,7 @@ class _Study:
         self.retime_top = int(retime_top if retime_top is not None else _t(self.spec, "retime_top", 0))
         self.trial_timeout = float(_t(self.spec, "trial_timeout_s", 600))
         self.lookahead = bool(lookahead)
+        self.seeds = bool(seeds)
         self.time_limit = _t(self.spec, "time_limit_s", None)
         self.run_id = uuid.uuid4().hex[:12]
         self.owner = {"host": _HOST, "pid": os.getpid(), "run": self.run_id}
@@ -732,7 +735,7 @@ class _Study:
     def _enqueue_seeds(self) -> None:
         """A fresh study starts from the template's hand-picked configs (those the space allows), so
         the search begins at what is known to be good instead of at random samples."""
-        if self._trials():
+        if not self.seeds or self._trials():
             return
         dists = self.space.distributions()
         for cfg in self.tn.template.seed_configs():
