@@ -21,9 +21,10 @@ SHAPES = ["8192x8192x8192", "4096x4096x4096", "2048x2048x2048", "16384x8192x1024
 
 
 def _parse_configs(text: str) -> list[dict]:
-    """'BLOCK_N=256,STAGES=3;EPILOGUE=direct' -> [{'BLOCK_N': 256, 'STAGES': 3}, {'EPILOGUE': 'direct'}]"""
+    """'BLOCK_N=256,STAGES=3;EPILOGUE=direct' -> [{'BLOCK_N': 256, 'STAGES': 3}, {'EPILOGUE': 'direct'}];
+    ';SPLIT_WGS=1' -> [{}, {'SPLIT_WGS': 1}]"""
     out = []
-    for part in filter(None, text.split(";")):
+    for part in text.split(";"):                # an empty part is the default config
         cfg = {}
         for kv in filter(None, part.split(",")):
             k, _, v = kv.partition("=")

@@ -35,7 +35,7 @@ def test_chosen_config_sass_has_hgmma_utmaldg_setmaxnreg_and_no_spills(dtype):
     assert ck.shared_bytes <= 227 * 1024
 
 
-@pytest.mark.parametrize("variant", [dict(B_KMAJOR=True), dict(EPILOGUE="direct", STAGES=4),
+@pytest.mark.parametrize("variant", [dict(B_KMAJOR=True), dict(EPILOGUE="direct", STAGES=4), dict(SPLIT_WGS=True),
                                      dict(CONSUMER_WGS=1, BLOCK_N=128, STAGES=4), dict(SWIZZLE=64, BLOCK_K=32)])
 def test_variants_compile_to_hgmma(variant):
     cfg = _cfg(**variant)
@@ -97,3 +97,14 @@ def test_small_configs_compile_without_spills(cfg):
     ops = sass_instructions(ck.sass())
     assert ops["HGMMA"] >= 1 and ops["UTMALDG.2D"] >= 2 and ck.spills == 0
     assert ck.binary.num_warps == 8                    # 4 consumer warps + the producer's warpgroup
+
+
+def test_split_consumer_warpgroups_are_two_roles_with_their_own_rings():
+    k = _passes(SPLIT_WGS=True).kernel
+    ws = next(o for o in k.walk() if o.kind == "warp_specialize")
+    assert [(r["role"], r["warps"], r["registers"]) for r in ws.attrs["roles"]] == [
+        ("consumer", (0, 3), None), ("consumer", (4, 7), 216), ("producer", (8, 8), 40)]
+    names = {o.attrs.get("name") for o in k.walk() if o.kind in ("smem_alloc", "barrier_alloc")}
+    assert {"a_ring0", "a_ring1", "c_tile0", "c_tile1", "b_ring", "ready", "empty"} <= names
+    empty = next(o for o in k.walk() if o.kind == "barrier_alloc" and o.attrs.get("name") == "empty")
+    assert empty.attrs["count"] == 2                   # one arrive per consumer warpgroup

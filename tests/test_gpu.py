@@ -11,6 +11,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(
 
 from copy_kernel import copy  # noqa: E402
 
+from gluon.kernels.gemm_sm90 import DEFAULT_CONFIG  # noqa: E402
 from gluon.kernels.gemm_tile_sm90 import gemm_tile_sm90, grid  # noqa: E402
 from gluon.runtime import LaunchError  # noqa: E402
 
@@ -87,7 +88,9 @@ def test_copy_accepts_cuda_array_interface_objects():
 
 WS_CONFIGS = [
     {},                                                   # choose_config: the tiles picked by problem size
-    {"GROUP_M": 16},                                      # DEFAULT_CONFIG everywhere: 128x256x64, 3 stages, 2 WGs
+    dict(DEFAULT_CONFIG),                                 # everywhere: 128x256x64, 3 stages, 2 WGs
+    {"SPLIT_WGS": True},                                  # one role per consumer warpgroup (large problems)
+    dict(DEFAULT_CONFIG, SPLIT_WGS=True),
     {"EPILOGUE": "direct", "STAGES": 4},
     {"CONSUMER_WGS": 1, "BLOCK_N": 128, "STAGES": 4},
     {"BLOCK_M": 64, "BLOCK_N": 64, "STAGES": 6, "CONSUMER_WGS": 1},     # SMALL_CONFIGS

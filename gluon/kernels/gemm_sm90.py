@@ -23,8 +23,8 @@ checked), ping-pong consumers, and a subtiled epilogue that would allow 4 stages
 import gluon.language as gl
 import gluon
 from gluon import SM90, Layout, SwizzleMode, WarpRole, kernel
-from gluon.dsl import (fence_async_shared, mbarrier, smem, tma_load, tma_store, tma_store_wait, warp_role, wgmma,
-                       wgmma_wait)
+from gluon.dsl import (fence_async_shared, mbarrier, smem, static_range, tma_load, tma_store, tma_store_wait, warp_role,
+                       wgmma, wgmma_wait)
 from gluon.types import SliceLayout
 
 
@@ -43,21 +43,29 @@ def gemm_sm90(A, B, C, W, SPLITS,
               BLOCK_M: gl.constexpr = 128, BLOCK_N: gl.constexpr = 256, BLOCK_K: gl.constexpr = 64,
               STAGES: gl.constexpr = 3, GROUP_M: gl.constexpr = 8, CONSUMER_WGS: gl.constexpr = 2,
               PRODUCER_REGS: gl.constexpr = 40, SWIZZLE: gl.constexpr = 128, EPILOGUE: gl.constexpr = "tma",
-              B_KMAJOR: gl.constexpr = False):
+              B_KMAJOR: gl.constexpr = False, SPLIT_WGS: gl.constexpr = False, CONSUMER_REGS: gl.constexpr = 216):
     M = C.shape[0]
     N = C.shape[1]
     K = A.shape[1]
     sw = SwizzleMode(SWIZZLE)
-    a_s = smem(A.dtype, Layout.swizzled(BLOCK_M, BLOCK_K, sw), name="a_ring", stages=STAGES)
+    # consumer roles: one for all warpgroups (cooperative), or with SPLIT_WGS one per warpgroup, each with
+    # its own ring of A rows, staging tile and arrive on `empty`, so they never wait for each other
+    ROLES = CONSUMER_WGS if SPLIT_WGS else 1
+    RW = 4 * CONSUMER_WGS // ROLES              # warps per consumer role
+    RM = BLOCK_M // ROLES                       # accumulator rows per consumer role
+    a_rings = [smem(A.dtype, Layout.swizzled(RM, BLOCK_K, sw), name=f"a_ring{g}" if ROLES > 1 else "a_ring",
+                    stages=STAGES) for g in range(ROLES)]
     if B_KMAJOR:
         b_s = smem(B.dtype, Layout.swizzled(BLOCK_N, BLOCK_K, sw), name="b_ring", stages=STAGES)
     else:
         b_s = smem(B.dtype, Layout.swizzled(BLOCK_K, BLOCK_N, sw), name="b_ring", stages=STAGES)
     ready = mbarrier(count=1, name="ready", stages=STAGES)
-    empty = mbarrier(count=1, name="empty", stages=STAGES)
+    empty = mbarrier(count=ROLES, name="empty", stages=STAGES)
+    c_tiles = []
     if EPILOGUE == "tma":
-        c_s = smem(C.dtype, Layout.swizzled(BLOCK_M, BLOCK_N, SwizzleMode.B128), name="c_tile")
-    stage_bytes = a_s.nbytes + b_s.nbytes
+        c_tiles = [smem(C.dtype, Layout.swizzled(RM, BLOCK_N, SwizzleMode.B128),
+                        name=f"c_tile{g}" if ROLES > 1 else "c_tile") for g in range(ROLES)]
+    stage_bytes = ROLES * a_rings[0].nbytes + b_s.nbytes
 
     num_pid_m = gl.cdiv(M, BLOCK_M)
     num_pid_n = gl.cdiv(N, BLOCK_N)
@@ -66,46 +74,50 @@ def gemm_sm90(A, B, C, W, SPLITS,
     num_units = num_pid_m * num_pid_n * SPLITS     # work unit = (tile, K slice)
     first_tile = gl.program_id(0)
     tile_step = gl.num_programs(0)
-    CW = 4 * CONSUMER_WGS
 
-    with warp_role(WarpRole.CONSUMER, warp_range=(0, CW - 1)):
-        acc_layout = Layout.wgmma((CW, 1), instr_n=BLOCK_N, operand_dtype=A.dtype)
-        cnt = gl.full((), 0, gl.int32)
-        for unit in range(first_tile, num_units, tile_step):
-            split = unit % SPLITS
-            pid_m, pid_n = _tile_coords(unit // SPLITS, num_pid_m, num_pid_n, GROUP_M)
-            k_lo = split * k_per_split
-            k_hi = gl.minimum(k_lo + k_per_split, k_tiles)
-            acc = gl.zeros((BLOCK_M, BLOCK_N), gl.float32, layout=acc_layout)
-            for kk in range(k_lo, k_hi):
-                s = cnt % STAGES
-                ready[s].wait((cnt // STAGES) & 1)
-                b_op = b_s[s].T if B_KMAJOR else b_s[s]
-                acc = wgmma(a_s[s], b_op, acc, wait=False)
-                acc = wgmma_wait(acc, a_s[s], b_s[s], pendings=1)
-                if kk > k_lo:                   # the previous WGMMA is done: release its stage
-                    empty[(cnt + (STAGES - 1)) % STAGES].arrive()
-                cnt = cnt + 1
-            acc = wgmma_wait(acc, pendings=0)
-            empty[(cnt + (STAGES - 1)) % STAGES].arrive()
-            off_m = pid_m * BLOCK_M
-            off_n = pid_n * BLOCK_N
-            rows = off_m + gl.arange(0, BLOCK_M, layout=SliceLayout(1, acc_layout))
-            cols = off_n + gl.arange(0, BLOCK_N, layout=SliceLayout(0, acc_layout))
-            mask = (rows[:, None] < M) & (cols[None, :] < N)
-            if SPLITS > 1:                      # split-K: fp32 partial tile into the workspace
-                gl.store(W + ((split * M + rows[:, None]) * N + cols[None, :]), acc, mask=mask)
-            else:
-                if EPILOGUE == "tma":
-                    tma_store_wait(0)           # the previous tile's store has read c_tile
-                    c_s.store(acc.to(C.dtype))
-                    fence_async_shared()
-                    tma_store(C, (off_m, off_n), c_s)
+    for g in static_range(ROLES):
+        with warp_role(WarpRole.CONSUMER, warp_range=(g * RW, g * RW + RW - 1),
+                       registers=CONSUMER_REGS if g > 0 else None):
+            a_s = a_rings[g]
+            acc_layout = Layout.wgmma((RW, 1), instr_n=BLOCK_N, operand_dtype=A.dtype)
+            cnt = gl.full((), 0, gl.int32)
+            for unit in range(first_tile, num_units, tile_step):
+                split = unit % SPLITS
+                pid_m, pid_n = _tile_coords(unit // SPLITS, num_pid_m, num_pid_n, GROUP_M)
+                k_lo = split * k_per_split
+                k_hi = gl.minimum(k_lo + k_per_split, k_tiles)
+                acc = gl.zeros((RM, BLOCK_N), gl.float32, layout=acc_layout)
+                for kk in range(k_lo, k_hi):
+                    s = cnt % STAGES
+                    ready[s].wait((cnt // STAGES) & 1)
+                    b_op = b_s[s].T if B_KMAJOR else b_s[s]
+                    acc = wgmma(a_s[s], b_op, acc, wait=False)
+                    acc = wgmma_wait(acc, a_s[s], b_s[s], pendings=1)
+                    if kk > k_lo:                   # the previous WGMMA is done: release its stage
+                        empty[(cnt + (STAGES - 1)) % STAGES].arrive()
+                    cnt = cnt + 1
+                acc = wgmma_wait(acc, pendings=0)
+                empty[(cnt + (STAGES - 1)) % STAGES].arrive()
+                off_m = pid_m * BLOCK_M + g * RM
+                off_n = pid_n * BLOCK_N
+                rows = off_m + gl.arange(0, RM, layout=SliceLayout(1, acc_layout))
+                cols = off_n + gl.arange(0, BLOCK_N, layout=SliceLayout(0, acc_layout))
+                mask = (rows[:, None] < M) & (cols[None, :] < N)
+                if SPLITS > 1:                      # split-K: fp32 partial tile into the workspace
+                    gl.store(W + ((split * M + rows[:, None]) * N + cols[None, :]), acc, mask=mask)
                 else:
-                    gl.store(C + (rows[:, None] * N + cols[None, :]), acc.to(C.dtype), mask=mask)
-        if EPILOGUE == "tma":
-            tma_store_wait(0)
+                    if EPILOGUE == "tma":
+                        c_s = c_tiles[g]
+                        tma_store_wait(0)           # the previous tile's store has read c_tile
+                        c_s.store(acc.to(C.dtype))
+                        fence_async_shared()
+                        tma_store(C, (off_m, off_n), c_s)
+                    else:
+                        gl.store(C + (rows[:, None] * N + cols[None, :]), acc.to(C.dtype), mask=mask)
+            if EPILOGUE == "tma":
+                tma_store_wait(0)
 
+    CW = 4 * CONSUMER_WGS
     with warp_role(WarpRole.PRODUCER, warp_range=(CW, CW), registers=PRODUCER_REGS):
         cnt = gl.full((), 0, gl.int32)
         for unit in range(first_tile, num_units, tile_step):
@@ -118,7 +130,8 @@ def gemm_sm90(A, B, C, W, SPLITS,
                 s = cnt % STAGES
                 empty[s].wait(((cnt // STAGES) & 1) ^ 1)   # fresh barriers pass phase 1 at once
                 ready[s].expect(stage_bytes)
-                tma_load(a_s[s], A, (off_m, kk * BLOCK_K), ready[s])
+                for g in static_range(ROLES):
+                    tma_load(a_rings[g][s], A, (off_m + g * RM, kk * BLOCK_K), ready[s])
                 if B_KMAJOR:
                     tma_load(b_s[s], B, (off_n, kk * BLOCK_K), ready[s])
                 else:
@@ -127,8 +140,11 @@ def gemm_sm90(A, B, C, W, SPLITS,
 
 
 # Measured on the H200 (docs/PERF.md): 128x256x64, 3 stages, 2 consumer warpgroups, GROUP_M=16.
+# SPLIT_WGS: one role per consumer warpgroup (see the kernel); CONSUMER_REGS is then the second one's
+# setmaxnreg: Triton gives the first (its default partition) 256, so 256 + 216 + 40 (producer) fill the
+# 512 registers per thread-slot of an SM exactly; more would leave an allocation waiting forever.
 DEFAULT_CONFIG = dict(BLOCK_M=128, BLOCK_N=256, BLOCK_K=64, STAGES=3, GROUP_M=16, CONSUMER_WGS=2,
-                      PRODUCER_REGS=40, SWIZZLE=128, EPILOGUE="auto")
+                      PRODUCER_REGS=40, SWIZZLE=128, EPILOGUE="auto", SPLIT_WGS=False, CONSUMER_REGS=216)
 
 # Problems with less than one wave of 128x256 tiles: smaller tiles on one consumer warpgroup with a
 # deeper ring, so more SMs get work and each keeps more bytes in flight (the 128x256 tile leaves most
@@ -209,8 +225,8 @@ def _padded(t, rows: int, cols: int):
 
 
 def launch(a, b, c, config: dict | None = None, b_kmajor: bool = False, splits: int | None = None):
-    """c = a @ b with the persistent kernel (b is [K, N], or [N, K] when b_kmajor). `config` overrides
-    keys of DEFAULT_CONFIG; without one, `choose_config` picks the tiles by problem size. `splits`
+    """c = a @ b with the persistent kernel (b is [K, N], or [N, K] when b_kmajor). `choose_config` picks
+    the tiles by problem size; `config` overrides any of its keys (a full config replaces it). `splits`
     overrides the split-K heuristic (1 disables it).
 
     Operands whose strides TMA cannot describe (a row of K or N elements that is not a multiple of
@@ -256,7 +272,7 @@ def _plan(a, c, M: int, N: int, K: int, config: dict | None, b_kmajor: bool, spl
     dev = a.device.index if a.device.index is not None else torch.cuda.current_device()
     if dev not in _SMS:
         _SMS[dev] = torch.cuda.get_device_properties(dev).multi_processor_count
-    cfg = dict(DEFAULT_CONFIG, **config) if config else choose_config(M, N, K, _SMS[dev])
+    cfg = dict(choose_config(M, N, K, _SMS[dev]), **(config or {}))
     if cfg["EPILOGUE"] == "auto":   # a 128x256 fp32 staging tile would not fit beside the ring
         cfg["EPILOGUE"] = "tma" if c.element_size() * cfg["BLOCK_M"] * cfg["BLOCK_N"] <= 64 * 1024 else "direct"
     S = split_k(M, N, K, cfg, _SMS[dev]) if splits is None else splits
