@@ -7,6 +7,11 @@ bf16 inputs, fp32 accumulation, fp16/bf16/fp32 output. Roles:
   one BLOCK_M x BLOCK_N accumulator (cooperative: warpgroup g owns rows g*64 ...). For each tile they
   wait `ready[s]`, issue an async WGMMA on stage s, retire the previous one and release its stage
   on `empty`, then run the epilogue (TMA store through a shared staging tile, or direct stores).
+  With SPLIT_WGS each warpgroup is its own role (the second a worker partition with CONSUMER_REGS
+  registers) with its own ring of A rows and staging tile, and `empty` counts one arrive per
+  warpgroup: Triton's arrive lowering syncs the whole partition first (a 256-thread bar.sync per
+  k-step in the cooperative form, a 128-thread one here). Measured on the H200: no faster (geometric
+  mean 0.997x vs 0.998x cuBLAS over bench/gemm.py's 20 cases), so it is off by default.
 * producer: one warp (warp 4*CONSUMER_WGS) with PRODUCER_REGS registers (setmaxnreg), waiting
   `empty[s]` and refilling stage s with two TMA loads that complete on `ready[s]`.
 
@@ -16,9 +21,11 @@ across tiles, so stage indices and phases continue from tile to tile.
 
 TMA zero-fills reads past the edges and clips writes, so any M, N, K works (row strides must be
 16-byte aligned, which TMA requires: K and N multiples of 8 for 16-bit types).
+Without a config, `choose_config` picks the tiles by problem size (128x256 on 2 warpgroups from about
+one wave of such tiles up; 128x64 or 64x64 on one warpgroup with 6 stages below).
 Not here yet: thread-block clusters with TMA multicast (in TTGIR that needs "ttg.num-ctas" > 1 and CTA
-layouts on every layout attribute; whether Triton 3.6 lowers multicast TMA from text is not yet
-checked), ping-pong consumers, and a subtiled epilogue that would allow 4 stages of 128x256x64.
+layouts on every layout attribute), ping-pong consumers, stream-K for the partial last wave, and a
+subtiled epilogue that would allow 4 stages of 128x256x64.
 """
 import gluon.language as gl
 import gluon
@@ -298,7 +305,8 @@ from gluon.tuning.template import (H200_PEAK_BW, H200_PEAK_FLOPS, H200_SMS,  # n
 class _GemmSM90Tuning(TuningTemplate):
     """`gemm_sm90` for the tuner. Config -> kernel: CONSUMER_WARPS -> CONSUMER_WGS = warps // 4,
     PRODUCER_WARPS must be 1 (one producer warp), CONSUMER_REGS must be left out (or "auto": the
-    consumers are Triton's default partition and get what setmaxnreg leaves), SPLIT_K ("auto"/0 = the
+    consumers are Triton's default partition and get what setmaxnreg leaves) unless SPLIT_WGS, where it
+    is the second warpgroup's budget (with PRODUCER_REGS at most 256), SPLIT_K ("auto"/0 = the
     split_k heuristic, else forced), EPILOGUE "auto" resolved as `launch` does; the rest (BLOCK_M,
     BLOCK_N, BLOCK_K, STAGES, GROUP_M, SWIZZLE, EPILOGUE, PRODUCER_REGS) are the kernel's constexprs.
     Output dtype = input dtype; B is [K, N] row-major."""
@@ -307,7 +315,7 @@ class _GemmSM90Tuning(TuningTemplate):
     dims = ("M", "N", "K")
     dtypes = ("fp16", "bf16")
     params = ("BLOCK_M", "BLOCK_N", "BLOCK_K", "STAGES", "GROUP_M", "SWIZZLE", "EPILOGUE", "CONSUMER_WARPS",
-              "CONSUMER_REGS", "PRODUCER_WARPS", "PRODUCER_REGS", "CONSUMER_WGS", "SPLIT_K")
+              "CONSUMER_REGS", "PRODUCER_WARPS", "PRODUCER_REGS", "CONSUMER_WGS", "SPLIT_K", "SPLIT_WGS")
 
     def kernel_config(self, config: dict, dtype: str) -> dict:
         cfg = {k: v for k, v in config.items()
@@ -323,9 +331,16 @@ class _GemmSM90Tuning(TuningTemplate):
             raise gluon.GluonError(f"PRODUCER_WARPS={pw}: gemm_sm90 has one producer warp")
         cr = config.get("CONSUMER_REGS")
         if cr not in (None, "auto", 0):
-            raise gluon.GluonError(f"CONSUMER_REGS={cr}: gemm_sm90's consumers are Triton's default partition "
-                                   "and take the registers setmaxnreg leaves them; leave CONSUMER_REGS out or "
-                                   "set it to 'auto'")
+            if not config.get("SPLIT_WGS"):
+                raise gluon.GluonError(f"CONSUMER_REGS={cr}: gemm_sm90's cooperative consumers are Triton's default "
+                                       "partition and take the registers setmaxnreg leaves them; leave CONSUMER_REGS "
+                                       "out, set it to 'auto', or use SPLIT_WGS (it sets the second warpgroup's)")
+            pr = int(config.get("PRODUCER_REGS", DEFAULT_CONFIG["PRODUCER_REGS"]))
+            if int(cr) + pr > 256:
+                raise gluon.GluonError(f"CONSUMER_REGS={cr} + PRODUCER_REGS={pr} > 256: Triton gives the first "
+                                       "consumer warpgroup 256 registers per thread, so the second one and the "
+                                       "producer share the other 256; more would leave a setmaxnreg waiting forever")
+            cfg["CONSUMER_REGS"] = int(cr)
         cfg = dict(DEFAULT_CONFIG, **cfg)
         if cfg["EPILOGUE"] == "auto":
             cfg["EPILOGUE"] = "tma" if element_size(dtype) * cfg["BLOCK_M"] * cfg["BLOCK_N"] <= 64 * 1024 \
