@@ -23,9 +23,9 @@ TMA zero-fills reads past the edges and clips writes, so any M, N, K works (row 
 16-byte aligned, which TMA requires: K and N multiples of 8 for 16-bit types).
 Without a config, `choose_config` picks the tiles by problem size (128x256 on 2 warpgroups from about
 one wave of such tiles up; 128x64 or 64x64 on one warpgroup with 6 stages below).
-Not here yet: thread-block clusters with TMA multicast (in TTGIR that needs "ttg.num-ctas" > 1 and CTA
-layouts on every layout attribute), ping-pong consumers, stream-K for the partial last wave, and a
-subtiled epilogue that would allow 4 stages of 128x256x64.
+Not here yet: thread-block clusters with TMA multicast (Triton 3.6 compiles clusters from TTGIR but has
+no multicast TMA; docs/CLUSTERS.md says what a PTX post-pass would take), ping-pong consumers, stream-K
+for the partial last wave, and a subtiled epilogue that would allow 4 stages of 128x256x64.
 """
 import gluon.language as gl
 import gluon
