@@ -819,10 +819,7 @@ class _Study:
         self.summary.trials = start_counted
         if self.tn.progress:
             self._say_start(start_counted)
-        threads = [threading.Thread(target=self._thread, args=(w,), daemon=True, name=f"tune-gpu{w.device_index}")
-                   for w in self.workers]
-        for th in threads:
-            th.start()
+        threads = self._start(self._thread, "tune-gpu")
         try:
             self._wait(threads)
             if self.errors:
@@ -834,8 +831,8 @@ class _Study:
             for w in self.workers:
                 w.kill()
             self.pool.close(kill=True)
-            for th in threads:
-                th.join(30)
+            for done in threads:
+                done.wait(30)
             self.summary.interrupted = True
             self._finish_counts()
             print(f"\ninterrupted: {self.summary.new_trials} trials recorded in {self.storage_desc}, rows under "
@@ -1161,10 +1158,7 @@ class _Study:
                                 "status": "ok" if ok else next(r["status"] for r in rows if r["status"] != "ok")})
                 self.events.put(("retime", t.number, t.user_attrs["config_id"], results[-1]["value"]))
 
-        threads = [threading.Thread(target=run, args=(w,), daemon=True) for w in self.workers]
-        for th in threads:
-            th.start()
-        self._wait(threads, bar=False)
+        self._wait(self._start(run, "tune-retime"), bar=False)
         results.sort(key=lambda r: (r["value"] is None, -(r["value"] or 0) if self.tn.maximize else (r["value"] or 0)))
         self.summary.retimed = results
         try:
@@ -1205,7 +1199,25 @@ class _Study:
         except ValueError:
             return None
 
-    def _wait(self, threads, bar: bool = True) -> None:
+    def _start(self, target, name: str) -> list[threading.Event]:
+        """One daemon thread per GPU worker running target(worker); each sets its Event when it ends.
+        The events, not Thread.join, say when a thread is done: on Python 3.11 a Ctrl-C that lands in
+        Thread.join marks a still-running thread as stopped, so a later join would not wait for it to
+        tell its trials failed (and the study would keep RUNNING trials)."""
+        events = []
+        for w in self.workers:
+            done = threading.Event()
+
+            def run(w=w, done=done):
+                try:
+                    target(w)
+                finally:
+                    done.set()
+            threading.Thread(target=run, daemon=True, name=f"{name}{w.device_index}").start()
+            events.append(done)
+        return events
+
+    def _wait(self, threads: list[threading.Event], bar: bool = True) -> None:
         """Wait for the threads, showing progress (rich on a terminal, plain lines otherwise)."""
         want_bar, bar = bar, None
         if want_bar and self.tn.progress and sys.stdout.isatty():
@@ -1226,9 +1238,8 @@ class _Study:
             bar.start()
             task = bar.add_task(self.spec.name, total=self.budget, completed=self.summary.trials, best="")
         try:
-            while any(th.is_alive() for th in threads):
-                for th in threads:
-                    th.join(0.1)
+            while not all(done.is_set() for done in threads):
+                next(d for d in threads if not d.is_set()).wait(0.1)
                 self._drain(bar, task)
             self._drain(bar, task)
         finally:
