@@ -12,7 +12,10 @@ with the same objective over its one case and its own trial budget.
 trace + passes for every shape/dtype; `expand.Legality`) -> compile in the process pool (registers,
 spills, shared bytes; `compile_timeout_s`) -> for each (shape, dtype) a GPU job (`measure.GpuWorker`,
 `trial_timeout_s` per job) -> one results row per job (`results.ResultsStore`, written atomically as it
-finishes). The first failing job ends the trial.
+finishes). The first failing job ends the trial. Each GPU's thread keeps one trial ahead (`lookahead`):
+the next trial is asked, claimed, checked and compiled while the current one is measured, so the GPU
+does not wait for the compiler; TPE runs with constant_liar so it proposes around running trials.
+A fresh study measures the template's `seed_configs()` first (`seeds=False` leaves them out).
 
 **Trial states in Optuna.** COMPLETE: every job ok, value = the objective. PRUNED: infeasible — not
 legal (status pruned, never reaches the GPU) or failed (compile_error, runtime_error, wrong_result,
