@@ -300,15 +300,25 @@ def _describe_bounds(loop: ir.Op) -> str:
     return f"range({show(lb)}, {show(ub)}, {show(step)})"
 
 
-def _user_barriers_ok(loads: list[ir.Op], kernel: ir.Kernel) -> str | None:
-    """The loads' own barriers must not be synchronized on explicitly (the ring replaces them)."""
+def _ring_loads(body: ir.Region, roots: set[int]) -> list[ir.Op]:
+    """The tma_loads of `body` into one of the rings `roots`."""
+    return [op for op in body.ops if op.kind == "tma_load" and ring_of(op.operands[1])
+            and ring_of(op.operands[1])[0].id in roots]
+
+
+def _check_ring_loads(loads: list[ir.Op], kernel: ir.Kernel, what: str) -> None:
+    """What an implicit ring or pipeline (`what`) needs of its loads: their own barriers are not
+    synchronized on explicitly (the ring replaces them), and they load into the regions themselves."""
     roots = {root_of(op.operands[2]).id for op in loads}
     for op in kernel.walk():
         if op.kind in ("barrier_wait", "barrier_arrive", "barrier_expect") and root_of(op.operands[0]).id in roots:
-            return (f"the barrier the loads complete on ('{alloc_name(root_of(op.operands[0]))}') is also used by "
-                    f"{op.kind} at {op.loc}; an implicit ring replaces that barrier, so index the stages and "
-                    "synchronize explicitly instead")
-    return None
+            raise ir.GluonError(
+                f"the barrier the loads complete on ('{alloc_name(root_of(op.operands[0]))}') is also used by "
+                f"{op.kind} at {op.loc}; an implicit ring replaces that barrier, so index the stages and "
+                "synchronize explicitly instead", loads[0].loc)
+    if any(ring_of(op.operands[1])[1] for op in loads):
+        raise ir.GluonError(f"tma_load into a transposed view of a ring is not supported by the implicit {what}; "
+                            "load into the region itself", loads[0].loc)
 
 
 def _common_stages(members: list[_RingUses], names: str, how: str, loc) -> int:
@@ -331,14 +341,8 @@ def _build_ws_ring(kernel, where, p_loop: ir.Op, c_loop: ir.Op, members: list[_R
             "the same start, end and step", c_loop.loc)
     roots = {u.root.id for u in members}
     p_body, c_body = p_loop.regions[0], c_loop.regions[0]
-    loads = [op for op in p_body.ops if op.kind == "tma_load" and ring_of(op.operands[1])
-             and ring_of(op.operands[1])[0].id in roots]
-    bad = _user_barriers_ok(loads, kernel)
-    if bad:
-        raise ir.GluonError(bad, loads[0].loc)
-    if any(ring_of(op.operands[1])[1] for op in loads):
-        raise ir.GluonError("tma_load into a transposed view of a ring is not supported by the implicit ring; "
-                            "load into the region itself", loads[0].loc)
+    loads = _ring_loads(p_body, roots)
+    _check_ring_loads(loads, kernel, "ring")
 
     def uses_ring(op: ir.Op) -> bool:
         return any(r.id in roots for _, r in _ring_operands(op))
@@ -448,8 +452,7 @@ def _build_pipeline(kernel, where, loop: ir.Op, members: list[_RingUses]) -> Non
     S = _common_stages(members, names, "loaded and read in one loop", loop.loc)
     roots = {u.root.id for u in members}
     body = loop.regions[0]
-    loads = [op for op in body.ops if op.kind == "tma_load" and ring_of(op.operands[1])
-             and ring_of(op.operands[1])[0].id in roots]
+    loads = _ring_loads(body, roots)
 
     def uses_ring(op: ir.Op) -> bool:
         return any(r.id in roots for _, r in _ring_operands(op)) and op not in loads
@@ -459,12 +462,7 @@ def _build_pipeline(kernel, where, loop: ir.Op, members: list[_RingUses]) -> Non
     if late:
         raise ir.GluonError(f"tma_load into the ring(s) {names} comes after the loop reads them; the implicit pipeline "
                             "needs each iteration to load its data before reading it", late[0].loc)
-    bad = _user_barriers_ok(loads, kernel)
-    if bad:
-        raise ir.GluonError(bad, loads[0].loc)
-    if any(ring_of(op.operands[1])[1] for op in loads):
-        raise ir.GluonError("tma_load into a transposed view of a ring is not supported by the implicit pipeline; "
-                            "load into the region itself", loads[0].loc)
+    _check_ring_loads(loads, kernel, "pipeline")
     load_inputs = [v for op in loads for i, v in enumerate(op.operands) if i not in (1, 2)]
     slice_ops = _slice(loads, body, load_inputs, "a tma_load's coordinate")
     release, in_flight = _release_point([op for op in body.ops if op not in loads], uses_ring, 1)
