@@ -33,6 +33,19 @@ def _parse_configs(text: str) -> list[dict]:
     return out
 
 
+def _split_names(text: str) -> list[str]:
+    """'ws,ws[A=1,B=2]' -> ['ws', 'ws[A=1,B=2]']: commas inside brackets belong to a config."""
+    out, depth, cur = [], 0, ""
+    for ch in text:
+        depth += (ch == "[") - (ch == "]")
+        if ch == "," and depth == 0:
+            out.append(cur)
+            cur = ""
+        else:
+            cur += ch
+    return [n for n in out + [cur] if n]
+
+
 def _kernels(ws_configs: list[dict]):
     """name -> launch(a, b, c): the gluon GEMMs this bench knows."""
     from gluon.kernels.gemm_sm90 import launch as ws_launch
@@ -64,7 +77,10 @@ def main() -> int:
     from bench.triton_matmul import matmul as triton_matmul
     from gluon.runtime import LaunchError
     kernels = _kernels(_parse_configs(args.ws_configs) if args.ws_configs else [{}])
-    names = list(kernels) if args.kernels == "all" else args.kernels.split(",")
+    names = list(kernels) if args.kernels == "all" else _split_names(args.kernels)
+    unknown = [n for n in names if n not in kernels]
+    if unknown:
+        p.error(f"unknown kernels {unknown}: known are {list(kernels)} (a ws[...] name must match a --ws-configs entry)")
     dts = {"fp16": torch.float16, "bf16": torch.bfloat16}
     rows = []
     for shape in args.shapes.split(","):

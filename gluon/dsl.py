@@ -699,6 +699,22 @@ class Shared:
     def T(self) -> "Shared":
         return self.permute((1, 0))
 
+    def reinterpret(self, shape: Sequence[int], stages: int = 1) -> "Shared":
+        """The same bytes seen as `stages` tiles of `shape` (a view, no copy), for a swizzled tile split
+        along its outer dimension or into its 128-byte column chunks, where the parts sit back to back:
+        a [64, 256] B stage is two [64, 128] parts, so a [S, 64, 256] ring is a [2S, 64, 128] one, and
+        `ring.reinterpret((64, 128), 2 * S)[2 * s + r]` is part r of stage s (what one CTA of a cluster
+        loads and multicasts). Whole-tile checks only: the caller says which split is byte-exact."""
+        shape = tuple(int(d) for d in shape)
+        lay = self.layout
+        if not isinstance(lay, NVMMASharedLayout):
+            raise ir.GluonError(f"'{self.name}'.reinterpret: only NVMMA-swizzled regions, not {lay}", _user_loc())
+        new = ir.SmemType(self.dtype, shape, NVMMASharedLayout(shape, lay.swizzle, lay.transposed), stages)
+        if new.stage_bytes * stages != self.nbytes * self.stages:
+            raise ir.GluonError(f"'{self.name}'.reinterpret({shape}, stages={stages}): {new.stage_bytes * stages} bytes, "
+                                f"but the region has {self.nbytes * self.stages}", _user_loc())
+        return Shared(_tr().emit("smem_reinterpret", [self], [new]).result, self.name)
+
     def __repr__(self) -> str:
         return f"Shared({self.name}: {self.type})"
 
@@ -735,8 +751,8 @@ class Barrier:
     def expect(self, nbytes: int, pred=None) -> None:
         barrier_expect(self, nbytes, pred)
 
-    def arrive(self, count: int = 1) -> None:
-        barrier_arrive(self, count)
+    def arrive(self, count: int = 1, cluster: bool = False) -> None:
+        barrier_arrive(self, count, cluster)
 
     def wait(self, phase) -> None:
         barrier_wait(self, phase)
@@ -768,10 +784,20 @@ def barrier_expect(bar, nbytes: int, pred=None) -> None:
     t.emit("barrier_expect", ops, [], {"bytes": int(nbytes)})
 
 
-def barrier_arrive(bar, count: int = 1) -> None:
+def barrier_arrive(bar, count: int = 1, cluster: bool = False) -> None:
+    """Arrive `count` times; with `cluster=True` once on this barrier in every CTA of the cluster (the
+    "slot free" signal of a ring that other CTAs fill by multicast: count it num_ctas times)."""
     t = _tr()
     t.require("mbarrier", "barrier_arrive")
-    t.emit("barrier_arrive", [_barrier(bar)], [], {"count": count})
+    attrs = {"count": count}
+    if cluster:
+        t.require("cluster", "barrier_arrive(cluster=True)")
+        _need_cluster(t, "arrive(cluster=True)")
+        if count != 1:
+            raise ir.GluonError(f"arrive(count={count}, cluster=True): a cluster arrive counts once per CTA",
+                                _user_loc())
+        attrs["cluster"] = True
+    t.emit("barrier_arrive", [_barrier(bar)], [], attrs)
 
 
 def barrier_wait(bar, phase) -> None:
@@ -782,6 +808,41 @@ def barrier_wait(bar, phase) -> None:
 
 def thread_barrier() -> None:
     _tr().emit("thread_barrier")
+
+
+def _need_cluster(t: "_Trace", what: str) -> None:
+    if t.kernel.attrs.get("num_ctas", 1) < 2:
+        raise ir.GluonError(f"{what} needs a thread-block cluster: call set_cluster(num_ctas) first "
+                            f"(num_ctas 2 or 4)", _user_loc())
+
+
+def set_cluster(num_ctas: int) -> None:
+    """Run this kernel in clusters of `num_ctas` CTAs along x (1 = no cluster). The launch grid then
+    counts clusters (Triton's launcher starts grid[0] * num_ctas CTAs); `program_id(0)` and
+    `num_programs(0)` still count CTAs, and `cluster_rank()` is program_id(0) % num_ctas."""
+    t = _tr()
+    if num_ctas not in (1, 2, 4):
+        raise ir.GluonError(f"set_cluster({num_ctas}): clusters of 1, 2 or 4 CTAs are supported", _user_loc())
+    if num_ctas > 1:
+        t.require("cluster", "set_cluster")
+    t.kernel.attrs["num_ctas"] = int(num_ctas)
+
+
+def cluster_rank() -> Tensor:
+    """This CTA's rank in its cluster (0 .. num_ctas - 1)."""
+    t = _tr()
+    t.require("cluster", "cluster_rank")
+    _need_cluster(t, "cluster_rank()")
+    return Tensor(t.emit("cluster_rank", [], [ir.ScalarType(DType.i32)]).result)
+
+
+def cluster_sync() -> None:
+    """All threads of all CTAs in the cluster meet (barrier.cluster); mbarrier inits made before it are
+    visible to the other CTAs after it. Every warp must reach it: call it at the top of every warp role."""
+    t = _tr()
+    t.require("cluster", "cluster_sync")
+    _need_cluster(t, "cluster_sync()")
+    t.emit("cluster_sync")
 
 
 def fence_async_shared() -> None:
@@ -803,10 +864,13 @@ def _coords(coords, rank: int) -> list[Tensor]:
 
 
 def tma_load(dst: Shared, src, coords=None, barrier: Barrier | None = None, *, barrier_name: Barrier | None = None,
-             box: Sequence[int] | None = None) -> None:
+             box: Sequence[int] | None = None, multicast: bool = False) -> None:
     """TMA: copy the tile of global tensor `src` at `coords` into shared `dst`, completing on `barrier`.
 
-    `box` states the TMA box you expect (checked against the swizzle by the layout pass)."""
+    `box` states the TMA box you expect (checked against the swizzle by the layout pass). With
+    `multicast=True` (in a cluster) the tile lands in `dst` and completes on `barrier` in every CTA of
+    the cluster, so each CTA's barrier must expect the bytes all CTAs multicast to it. Every load through
+    the same global tensor must then multicast."""
     t = _tr()
     t.require("tma", "tma_load")
     bar = barrier if barrier is not None else barrier_name
@@ -824,6 +888,10 @@ def tma_load(dst: Shared, src, coords=None, barrier: Barrier | None = None, *, b
                             _user_loc())
     desc = g.as_desc(dst.shape, dst.layout.swizzle)
     attrs = {"box": tuple(box)} if box is not None else {}
+    if multicast:
+        t.require("cluster", "tma_load(multicast=True)")
+        _need_cluster(t, "tma_load(multicast=True)")
+        attrs["multicast"] = True
     t.emit("tma_load", [desc, dst, _barrier(bar), *_coords(coords, len(dst.shape))], [], attrs)
 
 

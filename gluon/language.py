@@ -5,10 +5,12 @@ Builtins come from `gluon.dsl`; dtypes are also exposed under their torch/numpy-
 """
 from .dsl import (  # noqa: F401
     Barrier, DescArg, Loop, Pointer, PointerArg, ScalarArg, Shared, Tensor, abs, arange, barrier_arrive,
-    barrier_expect, barrier_wait, broadcast_to, cast, cdiv, ceil, constexpr, convert_layout, cos,
+    barrier_expect, barrier_wait, broadcast_to, cast, cdiv, ceil, cluster_rank, cluster_sync, constexpr,
+    convert_layout, cos,
     cp_async, cp_async_commit, cp_async_wait, exp, exp2, expand_dims, fence_async_shared, floor,
     for_range, full, load, log, log2, max, maximum, mbarrier, mfma, min, minimum, mma, num_programs,
-    program_id, range, rsqrt, sin, smem, sqrt, static_range, store, sum, tcgen05_mma, thread_barrier,
+    program_id, range, rsqrt, set_cluster, sin, smem, sqrt, static_range, store, sum, tcgen05_mma,
+    thread_barrier,
     thread_id, tma_load, tma_store, tma_store_wait, tmem_alloc, tmem_load, warp_role, wgmma,
     wgmma_wait, where, zeros,
 )

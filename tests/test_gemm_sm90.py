@@ -88,6 +88,10 @@ def test_choose_config_picks_tiles_by_problem_size():
     assert tile(1000, 1000, 1000) == (128, 64, 1)       # 64x64 would make 256 tiles: two waves
     assert tile(333, 200, 136) == (64, 64, 1)           # 24 tiles of 64x64, the most parallel
     assert choose_config(64, 64, 64, 132) is not choose_config(64, 64, 64, 132)   # callers may edit it
+    # rows that do not start on 128-byte boundaries: the large tiles run in 2-CTA multicast clusters
+    assert choose_config(4000, 3000, 5000, 132)["CLUSTER_M"] == 1
+    assert choose_config(4000, 3000, 5000, 132, pitch_aligned=False)["CLUSTER_M"] == 2
+    assert choose_config(1000, 1000, 1000, 132, pitch_aligned=False).get("CLUSTER_M", 1) == 1
 
 
 @pytest.mark.parametrize("cfg", SMALL_CONFIGS, ids=lambda c: f"{c['BLOCK_M']}x{c['BLOCK_N']}")

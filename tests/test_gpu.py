@@ -118,6 +118,37 @@ def test_persistent_ws_gemm_matches_fp64_reference(M, N, K, in_dtype, out_dtype,
     assert max(errs) < 1e-2, errs
 
 
+CLUSTER_CONFIGS = [
+    dict(DEFAULT_CONFIG, CLUSTER_M=2),                    # 2-CTA clusters, B multicast
+    dict(DEFAULT_CONFIG, CLUSTER_M=2, SPLIT_WGS=True),
+    dict(DEFAULT_CONFIG, CLUSTER_M=2, BLOCK_N=128, STAGES=4, EPILOGUE="direct"),
+]
+
+
+@pytest.mark.parametrize("cfg", CLUSTER_CONFIGS, ids=lambda c: f"BN={c['BLOCK_N']},split={c['SPLIT_WGS']}")
+@pytest.mark.parametrize("b_kmajor", [False, True])
+@pytest.mark.parametrize("in_dtype,out_dtype", [(torch.float16, torch.float16), (torch.bfloat16, torch.float32)])
+@pytest.mark.parametrize("M,N,K", [(1024, 1024, 1024), (1000, 1000, 1000), (333, 200, 136), (2048, 4096, 512),
+                                   (640, 768, 4000)])
+def test_cluster_multicast_gemm_matches_fp64_reference(M, N, K, in_dtype, out_dtype, b_kmajor, cfg):
+    """Clusters of 2 CTAs along M, each loading half of the shared B tile and multicasting it: odd tile
+    counts (the second CTA of the last cluster is past M), K tails, column-major B, several tiles per
+    cluster (the ring and its cluster-wide empty barriers across tiles)."""
+    from gluon.kernels.gemm_sm90 import launch
+    errs = []
+    for _ in range(2):
+        a = torch.randn(M, K, device="cuda", dtype=in_dtype)
+        b = torch.randn(N, K, device="cuda", dtype=in_dtype) if b_kmajor else \
+            torch.randn(K, N, device="cuda", dtype=in_dtype)
+        c = torch.full((M, N), float("nan"), device="cuda", dtype=out_dtype)
+        launch(a, b, c, cfg, b_kmajor=b_kmajor)
+        torch.cuda.synchronize()
+        ref = a.double() @ (b.double().T if b_kmajor else b.double())
+        assert not torch.isnan(c).any(), "some output elements were not written"
+        errs.append(((c.double() - ref).norm() / ref.norm()).item())
+    assert max(errs) < 1e-2, errs
+
+
 @pytest.mark.parametrize("M,N,K", [(1024, 1024, 1024), (1000, 1000, 1000)])
 def test_persistent_ws_gemm_column_major_b(M, N, K):
     from gluon.kernels.gemm_sm90 import launch

@@ -59,6 +59,7 @@ import traceback
 import warnings
 from typing import Any, Mapping
 
+from . import ptx_cluster
 from ..cache import KernelCache, default_cache
 
 __all__ = [
@@ -171,14 +172,15 @@ def cache_key_parts(ttgir: str, target, options: Mapping | None = None) -> tuple
 
     TTGIR text (by sha256), target, triton and gluon versions, sorted options,
     and Triton's cache-invalidating environment variables (the ones Triton itself
-    hashes: they change the generated code).
+    hashes: they change the generated code); for a cluster kernel also the PTX
+    cluster pass's source, so a change to it recompiles.
     """
     import triton
     from triton._C.libtriton import get_cache_invalidating_env_vars
 
     t = _normalize_target(target)
     opts = sorted((str(k), v) for k, v in dict(options or {}).items())
-    return (
+    parts = (
         ("kind", "triton-ttgir"),
         ("ttgir_sha256", hashlib.sha256(ttgir.encode("utf-8")).hexdigest()),
         ("target", list(t)),
@@ -187,6 +189,9 @@ def cache_key_parts(ttgir: str, target, options: Mapping | None = None) -> tuple
         ("options", opts),
         ("env", sorted(get_cache_invalidating_env_vars().items())),
     )
+    if ptx_cluster.parse_header(ttgir) is not None:     # the PTX pass is part of this kernel's compiler
+        parts += (("ptx_cluster", ptx_cluster.source_hash()),)
+    return parts
 
 
 # ---------------------------------------------------------------------------------------
@@ -501,12 +506,18 @@ def _compile_job(src_path: pathlib.Path, tgt, options: dict) -> dict[str, bytes 
     del irsrc, ctx
 
     # 2. Compile with Triton's cache redirected to our scratch dir and ptxas' -v
-    #    log (Triton prints it with print() when dump_ptxas_log is set) captured.
+    #    log (Triton prints it with print() when dump_ptxas_log is set) captured;
+    #    a cluster kernel's PTX goes through the cluster pass (ptx_cluster) first.
     ptxas_log = io.StringIO()
+    cluster = ptx_cluster.parse_header(ttgir)
+    cluster_stats: dict = {}
     try:
-        with knobs.cache.scope(), knobs.nvidia.scope(), contextlib.redirect_stdout(ptxas_log):
+        with knobs.cache.scope(), knobs.nvidia.scope(), knobs.runtime.scope(), \
+                contextlib.redirect_stdout(ptxas_log):
             knobs.cache.dir = str(src_path.parent / "triton-cache")
             knobs.nvidia.dump_ptxas_log = True
+            if cluster is not None:
+                knobs.runtime.add_stages_inspection_hook = _cluster_hook(cluster, ttgir, entry_name, cluster_stats)
             kernel = triton.compile(str(src_path), target=gpu_target, options=dict(options) or None)
     except Exception as e:
         log = ptxas_log.getvalue()
@@ -534,6 +545,9 @@ def _compile_job(src_path: pathlib.Path, tgt, options: dict) -> dict[str, bytes 
         metadata["gluon_resources"] = _cuda_resources(cubin_file, ptxas_log.getvalue(), name)
     else:
         metadata["gluon_resources"] = _hip_resources(str(asm.get("amdgcn", "")))
+    if cluster is not None:     # Triton's launcher starts grid[0] * num_ctas CTAs in clusters of num_ctas
+        metadata["num_ctas"] = cluster.num_ctas
+        metadata["gluon_cluster"] = cluster_stats
     metadata["gluon_ptxas_log"] = ptxas_log.getvalue()[-16000:]
     metadata["gluon_version"] = _gluon_version()
     metadata["gluon_files"] = sorted(asm)
@@ -541,6 +555,28 @@ def _compile_job(src_path: pathlib.Path, tgt, options: dict) -> dict[str, bytes 
     files: dict[str, bytes | str] = {f"{name}.{ext}": data for ext, data in asm.items()}
     files[_METADATA_FILE] = json.dumps(metadata, indent=1, default=vars)
     return files
+
+
+def _cluster_hook(cluster: "ptx_cluster.ClusterInfo", ttgir: str, name: str, stats: dict):
+    """A Triton stages hook that runs the PTX of this kernel through the cluster pass."""
+    args = [a for a, _, _ in (ttgir_arguments(ttgir, name) or [])]
+    params = {}
+    for d in cluster.multicast:
+        if d not in args:
+            raise _StageError("parse", f"multicast descriptor %{d} is not an argument of @{name}")
+        params[d] = args.index(d)
+
+    def hook(backend, stages, options, language, capability):
+        make_ptx = stages["ptx"]
+
+        def ptx_stage(src, metadata):
+            ptx, st = ptx_cluster.rewrite(make_ptx(src, metadata), metadata["name"], cluster.num_ctas, params)
+            stats.update(st)
+            return ptx
+
+        stages["ptx"] = ptx_stage
+
+    return hook
 
 
 # ---------------------------------------------------------------------------------------

@@ -42,6 +42,7 @@ import math
 import re
 from typing import Any, Callable
 
+from . import ptx_cluster
 from ..ir import (OPS, BarrierType, DescType, GluonError, Kernel, Module, Op, PointerType, Region,
                   ScalarType, SmemType, TileType, TmemType, Value)
 from ..types import (BlockedLayout, DotOperandLayout, DType, Layout, MFMALayout, MMALayout,
@@ -269,6 +270,9 @@ class _KernelLowering:
         self.num_warps = kernel.num_warps
         self.cur_warps = kernel.num_warps     # warps running the code being lowered (partitions: theirs)
         self.in_partition = False
+        self.num_ctas = int(kernel.attrs.get("num_ctas", 1))
+        self.multicast: dict[str, bool] = {}   # descriptor argument -> whether its TMA loads multicast
+        self.arg_names: dict[int, str] = {}     # kernel parameter value id -> its TTGIR argument name
 
     # -------------------------------------------------------------- driver
 
@@ -289,6 +293,8 @@ class _KernelLowering:
 
         name = k.name if _BARE_ID.match(k.name) else '"' + k.name.replace('"', '\\"') + '"'
         out = self.aliases.header()
+        if self.num_ctas > 1:   # what the PTX cluster pass needs; a comment, so the text stays plain TTGIR
+            out.insert(0, ptx_cluster.header(self.num_ctas, sorted(d for d, m in self.multicast.items() if m)))
         out.append(f'module attributes {{"ttg.num-ctas" = 1 : i32, "ttg.num-warps" = {self.num_warps} : i32, '
                    f'ttg.target = "{self.target}", "ttg.threads-per-warp" = {self.warp_size} : i32}} {{')
         out.append(f"  tt.func public @{name}({params}) attributes {{noinline = false}} {{")
@@ -339,6 +345,7 @@ class _KernelLowering:
             t = p.value.type
             name = self.names.fresh(p.name or p.value.name)
             scope.env[p.value.id] = name
+            self.arg_names[p.value.id] = name[1:]
             div = f" {{tt.divisibility = {int(p.divisibility)} : i32}}" if p.divisibility and p.divisibility > 1 else ""
             if isinstance(t, PointerType):
                 out.append(f"{name}: {self.ty(t)}{div}")
@@ -876,6 +883,11 @@ class _KernelLowering:
         self._emit(f"{self.define(op.result)} = ttg.memdesc_index {self.ref(smem)}[{self.ref(stage)}] : "
                    f"{self.ty(smem.type)} -> {self.ty(op.result.type)}")
 
+    def _op_smem_reinterpret(self, op: Op) -> None:
+        (smem,) = op.operands
+        self._emit(f"{self.define(op.result)} = ttg.memdesc_reinterpret {self.ref(smem)} : "
+                   f"{self.ty(smem.type)} -> {self.ty(op.result.type)}")
+
     def _op_smem_load(self, op: Op) -> None:
         (smem,) = op.operands
         self._single(smem, "shared region")
@@ -946,6 +958,10 @@ class _KernelLowering:
         bar = op.operands[0]
         self._single(bar, "barrier")
         count = int(op.attrs.get("count", 1))
+        if op.attrs.get("cluster"):
+            if self.num_ctas < 2:
+                raise self.err("arrive(cluster=True) in a kernel without a cluster (set_cluster)")
+            count = ptx_cluster.ARRIVE_SENTINEL   # the PTX cluster pass turns it into one arrive per CTA
         self._emit(f"ttng.arrive_barrier {self.ref(bar)}, {count}, {self._pred(op, 1)} : {self.ty(bar.type)}")
 
     def _op_barrier_wait(self, op: Op) -> None:
@@ -971,6 +987,15 @@ class _KernelLowering:
             raise self.err(f"{len(coords)} coordinates for a rank-{len(desc.type.block_shape)} descriptor")
         self._single(dst, "destination")
         self._single(bar, "barrier")
+        mc = bool(op.attrs.get("multicast"))
+        if mc and self.num_ctas < 2:
+            raise self.err("tma_load(multicast=True) in a kernel without a cluster (set_cluster)")
+        d = self.arg_names.get(desc.id)
+        if d is None:
+            raise self.err("a TMA load's descriptor must be a kernel argument")
+        if self.multicast.setdefault(d, mc) != mc:
+            raise self.err(f"TMA loads through {self.ref(desc)} both multicast and not; the PTX cluster pass makes a "
+                           "descriptor's loads all multicast or none: use a second global tensor argument")
         self._emit(f"ttng.async_tma_copy_global_to_local {self.ref(desc)}[{self._coords(coords)}] {self.ref(dst)}, "
                    f"{self.ref(bar)}, {self.true()} : {self.ty(desc.type)}, {self.ty(bar.type)} -> {self.ty(dst.type)}")
 
@@ -992,6 +1017,18 @@ class _KernelLowering:
 
     def _op_thread_barrier(self, op: Op) -> None:
         self._emit("gpu.barrier")
+
+    def _op_cluster_rank(self, op: Op) -> None:
+        self._emit(f'{self.define(op.result)} = tt.elementwise_inline_asm "mov.u32 $0, %cluster_ctarank;" '
+                   '{constraints = "=r", packed_element = 1 : i32, pure = true} -> i32')
+
+    def _op_cluster_sync(self, op: Op) -> None:
+        # fence.mbarrier_init: this thread's mbarrier.init ops are visible cluster-wide after the barrier
+        fence = self.names.fresh()
+        self._emit(f'{fence} = tt.elementwise_inline_asm "fence.mbarrier_init.release.cluster; mov.u32 $0, 0;" '
+                   '{constraints = "=r", packed_element = 1 : i32, pure = false} -> i32')
+        self._emit("ttng.cluster_arrive {relaxed = false}")
+        self._emit("ttng.cluster_wait")
 
     def _op_cp_async(self, op: Op) -> None:
         ptr, offsets, dst, *rest = op.operands

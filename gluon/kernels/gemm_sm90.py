@@ -23,8 +23,13 @@ TMA zero-fills reads past the edges and clips writes, so any M, N, K works (row 
 16-byte aligned, which TMA requires: K and N multiples of 8 for 16-bit types).
 Without a config, `choose_config` picks the tiles by problem size (128x256 on 2 warpgroups from about
 one wave of such tiles up; 128x64 or 64x64 on one warpgroup with 6 stages below).
-Not here yet: thread-block clusters with TMA multicast (Triton 3.6 compiles clusters from TTGIR but has
-no multicast TMA; docs/CLUSTERS.md says what a PTX post-pass would take), ping-pong consumers, stream-K
+CLUSTER_M=2 runs 2-CTA clusters along M: the two CTAs take vertically adjacent tiles, which share
+their B tile; each loads half of it with a multicast TMA load into both, and a ring slot is free when
+the consumers of both CTAs released it (`arrive(cluster=True)`; the producer drains the ring before
+exiting so no remote arrive is left in flight). Triton 3.6 has no multicast TMA, so the backend's PTX
+pass adds it (gluon/backend/ptx_cluster.py, docs/CLUSTERS.md). `choose_config` uses it for rows that
+are not 128-byte aligned, where it measured faster.
+Not here yet: ping-pong consumers, stream-K
 for the partial last wave, and a subtiled epilogue that would allow 4 stages of 128x256x64.
 """
 import gluon.language as gl
@@ -50,7 +55,10 @@ def gemm_sm90(A, B, C, W, SPLITS,
               BLOCK_M: gl.constexpr = 128, BLOCK_N: gl.constexpr = 256, BLOCK_K: gl.constexpr = 64,
               STAGES: gl.constexpr = 3, GROUP_M: gl.constexpr = 8, CONSUMER_WGS: gl.constexpr = 2,
               PRODUCER_REGS: gl.constexpr = 40, SWIZZLE: gl.constexpr = 128, EPILOGUE: gl.constexpr = "tma",
-              B_KMAJOR: gl.constexpr = False, SPLIT_WGS: gl.constexpr = False, CONSUMER_REGS: gl.constexpr = 216):
+              B_KMAJOR: gl.constexpr = False, SPLIT_WGS: gl.constexpr = False, CONSUMER_REGS: gl.constexpr = 216,
+              CLUSTER_M: gl.constexpr = 1):
+    if CLUSTER_M > 1:
+        gl.set_cluster(CLUSTER_M)
     M = C.shape[0]
     N = C.shape[1]
     K = A.shape[1]
@@ -66,31 +74,49 @@ def gemm_sm90(A, B, C, W, SPLITS,
         b_s = smem(B.dtype, Layout.swizzled(BLOCK_N, BLOCK_K, sw), name="b_ring", stages=STAGES)
     else:
         b_s = smem(B.dtype, Layout.swizzled(BLOCK_K, BLOCK_N, sw), name="b_ring", stages=STAGES)
+    if CLUSTER_M > 1:   # B stage s as CLUSTER_M parts along N, back to back: part r is what CTA r loads
+        b_parts = b_s.reinterpret((BLOCK_N // CLUSTER_M, BLOCK_K) if B_KMAJOR else (BLOCK_K, BLOCK_N // CLUSTER_M),
+                                  stages=STAGES * CLUSTER_M)
     ready = mbarrier(count=1, name="ready", stages=STAGES)
-    empty = mbarrier(count=ROLES, name="empty", stages=STAGES)
+    # a slot is free once every consumer role of every CTA of the cluster is done with it: with
+    # CLUSTER_M > 1 the other CTAs' producers multicast their part of B into it too
+    empty = mbarrier(count=ROLES * CLUSTER_M, name="empty", stages=STAGES)
     c_tiles = []
     if EPILOGUE == "tma":
         c_tiles = [smem(C.dtype, Layout.swizzled(RM, BLOCK_N, SwizzleMode.B128),
                         name=f"c_tile{g}" if ROLES > 1 else "c_tile") for g in range(ROLES)]
     stage_bytes = ROLES * a_rings[0].nbytes + b_s.nbytes
 
+    # work unit = (CLUSTER_M tiles stacked along M, K slice); a cluster's CTAs take the tiles of one
+    # unit, which share their B columns: each CTA loads 1/CLUSTER_M of that B tile and multicasts it
     num_pid_m = gl.cdiv(M, BLOCK_M)
     num_pid_n = gl.cdiv(N, BLOCK_N)
+    num_rows = gl.cdiv(num_pid_m, CLUSTER_M)       # rows of cluster tiles
     k_tiles = gl.cdiv(K, BLOCK_K)
     k_per_split = gl.cdiv(k_tiles, SPLITS)
-    num_units = num_pid_m * num_pid_n * SPLITS     # work unit = (tile, K slice)
-    first_tile = gl.program_id(0)
-    tile_step = gl.num_programs(0)
+    num_units = num_rows * num_pid_n * SPLITS
+    first_tile = gl.program_id(0) // CLUSTER_M     # this cluster's first unit
+    tile_step = gl.num_programs(0) // CLUSTER_M    # the number of clusters
+    rank = gl.program_id(0) % CLUSTER_M            # == cluster_rank(): clusters run along x
+    GROUP_ROWS = max(GROUP_M // CLUSTER_M, 1)
+    BN_PART = BLOCK_N // CLUSTER_M                 # the B columns one CTA of a cluster loads
+    if CLUSTER_M > 1 and not B_KMAJOR and BN_PART * B.dtype.bits // 8 % SWIZZLE:
+        raise gluon.GluonError(f"CLUSTER_M={CLUSTER_M} with BLOCK_N={BLOCK_N}: each CTA loads {BN_PART} columns of "
+                               f"B ({BN_PART * B.dtype.bits // 8} bytes), which must be whole {SWIZZLE}-byte swizzle "
+                               f"rows; use BLOCK_N >= {CLUSTER_M * SWIZZLE * 8 // B.dtype.bits} or CLUSTER_M=1")
 
     for g in static_range(ROLES):
         with warp_role(WarpRole.CONSUMER, warp_range=(g * RW, g * RW + RW - 1),
                        registers=CONSUMER_REGS if g > 0 else None):
+            if CLUSTER_M > 1:
+                gl.cluster_sync()                   # the other CTAs' barriers are initialised
             a_s = a_rings[g]
             acc_layout = Layout.wgmma((RW, 1), instr_n=BLOCK_N, operand_dtype=A.dtype)
             cnt = gl.full((), 0, gl.int32)
             for unit in range(first_tile, num_units, tile_step):
                 split = unit % SPLITS
-                pid_m, pid_n = _tile_coords(unit // SPLITS, num_pid_m, num_pid_n, GROUP_M)
+                row, pid_n = _tile_coords(unit // SPLITS, num_rows, num_pid_n, GROUP_ROWS)
+                pid_m = row * CLUSTER_M + rank
                 k_lo = split * k_per_split
                 k_hi = gl.minimum(k_lo + k_per_split, k_tiles)
                 acc = gl.zeros((RM, BLOCK_N), gl.float32, layout=acc_layout)
@@ -101,10 +127,10 @@ def gemm_sm90(A, B, C, W, SPLITS,
                     acc = wgmma(a_s[s], b_op, acc, wait=False)
                     acc = wgmma_wait(acc, a_s[s], b_s[s], pendings=1)
                     if kk > k_lo:                   # the previous WGMMA is done: release its stage
-                        empty[(cnt + (STAGES - 1)) % STAGES].arrive()
+                        empty[(cnt + (STAGES - 1)) % STAGES].arrive(cluster=CLUSTER_M > 1)
                     cnt = cnt + 1
                 acc = wgmma_wait(acc, pendings=0)
-                empty[(cnt + (STAGES - 1)) % STAGES].arrive()
+                empty[(cnt + (STAGES - 1)) % STAGES].arrive(cluster=CLUSTER_M > 1)
                 off_m = pid_m * BLOCK_M + g * RM
                 off_n = pid_n * BLOCK_N
                 rows = off_m + gl.arange(0, RM, layout=SliceLayout(1, acc_layout))
@@ -125,11 +151,17 @@ def gemm_sm90(A, B, C, W, SPLITS,
                 tma_store_wait(0)
 
     CW = 4 * CONSUMER_WGS
-    with warp_role(WarpRole.PRODUCER, warp_range=(CW, CW), registers=PRODUCER_REGS):
+    # in a cluster the producer is a whole warpgroup: every warp of the block must reach cluster_sync,
+    # and Triton's padding warps (a 1-warp role is padded to 4) never run role code
+    PW = 4 if CLUSTER_M > 1 else 1
+    with warp_role(WarpRole.PRODUCER, warp_range=(CW, CW + PW - 1), registers=PRODUCER_REGS):
+        if CLUSTER_M > 1:
+            gl.cluster_sync()
         cnt = gl.full((), 0, gl.int32)
         for unit in range(first_tile, num_units, tile_step):
             split = unit % SPLITS
-            pid_m, pid_n = _tile_coords(unit // SPLITS, num_pid_m, num_pid_n, GROUP_M)
+            row, pid_n = _tile_coords(unit // SPLITS, num_rows, num_pid_n, GROUP_ROWS)
+            pid_m = row * CLUSTER_M + rank
             off_m = pid_m * BLOCK_M
             off_n = pid_n * BLOCK_N
             k_lo = split * k_per_split
@@ -139,10 +171,25 @@ def gemm_sm90(A, B, C, W, SPLITS,
                 ready[s].expect(stage_bytes)
                 for g in static_range(ROLES):
                     tma_load(a_rings[g][s], A, (off_m + g * RM, kk * BLOCK_K), ready[s])
-                if B_KMAJOR:
-                    tma_load(b_s[s], B, (off_n, kk * BLOCK_K), ready[s])
-                else:
-                    tma_load(b_s[s], B, (kk * BLOCK_K, off_n), ready[s])
+                if CLUSTER_M == 1:
+                    if B_KMAJOR:
+                        tma_load(b_s[s], B, (off_n, kk * BLOCK_K), ready[s])
+                    else:
+                        tma_load(b_s[s], B, (kk * BLOCK_K, off_n), ready[s])
+                else:                               # this CTA's part of B, into every CTA of the cluster
+                    if B_KMAJOR:
+                        tma_load(b_parts[s * CLUSTER_M + rank], B, (off_n + rank * BN_PART, kk * BLOCK_K), ready[s],
+                                 multicast=True)
+                    else:
+                        tma_load(b_parts[s * CLUSTER_M + rank], B, (kk * BLOCK_K, off_n + rank * BN_PART), ready[s],
+                                 multicast=True)
+                cnt = cnt + 1
+        if CLUSTER_M > 1:
+            # drain: wait until both CTAs' consumers have released every slot, so no remote arrive is
+            # still on its way to this block's barriers when it exits
+            for i in static_range(STAGES):
+                s = cnt % STAGES
+                empty[s].wait(((cnt // STAGES) & 1) ^ 1)
                 cnt = cnt + 1
 
 
@@ -151,7 +198,8 @@ def gemm_sm90(A, B, C, W, SPLITS,
 # setmaxnreg, and Triton gives the first (its default partition) what is left of the register file
 # (248 with 216 and the producer's 40; the PTX shows the setmaxnreg values).
 DEFAULT_CONFIG = dict(BLOCK_M=128, BLOCK_N=256, BLOCK_K=64, STAGES=3, GROUP_M=16, CONSUMER_WGS=2,
-                      PRODUCER_REGS=40, SWIZZLE=128, EPILOGUE="auto", SPLIT_WGS=False, CONSUMER_REGS=216)
+                      PRODUCER_REGS=40, SWIZZLE=128, EPILOGUE="auto", SPLIT_WGS=False, CONSUMER_REGS=216,
+                      CLUSTER_M=1)
 
 # Problems with less than one wave of 128x256 tiles: smaller tiles on one consumer warpgroup with a
 # deeper ring, so more SMs get work and each keeps more bytes in flight (the 128x256 tile leaves most
@@ -168,12 +216,17 @@ def tiles(M: int, N: int, config: dict) -> int:
     return gl.cdiv(M, config["BLOCK_M"]) * gl.cdiv(N, config["BLOCK_N"])
 
 
-def choose_config(M: int, N: int, K: int, num_sms: int) -> dict:
+def choose_config(M: int, N: int, K: int, num_sms: int, pitch_aligned: bool = True) -> dict:
     """The hand-picked configuration for a problem when the caller gives none: DEFAULT_CONFIG once
     its 128x256 tiles make a wave (num_sms of them, give or take 10%), else the first of
-    SMALL_CONFIGS whose tiles fit in one wave. A rule on tile counts, not a table of shapes."""
+    SMALL_CONFIGS whose tiles fit in one wave. A rule on tile counts, not a table of shapes.
+
+    `pitch_aligned`: whether the rows of A and B start on 128-byte boundaries. When they do not, the
+    large tiles run in 2-CTA clusters that load each B tile once and multicast it: measured on the
+    H200 (docs/PERF.md) 4000x3000x5000 0.86x -> 0.98x cuBLAS, 3000x2000x1500 +2%, while on aligned
+    shapes clusters were equal or up to 5% slower (16384x8192x1024)."""
     if tiles(M, N, DEFAULT_CONFIG) * 10 >= num_sms * 9:
-        return dict(DEFAULT_CONFIG)
+        return dict(DEFAULT_CONFIG, CLUSTER_M=1 if pitch_aligned else 2)
     for cfg in SMALL_CONFIGS:
         if tiles(M, N, cfg) <= num_sms:
             return dict(cfg)
@@ -192,7 +245,7 @@ def splitk_reduce(c_ptr, w_ptr, numel, SPLITS, XBLOCK: gl.constexpr):
 
 
 def num_warps(config: dict) -> int:
-    return 4 * config.get("CONSUMER_WGS", 2) + 1
+    return 4 * config.get("CONSUMER_WGS", 2) + (4 if config.get("CLUSTER_M", 1) > 1 else 1)
 
 
 def split_k(M: int, N: int, K: int, config: dict, num_sms: int) -> int:
@@ -210,7 +263,11 @@ def split_k(M: int, N: int, K: int, config: dict, num_sms: int) -> int:
 
 
 def grid(M: int, N: int, config: dict, num_sms: int, splits: int = 1) -> tuple[int]:
-    return (max(1, min(tiles(M, N, config) * splits, num_sms)),)
+    """Persistent grid, in clusters (Triton's launcher starts CLUSTER_M CTAs per grid entry): one per
+    unit of work up to one per SM."""
+    cl = config.get("CLUSTER_M", 1)
+    units = gl.cdiv(gl.cdiv(M, config["BLOCK_M"]), cl) * gl.cdiv(N, config["BLOCK_N"]) * splits
+    return (max(1, min(units, num_sms // cl)),)
 
 
 _SMS: dict[int, int] = {}
@@ -254,11 +311,13 @@ def launch(a, b, c, config: dict | None = None, b_kmajor: bool = False, splits: 
         return c
     M, N = c.shape
     K = a.shape[1]
-    plan_key = (a.device, M, N, K, c.element_size(), b_kmajor, splits,
+    es = a.element_size()
+    aligned = a.stride(0) * es % 128 == 0 and b.stride(0) * es % 128 == 0
+    plan_key = (a.device, M, N, K, c.element_size(), b_kmajor, splits, aligned,
                 tuple(sorted(config.items())) if config else ())
     plan = _PLANS.get(plan_key)
     if plan is None:
-        plan = _PLANS[plan_key] = _plan(a, c, M, N, K, config, b_kmajor, splits)
+        plan = _PLANS[plan_key] = _plan(a, c, M, N, K, config, b_kmajor, splits, aligned)
     bound, dev, S, kw = plan
     if S > 1:                       # one fp32 workspace per (device, stream): same-stream launches run in order
         import torch
@@ -271,7 +330,8 @@ def launch(a, b, c, config: dict | None = None, b_kmajor: bool = False, splits: 
     return c
 
 
-def _plan(a, c, M: int, N: int, K: int, config: dict | None, b_kmajor: bool, splits: int | None):
+def _plan(a, c, M: int, N: int, K: int, config: dict | None, b_kmajor: bool, splits: int | None,
+          pitch_aligned: bool = True):
     """What a launch of this problem needs besides the operands: resolved config, split count, grid,
     fp32 workspace. Computed once per (device, sizes, output width, config) and kept in _PLANS, so a
     repeated launch costs a dict lookup here."""
@@ -279,7 +339,7 @@ def _plan(a, c, M: int, N: int, K: int, config: dict | None, b_kmajor: bool, spl
     dev = a.device.index if a.device.index is not None else torch.cuda.current_device()
     if dev not in _SMS:
         _SMS[dev] = torch.cuda.get_device_properties(dev).multi_processor_count
-    cfg = dict(choose_config(M, N, K, _SMS[dev]), **(config or {}))
+    cfg = dict(choose_config(M, N, K, _SMS[dev], pitch_aligned), **(config or {}))
     if cfg["EPILOGUE"] == "auto":   # a 128x256 fp32 staging tile would not fit beside the ring
         cfg["EPILOGUE"] = "tma" if c.element_size() * cfg["BLOCK_M"] * cfg["BLOCK_N"] <= 64 * 1024 else "direct"
     S = split_k(M, N, K, cfg, _SMS[dev]) if splits is None else splits
@@ -315,7 +375,7 @@ class _GemmSM90Tuning(TuningTemplate):
     dims = ("M", "N", "K")
     dtypes = ("fp16", "bf16")
     params = ("BLOCK_M", "BLOCK_N", "BLOCK_K", "STAGES", "GROUP_M", "SWIZZLE", "EPILOGUE", "CONSUMER_WARPS",
-              "CONSUMER_REGS", "PRODUCER_WARPS", "PRODUCER_REGS", "CONSUMER_WGS", "SPLIT_K", "SPLIT_WGS")
+              "CONSUMER_REGS", "PRODUCER_WARPS", "PRODUCER_REGS", "CONSUMER_WGS", "SPLIT_K", "SPLIT_WGS", "CLUSTER_M")
 
     def kernel_config(self, config: dict, dtype: str) -> dict:
         cfg = {k: v for k, v in config.items()

@@ -6,7 +6,7 @@
 * `expr_key(v)`: a structural key of a pure scalar expression (constants by value, arithmetic by
   operator and operands, anything else by identity), so `0` traced twice, or `ready[s]` indexed
   twice with the same `s`, compare equal.
-* `root_of(v)`: the shared region or barrier set a view (`smem_index`, `smem_trans`,
+* `root_of(v)`: the shared region or barrier set a view (`smem_index`, `smem_trans`, `smem_reinterpret`,
   `barrier_index`) is a view of.
 * `clone_op`: a copy of an op with its operands mapped (fresh results), for passes that rebuild code.
 """
@@ -18,7 +18,7 @@ from typing import Any
 from .. import ir
 
 PURE = frozenset({"constant", "binary", "cmp", "unary", "cast", "select", "program_id", "num_programs"})
-VIEWS = frozenset({"smem_index", "smem_trans", "barrier_index"})
+VIEWS = frozenset({"smem_index", "smem_trans", "smem_reinterpret", "barrier_index"})
 
 
 @dataclass(eq=False)
@@ -116,6 +116,9 @@ def view_name(v: ir.Value) -> str:
         return f"{view_name(o.operands[0])}[{expr_str(o.operands[1])}]"
     if isinstance(o, ir.Op) and o.kind == "smem_trans":
         return view_name(o.operands[0]) + ".T"
+    if isinstance(o, ir.Op) and o.kind == "smem_reinterpret":
+        return view_name(o.operands[0]) + "[" + ", ".join(
+            f"{a}:{a + n}" for a, n in zip(o.attrs["offsets"], o.results[0].type.shape)) + "]"
     return alloc_name(v)
 
 

@@ -4,7 +4,8 @@ Covered: a shared tile in a generic swizzled layout (`Layout.shared(vec, per_pha
 #ttg.swizzled_shared) of rank 1 or 2, copied to or from a register tile in a `BlockedLayout`. Everything
 else is skipped without a report: MMA / dot-operand / slice register layouts (those copies go through
 ldmatrix / stmatrix or shuffles, not plain ld.shared / st.shared), NVMMA shared layouts (swizzled for
-TMA and WGMMA by construction), transposed views (`smem_trans`) and ranks above 2.
+TMA and WGMMA by construction), transposed or reinterpreted views (`smem_trans`, `smem_reinterpret`) and
+ranks above 2.
 
 The model, exact for what it covers:
 
@@ -177,8 +178,8 @@ def _in_model(op: ir.Op) -> tuple[BlockedLayout, ir.SmemType] | None:
     v = smem
     while isinstance(v.owner, ir.Op) and v.owner.kind == "smem_index":
         v = v.owner.operands[0]
-    if isinstance(v.owner, ir.Op) and v.owner.kind == "smem_trans":
-        return None                      # a permuted view: its layout describes the underlying tile
+    if isinstance(v.owner, ir.Op) and v.owner.kind in ("smem_trans", "smem_reinterpret"):
+        return None                      # a permuted or reinterpreted view: its layout describes the underlying tile
     return tile.layout, st
 
 

@@ -19,7 +19,8 @@ is one barrier). It is conservative: it reports only what cannot work.
   comes after the wait in program order and no loop holds both, the wait can never finish: the same
   message, naming the arrive that comes too late.
 * `barrier_expect` bytes must equal the bytes of the TMA loads completing on the same barrier in the
-  same region (the sum of their destination stage tiles).
+  same region (the sum of their destination stage tiles; a multicast load counts once per CTA of the
+  cluster, each of which multicasts its part).
 * A wait inside a loop with a literal phase on a barrier that is reused across iterations (the same
   barrier each time, or a ring indexed by a wrapping `i % STAGES`) and completes again in that loop
   or in a loop of another role: mbarrier phases flip at each completion, so a constant phase is wrong
@@ -143,7 +144,7 @@ def check_barrier_protocol(kernel: ir.Kernel) -> None:
         loads = [o for o in ops if o.kind == "tma_load"]
         for w in (o for o in ops if o.kind == "barrier_wait"):
             _check_wait(w, completers, loads, where)
-    _check_expect_bytes(ordered, where)
+    _check_expect_bytes(ordered, where, int(kernel.attrs.get("num_ctas", 1)))
     _check_phases(where)
 
 
@@ -247,7 +248,13 @@ def _varies_in(bar: ir.Value, loop: ir.Op, where: dict[ir.Op, Site]) -> bool:
     return False
 
 
-def _check_expect_bytes(ordered: list[ir.Op], where: dict[ir.Op, Site]) -> None:
+def _load_bytes(ld: ir.Op, num_ctas: int) -> int:
+    """Bytes a TMA load brings to each CTA's barrier: a multicast load is issued by every CTA of the
+    cluster (each its own part) and lands in all of them."""
+    return ld.operands[1].type.stage_bytes * (num_ctas if ld.attrs.get("multicast") else 1)
+
+
+def _check_expect_bytes(ordered: list[ir.Op], where: dict[ir.Op, Site], num_ctas: int = 1) -> None:
     by_region: dict[int, tuple[dict, dict, ir.Region]] = {}
     for op in ordered:
         if op.kind not in ("barrier_expect", "tma_load"):
@@ -269,9 +276,11 @@ def _check_expect_bytes(ordered: list[ir.Op], where: dict[ir.Op, Site]) -> None:
             if any(o.kind == "tma_load" and barrier_key(o.operands[2]) == key for o in nested):
                 continue                              # some loads sit in nested regions: not checked
             want = sum(int(e.attrs.get("bytes", 0)) for e in exps)
-            have = sum(ld.operands[1].type.stage_bytes for ld in lds)
+            have = sum(_load_bytes(ld, num_ctas) for ld in lds)
             if want != have:
-                parts = " + ".join(f"{ld.operands[1].type.stage_bytes} ({view_name(ld.operands[1])})" for ld in lds)
+                parts = " + ".join(f"{_load_bytes(ld, num_ctas)} ({view_name(ld.operands[1])}"
+                                   f"{f', multicast by {num_ctas} CTAs' if ld.attrs.get('multicast') else ''})"
+                                   for ld in lds)
                 raise ir.GluonError(
                     f"barrier_expect on '{view_name(exps[0].operands[0])}' announces {want} bytes, but the TMA loads "
                     f"completing on it here bring {have} bytes: {parts}; the phase would "

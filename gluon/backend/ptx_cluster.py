@@ -1,0 +1,120 @@
+"""PTX post-pass for thread-block clusters: TMA multicast and cluster-wide mbarrier arrives.
+
+Triton 3.6 has no TTGIR form for either (docs/CLUSTERS.md), so the lowering marks them and this pass
+rewrites Triton's PTX before ptxas:
+
+* A TMA load through a descriptor listed in the header becomes
+  `cp.async.bulk.tensor...multicast::cluster [...], ctaMask` with every CTA of the cluster in the mask:
+  the tile lands at the same shared-memory offset, and completes bytes on the same mbarrier, in each.
+* An arrive the lowering emitted with the count `ARRIVE_SENTINEL` becomes a local arrive plus one `mapa`
+  + remote `mbarrier.arrive.relaxed.cluster` per other CTA of the cluster, under the original
+  predicate: the "slot free" signal of a ring that other CTAs fill by multicast.
+
+The lowering passes what to do in a comment line at the top of the TTGIR (`header`), so the TTGIR text,
+which is the compile cache's key, says everything. The kernel itself is compiled with num-ctas = 1
+(each CTA its own tensors, as in CUDA); the compile step records `num_ctas` in the binary's metadata,
+and Triton's launcher then starts grid[0] * num_ctas CTAs in clusters of (num_ctas, 1, 1).
+"""
+from __future__ import annotations
+
+import functools
+import hashlib
+import pathlib
+import re
+from dataclasses import dataclass
+
+# an arrive count no real arrive uses; the lowering writes it for arrive(cluster=True)
+ARRIVE_SENTINEL = 3098
+
+_HEADER = "// gluon.cluster"
+_HEADER_RE = re.compile(r"^// gluon\.cluster num_ctas=(\d+) multicast=([\w,]*)$", re.M)
+
+_TMA_G2S = re.compile(
+    r"(cp\.async\.bulk\.tensor\.[1-5]d\.shared::cluster\.global\.mbarrier::complete_tx::bytes)"
+    r"(\s+\[[^\]]+\],\s*\[(%rd\d+),\s*\{[^}]*\}\],\s*\[[^\]]+\])\s*;")
+_SENTINEL_ARRIVE = re.compile(
+    r"(@!?%p\d+\s+)?mbarrier\.arrive\.shared::cta\.b64\s+_,\s*\[(%r\d+)\],\s*" + str(ARRIVE_SENTINEL) + r"\s*;")
+
+
+@dataclass(frozen=True)
+class ClusterInfo:
+    num_ctas: int
+    multicast: tuple[str, ...]      # TTGIR argument names of the descriptors whose loads multicast
+
+
+class ClusterPassError(RuntimeError):
+    pass
+
+
+@functools.lru_cache(maxsize=1)
+def source_hash() -> str:
+    """This pass's source, for the compile cache key of the kernels it rewrites."""
+    return hashlib.sha256(pathlib.Path(__file__).read_bytes()).hexdigest()[:16]
+
+
+def header(num_ctas: int, multicast: list[str]) -> str:
+    return f"{_HEADER} num_ctas={num_ctas} multicast={','.join(multicast)}"
+
+
+def parse_header(ttgir: str) -> ClusterInfo | None:
+    m = _HEADER_RE.search(ttgir)
+    if m is None:
+        return None
+    return ClusterInfo(int(m.group(1)), tuple(filter(None, m.group(2).split(","))))
+
+
+def _param_registers(ptx: str, kernel: str, index: int) -> set[str]:
+    """Registers holding the generic address of by-value parameter `index` (a TMA descriptor)."""
+    name = re.escape(f"{kernel}_param_{index}")
+    movs = set(re.findall(rf"mov\.b64\s+(%rd\d+),\s*{name};", ptx))
+    regs = set(movs)
+    for r in movs:
+        regs |= set(re.findall(rf"cvta\.param\.u64\s+(%rd\d+),\s*{re.escape(r)};", ptx))
+    return regs
+
+
+def rewrite(ptx: str, kernel: str, num_ctas: int, multicast_params: dict[str, int]) -> tuple[str, dict]:
+    """Apply the pass; `multicast_params` maps descriptor names to their PTX parameter index.
+    Returns the new PTX and what was rewritten (multicast copies per descriptor, cluster arrives)."""
+    stats: dict = {"num_ctas": num_ctas, "multicast_copies": {}, "cluster_arrives": 0}
+    mask = (1 << num_ctas) - 1
+    for dname, index in multicast_params.items():
+        regs = _param_registers(ptx, kernel, index)
+        if not regs:
+            raise ClusterPassError(f"no register holds descriptor {dname} ({kernel}_param_{index}) in the PTX")
+        count = 0
+
+        def sub(m):
+            nonlocal count
+            if m.group(3) not in regs:
+                return m.group(0)
+            count += 1
+            return f"{m.group(1)}.multicast::cluster{m.group(2)}, {mask};"
+
+        ptx = _TMA_G2S.sub(sub, ptx)
+        if count == 0:
+            raise ClusterPassError(f"no TMA load through descriptor {dname} found in the PTX to multicast")
+        stats["multicast_copies"][dname] = count
+
+    def arrive(m):
+        pred, addr = (m.group(1) or ""), m.group(2)
+        stats["cluster_arrives"] += 1
+        # this CTA's barrier: the plain local arrive; the others: mapa + a relaxed remote arrive (the
+        # default .release semantics make ptxas put MEMBAR.ALL.GPU before each one, which tripled the
+        # k-step time; the slot's readers, WGMMAs, have completed at wgmma.wait_group before this)
+        lines = ["{", ".reg .b32 %gluon_rank, %gluon_peer, %gluon_remote;",
+                 f"{pred}mbarrier.arrive.shared::cta.b64 _, [{addr}];",
+                 "mov.u32 %gluon_rank, %cluster_ctarank;"]
+        for i in range(1, num_ctas):
+            lines += [f"add.u32 %gluon_peer, %gluon_rank, {i};",
+                      f"and.b32 %gluon_peer, %gluon_peer, {num_ctas - 1};",
+                      f"mapa.shared::cluster.u32 %gluon_remote, {addr}, %gluon_peer;",
+                      f"{pred}mbarrier.arrive.relaxed.cluster.shared::cluster.b64 _, [%gluon_remote];"]
+        lines.append("}")
+        return "\n\t".join(lines)
+
+    ptx = _SENTINEL_ARRIVE.sub(arrive, ptx)
+    if str(ARRIVE_SENTINEL) in ptx and re.search(rf"mbarrier\.arrive[^;]*\b{ARRIVE_SENTINEL}\b", ptx):
+        raise ClusterPassError(f"an arrive with the cluster marker count {ARRIVE_SENTINEL} is in a form this pass "
+                               "does not know; it would corrupt the barrier's count")
+    return ptx, stats
