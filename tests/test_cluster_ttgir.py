@@ -30,6 +30,7 @@ import pytest
 
 triton = pytest.importorskip("triton")
 
+from gluon.backend import ptx_cluster  # noqa: E402
 from gluon.backend.triton_compile import compile_ttgir, sass_instructions  # noqa: E402
 from gluon.cache import KernelCache  # noqa: E402
 
@@ -93,36 +94,13 @@ def _ttgir(multicast_attr: bool = False) -> str:
     return CLUSTER_GEMM_TTGIR.replace("MULTICAST_ATTR", "{multicast = true} " if multicast_attr else "")
 
 
-# --- the PTX post-pass (proof of concept) --------------------------------------------------------
-_TMA_G2S = re.compile(
-    r"(cp\.async\.bulk\.tensor\.[1-5]d\.shared::cluster\.global\.mbarrier::complete_tx::bytes)"
-    r"(\s+\[[^\]]+\],\s*\[(%rd\d+),\s*\{[^}]*\}\],\s*\[[^\]]+\])\s*;")
-
-
-def _param_registers(ptx: str, kernel: str, index: int) -> set[str]:
-    """Registers that hold the generic address of by-value parameter ``index`` (a TMA descriptor)."""
-    name = re.escape(f"{kernel}_param_{index}")
-    movs = set(re.findall(rf"mov\.b64\s+(%rd\d+),\s*{name};", ptx))
-    regs = set(movs)
-    for r in movs:
-        regs |= set(re.findall(rf"cvta\.param\.u64\s+(%rd\d+),\s*{re.escape(r)};", ptx))
-    return regs
-
-
+# --- the PTX post-pass: gluon's own (gluon/backend/ptx_cluster.py) -------------------------------
 def multicast_tma_loads(ptx: str, kernel: str, desc_param: int, cta_mask: int) -> tuple[str, int]:
-    """Make every TMA global->shared copy through descriptor ``desc_param`` a cluster multicast."""
-    regs = _param_registers(ptx, kernel, desc_param)
-    assert regs, f"no register holds {kernel}_param_{desc_param}"
-    count = 0
-
-    def sub(m):
-        nonlocal count
-        if m.group(3) not in regs:
-            return m.group(0)
-        count += 1
-        return f"{m.group(1)}.multicast::cluster{m.group(2)}, {cta_mask};"
-
-    return _TMA_G2S.sub(sub, ptx), count
+    """Make every TMA global->shared copy through descriptor parameter ``desc_param`` a multicast to
+    the CTAs of ``cta_mask`` (all of a 2-CTA cluster here)."""
+    assert cta_mask == 0b11
+    out, stats = ptx_cluster.rewrite(ptx, kernel, 2, {"a_desc": desc_param})
+    return out, stats["multicast_copies"]["a_desc"]
 
 
 # --- tests ----------------------------------------------------------------------------------------

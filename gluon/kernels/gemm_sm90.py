@@ -12,7 +12,7 @@ bf16 inputs, fp32 accumulation, fp16/bf16/fp32 output. Roles:
   warpgroup: Triton's arrive lowering syncs the whole partition first (a 256-thread bar.sync per
   k-step in the cooperative form, a 128-thread one here). Measured on the H200: no faster (geometric
   mean 0.997x vs 0.998x cuBLAS over bench/gemm.py's 20 cases), so it is off by default.
-* producer: one warp (warp 4*CONSUMER_WGS) with PRODUCER_REGS registers (setmaxnreg), waiting
+* producer: one warp (warp 4*CONSUMER_WGS; a warpgroup in a cluster) with PRODUCER_REGS registers, waiting
   `empty[s]` and refilling stage s with two TMA loads that complete on `ready[s]`.
 
 Both roles walk the same persistent tile sequence: program p takes tiles p, p + P, p + 2P, ... in
@@ -224,7 +224,7 @@ def choose_config(M: int, N: int, K: int, num_sms: int, pitch_aligned: bool = Tr
     `pitch_aligned`: whether the rows of A and B start on 128-byte boundaries. When they do not, the
     large tiles run in 2-CTA clusters that load each B tile once and multicast it: measured on the
     H200 (docs/PERF.md) 4000x3000x5000 0.86x -> 0.98x cuBLAS, 3000x2000x1500 +2%, while on aligned
-    shapes clusters were equal or up to 5% slower (16384x8192x1024)."""
+    shapes clusters were 2% slower to 1% faster."""
     if tiles(M, N, DEFAULT_CONFIG) * 10 >= num_sms * 9:
         return dict(DEFAULT_CONFIG, CLUSTER_M=1 if pitch_aligned else 2)
     for cfg in SMALL_CONFIGS:
