@@ -159,3 +159,26 @@ def test_cluster_rank_compiles_to_the_special_register():
     ck = ranks.compile(gl.PointerArg(DType.i32, 16))
     assert "%cluster_ctarank" in ck.binary.asm["ptx"]
     assert ck.binary.metadata["num_ctas"] == 2
+
+
+def _roles_kernel(producer_warps: int, producer_syncs: bool):
+    @kernel(arch=SM90, num_warps=4 + producer_warps)
+    def k(A):
+        gl.set_cluster(2)
+        bar = mbarrier(count=1, name="bar")
+        with warp_role(WarpRole.CONSUMER, warp_range=(0, 3)):
+            gl.cluster_sync()
+            bar.wait(0)
+        with warp_role(WarpRole.PRODUCER, warp_range=(4, 3 + producer_warps)):
+            if producer_syncs:
+                gl.cluster_sync()
+            bar.arrive()
+    return k.trace(TensorRef("A", DType.f16, shape=("M", "K")))
+
+
+def test_every_warp_must_reach_cluster_sync():
+    run_passes(_roles_kernel(4, producer_syncs=True))
+    with pytest.raises(GluonError, match=r"role producer \(warps 4..7\) never reaches cluster_sync"):
+        run_passes(_roles_kernel(4, producer_syncs=False))
+    with pytest.raises(GluonError, match=r"3 warps short of whole warpgroups; Triton pads them"):
+        run_passes(_roles_kernel(1, producer_syncs=True))

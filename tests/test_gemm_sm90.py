@@ -112,3 +112,29 @@ def test_split_consumer_warpgroups_are_two_roles_with_their_own_rings():
     assert {"a_ring0", "a_ring1", "c_tile0", "c_tile1", "b_ring", "ready", "empty"} <= names
     empty = next(o for o in k.walk() if o.kind == "barrier_alloc" and o.attrs.get("name") == "empty")
     assert empty.attrs["count"] == 2                   # one arrive per consumer warpgroup
+
+
+def _example(*argv):
+    import os
+    import subprocess
+    import sys
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    return subprocess.run([sys.executable, os.path.join(root, "examples", "gemm_kernel.py"), "--compile-only", *argv],
+                          capture_output=True, text=True, timeout=600)
+
+
+def test_example_describes_the_machine_code_of_the_chosen_config():
+    out = _example("--shape", "4000x3000x5000", "--dtype", "bf16", "--b-col-major")
+    assert out.returncode == 0, out.stderr
+    assert "CLUSTER_M=2" in out.stdout               # rows of 10000 bytes: clustered, as launch() would
+    assert "0 spills" in out.stdout and "clusters of 2" in out.stdout
+    assert "HGMMA x" in out.stdout and "UTMALDG.2D.MULTICAST x1" in out.stdout
+
+
+def test_example_reports_bad_configs_with_exit_code_2():
+    out = _example("--set", "STAGES=5")
+    assert out.returncode == 2 and "more than the 227.0 KiB" in out.stderr and "b_ring" in out.stderr
+    out = _example("--set", "STAGSE=5")
+    assert out.returncode == 2 and "did you mean STAGES?" in out.stderr
+    out = _example("--shape", "4096x4096")
+    assert out.returncode == 2 and "expected MxNxK" in out.stderr

@@ -141,3 +141,23 @@ def test_summary_best_per_group(tmp_path):
     got = {(r["shape"], r["dtype"]): r["config_id"] for _, r in best.iterrows()}
     assert got == {("64x32x16", "fp16"): "fast", ("64x32x16", "bf16"): "bf16best", ("1x2x3", "fp16"): "other-shape",
                    ("9x9x9", "fp16"): "dry"}
+
+
+def test_summary_is_not_won_by_one_lucky_timing(tmp_path):
+    """A config timed once at 1.05 (never re-timed) loses to the re-timed ones; among those the best
+    median of first timing and re-timings wins (1.03, 1.01 -> 1.02 beats 1.04, 0.98 -> 1.01), and the
+    row returned is its re-timing."""
+    store = ResultsStore(tmp_path)
+    store.write(_row(cid="lucky", ratio=1.05))
+    store.write(_row(cid="steady", ratio=1.03))
+    store.write(_row(cid="steady", ratio=1.01, retimed=True))
+    store.write(_row(cid="noisy", ratio=1.04))
+    store.write(_row(cid="noisy", ratio=0.98, retimed=True))
+    # a bucket without re-timings: the best median, one config timed twice
+    store.write(_row(cid="a", ratio=1.10, shape=(1, 2, 3)))
+    store.write(_row(cid="a", ratio=0.90, shape=(1, 2, 3)))
+    store.write(_row(cid="b", ratio=1.02, shape=(1, 2, 3)))
+    best = summary(_read_quiet(store))
+    got = {r["shape"]: (r["config_id"], bool(r["retimed"]), r["ratio"]) for _, r in best.iterrows()}
+    assert got["64x32x16"] == ("steady", True, pytest.approx(1.01))
+    assert got["1x2x3"][0] == "b"

@@ -1,7 +1,9 @@
 """Pass: warp-specialization checks and the mbarrier protocol.
 
 Warp roles of one `warp_specialize` section must be disjoint, cover the kernel's warps exactly, and
-include warp 0 (that role runs as Triton's default partition). A role that issues WGMMA must be whole
+include warp 0 (that role runs as Triton's default partition). When one role calls `cluster_sync`,
+every role must (barrier.cluster waits for every thread of the cluster), and the worker roles must be
+whole warpgroups (Triton's padding warps run no role code). A role that issues WGMMA must be whole
 warpgroups starting at a warp index divisible by 4. Register budgets (setmaxnreg) must be multiples
 of 8 in 24..256 and the block's total must fit the register file; Triton pads the worker partitions
 to whole warpgroups, so the padding warps are counted at the workers' budget (a 1-warp producer with
@@ -87,10 +89,29 @@ def _check_section(kernel: ir.Kernel, op: ir.Op) -> None:
             worker_budget = max(worker_budget, r or 0)
     pad = -(-worker_warps // 4) * 4 - worker_warps       # Triton pads the workers to whole warpgroups
     total_regs += pad * 32 * worker_budget
+    _check_cluster_sync(roles, op, pad)
     if total_regs > kernel.arch.regs_per_block:
         raise ir.GluonError(f"register budgets total {total_regs} registers (worker warps padded to whole warpgroups: "
                             f"+{pad}), more than the {kernel.arch.regs_per_block} of an SM on {kernel.arch.name}",
                             op.loc)
+
+
+def _check_cluster_sync(roles: list, op: ir.Op, pad: int) -> None:
+    """barrier.cluster waits for every thread of every CTA in the cluster: when one role meets there,
+    all must, and no padding warp may exist (Triton's padding warps run no role code)."""
+    syncs = [sum(o.kind == "cluster_sync" for o in region.walk()) for region in op.regions]
+    if not any(syncs):
+        return
+    for role, n in zip(roles, syncs):
+        if n == 0:
+            first, last = role["warps"]
+            raise ir.GluonError(f"role {role['role']} (warps {first}..{last}) never reaches cluster_sync, which "
+                                "other roles call: barrier.cluster waits for every warp of the cluster, so it would "
+                                "never complete; call cluster_sync() at the top of every warp role", op.loc)
+    if pad:
+        raise ir.GluonError(f"the worker roles have {pad} warp{'s' if pad > 1 else ''} short of whole warpgroups; "
+                            "Triton pads them with warps that run no role code and so never reach cluster_sync: "
+                            "give the roles whole warpgroups (e.g. a 4-warp producer)", op.loc)
 
 
 def _first_loc(region: ir.Region, kind: str):

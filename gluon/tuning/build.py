@@ -1,8 +1,8 @@
 """`gluon build --best`: the best measured config per (spec, arch, shape, dtype) -> binaries + manifest.
 
-For each spec with results, the best row of every (arch, shape, dtype) bucket (status ok, highest
-ratio to the baseline, retimed rows preferred) is compiled again through the template (incremental:
-the disk cache makes an unchanged config free) and its artifacts (TTGIR, LLIR, PTX/AMDGCN,
+For each spec with results, the best config of every (arch, shape, dtype) bucket (`results.summary`:
+status ok, the median of its timings there, re-timed configs first) is compiled again through the
+template (incremental: the disk cache makes an unchanged config free) and its artifacts (TTGIR, LLIR, PTX/AMDGCN,
 cubin/hsaco, metadata) are copied into `<out>/<spec>/<cache key>/`. `<out>/<spec>/manifest.json`
 lists the buckets with their configs, measurements and artifact folders; `gluon.load` reads it.
 

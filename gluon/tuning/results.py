@@ -275,24 +275,41 @@ def _concat(tables: list):
 
 
 def summary(df, by=("spec_name", "arch", "shape", "dtype")):
-    """The best row per (spec, arch, shape, dtype): among measured ok rows the highest ratio (the least
-    median_ms where no baseline was timed; a config's retimed rows compete like its first timings);
-    groups with only dry-run rows give the least model_ms. Returns a DataFrame, one row per group."""
+    """The best row per (spec, arch, shape, dtype), chosen so that one lucky timing does not win.
+
+    Among measured ok rows, each config is scored by the median of its rows in the group (its first
+    timing and its re-timings: ratio, else 1/median_ms where no baseline was timed). Where some
+    configs of the group were re-timed (the tuner re-measures its top few at the end), the best of
+    those wins; otherwise the best median. The row returned is the config's latest re-timing, else its
+    best row. Groups with only dry-run rows give the least model_ms. One row per group."""
     import pandas as pd
     if df is None or len(df) == 0:
         return df
     ok = df[df["status"] == "ok"].copy()
     if len(ok) == 0:
         return ok
+    by = list(by)
     ok["_measured"] = ~ok["dry_run"].fillna(False).astype(bool)
     ok["_retimed"] = ok["retimed"].fillna(False).astype(bool)
     ratio = pd.to_numeric(ok["ratio"], errors="coerce")
     med = pd.to_numeric(ok["median_ms"], errors="coerce")
     model = pd.to_numeric(ok["model_ms"], errors="coerce")
-    # one score, larger is better: measured beats dry run; ratio, else 1/median, else 1/model
+    # one score, larger is better: ratio, else 1/median; dry-run rows 1/model
     ok["_score"] = ratio.where(ratio.notna(), 1.0 / med.where(med > 0))
     ok.loc[~ok["_measured"], "_score"] = 1.0 / model[~ok["_measured"]].where(model > 0)
-    ok["_rank"] = ok["_measured"].astype(int)
-    ok = ok.sort_values(["_rank", "_score"], ascending=[False, False], na_position="last", kind="stable")
-    best = ok.groupby(list(by), sort=True, dropna=False).head(1)
-    return best.drop(columns=["_measured", "_retimed", "_score", "_rank"]).reset_index(drop=True)
+    keys = by + ["config_id", "_measured"]
+    grouped = ok.groupby(keys, sort=False, dropna=False)
+    ok["_cfg_score"] = grouped["_score"].transform("median")
+    ok["_cfg_retimed"] = grouped["_retimed"].transform("any")
+    ok["_group_retimed"] = ok.groupby(by, sort=False, dropna=False)["_cfg_retimed"].transform("any")
+    # rank: measured first; in a group with re-timings, re-timed configs first; then the config's median;
+    # within the config, its re-timed rows (latest first), then its best row
+    ok["_eligible"] = ~ok["_group_retimed"] | ok["_cfg_retimed"]
+    ts = pd.to_datetime(ok["timestamp"], errors="coerce", utc=True)
+    ok["_ts"] = ts.fillna(pd.Timestamp(0, tz="UTC"))
+    ok = ok.sort_values(["_measured", "_eligible", "_cfg_score", "config_id", "_retimed", "_ts", "_score"],
+                        ascending=[False, False, False, True, False, False, False], na_position="last",
+                        kind="stable")
+    best = ok.groupby(by, sort=True, dropna=False).head(1)
+    return best.drop(columns=["_measured", "_retimed", "_score", "_cfg_score", "_cfg_retimed", "_group_retimed",
+                              "_eligible", "_ts"]).reset_index(drop=True)
