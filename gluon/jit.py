@@ -272,7 +272,7 @@ class BoundLaunch:
         if isinstance(self.grid, int):
             self.grid = (self.grid,)
 
-    def __call__(self, *args, num_warps: int | None = None, stream=None, arch: Arch | str | None = None, **kwargs):
+    def _specialize(self, args, num_warps, arch, kwargs) -> tuple:
         t = self.template
         constexprs = {k: kwargs.pop(k) for k in list(kwargs) if k in t.constexprs}
         if len(args) > len(self.jf.runtime_params):   # constexprs given positionally
@@ -282,6 +282,17 @@ class BoundLaunch:
             constexprs.update({n: bound[n] for n in names if n in t.constexprs and n in bound})
         arch = arch_by_name(arch) if isinstance(arch, str) else arch
         ck = self.jf.specialize(args, constexprs, self.block, num_warps or t.num_warps, arch, kwargs)
+        return ck, args, constexprs
+
+    def compiled(self, *args, num_warps: int | None = None, arch: Arch | str | None = None,
+                 **kwargs) -> CompiledKernel:
+        """The specialization a call with these arguments would launch, compiled, without launching it:
+        for a caller that launches the same specialization many times (`ck(grid, *args)`, or
+        `ck.launcher` with `ck.launch_args`) and so skips the per-call specialization lookup."""
+        return self._specialize(args, num_warps, arch, kwargs)[0]
+
+    def __call__(self, *args, num_warps: int | None = None, stream=None, arch: Arch | str | None = None, **kwargs):
+        ck, args, constexprs = self._specialize(args, num_warps, arch, kwargs)
         try:
             return ck(self.grid, *args, stream=stream, meta=constexprs, **kwargs)
         except Exception as e:

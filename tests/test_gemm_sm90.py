@@ -1,5 +1,7 @@
 """The persistent warp-specialized SM90 GEMM template, compiled without a GPU: machine code of the
 chosen config, variants, and the errors bad configs get before any compilation."""
+import os
+
 import pytest
 
 from gluon import DType, TensorRef
@@ -138,3 +140,33 @@ def test_example_reports_bad_configs_with_exit_code_2():
     assert out.returncode == 2 and "did you mean STAGES?" in out.stderr
     out = _example("--shape", "4096x4096")
     assert out.returncode == 2 and "expected MxNxK" in out.stderr
+
+
+def test_repeated_launches_reuse_the_compiled_kernel(monkeypatch):
+    """launch() keeps the compiled specialization in its plan (no per-call specialization lookup), keyed
+    by everything the specialization depends on: fp16 and bf16 (same width) get different kernels.
+    A fake GPU backend records the launches (CPU tensors)."""
+    import sys
+    import torch
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from test_runtime import FakeBackend
+    import gluon.kernels.gemm_sm90 as g
+    import gluon.runtime as rt
+    backend = FakeBackend(device_type="cpu")
+    monkeypatch.setattr(rt, "_DEFAULT_BACKEND", backend)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    monkeypatch.setattr(g, "_PLANS", {})
+    monkeypatch.setattr(g, "_SMS", {0: 132})
+    monkeypatch.setattr(g, "_WORKSPACE", {(0, None): torch.empty(16)})
+    a, b, c = torch.randn(1024, 512).half(), torch.randn(512, 2048).half(), torch.empty(1024, 2048).half()
+    g.launch(a, b, c)
+    g.launch(a, b, c)
+    (plan,) = g._PLANS.values()
+    assert plan.ck is not None and len(backend.calls) == 2
+    grid, flat = backend.calls[-1][:3], backend.calls[-1][9:]
+    assert grid == (min(8 * 8, 132), 1, 1)                  # 8 x 8 tiles of 128x256, one per program
+    assert sorted(flat[-3:]) == [512, 1024, 2048]           # the symbolic sizes M, N, K, from the shapes
+    g.launch(a.bfloat16(), b.bfloat16(), c.bfloat16())
+    assert len(g._PLANS) == 2
+    p16, p_bf16 = g._PLANS.values()
+    assert p16.ck is not p_bf16.ck and len(backend.calls) == 3

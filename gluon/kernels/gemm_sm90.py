@@ -32,6 +32,8 @@ are not 128-byte aligned, where it measured faster.
 Not here yet: ping-pong consumers, stream-K
 for the partial last wave, and a subtiled epilogue that would allow 4 stages of 128x256x64.
 """
+from dataclasses import dataclass
+
 import gluon.language as gl
 import gluon
 from gluon import SM90, Layout, SwizzleMode, WarpRole, kernel
@@ -272,13 +274,24 @@ def grid(M: int, N: int, config: dict, num_sms: int, splits: int = 1) -> tuple[i
 
 _SMS: dict[int, int] = {}
 _WORKSPACE: dict[tuple, object] = {}
-_PLANS: dict[tuple, tuple] = {}
+_PLANS: dict[tuple, "_Plan"] = {}
 
 
-def _tma_ready(t) -> bool:
+def _tma_ready(t, strides: tuple | None = None) -> bool:
     """TMA needs a 16-byte aligned base, unit last stride and 16-byte multiple other strides."""
     es = t.element_size()
-    return t.stride(-1) == 1 and t.data_ptr() % 16 == 0 and all(st * es % 16 == 0 for st in t.stride()[:-1])
+    st = t.stride() if strides is None else strides
+    return st[-1] == 1 and t.data_ptr() % 16 == 0 and all(x * es % 16 == 0 for x in st[:-1])
+
+
+@dataclass
+class _Plan:
+    """What a launch of one problem needs besides the operands (see `_plan`)."""
+    bound: object                   # gemm_sm90[grid]
+    dev: int
+    splits: int
+    kw: dict                        # constexprs and num_warps
+    ck: object = None               # the compiled specialization, after the first launch
 
 
 def _padded(t, rows: int, cols: int):
@@ -296,7 +309,8 @@ def launch(a, b, c, config: dict | None = None, b_kmajor: bool = False, splits: 
     Operands whose strides TMA cannot describe (a row of K or N elements that is not a multiple of
     16 bytes, or a misaligned base) are copied into zero-padded aligned buffers first: exact, but it
     costs a copy, so aligned inputs are the fast path."""
-    if not (_tma_ready(a) and _tma_ready(b) and _tma_ready(c)):
+    sa, sb = a.stride(), b.stride()
+    if not (_tma_ready(a, sa) and _tma_ready(b, sb) and _tma_ready(c)):
         align = 16 // a.element_size()
         M, K = a.shape
         N = c.shape[1]
@@ -312,19 +326,24 @@ def launch(a, b, c, config: dict | None = None, b_kmajor: bool = False, splits: 
     M, N = c.shape
     K = a.shape[1]
     es = a.element_size()
-    aligned = a.stride(0) * es % 128 == 0 and b.stride(0) * es % 128 == 0
-    plan_key = (a.device, M, N, K, c.element_size(), b_kmajor, splits, aligned,
+    aligned = sa[0] * es % 128 == 0 and sb[0] * es % 128 == 0
+    # everything the plan and the kernel's specialization depend on (the operands are TMA-ready, so
+    # 16-byte aligned): repeated launches of one problem take the cached compiled kernel directly
+    plan_key = (a.get_device(), M, N, K, a.dtype, b.dtype, c.dtype, b_kmajor, splits, aligned,
                 tuple(sorted(config.items())) if config else ())
     plan = _PLANS.get(plan_key)
     if plan is None:
         plan = _PLANS[plan_key] = _plan(a, c, M, N, K, config, b_kmajor, splits, aligned)
-    bound, dev, S, kw = plan
+    S = plan.splits
     if S > 1:                       # one fp32 workspace per (device, stream): same-stream launches run in order
         import torch
-        w = _workspace((dev, torch.cuda.current_stream(dev).cuda_stream), S * M * N, a.device)
+        w = _workspace((plan.dev, torch.cuda.current_stream(plan.dev).cuda_stream), S * M * N, a.device)
     else:
-        w = _workspace((dev, None), 16, a.device)       # unused by the kernel when S == 1
-    bound(a, b, c, w, S, **kw)
+        w = _workspace((plan.dev, None), 16, a.device)       # unused by the kernel when S == 1
+    if plan.ck is None:
+        plan.ck = plan.bound.compiled(a, b, c, w, S, **plan.kw)
+    ck = plan.ck
+    ck.launcher(plan.bound.grid, *ck.launch_args((a, b, c, w, S), {}))
     if S > 1:
         splitk_reduce[(gl.cdiv(M * N, 1024),), (1024,)](c, w, M * N, S, XBLOCK=1024, num_warps=4)
     return c
@@ -344,7 +363,7 @@ def _plan(a, c, M: int, N: int, K: int, config: dict | None, b_kmajor: bool, spl
         cfg["EPILOGUE"] = "tma" if c.element_size() * cfg["BLOCK_M"] * cfg["BLOCK_N"] <= 64 * 1024 else "direct"
     S = split_k(M, N, K, cfg, _SMS[dev]) if splits is None else splits
     bound = gemm_sm90[grid(M, N, cfg, _SMS[dev], S)]
-    return bound, dev, S, dict(B_KMAJOR=b_kmajor, num_warps=num_warps(cfg), **cfg)
+    return _Plan(bound, dev, S, dict(B_KMAJOR=b_kmajor, num_warps=num_warps(cfg), **cfg))
 
 
 def _workspace(key: tuple, numel: int, device):
