@@ -170,3 +170,33 @@ def test_repeated_launches_reuse_the_compiled_kernel(monkeypatch):
     assert len(g._PLANS) == 2
     p16, p_bf16 = g._PLANS.values()
     assert p16.ck is not p_bf16.ck and len(backend.calls) == 3
+
+
+@pytest.mark.parametrize("variant", [dict(BLOCK_N=128, STAGES=5), dict(BLOCK_M=64, BLOCK_N=256, STAGES=4),
+                                     dict(BLOCK_N=128, STAGES=4, CLUSTER_M=2)])
+def test_pingpong_machine_code(variant):
+    """Two consumer warpgroups with whole tiles of their own: each issues its tile's WGMMAs and stores
+    its own staging tile; one A ring in turn; the ring and two staging tiles fit 227 KiB."""
+    cfg = _cfg(PINGPONG=True, CONSUMER_REGS=232, **variant)
+    ck = gemm_sm90.compile(*_refs(), num_warps=num_warps(cfg), **cfg)
+    ops = sass_instructions(ck.sass())
+    per_k = cfg["BLOCK_M"] // 64 * (cfg["BLOCK_K"] // 16)          # m64 instructions x k16 steps per tile
+    assert ops[f"HGMMA.64x{cfg['BLOCK_N']}x16.F32"] == 2 * per_k    # both warpgroups
+    assert ops["UTMASTG.2D"] == 2 and ck.spills == 0 and ck.shared_bytes <= 227 * 1024
+    allocs = {op.attrs["name"] for op in _passes(PINGPONG=True, CONSUMER_REGS=232, **variant).kernel.walk()
+              if op.kind in ("smem_alloc", "barrier_alloc")}
+    assert allocs == {"a_ring", "b_ring", "ready", "empty", "turn", "c_tile0", "c_tile1"}
+
+
+def test_pingpong_needs_two_warpgroups_and_is_refused_at_launch_until_verified(monkeypatch):
+    with pytest.raises(GluonError, match="PINGPONG needs CONSUMER_WGS=2"):
+        _passes(PINGPONG=True, CONSUMER_WGS=1, BLOCK_N=128)
+    import gluon.kernels.gemm_sm90 as g
+    monkeypatch.delenv("GLUON_UNVERIFIED", raising=False)
+    monkeypatch.setattr(g, "_SMS", {0: 132})
+
+    class T:                                       # just what _plan reads before the check
+        device = type("D", (), {"index": 0})()
+
+    with pytest.raises(GluonError, match="has not run on a GPU yet; set GLUON_UNVERIFIED=1"):
+        g._plan(T(), T(), 1024, 1024, 1024, dict(PINGPONG=True, BLOCK_N=128), False, None)

@@ -149,6 +149,37 @@ def test_cluster_multicast_gemm_matches_fp64_reference(M, N, K, in_dtype, out_dt
     assert max(errs) < 1e-2, errs
 
 
+PINGPONG_CONFIGS = [
+    dict(DEFAULT_CONFIG, PINGPONG=True, BLOCK_N=128, STAGES=5, CONSUMER_REGS=232),
+    dict(DEFAULT_CONFIG, PINGPONG=True, BLOCK_M=64, BLOCK_N=256, STAGES=4, CONSUMER_REGS=232),
+    dict(DEFAULT_CONFIG, PINGPONG=True, BLOCK_N=128, STAGES=4, CONSUMER_REGS=232, CLUSTER_M=2),
+]
+
+
+@pytest.mark.parametrize("cfg", PINGPONG_CONFIGS, ids=lambda c: f"{c['BLOCK_M']}x{c['BLOCK_N']},cl={c['CLUSTER_M']}")
+@pytest.mark.parametrize("b_kmajor", [False, True])
+@pytest.mark.parametrize("splits", [None, 3])
+@pytest.mark.parametrize("M,N,K", [(1024, 1024, 1024), (1000, 1000, 1000), (333, 200, 136), (2048, 4096, 512),
+                                   (640, 768, 4000)])
+def test_pingpong_gemm_matches_fp64_reference(M, N, K, splits, b_kmajor, cfg, monkeypatch):
+    """Ping-pong consumers: the two warpgroups take alternate tiles (odd and even counts per program),
+    one ring in turn, K slices of different lengths (split-K), clusters."""
+    from gluon.kernels.gemm_sm90 import launch
+    monkeypatch.setenv("GLUON_UNVERIFIED", "1")
+    errs = []
+    for _ in range(2):
+        a = torch.randn(M, K, device="cuda", dtype=torch.float16)
+        b = torch.randn(N, K, device="cuda", dtype=torch.float16) if b_kmajor else \
+            torch.randn(K, N, device="cuda", dtype=torch.float16)
+        c = torch.full((M, N), float("nan"), device="cuda", dtype=torch.float16)
+        launch(a, b, c, cfg, b_kmajor=b_kmajor, splits=splits)
+        torch.cuda.synchronize()
+        ref = a.double() @ (b.double().T if b_kmajor else b.double())
+        assert not torch.isnan(c).any(), "some output elements were not written"
+        errs.append(((c.double() - ref).norm() / ref.norm()).item())
+    assert max(errs) < 1e-2, errs
+
+
 @pytest.mark.parametrize("M,N,K", [(1024, 1024, 1024), (1000, 1000, 1000)])
 def test_persistent_ws_gemm_column_major_b(M, N, K):
     from gluon.kernels.gemm_sm90 import launch

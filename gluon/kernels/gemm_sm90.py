@@ -29,9 +29,14 @@ the consumers of both CTAs released it (`arrive(cluster=True)`; the producer dra
 exiting so no remote arrive is left in flight). Triton 3.6 has no multicast TMA, so the backend's PTX
 pass adds it (gluon/backend/ptx_cluster.py, docs/CLUSTERS.md). `choose_config` uses it for rows that
 are not 128-byte aligned, where it measured faster.
-Not here yet: ping-pong consumers, stream-K
+PINGPONG=True (with CONSUMER_WGS=2) makes the two consumer warpgroups take whole BLOCK_M x BLOCK_N tiles
+in turn (CUTLASS's ping-pong): they share one ring, a `turn` barrier pair orders their mainloops, so
+one warpgroup's epilogue runs during the other's mainloop. It compiles and passes the passes' checks;
+it has not run on a GPU yet, so `launch` refuses it unless GLUON_UNVERIFIED=1 (the GPU tests set it).
+Not here yet: stream-K
 for the partial last wave, and a subtiled epilogue that would allow 4 stages of 128x256x64.
 """
+import os
 from dataclasses import dataclass
 
 import gluon.language as gl
@@ -52,13 +57,21 @@ def _tile_coords(tile, num_pid_m, num_pid_n, GROUP_M: int):
     return pid_m, pid_n
 
 
+def _unit_k_steps(unit, SPLITS, k_per_split, k_tiles):
+    """How many k-steps work unit `unit` has (its K slice; the last slice may be short or empty)."""
+    k_lo = (unit % SPLITS) * k_per_split
+    return gl.maximum(gl.minimum(k_lo + k_per_split, k_tiles) - k_lo, 0)
+
+
 @kernel(arch=SM90, num_warps=9)
 def gemm_sm90(A, B, C, W, SPLITS,
               BLOCK_M: gl.constexpr = 128, BLOCK_N: gl.constexpr = 256, BLOCK_K: gl.constexpr = 64,
               STAGES: gl.constexpr = 3, GROUP_M: gl.constexpr = 8, CONSUMER_WGS: gl.constexpr = 2,
               PRODUCER_REGS: gl.constexpr = 40, SWIZZLE: gl.constexpr = 128, EPILOGUE: gl.constexpr = "tma",
               B_KMAJOR: gl.constexpr = False, SPLIT_WGS: gl.constexpr = False, CONSUMER_REGS: gl.constexpr = 216,
-              CLUSTER_M: gl.constexpr = 1):
+              CLUSTER_M: gl.constexpr = 1, PINGPONG: gl.constexpr = False):
+    if PINGPONG and CONSUMER_WGS != 2:
+        raise gluon.GluonError(f"PINGPONG needs CONSUMER_WGS=2 (two warpgroups taking turns), not {CONSUMER_WGS}")
     if CLUSTER_M > 1:
         gl.set_cluster(CLUSTER_M)
     M = C.shape[0]
@@ -66,12 +79,14 @@ def gemm_sm90(A, B, C, W, SPLITS,
     K = A.shape[1]
     sw = SwizzleMode(SWIZZLE)
     # consumer roles: one for all warpgroups (cooperative), or with SPLIT_WGS one per warpgroup, each with
-    # its own ring of A rows, staging tile and arrive on `empty`, so they never wait for each other
-    ROLES = CONSUMER_WGS if SPLIT_WGS else 1
+    # its own ring of A rows, staging tile and arrive on `empty`, so they never wait for each other; or
+    # with PINGPONG one per warpgroup, each with whole BLOCK_M x BLOCK_N tiles of its own, alternating
+    ROLES = CONSUMER_WGS if (SPLIT_WGS or PINGPONG) else 1
     RW = 4 * CONSUMER_WGS // ROLES              # warps per consumer role
-    RM = BLOCK_M // ROLES                       # accumulator rows per consumer role
-    a_rings = [smem(A.dtype, Layout.swizzled(RM, BLOCK_K, sw), name=f"a_ring{g}" if ROLES > 1 else "a_ring",
-                    stages=STAGES) for g in range(ROLES)]
+    RM = BLOCK_M if PINGPONG else BLOCK_M // ROLES     # accumulator rows per consumer role
+    A_RINGS = 1 if PINGPONG else ROLES          # ping-pong roles take turns on one ring
+    a_rings = [smem(A.dtype, Layout.swizzled(RM, BLOCK_K, sw), name=f"a_ring{g}" if A_RINGS > 1 else "a_ring",
+                    stages=STAGES) for g in range(A_RINGS)]
     if B_KMAJOR:
         b_s = smem(B.dtype, Layout.swizzled(BLOCK_N, BLOCK_K, sw), name="b_ring", stages=STAGES)
     else:
@@ -82,12 +97,14 @@ def gemm_sm90(A, B, C, W, SPLITS,
     ready = mbarrier(count=1, name="ready", stages=STAGES)
     # a slot is free once every consumer role of every CTA of the cluster is done with it: with
     # CLUSTER_M > 1 the other CTAs' producers multicast their part of B into it too
-    empty = mbarrier(count=ROLES * CLUSTER_M, name="empty", stages=STAGES)
+    empty = mbarrier(count=A_RINGS * CLUSTER_M, name="empty", stages=STAGES)
+    if PINGPONG:    # turn[g]: warpgroup g may start its next mainloop (the other finished issuing its own)
+        turn = mbarrier(count=1, name="turn", stages=2)
     c_tiles = []
     if EPILOGUE == "tma":
         c_tiles = [smem(C.dtype, Layout.swizzled(RM, BLOCK_N, SwizzleMode.B128),
                         name=f"c_tile{g}" if ROLES > 1 else "c_tile") for g in range(ROLES)]
-    stage_bytes = ROLES * a_rings[0].nbytes + b_s.nbytes
+    stage_bytes = A_RINGS * a_rings[0].nbytes + b_s.nbytes
 
     # work unit = (CLUSTER_M tiles stacked along M, K slice); a cluster's CTAs take the tiles of one
     # unit, which share their B columns: each CTA loads 1/CLUSTER_M of that B tile and multicasts it
@@ -112,16 +129,25 @@ def gemm_sm90(A, B, C, W, SPLITS,
                        registers=CONSUMER_REGS if g > 0 else None):
             if CLUSTER_M > 1:
                 gl.cluster_sync()                   # the other CTAs' barriers are initialised
-            a_s = a_rings[g]
+            a_s = a_rings[0 if PINGPONG else g]
             acc_layout = Layout.wgmma((RW, 1), instr_n=BLOCK_N, operand_dtype=A.dtype)
             cnt = gl.full((), 0, gl.int32)
-            for unit in range(first_tile, num_units, tile_step):
+            if PINGPONG:
+                # warpgroup g takes this program's units g, g + 2, ...; the ring holds every unit's
+                # stages in order, so warpgroup 1 starts past unit 0's and skips the other's each time
+                if g == 1:
+                    cnt = cnt + _unit_k_steps(first_tile, SPLITS, k_per_split, k_tiles)
+                turns = gl.full((), 0, gl.int32)
+            for unit in range(first_tile + (g * tile_step if PINGPONG else 0), num_units,
+                              tile_step * (ROLES if PINGPONG else 1)):
                 split = unit % SPLITS
                 row, pid_n = _tile_coords(unit // SPLITS, num_rows, num_pid_n, GROUP_ROWS)
                 pid_m = row * CLUSTER_M + rank
                 k_lo = split * k_per_split
                 k_hi = gl.minimum(k_lo + k_per_split, k_tiles)
                 acc = gl.zeros((RM, BLOCK_N), gl.float32, layout=acc_layout)
+                if PINGPONG:    # wait for the other warpgroup's mainloop (warpgroup 0 goes first)
+                    turn[g].wait(((turns & 1) ^ 1) if g == 0 else (turns & 1))
                 for kk in range(k_lo, k_hi):
                     s = cnt % STAGES
                     ready[s].wait((cnt // STAGES) & 1)
@@ -131,9 +157,14 @@ def gemm_sm90(A, B, C, W, SPLITS,
                     if kk > k_lo:                   # the previous WGMMA is done: release its stage
                         empty[(cnt + (STAGES - 1)) % STAGES].arrive(cluster=CLUSTER_M > 1)
                     cnt = cnt + 1
+                if PINGPONG:    # all issued: the other warpgroup's mainloop may start during this epilogue
+                    turn[1 - g].arrive()
                 acc = wgmma_wait(acc, pendings=0)
                 empty[(cnt + (STAGES - 1)) % STAGES].arrive(cluster=CLUSTER_M > 1)
-                off_m = pid_m * BLOCK_M + g * RM
+                if PINGPONG:
+                    cnt = cnt + _unit_k_steps(unit + tile_step, SPLITS, k_per_split, k_tiles)
+                    turns = turns + 1
+                off_m = pid_m * BLOCK_M + (0 if PINGPONG else g * RM)
                 off_n = pid_n * BLOCK_N
                 rows = off_m + gl.arange(0, RM, layout=SliceLayout(1, acc_layout))
                 cols = off_n + gl.arange(0, BLOCK_N, layout=SliceLayout(0, acc_layout))
@@ -171,7 +202,7 @@ def gemm_sm90(A, B, C, W, SPLITS,
                 s = cnt % STAGES
                 empty[s].wait(((cnt // STAGES) & 1) ^ 1)   # fresh barriers pass phase 1 at once
                 ready[s].expect(stage_bytes)
-                for g in static_range(ROLES):
+                for g in static_range(A_RINGS):
                     tma_load(a_rings[g][s], A, (off_m + g * RM, kk * BLOCK_K), ready[s])
                 if CLUSTER_M == 1:
                     if B_KMAJOR:
@@ -359,6 +390,9 @@ def _plan(a, c, M: int, N: int, K: int, config: dict | None, b_kmajor: bool, spl
     if dev not in _SMS:
         _SMS[dev] = torch.cuda.get_device_properties(dev).multi_processor_count
     cfg = dict(choose_config(M, N, K, _SMS[dev], pitch_aligned), **(config or {}))
+    if cfg.get("PINGPONG") and os.environ.get("GLUON_UNVERIFIED") != "1":
+        raise gluon.GluonError("PINGPONG compiles and passes the checks on the CPU, but has not run on a GPU yet; "
+                               "set GLUON_UNVERIFIED=1 to run it anyway (tests/test_gpu.py does)")
     if cfg["EPILOGUE"] == "auto":   # a 128x256 fp32 staging tile would not fit beside the ring
         cfg["EPILOGUE"] = "tma" if c.element_size() * cfg["BLOCK_M"] * cfg["BLOCK_N"] <= 64 * 1024 else "direct"
     S = split_k(M, N, K, cfg, _SMS[dev]) if splits is None else splits
