@@ -200,3 +200,16 @@ def test_pingpong_needs_two_warpgroups_and_is_refused_at_launch_until_verified(m
 
     with pytest.raises(GluonError, match="has not run on a GPU yet; set GLUON_UNVERIFIED=1"):
         g._plan(T(), T(), 1024, 1024, 1024, dict(PINGPONG=True, BLOCK_N=128), False, None)
+
+
+def test_forced_splits_leave_no_empty_k_slice(monkeypatch):
+    """splits=5 over 16 k-steps would give slices 4, 4, 4, 4, 0; the plan uses 4 slices of 4."""
+    import gluon.kernels.gemm_sm90 as g
+    monkeypatch.setattr(g, "_SMS", {0: 132})
+
+    class T:
+        device = type("D", (), {"index": 0})()
+        element_size = staticmethod(lambda: 2)
+
+    assert g._plan(T(), T(), 200, 300, 1000, None, False, 5).splits == 4
+    assert g._plan(T(), T(), 200, 300, 4096, None, False, 5).splits == 5      # 13, 13, 13, 13, 12

@@ -396,6 +396,10 @@ def _plan(a, c, M: int, N: int, K: int, config: dict | None, b_kmajor: bool, spl
     if cfg["EPILOGUE"] == "auto":   # a 128x256 fp32 staging tile would not fit beside the ring
         cfg["EPILOGUE"] = "tma" if c.element_size() * cfg["BLOCK_M"] * cfg["BLOCK_N"] <= 64 * 1024 else "direct"
     S = split_k(M, N, K, cfg, _SMS[dev]) if splits is None else splits
+    # no empty K slice: the kernel's consumers release a stage after every unit, so a unit without
+    # k-steps would release one it never took (e.g. splits=5 over 16 k-steps: 4, 4, 4, 4, 0)
+    k_tiles = gl.cdiv(K, cfg["BLOCK_K"])
+    S = max(1, gl.cdiv(k_tiles, gl.cdiv(k_tiles, max(S, 1))))
     bound = gemm_sm90[grid(M, N, cfg, _SMS[dev], S)]
     return _Plan(bound, dev, S, dict(B_KMAJOR=b_kmajor, num_warps=num_warps(cfg), **cfg))
 
