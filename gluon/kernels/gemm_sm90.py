@@ -138,8 +138,12 @@ def gemm_sm90(A, B, C, W, SPLITS,
                 if g == 1:
                     cnt = cnt + _unit_k_steps(first_tile, SPLITS, k_per_split, k_tiles)
                 turns = gl.full((), 0, gl.int32)
-            for unit in range(first_tile + (g * tile_step if PINGPONG else 0), num_units,
-                              tile_step * (ROLES if PINGPONG else 1)):
+                unit_lo = first_tile + g * tile_step
+                unit_step = tile_step * ROLES
+            else:
+                unit_lo = first_tile
+                unit_step = tile_step
+            for unit in range(unit_lo, num_units, unit_step):
                 split = unit % SPLITS
                 row, pid_n = _tile_coords(unit // SPLITS, num_rows, num_pid_n, GROUP_ROWS)
                 pid_m = row * CLUSTER_M + rank
