@@ -46,11 +46,14 @@ def _split_names(text: str) -> list[str]:
     return [n for n in out + [cur] if n]
 
 
-def _kernels(ws_configs: list[dict]):
+def _kernels(ws_configs: list[dict], tile_configs: list[dict] = ({},)):
     """name -> launch(a, b, c): the gluon GEMMs this bench knows."""
     from gluon.kernels.gemm_sm90 import launch as ws_launch
-    from gluon.kernels.gemm_tile_sm90 import gemm_tile_sm90, grid
-    ks = {"tile": lambda a, b, c: gemm_tile_sm90[grid(a.shape[0], b.shape[1])](a, b, c, a.shape[1])}
+    from gluon.kernels.gemm_tile_sm90 import launch as tile_launch
+    ks = {}
+    for cfg in tile_configs:
+        name = "tile[" + ",".join(f"{k}={v}" for k, v in cfg.items()) + "]" if cfg else "tile"
+        ks[name] = (lambda cfg: lambda a, b, c: tile_launch(a, b, c, **cfg))(cfg)
     for cfg in ws_configs:
         name = "ws[" + ",".join(f"{k}={v}" for k, v in cfg.items()) + "]"
         kcfg = {k: v for k, v in cfg.items() if k != "SPLIT_K"}
@@ -71,12 +74,15 @@ def main() -> int:
     p.add_argument("--ws-configs", default="", help="configs of the persistent warp-specialized kernel, "
                    "';'-separated, each 'KEY=VALUE,...' (an empty one is the default config; SPLIT_K=n forces n "
                    "K slices)")
+    p.add_argument("--tile-configs", default="", help="configs of the one-tile-per-program kernel (gemm_tile_sm90), "
+                   "';'-separated, each 'KEY=VALUE,...' (BLOCK_M/N/K, STAGES, WARPS); an empty one is its default")
     args = p.parse_args()
     import torch
 
     from bench.triton_matmul import matmul as triton_matmul
     from gluon.runtime import LaunchError
-    kernels = _kernels(_parse_configs(args.ws_configs) if args.ws_configs else [{}])
+    kernels = _kernels(_parse_configs(args.ws_configs) if args.ws_configs else [{}],
+                       _parse_configs(args.tile_configs) if args.tile_configs else [{}])
     names = list(kernels) if args.kernels == "all" else _split_names(args.kernels)
     unknown = [n for n in names if n not in kernels]
     if unknown:

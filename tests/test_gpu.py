@@ -57,6 +57,23 @@ def test_gemm_tile_matches_fp32_reference(M, N, K, in_dtype, out_dtype):
         assert rel < 1e-2, rel
 
 
+@pytest.mark.parametrize("cfg", [dict(BLOCK_N=256, STAGES=4, WARPS=8), dict(BLOCK_N=256, STAGES=3, WARPS=8)],
+                         ids=lambda c: f"128x{c['BLOCK_N']},{c['STAGES']}st,{c['WARPS']}w")
+@pytest.mark.parametrize("M,N,K", [(1024, 1024, 1024), (1000, 1000, 1000), (333, 200, 136), (2048, 2048, 2048)])
+def test_gemm_tile_two_warpgroups_matches_fp64_reference(M, N, K, cfg):
+    """128x256 tiles on two warpgroups, the staging tile reusing the ring's bytes."""
+    from gluon.kernels.gemm_tile_sm90 import launch
+    for _ in range(2):
+        a = torch.randn(M, K, device="cuda", dtype=torch.float16)
+        b = torch.randn(K, N, device="cuda", dtype=torch.float16)
+        c = torch.full((M, N), float("nan"), device="cuda", dtype=torch.float16)
+        launch(a, b, c, **cfg)
+        torch.cuda.synchronize()
+        ref = a.double() @ b.double()
+        assert not torch.isnan(c).any(), "some output elements were not written"
+        assert ((c.double() - ref).norm() / ref.norm()).item() < 1e-2
+
+
 def test_launch_with_cpu_tensor_is_a_clear_error():
     a = torch.randn(256, 64, dtype=torch.float16)                    # on the CPU
     b = torch.randn(64, 256, device="cuda", dtype=torch.float16)

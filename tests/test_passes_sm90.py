@@ -60,6 +60,17 @@ def _stage_users_unindexed(module):
 # ------------------------------------------------------------------------------ shared memory
 
 
+def test_two_warpgroup_tile_fits_four_stages_by_reusing_the_ring():
+    """128x256x64 on two warpgroups: a 4-stage ring (192 KiB) and the 64 KiB staging tile would not fit
+    side by side (256 KiB > 227 KiB); the staging tile takes the ring's bytes after the loop."""
+    cfg = dict(BLOCK_N=256, STAGES=4, WARPS=8)
+    k = run_passes(gemm_tile_sm90.trace(*_refs(), num_warps=8, **cfg)).kernel
+    assert k.attrs["smem_bytes"] <= 227 * 1024 and ("c_tile", "a_ring") in k.attrs["smem_reuse"]
+    ck = gemm_tile_sm90.compile(*_refs(), num_warps=8, **cfg)
+    ops = sass_instructions(ck.sass())
+    assert ops["HGMMA.64x256x16.F32"] >= 4 and ck.spills == 0 and ck.shared_bytes <= 227 * 1024
+
+
 def test_epilogue_tile_reuses_the_operand_ring():
     m = run_passes(gemm_tile_sm90.trace(*_refs()))
     k = m.kernel

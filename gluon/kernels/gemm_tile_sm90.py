@@ -1,13 +1,15 @@
 """A single-warpgroup TMA + WGMMA GEMM tile kernel for SM90, explicitly synchronized.
 
 C[M, N] = A[M, K] @ B[K, N]; A and B row-major fp16/bf16, C fp16/bf16/fp32. One program computes one
-BLOCK_M x BLOCK_N tile with one warpgroup (4 warps):
+BLOCK_M x BLOCK_N tile with WARPS warps (4: one warpgroup; 8: two, each with 64-row halves):
 
 * a STAGES-deep ring of shared tiles, each stage filled by two TMA loads that complete on that
   stage's mbarrier (`expect` announces the bytes);
 * the loop waits for stage i, issues an async WGMMA on it and retires the previous one
   (`wgmma_wait(pendings=1)`), then refills the stage the previous WGMMA read with k-step i+STAGES-1;
-* the epilogue stages the accumulator in shared memory and writes it with a TMA store.
+* the epilogue stages the accumulator in shared memory and writes it with a TMA store (the staging
+  tile reuses the ring's bytes: the smem_alloc pass sees the ring is dead by then, so 128x256x64 with
+  4 stages fits).
 
 TMA zero-fills reads past the edges and clips writes, so any M, N, K works (K tail included).
 This is the spine's end-to-end check; the tuned, warp-specialized, persistent GEMM is another kernel.
@@ -19,7 +21,7 @@ from gluon.dsl import fence_async_shared, mbarrier, smem, tma_load, tma_store, t
 
 @kernel(arch=SM90, num_warps=4)
 def gemm_tile_sm90(A, B, C, K, BLOCK_M: gl.constexpr = 128, BLOCK_N: gl.constexpr = 128,
-                   BLOCK_K: gl.constexpr = 64, STAGES: gl.constexpr = 3):
+                   BLOCK_K: gl.constexpr = 64, STAGES: gl.constexpr = 3, WARPS: gl.constexpr = 4):
     off_m = gl.program_id(0) * BLOCK_M
     off_n = gl.program_id(1) * BLOCK_N
     a_s = smem(A.dtype, Layout.swizzled(BLOCK_M, BLOCK_K, SwizzleMode.B128), name="a_ring", stages=STAGES)
@@ -34,7 +36,7 @@ def gemm_tile_sm90(A, B, C, K, BLOCK_M: gl.constexpr = 128, BLOCK_N: gl.constexp
             tma_load(a_s[s], A, (off_m, s * BLOCK_K), ready[s])
             tma_load(b_s[s], B, (s * BLOCK_K, off_n), ready[s])
 
-    acc = gl.zeros((BLOCK_M, BLOCK_N), gl.float32, layout=Layout.wgmma((4, 1), instr_n=BLOCK_N))
+    acc = gl.zeros((BLOCK_M, BLOCK_N), gl.float32, layout=Layout.wgmma((WARPS, 1), instr_n=BLOCK_N))
     for i in range(num_k):
         s = i % STAGES
         ready[s].wait((i // STAGES) & 1)
@@ -57,3 +59,12 @@ def gemm_tile_sm90(A, B, C, K, BLOCK_M: gl.constexpr = 128, BLOCK_N: gl.constexp
 
 def grid(M: int, N: int, BLOCK_M: int = 128, BLOCK_N: int = 128) -> tuple[int, int]:
     return (gl.cdiv(M, BLOCK_M), gl.cdiv(N, BLOCK_N))
+
+
+def launch(a, b, c, **config):
+    """c = a @ b with one program per tile; `config` sets BLOCK_M/N/K, STAGES and WARPS (the warps of
+    the program: 4 = one warpgroup, 8 = two, each taking 64-row halves of the tile)."""
+    cfg = dict(BLOCK_M=128, BLOCK_N=128, BLOCK_K=64, STAGES=3, WARPS=4, **config)
+    g = grid(a.shape[0], b.shape[1], cfg["BLOCK_M"], cfg["BLOCK_N"])
+    gemm_tile_sm90[g](a, b, c, a.shape[1], num_warps=cfg["WARPS"], **cfg)
+    return c
