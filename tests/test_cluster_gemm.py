@@ -108,6 +108,21 @@ def test_expect_bytes_count_a_multicast_load_once_per_cta():
         run_passes(_tma_kernel(2, multicast=True, cluster_arrive=True, expect=8192))
 
 
+def test_expect_bytes_error_names_a_reinterpreted_destination():
+    @kernel(arch=SM90, num_warps=4)
+    def k(A):
+        gl.set_cluster(2)
+        ring = smem(A.dtype, Layout.swizzled(64, 128, SwizzleMode.B128), name="ring", stages=2)
+        parts = ring.reinterpret((64, 64), stages=4)
+        bar = mbarrier(count=1, name="bar")
+        with warp_role(WarpRole.PRODUCER, warp_range=(0, 3)):
+            bar.expect(8192)
+            tma_load(parts[gl.cluster_rank()], A, (0, 0), bar, multicast=True)
+            bar.wait(0)
+    with pytest.raises(GluonError, match=r"16384 \(ring.reinterpret\(64x64, stages=4\)\[\?\], multicast by 2 CTAs\)"):
+        run_passes(k.trace(TensorRef("A", DType.f16, shape=("M", "K"))))
+
+
 def test_reinterpret_checks_the_byte_count():
     @kernel(arch=SM90, num_warps=4)
     def k(A):

@@ -117,8 +117,8 @@ def view_name(v: ir.Value) -> str:
     if isinstance(o, ir.Op) and o.kind == "smem_trans":
         return view_name(o.operands[0]) + ".T"
     if isinstance(o, ir.Op) and o.kind == "smem_reinterpret":
-        return view_name(o.operands[0]) + "[" + ", ".join(
-            f"{a}:{a + n}" for a, n in zip(o.attrs["offsets"], o.results[0].type.shape)) + "]"
+        t = o.results[0].type
+        return f"{view_name(o.operands[0])}.reinterpret({'x'.join(map(str, t.shape))}, stages={t.stages})"
     return alloc_name(v)
 
 
