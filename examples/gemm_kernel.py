@@ -64,16 +64,13 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 
 def resolved_config(args, num_sms: int = 132) -> dict:
-    """The config `launch` would use for dense operands of this shape: choose_config (which clusters
-    rows that do not start on 128-byte boundaries), the overrides on top."""
-    from gluon.kernels.gemm_sm90 import choose_config
+    """The config `launch` would use for dense operands of this shape (choose_config clusters rows that
+    do not start on 128-byte boundaries), the overrides on top."""
+    from gluon.kernels.gemm_sm90 import resolve_config
     width = 2                                   # fp16 / bf16 operands
     aligned = args.K * width % 128 == 0 and (args.K if args.b_col_major else args.N) * width % 128 == 0
-    cfg = dict(choose_config(args.M, args.N, args.K, num_sms, aligned), **args.overrides)
-    if cfg["EPILOGUE"] == "auto":
-        width = 4 if args.out_dtype == "fp32" else 2
-        cfg["EPILOGUE"] = "tma" if width * cfg["BLOCK_M"] * cfg["BLOCK_N"] <= 64 * 1024 else "direct"
-    return cfg
+    return resolve_config(args.M, args.N, args.K, num_sms, 4 if args.out_dtype == "fp32" else 2, aligned,
+                          args.overrides)
 
 
 def describe(args) -> int:

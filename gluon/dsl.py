@@ -791,8 +791,7 @@ def barrier_arrive(bar, count: int = 1, cluster: bool = False) -> None:
     t.require("mbarrier", "barrier_arrive")
     attrs = {"count": count}
     if cluster:
-        t.require("cluster", "barrier_arrive(cluster=True)")
-        _need_cluster(t, "arrive(cluster=True)")
+        _need_cluster(t, "arrive", "cluster=True")
         if count != 1:
             raise ir.GluonError(f"arrive(count={count}, cluster=True): a cluster arrive counts once per CTA",
                                 _user_loc())
@@ -810,9 +809,11 @@ def thread_barrier() -> None:
     _tr().emit("thread_barrier")
 
 
-def _need_cluster(t: "_Trace", what: str) -> None:
+def _need_cluster(t: "_Trace", name: str, args: str = "") -> None:
+    """`name(args)` is a cluster builtin: the arch must have clusters and the kernel must have set one."""
+    t.require("cluster", name)
     if t.kernel.attrs.get("num_ctas", 1) < 2:
-        raise ir.GluonError(f"{what} needs a thread-block cluster: call set_cluster(num_ctas) first "
+        raise ir.GluonError(f"{name}({args}) needs a thread-block cluster: call set_cluster(num_ctas) first "
                             f"(num_ctas 2 or 4)", _user_loc())
 
 
@@ -831,8 +832,7 @@ def set_cluster(num_ctas: int) -> None:
 def cluster_rank() -> Tensor:
     """This CTA's rank in its cluster (0 .. num_ctas - 1)."""
     t = _tr()
-    t.require("cluster", "cluster_rank")
-    _need_cluster(t, "cluster_rank()")
+    _need_cluster(t, "cluster_rank")
     return Tensor(t.emit("cluster_rank", [], [ir.ScalarType(DType.i32)]).result)
 
 
@@ -840,8 +840,7 @@ def cluster_sync() -> None:
     """All threads of all CTAs in the cluster meet (barrier.cluster); mbarrier inits made before it are
     visible to the other CTAs after it. Every warp must reach it: call it at the top of every warp role."""
     t = _tr()
-    t.require("cluster", "cluster_sync")
-    _need_cluster(t, "cluster_sync()")
+    _need_cluster(t, "cluster_sync")
     t.emit("cluster_sync")
 
 
@@ -889,8 +888,7 @@ def tma_load(dst: Shared, src, coords=None, barrier: Barrier | None = None, *, b
     desc = g.as_desc(dst.shape, dst.layout.swizzle)
     attrs = {"box": tuple(box)} if box is not None else {}
     if multicast:
-        t.require("cluster", "tma_load(multicast=True)")
-        _need_cluster(t, "tma_load(multicast=True)")
+        _need_cluster(t, "tma_load", "multicast=True")
         attrs["multicast"] = True
     t.emit("tma_load", [desc, dst, _barrier(bar), *_coords(coords, len(dst.shape))], [], attrs)
 

@@ -197,6 +197,7 @@ def test_pingpong_needs_two_warpgroups_and_is_refused_at_launch_until_verified(m
 
     class T:                                       # just what _plan reads before the check
         device = type("D", (), {"index": 0})()
+        element_size = staticmethod(lambda: 2)
 
     with pytest.raises(GluonError, match="has not run on a GPU yet; set GLUON_UNVERIFIED=1"):
         g._plan(T(), T(), 1024, 1024, 1024, dict(PINGPONG=True, BLOCK_N=128), False, None)

@@ -384,6 +384,21 @@ def launch(a, b, c, config: dict | None = None, b_kmajor: bool = False, splits: 
     return c
 
 
+def resolve_epilogue(cfg: dict, out_size: int) -> dict:
+    """EPILOGUE "auto" -> "tma" when the staging tile fits in 64 KiB beside the ring (a 128x256 fp32
+    tile would not), else "direct". Returns `cfg`, updated."""
+    if cfg["EPILOGUE"] == "auto":
+        cfg["EPILOGUE"] = "tma" if out_size * cfg["BLOCK_M"] * cfg["BLOCK_N"] <= 64 * 1024 else "direct"
+    return cfg
+
+
+def resolve_config(M: int, N: int, K: int, num_sms: int, out_size: int, pitch_aligned: bool = True,
+                   config: dict | None = None) -> dict:
+    """The config `launch` runs for a problem: `choose_config`, the caller's keys on top, the epilogue
+    resolved for an output of `out_size`-byte elements."""
+    return resolve_epilogue(dict(choose_config(M, N, K, num_sms, pitch_aligned), **(config or {})), out_size)
+
+
 def _plan(a, c, M: int, N: int, K: int, config: dict | None, b_kmajor: bool, splits: int | None,
           pitch_aligned: bool = True):
     """What a launch of this problem needs besides the operands: resolved config, split count, grid,
@@ -393,12 +408,10 @@ def _plan(a, c, M: int, N: int, K: int, config: dict | None, b_kmajor: bool, spl
     dev = a.device.index if a.device.index is not None else torch.cuda.current_device()
     if dev not in _SMS:
         _SMS[dev] = torch.cuda.get_device_properties(dev).multi_processor_count
-    cfg = dict(choose_config(M, N, K, _SMS[dev], pitch_aligned), **(config or {}))
+    cfg = resolve_config(M, N, K, _SMS[dev], c.element_size(), pitch_aligned, config)
     if cfg.get("PINGPONG") and os.environ.get("GLUON_UNVERIFIED") != "1":
         raise gluon.GluonError("PINGPONG compiles and passes the checks on the CPU, but has not run on a GPU yet; "
                                "set GLUON_UNVERIFIED=1 to run it anyway (tests/test_gpu.py does)")
-    if cfg["EPILOGUE"] == "auto":   # a 128x256 fp32 staging tile would not fit beside the ring
-        cfg["EPILOGUE"] = "tma" if c.element_size() * cfg["BLOCK_M"] * cfg["BLOCK_N"] <= 64 * 1024 else "direct"
     S = split_k(M, N, K, cfg, _SMS[dev]) if splits is None else splits
     # no empty K slice: the kernel's consumers release a stage after every unit, so a unit without
     # k-steps would release one it never took (e.g. splits=5 over 16 k-steps: 4, 4, 4, 4, 0)
@@ -457,11 +470,7 @@ class _GemmSM90Tuning(TuningTemplate):
                                        "partition and take the registers setmaxnreg leaves them; leave CONSUMER_REGS "
                                        "out, set it to 'auto', or use SPLIT_WGS (it sets the second warpgroup's)")
             cfg["CONSUMER_REGS"] = int(cr)         # the warp_spec pass checks the budgets fit the SM
-        cfg = dict(DEFAULT_CONFIG, **cfg)
-        if cfg["EPILOGUE"] == "auto":
-            cfg["EPILOGUE"] = "tma" if element_size(dtype) * cfg["BLOCK_M"] * cfg["BLOCK_N"] <= 64 * 1024 \
-                else "direct"
-        return cfg
+        return resolve_epilogue(dict(DEFAULT_CONFIG, **cfg), element_size(dtype))
 
     def splits(self, config: dict, shape, num_sms: int = H200_SMS) -> int:
         s = config.get("SPLIT_K", "auto")
