@@ -57,10 +57,16 @@ def _tile_coords(tile, num_pid_m, num_pid_n, GROUP_M: int):
     return pid_m, pid_n
 
 
+def _k_slice(split, k_per_split, k_tiles):
+    """[k_lo, k_hi): the k-steps of K slice `split` (the last slice may be short)."""
+    k_lo = split * k_per_split
+    return k_lo, gl.minimum(k_lo + k_per_split, k_tiles)
+
+
 def _unit_k_steps(unit, SPLITS, k_per_split, k_tiles):
     """How many k-steps work unit `unit` has (its K slice; the last slice may be short or empty)."""
-    k_lo = (unit % SPLITS) * k_per_split
-    return gl.maximum(gl.minimum(k_lo + k_per_split, k_tiles) - k_lo, 0)
+    k_lo, k_hi = _k_slice(unit % SPLITS, k_per_split, k_tiles)
+    return gl.maximum(k_hi - k_lo, 0)
 
 
 @kernel(arch=SM90, num_warps=9)
@@ -147,8 +153,7 @@ def gemm_sm90(A, B, C, W, SPLITS,
                 split = unit % SPLITS
                 row, pid_n = _tile_coords(unit // SPLITS, num_rows, num_pid_n, GROUP_ROWS)
                 pid_m = row * CLUSTER_M + rank
-                k_lo = split * k_per_split
-                k_hi = gl.minimum(k_lo + k_per_split, k_tiles)
+                k_lo, k_hi = _k_slice(split, k_per_split, k_tiles)
                 acc = gl.zeros((RM, BLOCK_N), gl.float32, layout=acc_layout)
                 if PINGPONG:    # wait for the other warpgroup's mainloop (warpgroup 0 goes first)
                     turn[g].wait(((turns & 1) ^ 1) if g == 0 else (turns & 1))
@@ -201,8 +206,8 @@ def gemm_sm90(A, B, C, W, SPLITS,
             pid_m = row * CLUSTER_M + rank
             off_m = pid_m * BLOCK_M
             off_n = pid_n * BLOCK_N
-            k_lo = split * k_per_split
-            for kk in range(k_lo, gl.minimum(k_lo + k_per_split, k_tiles)):
+            k_lo, k_hi = _k_slice(split, k_per_split, k_tiles)
+            for kk in range(k_lo, k_hi):
                 s = cnt % STAGES
                 empty[s].wait(((cnt // STAGES) & 1) ^ 1)   # fresh barriers pass phase 1 at once
                 ready[s].expect(stage_bytes)
