@@ -214,3 +214,21 @@ def test_forced_splits_leave_no_empty_k_slice(monkeypatch):
 
     assert g._plan(T(), T(), 200, 300, 1000, None, False, 5).splits == 4
     assert g._plan(T(), T(), 200, 300, 4096, None, False, 5).splits == 5      # 13, 13, 13, 13, 12
+
+
+def test_tile_kernel_launch_takes_any_config_key(monkeypatch):
+    """gemm_tile_sm90.launch: a config key overrides its default (BLOCK_N=256 once raised 'multiple
+    values for keyword argument'), WARPS sets the warps, and the grid has one program per tile."""
+    import sys
+    import torch
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from test_runtime import FakeBackend
+    import gluon.runtime as rt
+    from gluon.kernels.gemm_tile_sm90 import launch
+    backend = FakeBackend(device_type="cpu")
+    monkeypatch.setattr(rt, "_DEFAULT_BACKEND", backend)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    a, b, c = torch.randn(1000, 512).half(), torch.randn(512, 1000).half(), torch.empty(1000, 1000).half()
+    launch(a, b, c, BLOCK_N=256, STAGES=4, WARPS=8)
+    (call,) = backend.calls
+    assert call[:3] == (8, 4, 1)                     # ceil(1000/128) x ceil(1000/256) tiles

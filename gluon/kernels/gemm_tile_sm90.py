@@ -57,6 +57,9 @@ def gemm_tile_sm90(A, B, C, K, BLOCK_M: gl.constexpr = 128, BLOCK_N: gl.constexp
     tma_store_wait(0)
 
 
+DEFAULT_CONFIG = dict(BLOCK_M=128, BLOCK_N=128, BLOCK_K=64, STAGES=3, WARPS=4)
+
+
 def grid(M: int, N: int, BLOCK_M: int = 128, BLOCK_N: int = 128) -> tuple[int, int]:
     return (gl.cdiv(M, BLOCK_M), gl.cdiv(N, BLOCK_N))
 
@@ -64,7 +67,7 @@ def grid(M: int, N: int, BLOCK_M: int = 128, BLOCK_N: int = 128) -> tuple[int, i
 def launch(a, b, c, **config):
     """c = a @ b with one program per tile; `config` sets BLOCK_M/N/K, STAGES and WARPS (the warps of
     the program: 4 = one warpgroup, 8 = two, each taking 64-row halves of the tile)."""
-    cfg = dict(BLOCK_M=128, BLOCK_N=128, BLOCK_K=64, STAGES=3, WARPS=4, **config)
+    cfg = {**DEFAULT_CONFIG, **config}
     g = grid(a.shape[0], b.shape[1], cfg["BLOCK_M"], cfg["BLOCK_N"])
     gemm_tile_sm90[g](a, b, c, a.shape[1], num_warps=cfg["WARPS"], **cfg)
     return c
