@@ -48,14 +48,11 @@ def graphed(fn: Callable[[], None]) -> Callable[[], None]:
 
 def interleaved(candidate: Callable[[], None], baseline: Callable[[], None], repeats: int,
                 rep_ms: int = 200) -> dict:
-    """Time candidate and baseline alternately; medians and the ratio baseline/candidate per round."""
-    cand, base, ratios = [], [], []
-    for _ in range(repeats):
-        c = bench_ms(candidate, rep_ms)
-        b = bench_ms(baseline, rep_ms)
-        cand.append(c)
-        base.append(b)
-        ratios.append(b / c)
+    """Time candidate and baseline alternately, the order swapped every round; medians and the ratio
+    baseline/candidate per round."""
+    from gluon.tuning.measure import alternate_rounds
+    cand, base = alternate_rounds(candidate, baseline, repeats, lambda fn: bench_ms(fn, rep_ms))
+    ratios = [b / c for c, b in zip(cand, base)]
     return {"time_ms": statistics.median(cand), "baseline_ms": statistics.median(base),
             "ratio": statistics.median(ratios), "ratio_min": min(ratios), "ratio_max": max(ratios)}
 

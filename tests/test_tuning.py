@@ -88,7 +88,10 @@ class FakeTemplate(TuningTemplate):
         return inputs["src"].double()
 
     def baseline(self, inputs):
-        return lambda: inputs["base_out"].copy_(inputs["src"])
+        def copy():
+            inputs["base_out"].copy_(inputs["src"])
+        copy.is_baseline = True                          # for fake_measure's clock
+        return copy
 
     def bytes(self, shape, dtype):
         return 8.0 * shape[0]
@@ -113,7 +116,7 @@ def fake_measure(job):
     def bench(fn):
         fn()
         calls.append(1)
-        ms = t if len(calls) % 2 else 1.0               # candidate, baseline, candidate, ...
+        ms = 1.0 if getattr(fn, "is_baseline", False) else t
         return [ms, 0.9 * ms, 1.1 * ms]
     return measure_job(job, "cpu", bench, lambda: None)
 
@@ -617,3 +620,14 @@ def test_gemm_seed_is_a_valid_config_of_the_shipped_spec():
     assert set(spec.space.params) <= set(seed)
     assert spec.space.check({k: seed[k] for k in spec.space.params}) is None
     assert seed["BLOCK_N"] == 256 and seed["CONSUMER_WARPS"] == 8 and seed["GROUP_M"] == 16
+
+
+def test_rounds_alternate_which_side_runs_first():
+    """Power-capped GEMMs favour whichever kernel runs first after a pause: the rounds swap the order."""
+    from gluon.tuning.measure import alternate_rounds
+    order = []
+    c, b = alternate_rounds("cand", "base", 4, lambda fn: order.append(fn) or len(order))
+    assert order == ["cand", "base", "base", "cand", "cand", "base", "base", "cand"]
+    assert c == [1, 4, 5, 8] and b == [2, 3, 6, 7]                 # each side's rounds, in order
+    order.clear()
+    assert alternate_rounds("cand", None, 3, lambda fn: order.append(fn) or 0) == ([0, 0, 0], [])

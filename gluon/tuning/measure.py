@@ -12,8 +12,8 @@ that crash, hang, return wrong results or fake timings) and sends back a result 
 `measure_on_gpu`: make inputs from a seeded generator (fresh random data, never zeros), poison the
 output with NaN, run once, compare with the template's fp64/fp32 reference (`template.check`: no NaN,
 so every element was written; max |out - ref| <= atol + rtol * max |ref|) -> wrong_result if not.
-Then `repeats` interleaved rounds of candidate and baseline, each `triton.testing.do_bench` (CUDA
-events, L2 flushed before every run) with quantiles 0.5/0.1/0.9: median_ms, p10_ms, p90_ms and
+Then `repeats` interleaved rounds of candidate and baseline (the order swapped every round), each
+`triton.testing.do_bench` (CUDA events, L2 flushed before every run) with quantiles 0.5/0.1/0.9: median_ms, p10_ms, p90_ms and
 baseline_ms are medians over rounds, ratio the median of per-round baseline/candidate ratios.
 
 Faults: a Python exception in the measurement is reported as runtime_error (compile_error for a
@@ -109,6 +109,22 @@ def default_environment(device_index: int = 0) -> dict:
 _TEMPLATES: dict = {}
 
 
+def alternate_rounds(candidate, baseline, repeats: int, bench) -> tuple[list, list]:
+    """`repeats` rounds of bench(candidate) and bench(baseline) (no baseline: candidate only), the order
+    swapped every round (ABBA...): the large GEMMs run at the board's power cap, where the kernel that
+    runs first after a pause gets a higher clock for a while, so a fixed order favours one side."""
+    c_rounds, b_rounds = [], []
+    for i in range(repeats):
+        if baseline is not None and i % 2:
+            b_rounds.append(bench(baseline))
+            c_rounds.append(bench(candidate))
+        else:
+            c_rounds.append(bench(candidate))
+            if baseline is not None:
+                b_rounds.append(bench(baseline))
+    return c_rounds, b_rounds
+
+
 def measure_job(job: dict, device, bench: Callable, synchronize: Callable[[], None]) -> dict:
     """Verify, then time one (config, shape, dtype) on `device`. bench(fn) -> [median, p10, p90] ms.
     The device-independent part of `measure_on_gpu` (the tests run it on the CPU with a fake bench)."""
@@ -125,14 +141,8 @@ def measure_job(job: dict, device, bench: Callable, synchronize: Callable[[], No
         return {"status": "wrong_result", "reason": why, "max_err": max_err}
     cand = lambda: template.run(inputs, config)          # noqa: E731
     base = template.baseline(inputs) if job.get("baseline", True) else None
-    c_rounds, b_rounds, ratios = [], [], []
-    for _ in range(max(1, int(job.get("repeats", 3)))):   # interleaved: candidate, baseline, candidate, ...
-        c = bench(cand)
-        c_rounds.append(c)
-        if base is not None:
-            b = bench(base)
-            b_rounds.append(b)
-            ratios.append(b[0] / c[0])
+    c_rounds, b_rounds = alternate_rounds(cand, base, max(1, int(job.get("repeats", 3))), bench)
+    ratios = [b[0] / c[0] for c, b in zip(c_rounds, b_rounds)]
     med = statistics.median(c[0] for c in c_rounds)
     res = {"status": "ok", "max_err": max_err, "median_ms": med,
            "p10_ms": statistics.median(c[1] for c in c_rounds),
