@@ -699,20 +699,23 @@ class Shared:
     def T(self) -> "Shared":
         return self.permute((1, 0))
 
-    def reinterpret(self, shape: Sequence[int], stages: int = 1) -> "Shared":
-        """The same bytes seen as `stages` tiles of `shape` (a view, no copy), for a swizzled tile split
-        along its outer dimension or into its 128-byte column chunks, where the parts sit back to back:
-        a [64, 256] B stage is two [64, 128] parts, so a [S, 64, 256] ring is a [2S, 64, 128] one, and
-        `ring.reinterpret((64, 128), 2 * S)[2 * s + r]` is part r of stage s (what one CTA of a cluster
-        loads and multicasts). Whole-tile checks only: the caller says which split is byte-exact."""
+    def reinterpret(self, shape: Sequence[int], stages: int = 1, dtype: DType | None = None) -> "Shared":
+        """The same bytes seen as `stages` tiles of `shape` (of `dtype`, default the region's; a view, no
+        copy), for a swizzled tile split along its outer dimension or into its 128-byte column chunks,
+        where the parts sit back to back: a [64, 256] B stage is two [64, 128] parts, so a [S, 64, 256]
+        ring is a [2S, 64, 128] one, and `ring.reinterpret((64, 128), 2 * S)[2 * s + r]` is part r of
+        stage s (what one CTA of a cluster loads and multicasts); or a whole ring as one other tile
+        (the GEMM's output staged in its A ring). Whole-tile checks only: the caller says which split
+        is byte-exact."""
         shape = tuple(int(d) for d in shape)
         lay = self.layout
         if not isinstance(lay, NVMMASharedLayout):
             raise ir.GluonError(f"'{self.name}'.reinterpret: only NVMMA-swizzled regions, not {lay}", _user_loc())
-        new = ir.SmemType(self.dtype, shape, NVMMASharedLayout(shape, lay.swizzle, lay.transposed), stages)
+        new = ir.SmemType(dtype or self.dtype, shape, NVMMASharedLayout(shape, lay.swizzle, lay.transposed), stages)
         if new.stage_bytes * stages != self.nbytes * self.stages:
-            raise ir.GluonError(f"'{self.name}'.reinterpret({shape}, stages={stages}): {new.stage_bytes * stages} bytes, "
-                                f"but the region has {self.nbytes * self.stages}", _user_loc())
+            what = f"{stages} x {'x'.join(map(str, shape))} {new.dtype.name}"
+            raise ir.GluonError(f"'{self.name}'.reinterpret({shape}, stages={stages}): {what} is {new.stage_bytes * stages} "
+                                f"bytes, but the region has {self.nbytes * self.stages}", _user_loc())
         return Shared(_tr().emit("smem_reinterpret", [self], [new]).result, self.name)
 
     def __repr__(self) -> str:

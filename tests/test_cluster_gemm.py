@@ -128,7 +128,7 @@ def test_reinterpret_checks_the_byte_count():
     def k(A):
         ring = smem(A.dtype, Layout.swizzled(64, 256, SwizzleMode.B128), name="ring", stages=3)
         ring.reinterpret((64, 128), stages=5)
-    with pytest.raises(GluonError, match=r"reinterpret\(\(64, 128\), stages=5\): 81920 bytes, but the region has 98304"):
+    with pytest.raises(GluonError, match=r"reinterpret\(\(64, 128\), stages=5\): 5 x 64x128 f16 is 81920 bytes, but the region has 98304"):
         k.trace(TensorRef("A", DType.f16, shape=("M", "K")))
 
 

@@ -96,6 +96,33 @@ def test_choose_config_picks_tiles_by_problem_size():
     assert choose_config(1000, 1000, 1000, 132, pitch_aligned=False).get("CLUSTER_M", 1) == 1
 
 
+@pytest.mark.parametrize("variant", [dict(), dict(SPLIT_WGS=True), dict(CLUSTER_M=2), dict(CONSUMER_WGS=1, BLOCK_N=128)])
+def test_ring_epilogue_machine_code(variant):
+    """EPILOGUE="ring": no staging region (the 4-stage ring and barriers alone, under 227 KiB), a TMA
+    store per consumer role, and the `c_free` barrier the producer waits on before a next unit."""
+    cfg = _cfg(STAGES=4, EPILOGUE="ring", **variant)
+    ck = gemm_sm90.compile(*_refs(), num_warps=num_warps(cfg), **cfg)
+    ops = sass_instructions(ck.sass())
+    assert ops["UTMASTG.2D"] == (2 if cfg["SPLIT_WGS"] else 1) and ops["HGMMA"] >= 1 and ck.spills == 0
+    assert ck.shared_bytes <= 227 * 1024
+    names = {o.attrs.get("name") for o in _passes(STAGES=4, EPILOGUE="ring", **variant).kernel.walk()
+             if o.kind in ("smem_alloc", "barrier_alloc")}
+    assert not any(n.startswith("c_tile") for n in names)
+    assert {"c_free0", "c_free1"} <= names if cfg["SPLIT_WGS"] else "c_free" in names
+
+
+@pytest.mark.parametrize("kw,out,match", [
+    (dict(STAGES=3), DType.f16, r"128x256 f16 output tile \(65536 bytes\) must fit a whole number of times in the "
+                                r"A ring \(3 stages of 128x64 f16 = 49152 bytes\); use STAGES=4 or EPILOGUE='tma'"),
+    (dict(STAGES=4), DType.f32, r"128x256 f32 output tile \(131072 bytes\).*use STAGES=8"),
+    (dict(STAGES=4, PINGPONG=True, BLOCK_N=128), DType.f16, r"PINGPONG's warpgroups share one ring: use EPILOGUE='tma'"),
+])
+def test_ring_epilogue_errors_say_what_fits(kw, out, match):
+    cfg = _cfg(EPILOGUE="ring", **kw)
+    with pytest.raises(GluonError, match=match):
+        gemm_sm90.trace(*_refs(DType.f16, out), num_warps=num_warps(cfg), **cfg)
+
+
 @pytest.mark.parametrize("cfg", SMALL_CONFIGS, ids=lambda c: f"{c['BLOCK_M']}x{c['BLOCK_N']}")
 def test_small_configs_compile_without_spills(cfg):
     cfg = _cfg(**cfg)

@@ -34,8 +34,12 @@ in turn (CUTLASS's ping-pong): they share one ring, a `turn` barrier pair orders
 one warpgroup's epilogue runs during the other's mainloop. Verified on the H200 (60 GPU cases), but
 slower than the cooperative form everywhere measured (0.92-0.98x of it, docs/PERF.md): each warpgroup
 reads its own B tile for half the FLOPs, and these GEMMs are power-bound, so it is off by default.
-Not here yet: stream-K
-for the partial last wave, and a subtiled epilogue that would allow 4 stages of 128x256x64.
+EPILOGUE="ring" stages each consumer role's output tile in its own A ring instead of a separate region,
+which leaves room for a 4th stage of 128x256x64; the producer then waits (`c_free`) until the TMA
+stores have read the rings before it loads a program's next unit, so it is for problems where every
+program has one unit (about one wave of tiles). Verified on the H200, but no faster there at 2048^3,
+2048x2048x4096 and 1536x2816x2048 (-0.4% to +0.6%, docs/PERF.md): off by default.
+Not here yet: stream-K for the partial last wave.
 """
 from dataclasses import dataclass
 
@@ -110,6 +114,23 @@ def gemm_sm90(A, B, C, W, SPLITS,
     if EPILOGUE == "tma":
         c_tiles = [smem(C.dtype, Layout.swizzled(RM, BLOCK_N, SwizzleMode.B128),
                         name=f"c_tile{g}" if ROLES > 1 else "c_tile") for g in range(ROLES)]
+    elif EPILOGUE == "ring":
+        # the output tile staged in the role's own A ring (no staging region: a 4th stage fits instead);
+        # the producer loads nothing into the rings of a program's next unit before `c_free` says the
+        # TMA stores have read them, so this is for one unit per program (choose_config's use)
+        if PINGPONG:
+            raise gluon.GluonError("EPILOGUE='ring' stages each consumer role's output in its own A ring; PINGPONG's "
+                                   "warpgroups share one ring: use EPILOGUE='tma'")
+        ring_bytes = STAGES * a_rings[0].nbytes
+        c_bytes = RM * BLOCK_N * C.dtype.bits // 8
+        if ring_bytes % c_bytes:
+            fits = next(n for n in range(1, 64) if n * a_rings[0].nbytes % c_bytes == 0)
+            raise gluon.GluonError(f"EPILOGUE='ring': the {RM}x{BLOCK_N} {C.dtype.name} output tile ({c_bytes} bytes) "
+                                   f"must fit a whole number of times in the A ring ({STAGES} stages of {RM}x{BLOCK_K} "
+                                   f"{A.dtype.name} = {ring_bytes} bytes); use STAGES={fits} or EPILOGUE='tma'")
+        c_tiles = [a_rings[g].reinterpret((RM, BLOCK_N), stages=ring_bytes // c_bytes, dtype=C.dtype)
+                   for g in range(ROLES)]
+        c_free = [mbarrier(count=1, name=f"c_free{g}" if ROLES > 1 else "c_free") for g in range(ROLES)]
     stage_bytes = A_RINGS * a_rings[0].nbytes + b_s.nbytes
 
     # work unit = (CLUSTER_M tiles stacked along M, K slice); a cluster's CTAs take the tiles of one
@@ -187,8 +208,16 @@ def gemm_sm90(A, B, C, W, SPLITS,
                         c_s.store(acc.to(C.dtype))
                         fence_async_shared()
                         tma_store(C, (off_m, off_n), c_s)
+                    elif EPILOGUE == "ring":
+                        c_s = c_tiles[g][0] if c_tiles[g].stages > 1 else c_tiles[g]
+                        c_s.store(acc.to(C.dtype))
+                        fence_async_shared()
+                        tma_store(C, (off_m, off_n), c_s)
+                        tma_store_wait(0)           # read: the producer may refill the ring
                     else:
                         gl.store(C + (rows[:, None] * N + cols[None, :]), acc.to(C.dtype), mask=mask)
+                if EPILOGUE == "ring":
+                    c_free[g].arrive()
             if EPILOGUE == "tma":
                 tma_store_wait(0)
 
@@ -200,7 +229,14 @@ def gemm_sm90(A, B, C, W, SPLITS,
         if CLUSTER_M > 1:
             gl.cluster_sync()
         cnt = gl.full((), 0, gl.int32)
+        if EPILOGUE == "ring":
+            done = gl.full((), 0, gl.int32)         # units loaded so far
         for unit in range(first_tile, num_units, tile_step):
+            if EPILOGUE == "ring":
+                if done > 0:                        # the consumers' stores have read their rings
+                    for g in static_range(ROLES):
+                        c_free[g].wait((done - 1) & 1)
+                done = done + 1
             split = unit % SPLITS
             row, pid_n = _tile_coords(unit // SPLITS, num_rows, num_pid_n, GROUP_ROWS)
             pid_m = row * CLUSTER_M + rank
@@ -258,6 +294,11 @@ def tiles(M: int, N: int, config: dict) -> int:
     return gl.cdiv(M, config["BLOCK_M"]) * gl.cdiv(N, config["BLOCK_N"])
 
 
+def units(M: int, N: int, config: dict, splits: int = 1) -> int:
+    """Units of work of the persistent grid: CLUSTER_M tiles stacked along M, times the K slices."""
+    return gl.cdiv(gl.cdiv(M, config["BLOCK_M"]), config.get("CLUSTER_M", 1)) * gl.cdiv(N, config["BLOCK_N"]) * splits
+
+
 def choose_config(M: int, N: int, K: int, num_sms: int, pitch_aligned: bool = True) -> dict:
     """The hand-picked configuration for a problem when the caller gives none: DEFAULT_CONFIG once
     its 128x256 tiles make a wave (num_sms of them, give or take 10%), else the first of
@@ -307,9 +348,7 @@ def split_k(M: int, N: int, K: int, config: dict, num_sms: int) -> int:
 def grid(M: int, N: int, config: dict, num_sms: int, splits: int = 1) -> tuple[int]:
     """Persistent grid, in clusters (Triton's launcher starts CLUSTER_M CTAs per grid entry): one per
     unit of work up to one per SM."""
-    cl = config.get("CLUSTER_M", 1)
-    units = gl.cdiv(gl.cdiv(M, config["BLOCK_M"]), cl) * gl.cdiv(N, config["BLOCK_N"]) * splits
-    return (max(1, min(units, num_sms // cl)),)
+    return (max(1, min(units(M, N, config, splits), num_sms // config.get("CLUSTER_M", 1))),)
 
 
 _SMS: dict[int, int] = {}
