@@ -51,3 +51,9 @@ def matmul(a, b, c):
     grid = lambda meta: (triton.cdiv(M, meta["BM"]) * triton.cdiv(N, meta["BN"]),)  # noqa: E731
     _matmul[grid](a, b, c, M, N, K, a.stride(0), a.stride(1), b.stride(0), b.stride(1), c.stride(0), c.stride(1))
     return c
+
+
+def best_config() -> str:
+    """The config the autotuner picked for the last problem it tuned (tiles, stages, warps)."""
+    c = _matmul.best_config
+    return f"{c.kwargs['BM']}x{c.kwargs['BN']}x{c.kwargs['BK']}, {c.num_stages} stages, {c.num_warps} warps"
