@@ -41,20 +41,28 @@ def test_copy_4gib_fp32_exact():
 SHAPES = [(256, 256, 512), (512, 384, 1024), (1024, 1024, 1024), (1000, 1000, 1000), (333, 200, 136), (128, 8192, 8192)]
 
 
+def gemm_errors(run, M, N, K, in_dtype=torch.float16, out_dtype=None, b_kmajor=False, rounds=2) -> list[float]:
+    """Relative errors against fp64 of `run(a, b, c)` on `rounds` fresh random inputs (a moving error is
+    a race), b [K, N] or, with b_kmajor, [N, K]; the output is poisoned with NaN and must be fully written."""
+    errs = []
+    for _ in range(rounds):
+        a = torch.randn(M, K, device="cuda", dtype=in_dtype)
+        b = torch.randn(*((N, K) if b_kmajor else (K, N)), device="cuda", dtype=in_dtype)
+        c = torch.full((M, N), float("nan"), device="cuda", dtype=out_dtype or in_dtype)
+        run(a, b, c)
+        torch.cuda.synchronize()
+        ref = a.double() @ (b.double().T if b_kmajor else b.double())
+        assert not torch.isnan(c).any(), "some output elements were not written"
+        errs.append(((c.double() - ref).norm() / ref.norm()).item())
+    return errs
+
+
 @pytest.mark.parametrize("in_dtype,out_dtype", [(torch.float16, torch.float16), (torch.bfloat16, torch.bfloat16),
                                                 (torch.float16, torch.float32)])
 @pytest.mark.parametrize("M,N,K", SHAPES)
 def test_gemm_tile_matches_fp32_reference(M, N, K, in_dtype, out_dtype):
-    for _ in range(2):                           # fresh inputs each time: a moving error is a race
-        a = torch.randn(M, K, device="cuda", dtype=in_dtype)
-        b = torch.randn(K, N, device="cuda", dtype=in_dtype)
-        c = torch.full((M, N), float("nan"), device="cuda", dtype=out_dtype)
-        gemm_tile_sm90[grid(M, N)](a, b, c, K)
-        torch.cuda.synchronize()
-        ref = a.double() @ b.double()
-        assert not torch.isnan(c).any(), "some output elements were not written"
-        rel = ((c.double() - ref).norm() / ref.norm()).item()
-        assert rel < 1e-2, rel
+    errs = gemm_errors(lambda a, b, c: gemm_tile_sm90[grid(M, N)](a, b, c, K), M, N, K, in_dtype, out_dtype)
+    assert max(errs) < 1e-2, errs
 
 
 @pytest.mark.parametrize("cfg", [dict(BLOCK_N=256, STAGES=4, WARPS=8), dict(BLOCK_N=256, STAGES=3, WARPS=8)],
@@ -63,15 +71,8 @@ def test_gemm_tile_matches_fp32_reference(M, N, K, in_dtype, out_dtype):
 def test_gemm_tile_two_warpgroups_matches_fp64_reference(M, N, K, cfg):
     """128x256 tiles on two warpgroups, the staging tile reusing the ring's bytes."""
     from gluon.kernels.gemm_tile_sm90 import launch
-    for _ in range(2):
-        a = torch.randn(M, K, device="cuda", dtype=torch.float16)
-        b = torch.randn(K, N, device="cuda", dtype=torch.float16)
-        c = torch.full((M, N), float("nan"), device="cuda", dtype=torch.float16)
-        launch(a, b, c, **cfg)
-        torch.cuda.synchronize()
-        ref = a.double() @ b.double()
-        assert not torch.isnan(c).any(), "some output elements were not written"
-        assert ((c.double() - ref).norm() / ref.norm()).item() < 1e-2
+    errs = gemm_errors(lambda a, b, c: launch(a, b, c, **cfg), M, N, K)
+    assert max(errs) < 1e-2, errs
 
 
 def test_launch_with_cpu_tensor_is_a_clear_error():
@@ -122,16 +123,7 @@ WS_CONFIGS = [
                                    (2048, 4096, 512)])
 def test_persistent_ws_gemm_matches_fp64_reference(M, N, K, in_dtype, out_dtype, cfg):
     from gluon.kernels.gemm_sm90 import launch
-    errs = []
-    for _ in range(2):                                    # fresh inputs: a moving error is a race
-        a = torch.randn(M, K, device="cuda", dtype=in_dtype)
-        b = torch.randn(K, N, device="cuda", dtype=in_dtype)
-        c = torch.full((M, N), float("nan"), device="cuda", dtype=out_dtype)
-        launch(a, b, c, cfg)
-        torch.cuda.synchronize()
-        ref = a.double() @ b.double()
-        assert not torch.isnan(c).any(), "some output elements were not written"
-        errs.append(((c.double() - ref).norm() / ref.norm()).item())
+    errs = gemm_errors(lambda a, b, c: launch(a, b, c, cfg), M, N, K, in_dtype, out_dtype)
     assert max(errs) < 1e-2, errs
 
 
@@ -152,17 +144,7 @@ def test_cluster_multicast_gemm_matches_fp64_reference(M, N, K, in_dtype, out_dt
     counts (the second CTA of the last cluster is past M), K tails, column-major B, several tiles per
     cluster (the ring and its cluster-wide empty barriers across tiles)."""
     from gluon.kernels.gemm_sm90 import launch
-    errs = []
-    for _ in range(2):
-        a = torch.randn(M, K, device="cuda", dtype=in_dtype)
-        b = torch.randn(N, K, device="cuda", dtype=in_dtype) if b_kmajor else \
-            torch.randn(K, N, device="cuda", dtype=in_dtype)
-        c = torch.full((M, N), float("nan"), device="cuda", dtype=out_dtype)
-        launch(a, b, c, cfg, b_kmajor=b_kmajor)
-        torch.cuda.synchronize()
-        ref = a.double() @ (b.double().T if b_kmajor else b.double())
-        assert not torch.isnan(c).any(), "some output elements were not written"
-        errs.append(((c.double() - ref).norm() / ref.norm()).item())
+    errs = gemm_errors(lambda a, b, c: launch(a, b, c, cfg, b_kmajor=b_kmajor), M, N, K, in_dtype, out_dtype, b_kmajor)
     assert max(errs) < 1e-2, errs
 
 
@@ -183,16 +165,8 @@ def test_ring_epilogue_gemm_matches_fp64_reference(M, N, K, splits, dtype, b_kma
     """The output staged in the A ring: one unit per program (2048^3), and several (4096x4096x512: the
     producer waits for `c_free` before refilling the ring), K tails, split-K, clusters, column-major B."""
     from gluon.kernels.gemm_sm90 import launch
-    errs = []
-    for _ in range(2):
-        a = torch.randn(M, K, device="cuda", dtype=dtype)
-        b = torch.randn(N, K, device="cuda", dtype=dtype) if b_kmajor else torch.randn(K, N, device="cuda", dtype=dtype)
-        c = torch.full((M, N), float("nan"), device="cuda", dtype=dtype)
-        launch(a, b, c, cfg, b_kmajor=b_kmajor, splits=splits)
-        torch.cuda.synchronize()
-        ref = a.double() @ (b.double().T if b_kmajor else b.double())
-        assert not torch.isnan(c).any(), "some output elements were not written"
-        errs.append(((c.double() - ref).norm() / ref.norm()).item())
+    errs = gemm_errors(lambda a, b, c: launch(a, b, c, cfg, b_kmajor=b_kmajor, splits=splits), M, N, K, dtype,
+                       b_kmajor=b_kmajor)
     assert max(errs) < 1e-2, errs
 
 
@@ -201,14 +175,9 @@ def test_ring_epilogue_gemm_matches_fp64_reference(M, N, K, splits, dtype, b_kma
 def test_cluster_gemm_split_k(M, N, K, splits):
     """Both CTAs of a cluster take the same K slice of their two tiles; fp32 partials, then the reduce."""
     from gluon.kernels.gemm_sm90 import launch
-    a = torch.randn(M, K, device="cuda", dtype=torch.bfloat16)
-    b = torch.randn(K, N, device="cuda", dtype=torch.bfloat16)
-    c = torch.full((M, N), float("nan"), device="cuda", dtype=torch.bfloat16)
-    launch(a, b, c, dict(DEFAULT_CONFIG, CLUSTER_M=2), splits=splits)
-    torch.cuda.synchronize()
-    ref = a.double() @ b.double()
-    assert not torch.isnan(c).any()
-    assert ((c.double() - ref).norm() / ref.norm()).item() < 1e-2
+    errs = gemm_errors(lambda a, b, c: launch(a, b, c, dict(DEFAULT_CONFIG, CLUSTER_M=2), splits=splits), M, N, K,
+                       torch.bfloat16)
+    assert max(errs) < 1e-2, errs
 
 
 PINGPONG_CONFIGS = [
@@ -227,41 +196,21 @@ def test_pingpong_gemm_matches_fp64_reference(M, N, K, splits, b_kmajor, cfg):
     """Ping-pong consumers: the two warpgroups take alternate tiles (odd and even counts per program),
     one ring in turn, K slices of different lengths (split-K), clusters."""
     from gluon.kernels.gemm_sm90 import launch
-    errs = []
-    for _ in range(2):
-        a = torch.randn(M, K, device="cuda", dtype=torch.float16)
-        b = torch.randn(N, K, device="cuda", dtype=torch.float16) if b_kmajor else \
-            torch.randn(K, N, device="cuda", dtype=torch.float16)
-        c = torch.full((M, N), float("nan"), device="cuda", dtype=torch.float16)
-        launch(a, b, c, cfg, b_kmajor=b_kmajor, splits=splits)
-        torch.cuda.synchronize()
-        ref = a.double() @ (b.double().T if b_kmajor else b.double())
-        assert not torch.isnan(c).any(), "some output elements were not written"
-        errs.append(((c.double() - ref).norm() / ref.norm()).item())
+    errs = gemm_errors(lambda a, b, c: launch(a, b, c, cfg, b_kmajor=b_kmajor, splits=splits), M, N, K,
+                       b_kmajor=b_kmajor)
     assert max(errs) < 1e-2, errs
 
 
 @pytest.mark.parametrize("M,N,K", [(1024, 1024, 1024), (1000, 1000, 1000)])
 def test_persistent_ws_gemm_column_major_b(M, N, K):
     from gluon.kernels.gemm_sm90 import launch
-    a = torch.randn(M, K, device="cuda", dtype=torch.float16)
-    bt = torch.randn(N, K, device="cuda", dtype=torch.float16)       # B = bt.T is column-major
-    c = torch.full((M, N), float("nan"), device="cuda", dtype=torch.float16)
-    launch(a, bt, c, b_kmajor=True)
-    torch.cuda.synchronize()
-    ref = a.double() @ bt.double().T
-    assert ((c.double() - ref).norm() / ref.norm()).item() < 1e-2
+    errs = gemm_errors(lambda a, bt, c: launch(a, bt, c, b_kmajor=True), M, N, K, b_kmajor=True)  # B = bt.T
+    assert max(errs) < 1e-2, errs
 
 
 @pytest.mark.parametrize("splits", [2, 3, 5])
 @pytest.mark.parametrize("M,N,K", [(256, 512, 4096), (200, 300, 1000)])
 def test_persistent_ws_gemm_split_k(M, N, K, splits):
     from gluon.kernels.gemm_sm90 import launch
-    a = torch.randn(M, K, device="cuda", dtype=torch.bfloat16)
-    b = torch.randn(K, N, device="cuda", dtype=torch.bfloat16)
-    c = torch.full((M, N), float("nan"), device="cuda", dtype=torch.bfloat16)
-    launch(a, b, c, splits=splits)
-    torch.cuda.synchronize()
-    ref = a.double() @ b.double()
-    assert not torch.isnan(c).any()
-    assert ((c.double() - ref).norm() / ref.norm()).item() < 1e-2
+    errs = gemm_errors(lambda a, b, c: launch(a, b, c, splits=splits), M, N, K, torch.bfloat16)
+    assert max(errs) < 1e-2, errs
