@@ -117,7 +117,7 @@ def gemm_sm90(A, B, C, W, SPLITS,
     elif EPILOGUE == "ring":
         # the output tile staged in the role's own A ring (no staging region: a 4th stage fits instead);
         # the producer loads nothing into the rings of a program's next unit before `c_free` says the
-        # TMA stores have read them, so this is for one unit per program (choose_config's use)
+        # TMA stores have read them, so it pays only where each program has one unit
         if PINGPONG:
             raise gluon.GluonError("EPILOGUE='ring' stages each consumer role's output in its own A ring; PINGPONG's "
                                    "warpgroups share one ring: use EPILOGUE='tma'")

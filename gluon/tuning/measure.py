@@ -13,8 +13,9 @@ that crash, hang, return wrong results or fake timings) and sends back a result 
 output with NaN, run once, compare with the template's fp64/fp32 reference (`template.check`: no NaN,
 so every element was written; max |out - ref| <= atol + rtol * max |ref|) -> wrong_result if not.
 Then `repeats` interleaved rounds of candidate and baseline (the order swapped every round), each
-`triton.testing.do_bench` (CUDA events, L2 flushed before every run) with quantiles 0.5/0.1/0.9: median_ms, p10_ms, p90_ms and
-baseline_ms are medians over rounds, ratio the median of per-round baseline/candidate ratios.
+`triton.testing.do_bench` (CUDA events, L2 flushed before every run) with quantiles 0.5/0.1/0.9:
+median_ms, p10_ms, p90_ms and baseline_ms are medians over rounds, ratio the median of per-round
+baseline/candidate ratios.
 
 Faults: a Python exception in the measurement is reported as runtime_error (compile_error for a
 GluonError/CompileError) and the worker process exits after replying, so the next job gets a fresh
