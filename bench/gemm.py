@@ -23,13 +23,14 @@ SHAPES = ["8192x8192x8192", "4096x4096x4096", "2048x2048x2048", "16384x8192x1024
 
 def _parse_configs(text: str) -> list[dict]:
     """'BLOCK_N=256,STAGES=3;EPILOGUE=direct' -> [{'BLOCK_N': 256, 'STAGES': 3}, {'EPILOGUE': 'direct'}];
-    ';SPLIT_WGS=1' -> [{}, {'SPLIT_WGS': 1}]"""
+    ';SPLIT_WGS=True' -> [{}, {'SPLIT_WGS': True}] (True/False are booleans: the string 'False' is truthy)"""
     out = []
     for part in text.split(";"):                # an empty part is the default config
         cfg = {}
         for kv in filter(None, part.split(",")):
             k, _, v = kv.partition("=")
-            cfg[k.strip()] = int(v) if v.strip().lstrip("-").isdigit() else v.strip()
+            v = v.strip()
+            cfg[k.strip()] = int(v) if v.lstrip("-").isdigit() else {"True": True, "False": False}.get(v, v)
         out.append(cfg)
     return out
 
