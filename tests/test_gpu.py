@@ -148,6 +148,28 @@ def test_cluster_multicast_gemm_matches_fp64_reference(M, N, K, in_dtype, out_dt
     assert max(errs) < 1e-2, errs
 
 
+CLUSTER_N_CONFIGS = [
+    dict(DEFAULT_CONFIG, CLUSTER_N=2),                    # 2-CTA clusters along N, A multicast
+    dict(DEFAULT_CONFIG, CLUSTER_N=2, SPLIT_WGS=True),
+    dict(DEFAULT_CONFIG, CLUSTER_N=2, BLOCK_N=128, STAGES=4),
+]
+
+
+@pytest.mark.parametrize("cfg", CLUSTER_N_CONFIGS, ids=lambda c: f"BN={c['BLOCK_N']},split={c['SPLIT_WGS']}")
+@pytest.mark.parametrize("b_kmajor", [False, True])
+@pytest.mark.parametrize("in_dtype,out_dtype", [(torch.float16, torch.float16), (torch.bfloat16, torch.float32)])
+@pytest.mark.parametrize("M,N,K,splits", [(1024, 1024, 1024, None), (1000, 1000, 1000, None), (333, 200, 136, None),
+                                          (2048, 4096, 512, None), (640, 768, 4000, None), (256, 512, 4096, 3)])
+def test_cluster_along_n_gemm_matches_fp64_reference(M, N, K, splits, in_dtype, out_dtype, b_kmajor, cfg, monkeypatch):
+    """Clusters of 2 CTAs along N, each loading half of the shared A rows and multicasting them: odd
+    column counts (the second CTA of the last cluster is past N), K tails, split-K, column-major B."""
+    from gluon.kernels.gemm_sm90 import launch
+    monkeypatch.setenv("GLUON_UNVERIFIED", "1")
+    errs = gemm_errors(lambda a, b, c: launch(a, b, c, cfg, b_kmajor=b_kmajor, splits=splits), M, N, K, in_dtype,
+                       out_dtype, b_kmajor)
+    assert max(errs) < 1e-2, errs
+
+
 RING_CONFIGS = [
     dict(DEFAULT_CONFIG, STAGES=4, EPILOGUE="ring"),
     dict(DEFAULT_CONFIG, STAGES=4, EPILOGUE="ring", SPLIT_WGS=True),

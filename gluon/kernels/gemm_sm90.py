@@ -28,7 +28,10 @@ their B tile; each loads half of it with a multicast TMA load into both, and a r
 the consumers of both CTAs released it (`arrive(cluster=True)`; the producer drains the ring before
 exiting so no remote arrive is left in flight). Triton 3.6 has no multicast TMA, so the backend's PTX
 pass adds it (gluon/backend/ptx_cluster.py, docs/CLUSTERS.md). `choose_config` uses it for rows that
-are not 128-byte aligned, where it measured faster.
+are not 128-byte aligned, where it measured faster. CLUSTER_N=2 is the transpose (cuBLAS's 1x2
+clusters): two CTAs side by side along N share their A rows, each loads half of every A ring and
+multicasts it. It compiles and passes the checks; it has not run on a GPU yet, so `launch` refuses it
+unless GLUON_UNVERIFIED=1 (the GPU tests set it).
 PINGPONG=True (with CONSUMER_WGS=2) makes the two consumer warpgroups take whole BLOCK_M x BLOCK_N tiles
 in turn (CUTLASS's ping-pong): they share one ring, a `turn` barrier pair orders their mainloops, so
 one warpgroup's epilogue runs during the other's mainloop. Verified on the H200 (60 GPU cases), but
@@ -41,6 +44,7 @@ program has one unit (about one wave of tiles). Verified on the H200, but no fas
 2048x2048x4096 and 1536x2816x2048 (-0.4% to +0.6%, docs/PERF.md): off by default.
 Not here yet: stream-K for the partial last wave.
 """
+import os
 from dataclasses import dataclass
 
 import gluon.language as gl
@@ -67,6 +71,14 @@ def _k_slice(split, k_per_split, k_tiles):
     return k_lo, gl.minimum(k_lo + k_per_split, k_tiles)
 
 
+def _cta_tile(row, col, rank, CLUSTER_M: int, CLUSTER_N: int):
+    """(pid_m, pid_n) of cluster rank `rank` in the cluster tile (row, col): clusters of CLUSTER_M tiles
+    stacked along M, or of CLUSTER_N side by side along N."""
+    if CLUSTER_N > 1:
+        return row, col * CLUSTER_N + rank
+    return row * CLUSTER_M + rank, col
+
+
 def _unit_k_steps(unit, SPLITS, k_per_split, k_tiles):
     """How many k-steps work unit `unit` has (its K slice; the last slice may be short or empty)."""
     k_lo, k_hi = _k_slice(unit % SPLITS, k_per_split, k_tiles)
@@ -79,11 +91,15 @@ def gemm_sm90(A, B, C, W, SPLITS,
               STAGES: gl.constexpr = 3, GROUP_M: gl.constexpr = 8, CONSUMER_WGS: gl.constexpr = 2,
               PRODUCER_REGS: gl.constexpr = 40, SWIZZLE: gl.constexpr = 128, EPILOGUE: gl.constexpr = "tma",
               B_KMAJOR: gl.constexpr = False, SPLIT_WGS: gl.constexpr = False, CONSUMER_REGS: gl.constexpr = 216,
-              CLUSTER_M: gl.constexpr = 1, PINGPONG: gl.constexpr = False):
+              CLUSTER_M: gl.constexpr = 1, PINGPONG: gl.constexpr = False, CLUSTER_N: gl.constexpr = 1):
     if PINGPONG and CONSUMER_WGS != 2:
         raise gluon.GluonError(f"PINGPONG needs CONSUMER_WGS=2 (two warpgroups taking turns), not {CONSUMER_WGS}")
-    if CLUSTER_M > 1:
-        gl.set_cluster(CLUSTER_M)
+    if CLUSTER_M > 1 and CLUSTER_N > 1:
+        raise gluon.GluonError(f"CLUSTER_M={CLUSTER_M} and CLUSTER_N={CLUSTER_N}: clusters run along M (sharing B) or "
+                               "along N (sharing A), not both; set one of them to 1")
+    CL = CLUSTER_M * CLUSTER_N                  # CTAs per cluster
+    if CL > 1:
+        gl.set_cluster(CL)
     M = C.shape[0]
     N = C.shape[1]
     K = A.shape[1]
@@ -104,10 +120,16 @@ def gemm_sm90(A, B, C, W, SPLITS,
     if CLUSTER_M > 1:   # B stage s as CLUSTER_M parts along N, back to back: part r is what CTA r loads
         b_parts = b_s.reinterpret((BLOCK_N // CLUSTER_M, BLOCK_K) if B_KMAJOR else (BLOCK_K, BLOCK_N // CLUSTER_M),
                                   stages=STAGES * CLUSTER_M)
+    RM_PART = RM // CLUSTER_N                   # the rows of an A ring one CTA of a CLUSTER_N cluster loads
+    if CLUSTER_N > 1:   # A stage s as CLUSTER_N parts of RM_PART rows, back to back: part r is CTA r's
+        if RM_PART % 8:
+            raise gluon.GluonError(f"CLUSTER_N={CLUSTER_N}: each CTA loads {RM_PART} of the A ring's {RM} rows, which "
+                                   "must be whole 8-row swizzle atoms; use a larger BLOCK_M or CLUSTER_N=1")
+        a_parts = [ring.reinterpret((RM_PART, BLOCK_K), stages=STAGES * CLUSTER_N) for ring in a_rings]
     ready = mbarrier(count=1, name="ready", stages=STAGES)
-    # a slot is free once every consumer role of every CTA of the cluster is done with it: with
-    # CLUSTER_M > 1 the other CTAs' producers multicast their part of B into it too
-    empty = mbarrier(count=A_RINGS * CLUSTER_M, name="empty", stages=STAGES)
+    # a slot is free once every consumer role of every CTA of the cluster is done with it: in a cluster
+    # the other CTAs' producers multicast their part of B (CLUSTER_M) or of A (CLUSTER_N) into it too
+    empty = mbarrier(count=A_RINGS * CL, name="empty", stages=STAGES)
     if PINGPONG:    # turn[g]: warpgroup g may start its next mainloop (the other finished issuing its own)
         turn = mbarrier(count=1, name="turn", stages=2)
     c_tiles = []
@@ -121,6 +143,9 @@ def gemm_sm90(A, B, C, W, SPLITS,
         if PINGPONG:
             raise gluon.GluonError("EPILOGUE='ring' stages each consumer role's output in its own A ring; PINGPONG's "
                                    "warpgroups share one ring: use EPILOGUE='tma'")
+        if CLUSTER_N > 1:
+            raise gluon.GluonError("EPILOGUE='ring' stages the output in the A ring, which the other CTAs of a "
+                                   f"CLUSTER_N={CLUSTER_N} cluster fill by multicast: use EPILOGUE='tma'")
         ring_bytes = STAGES * a_rings[0].nbytes
         c_bytes = RM * BLOCK_N * C.dtype.bits // 8
         if ring_bytes % c_bytes:
@@ -133,17 +158,19 @@ def gemm_sm90(A, B, C, W, SPLITS,
         c_free = [mbarrier(count=1, name=f"c_free{g}" if ROLES > 1 else "c_free") for g in range(ROLES)]
     stage_bytes = A_RINGS * a_rings[0].nbytes + b_s.nbytes
 
-    # work unit = (CLUSTER_M tiles stacked along M, K slice); a cluster's CTAs take the tiles of one
-    # unit, which share their B columns: each CTA loads 1/CLUSTER_M of that B tile and multicasts it
+    # work unit = (a cluster's tiles: CLUSTER_M stacked along M or CLUSTER_N side by side along N, K
+    # slice); a cluster's CTAs take the tiles of one unit, which share their B columns (CLUSTER_M) or
+    # their A rows (CLUSTER_N): each CTA loads 1/CL of the shared tile and multicasts it
     num_pid_m = gl.cdiv(M, BLOCK_M)
     num_pid_n = gl.cdiv(N, BLOCK_N)
     num_rows = gl.cdiv(num_pid_m, CLUSTER_M)       # rows of cluster tiles
+    num_cols = gl.cdiv(num_pid_n, CLUSTER_N) if CLUSTER_N > 1 else num_pid_n   # columns of cluster tiles
     k_tiles = gl.cdiv(K, BLOCK_K)
     k_per_split = gl.cdiv(k_tiles, SPLITS)
-    num_units = num_rows * num_pid_n * SPLITS
-    first_tile = gl.program_id(0) // CLUSTER_M     # this cluster's first unit
-    tile_step = gl.num_programs(0) // CLUSTER_M    # the number of clusters
-    rank = gl.program_id(0) % CLUSTER_M            # == cluster_rank(): clusters run along x
+    num_units = num_rows * num_cols * SPLITS
+    first_tile = gl.program_id(0) // CL            # this cluster's first unit
+    tile_step = gl.num_programs(0) // CL           # the number of clusters
+    rank = gl.program_id(0) % CL                   # == cluster_rank(): clusters run along x
     GROUP_ROWS = max(GROUP_M // CLUSTER_M, 1)
     BN_PART = BLOCK_N // CLUSTER_M                 # the B columns one CTA of a cluster loads
     if CLUSTER_M > 1 and not B_KMAJOR and BN_PART * B.dtype.bits // 8 % SWIZZLE:
@@ -154,7 +181,7 @@ def gemm_sm90(A, B, C, W, SPLITS,
     for g in static_range(ROLES):
         with warp_role(WarpRole.CONSUMER, warp_range=(g * RW, g * RW + RW - 1),
                        registers=CONSUMER_REGS if g > 0 else None):
-            if CLUSTER_M > 1:
+            if CL > 1:
                 gl.cluster_sync()                   # the other CTAs' barriers are initialised
             a_s = a_rings[0 if PINGPONG else g]
             acc_layout = Layout.wgmma((RW, 1), instr_n=BLOCK_N, operand_dtype=A.dtype)
@@ -172,8 +199,8 @@ def gemm_sm90(A, B, C, W, SPLITS,
                 unit_step = tile_step
             for unit in range(unit_lo, num_units, unit_step):
                 split = unit % SPLITS
-                row, pid_n = _tile_coords(unit // SPLITS, num_rows, num_pid_n, GROUP_ROWS)
-                pid_m = row * CLUSTER_M + rank
+                row, col = _tile_coords(unit // SPLITS, num_rows, num_cols, GROUP_ROWS)
+                pid_m, pid_n = _cta_tile(row, col, rank, CLUSTER_M, CLUSTER_N)
                 k_lo, k_hi = _k_slice(split, k_per_split, k_tiles)
                 acc = gl.zeros((RM, BLOCK_N), gl.float32, layout=acc_layout)
                 if PINGPONG:    # wait for the other warpgroup's mainloop (warpgroup 0 goes first)
@@ -185,12 +212,12 @@ def gemm_sm90(A, B, C, W, SPLITS,
                     acc = wgmma(a_s[s], b_op, acc, wait=False)
                     acc = wgmma_wait(acc, a_s[s], b_s[s], pendings=1)
                     if kk > k_lo:                   # the previous WGMMA is done: release its stage
-                        empty[(cnt + (STAGES - 1)) % STAGES].arrive(cluster=CLUSTER_M > 1)
+                        empty[(cnt + (STAGES - 1)) % STAGES].arrive(cluster=CL > 1)
                     cnt = cnt + 1
                 if PINGPONG:    # all issued: the other warpgroup's mainloop may start during this epilogue
                     turn[1 - g].arrive()
                 acc = wgmma_wait(acc, pendings=0)
-                empty[(cnt + (STAGES - 1)) % STAGES].arrive(cluster=CLUSTER_M > 1)
+                empty[(cnt + (STAGES - 1)) % STAGES].arrive(cluster=CL > 1)
                 if PINGPONG:
                     cnt = cnt + _unit_k_steps(unit + tile_step, SPLITS, k_per_split, k_tiles)
                     turns = turns + 1
@@ -224,9 +251,9 @@ def gemm_sm90(A, B, C, W, SPLITS,
     CW = 4 * CONSUMER_WGS
     # in a cluster the producer is a whole warpgroup: every warp of the block must reach cluster_sync,
     # and Triton's padding warps (a 1-warp role is padded to 4) never run role code
-    PW = 4 if CLUSTER_M > 1 else 1
+    PW = 4 if CL > 1 else 1
     with warp_role(WarpRole.PRODUCER, warp_range=(CW, CW + PW - 1), registers=PRODUCER_REGS):
-        if CLUSTER_M > 1:
+        if CL > 1:
             gl.cluster_sync()
         cnt = gl.full((), 0, gl.int32)
         if EPILOGUE == "ring":
@@ -238,8 +265,8 @@ def gemm_sm90(A, B, C, W, SPLITS,
                         c_free[g].wait((done - 1) & 1)
                 done = done + 1
             split = unit % SPLITS
-            row, pid_n = _tile_coords(unit // SPLITS, num_rows, num_pid_n, GROUP_ROWS)
-            pid_m = row * CLUSTER_M + rank
+            row, col = _tile_coords(unit // SPLITS, num_rows, num_cols, GROUP_ROWS)
+            pid_m, pid_n = _cta_tile(row, col, rank, CLUSTER_M, CLUSTER_N)
             off_m = pid_m * BLOCK_M
             off_n = pid_n * BLOCK_N
             k_lo, k_hi = _k_slice(split, k_per_split, k_tiles)
@@ -248,7 +275,11 @@ def gemm_sm90(A, B, C, W, SPLITS,
                 empty[s].wait(((cnt // STAGES) & 1) ^ 1)   # fresh barriers pass phase 1 at once
                 ready[s].expect(stage_bytes)
                 for g in static_range(A_RINGS):
-                    tma_load(a_rings[g][s], A, (off_m + g * RM, kk * BLOCK_K), ready[s])
+                    if CLUSTER_N == 1:
+                        tma_load(a_rings[g][s], A, (off_m + g * RM, kk * BLOCK_K), ready[s])
+                    else:                           # this CTA's rows of the shared A tile, into every CTA
+                        tma_load(a_parts[g][s * CLUSTER_N + rank], A, (off_m + g * RM + rank * RM_PART, kk * BLOCK_K),
+                                 ready[s], multicast=True)
                 if CLUSTER_M == 1:
                     if B_KMAJOR:
                         tma_load(b_s[s], B, (off_n, kk * BLOCK_K), ready[s])
@@ -262,7 +293,7 @@ def gemm_sm90(A, B, C, W, SPLITS,
                         tma_load(b_parts[s * CLUSTER_M + rank], B, (kk * BLOCK_K, off_n + rank * BN_PART), ready[s],
                                  multicast=True)
                 cnt = cnt + 1
-        if CLUSTER_M > 1:
+        if CL > 1:
             # drain: wait until both CTAs' consumers have released every slot, so no remote arrive is
             # still on its way to this block's barriers when it exits
             for i in static_range(STAGES):
@@ -295,8 +326,14 @@ def tiles(M: int, N: int, config: dict) -> int:
 
 
 def units(M: int, N: int, config: dict, splits: int = 1) -> int:
-    """Units of work of the persistent grid: CLUSTER_M tiles stacked along M, times the K slices."""
-    return gl.cdiv(gl.cdiv(M, config["BLOCK_M"]), config.get("CLUSTER_M", 1)) * gl.cdiv(N, config["BLOCK_N"]) * splits
+    """Units of work of the persistent grid: a cluster's tiles (CLUSTER_M stacked along M, or CLUSTER_N
+    side by side along N), times the K slices."""
+    return (gl.cdiv(gl.cdiv(M, config["BLOCK_M"]), config.get("CLUSTER_M", 1))
+            * gl.cdiv(gl.cdiv(N, config["BLOCK_N"]), config.get("CLUSTER_N", 1)) * splits)
+
+
+def cluster_size(config: dict) -> int:
+    return config.get("CLUSTER_M", 1) * config.get("CLUSTER_N", 1)
 
 
 def choose_config(M: int, N: int, K: int, num_sms: int, pitch_aligned: bool = True) -> dict:
@@ -328,7 +365,7 @@ def splitk_reduce(c_ptr, w_ptr, numel, SPLITS, XBLOCK: gl.constexpr):
 
 
 def num_warps(config: dict) -> int:
-    return 4 * config.get("CONSUMER_WGS", 2) + (4 if config.get("CLUSTER_M", 1) > 1 else 1)
+    return 4 * config.get("CONSUMER_WGS", 2) + (4 if cluster_size(config) > 1 else 1)
 
 
 def split_k(M: int, N: int, K: int, config: dict, num_sms: int) -> int:
@@ -346,9 +383,9 @@ def split_k(M: int, N: int, K: int, config: dict, num_sms: int) -> int:
 
 
 def grid(M: int, N: int, config: dict, num_sms: int, splits: int = 1) -> tuple[int]:
-    """Persistent grid, in clusters (Triton's launcher starts CLUSTER_M CTAs per grid entry): one per
+    """Persistent grid, in clusters (Triton's launcher starts a cluster's CTAs per grid entry): one per
     unit of work up to one per SM."""
-    return (max(1, min(units(M, N, config, splits), num_sms // config.get("CLUSTER_M", 1))),)
+    return (max(1, min(units(M, N, config, splits), num_sms // cluster_size(config))),)
 
 
 _SMS: dict[int, int] = {}
@@ -453,6 +490,10 @@ def _plan(a, c, M: int, N: int, K: int, config: dict | None, b_kmajor: bool, spl
     if dev not in _SMS:
         _SMS[dev] = torch.cuda.get_device_properties(dev).multi_processor_count
     cfg = resolve_config(M, N, K, _SMS[dev], c.element_size(), pitch_aligned, config)
+    if cfg.get("CLUSTER_N", 1) > 1 and os.environ.get("GLUON_UNVERIFIED") != "1":
+        raise gluon.GluonError("CLUSTER_N (clusters along N sharing A) compiles and passes the checks on the CPU, but "
+                               "has not run on a GPU yet; set GLUON_UNVERIFIED=1 to run it anyway (tests/test_gpu.py "
+                               "does)")
     S = split_k(M, N, K, cfg, _SMS[dev]) if splits is None else splits
     # no empty K slice: the kernel's consumers release a stage after every unit, so a unit without
     # k-steps would release one it never took (e.g. splits=5 over 16 k-steps: 4, 4, 4, 4, 0)
@@ -490,7 +531,8 @@ class _GemmSM90Tuning(TuningTemplate):
     dims = ("M", "N", "K")
     dtypes = ("fp16", "bf16")
     params = ("BLOCK_M", "BLOCK_N", "BLOCK_K", "STAGES", "GROUP_M", "SWIZZLE", "EPILOGUE", "CONSUMER_WARPS",
-              "CONSUMER_REGS", "PRODUCER_WARPS", "PRODUCER_REGS", "CONSUMER_WGS", "SPLIT_K", "SPLIT_WGS", "CLUSTER_M")
+              "CONSUMER_REGS", "PRODUCER_WARPS", "PRODUCER_REGS", "CONSUMER_WGS", "SPLIT_K", "SPLIT_WGS", "CLUSTER_M",
+              "CLUSTER_N")
 
     def kernel_config(self, config: dict, dtype: str) -> dict:
         cfg = {k: v for k, v in config.items()
