@@ -152,10 +152,12 @@ CLUSTER_N_CONFIGS = [
     dict(DEFAULT_CONFIG, CLUSTER_N=2),                    # 2-CTA clusters along N, A multicast
     dict(DEFAULT_CONFIG, CLUSTER_N=2, SPLIT_WGS=True),
     dict(DEFAULT_CONFIG, CLUSTER_N=2, BLOCK_N=128, STAGES=4),
+    dict(DEFAULT_CONFIG, CLUSTER_N=2, BLOCK_M=256, BLOCK_N=128),    # cuBLAS's tile and cluster at 2048^3-4096^3
 ]
 
 
-@pytest.mark.parametrize("cfg", CLUSTER_N_CONFIGS, ids=lambda c: f"BN={c['BLOCK_N']},split={c['SPLIT_WGS']}")
+@pytest.mark.parametrize("cfg", CLUSTER_N_CONFIGS,
+                         ids=lambda c: f"{c['BLOCK_M']}x{c['BLOCK_N']},split={c['SPLIT_WGS']},st={c['STAGES']}")
 @pytest.mark.parametrize("b_kmajor", [False, True])
 @pytest.mark.parametrize("in_dtype,out_dtype", [(torch.float16, torch.float16), (torch.bfloat16, torch.float32)])
 @pytest.mark.parametrize("M,N,K,splits", [(1024, 1024, 1024, None), (1000, 1000, 1000, None), (333, 200, 136, None),
