@@ -113,6 +113,8 @@ WS_CONFIGS = [
     {"CONSUMER_WGS": 1, "BLOCK_N": 128, "STAGES": 4},
     {"BLOCK_M": 64, "BLOCK_N": 64, "STAGES": 6, "CONSUMER_WGS": 1},     # SMALL_CONFIGS
     {"BLOCK_M": 128, "BLOCK_N": 64, "STAGES": 6, "CONSUMER_WGS": 1},
+    {"SWIZZLE": 64, "BLOCK_K": 32, "STAGES": 4},          # the other swizzle widths (B64, B32)
+    {"SWIZZLE": 32, "BLOCK_K": 16, "STAGES": 6},
 ]
 
 
