@@ -1,13 +1,15 @@
 """Shared benchmark plumbing: timing, interleaved repeats, tables and --json output.
 
 Every benchmark measures its baseline in the same process and run, interleaving candidate and
-baseline (A B A B ...), and reports the median ratio over repeats along with the spread, because
+baseline (A B B A ...), and reports the median ratio over repeats along with the spread, because
 the GPU drifts by several percent within minutes.
 """
 from __future__ import annotations
 
 import argparse
 import datetime
+import glob
+import hashlib
 import json
 import os
 import statistics
@@ -57,6 +59,18 @@ def interleaved(candidate: Callable[[], None], baseline: Callable[[], None], rep
             "ratio": statistics.median(ratios), "ratio_min": min(ratios), "ratio_max": max(ratios)}
 
 
+def source_hash(root: str = ROOT) -> str:
+    """sha256 (12 hex digits) of the package's and the benchmarks' Python sources as they are on disk:
+    names the code that ran even where the git metadata is missing or stale (a copied working tree)."""
+    h = hashlib.sha256()
+    for path in sorted(glob.glob(os.path.join(root, "gluon", "**", "*.py"), recursive=True)
+                       + glob.glob(os.path.join(root, "bench", "*.py"))):
+        h.update(os.path.relpath(path, root).encode() + b"\0")
+        with open(path, "rb") as f:
+            h.update(f.read() + b"\0")
+    return h.hexdigest()[:12]
+
+
 def environment() -> dict:
     import torch
     import triton
@@ -64,7 +78,8 @@ def environment() -> dict:
         ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
     return {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
             "device": torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu",
-            "torch": torch.__version__, "triton": triton.__version__, "commit": commit or "unknown"}
+            "torch": torch.__version__, "triton": triton.__version__, "commit": commit or "unknown",
+            "source": source_hash()}
 
 
 def write_json(path: str | None, rows: list[dict], meta: dict) -> None:

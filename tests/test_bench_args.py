@@ -17,3 +17,16 @@ def test_kernel_names_carry_their_configs():
     assert names == ["ws", "ws[BLOCK_N=128,STAGES=5]", "tile"]
     ks = _kernels(_parse_configs(";BLOCK_N=128,STAGES=5"))
     assert set(ks) == {"tile", "ws", "ws[BLOCK_N=128,STAGES=5]"}
+
+
+def test_source_hash_names_the_code_on_disk(tmp_path):
+    from bench.common import source_hash
+    (tmp_path / "gluon").mkdir()
+    (tmp_path / "bench").mkdir()
+    (tmp_path / "gluon" / "a.py").write_text("x = 1\n")
+    (tmp_path / "bench" / "b.py").write_text("y = 2\n")
+    before = source_hash(str(tmp_path))
+    assert len(before) == 12 and before == source_hash(str(tmp_path))
+    (tmp_path / "gluon" / "a.py").write_text("x = 2\n")
+    assert source_hash(str(tmp_path)) != before
+    assert len(source_hash()) == 12                     # this checkout
