@@ -228,21 +228,17 @@ def gemm_sm90(A, B, C, W, SPLITS,
                 mask = (rows[:, None] < M) & (cols[None, :] < N)
                 if SPLITS > 1:                      # split-K: fp32 partial tile into the workspace
                     gl.store(W + ((split * M + rows[:, None]) * N + cols[None, :]), acc, mask=mask)
-                else:
+                elif EPILOGUE == "direct":
+                    gl.store(C + (rows[:, None] * N + cols[None, :]), acc.to(C.dtype), mask=mask)
+                else:                               # staged in shared memory, written by a TMA store
+                    c_s = c_tiles[g][0] if c_tiles[g].stages > 1 else c_tiles[g]
                     if EPILOGUE == "tma":
-                        c_s = c_tiles[g]
                         tma_store_wait(0)           # the previous tile's store has read c_tile
-                        c_s.store(acc.to(C.dtype))
-                        fence_async_shared()
-                        tma_store(C, (off_m, off_n), c_s)
-                    elif EPILOGUE == "ring":
-                        c_s = c_tiles[g][0] if c_tiles[g].stages > 1 else c_tiles[g]
-                        c_s.store(acc.to(C.dtype))
-                        fence_async_shared()
-                        tma_store(C, (off_m, off_n), c_s)
+                    c_s.store(acc.to(C.dtype))
+                    fence_async_shared()
+                    tma_store(C, (off_m, off_n), c_s)
+                    if EPILOGUE == "ring":
                         tma_store_wait(0)           # read: the producer may refill the ring
-                    else:
-                        gl.store(C + (rows[:, None] * N + cols[None, :]), acc.to(C.dtype), mask=mask)
                 if EPILOGUE == "ring":
                     c_free[g].arrive()
             if EPILOGUE == "tma":
@@ -274,24 +270,25 @@ def gemm_sm90(A, B, C, W, SPLITS,
                 s = cnt % STAGES
                 empty[s].wait(((cnt // STAGES) & 1) ^ 1)   # fresh barriers pass phase 1 at once
                 ready[s].expect(stage_bytes)
+                # in a cluster, this CTA's part of the shared tile (A rows along N, B columns along M),
+                # multicast into every CTA of the cluster
                 for g in static_range(A_RINGS):
-                    if CLUSTER_N == 1:
-                        tma_load(a_rings[g][s], A, (off_m + g * RM, kk * BLOCK_K), ready[s])
-                    else:                           # this CTA's rows of the shared A tile, into every CTA
-                        tma_load(a_parts[g][s * CLUSTER_N + rank], A, (off_m + g * RM + rank * RM_PART, kk * BLOCK_K),
-                                 ready[s], multicast=True)
+                    if CLUSTER_N > 1:
+                        a_dst, a_row = a_parts[g][s * CLUSTER_N + rank], off_m + g * RM + rank * RM_PART
+                    else:
+                        a_dst, a_row = a_rings[g][s], off_m + g * RM
+                    tma_load(a_dst, A, (a_row, kk * BLOCK_K), ready[s], multicast=CLUSTER_N > 1)
                 if CLUSTER_M == 1:
                     if B_KMAJOR:
                         tma_load(b_s[s], B, (off_n, kk * BLOCK_K), ready[s])
                     else:
                         tma_load(b_s[s], B, (kk * BLOCK_K, off_n), ready[s])
-                else:                               # this CTA's part of B, into every CTA of the cluster
-                    if B_KMAJOR:
-                        tma_load(b_parts[s * CLUSTER_M + rank], B, (off_n + rank * BN_PART, kk * BLOCK_K), ready[s],
-                                 multicast=True)
-                    else:
-                        tma_load(b_parts[s * CLUSTER_M + rank], B, (kk * BLOCK_K, off_n + rank * BN_PART), ready[s],
-                                 multicast=True)
+                elif B_KMAJOR:
+                    tma_load(b_parts[s * CLUSTER_M + rank], B, (off_n + rank * BN_PART, kk * BLOCK_K), ready[s],
+                             multicast=True)
+                else:
+                    tma_load(b_parts[s * CLUSTER_M + rank], B, (kk * BLOCK_K, off_n + rank * BN_PART), ready[s],
+                             multicast=True)
                 cnt = cnt + 1
         if CL > 1:
             # drain: wait until both CTAs' consumers have released every slot, so no remote arrive is
