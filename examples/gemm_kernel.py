@@ -53,11 +53,14 @@ def parse_args(argv=None) -> argparse.Namespace:
         if not sep or not key:
             p.error(f"--set {kv!r}: expected KEY=VALUE")
         overrides[key.strip()] = _value(val.strip())
-    from gluon.kernels.gemm_sm90 import DEFAULT_CONFIG
-    for key in sorted(set(overrides) - set(DEFAULT_CONFIG)):
-        near = difflib.get_close_matches(key, list(DEFAULT_CONFIG), n=1)
+    from gluon.kernels.gemm_sm90 import gemm_sm90
+    keys = sorted(gemm_sm90.constexprs - {"B_KMAJOR"})       # B's layout is --b-col-major
+    if "B_KMAJOR" in overrides:
+        p.error("--set B_KMAJOR: B's layout is an operand property here; give --b-col-major for a [N, K] B")
+    for key in sorted(set(overrides) - set(keys)):
+        near = difflib.get_close_matches(key, keys, n=1)
         p.error(f"--set {key}: not a config key" + (f" (did you mean {near[0]}?)" if near else "")
-                + f"; the keys are {', '.join(DEFAULT_CONFIG)}")
+                + f"; the keys are {', '.join(keys)}")
     args.overrides = overrides
     args.out_dtype = args.out_dtype or args.dtype
     return args

@@ -167,6 +167,18 @@ def test_example_reports_bad_configs_with_exit_code_2():
     assert out.returncode == 2 and "did you mean STAGES?" in out.stderr
     out = _example("--shape", "4096x4096")
     assert out.returncode == 2 and "expected MxNxK" in out.stderr
+    out = _example("--set", "B_KMAJOR=True")
+    assert out.returncode == 2 and "give --b-col-major" in out.stderr
+
+
+def test_example_takes_every_kernel_config_key():
+    """Keys outside DEFAULT_CONFIG (PINGPONG, CLUSTER_N) are kernel parameters too."""
+    out = _example("--set", "PINGPONG=True", "--set", "BLOCK_N=128", "--set", "STAGES=5", "--set", "CONSUMER_REGS=232")
+    assert out.returncode == 0, out.stderr
+    assert "PINGPONG=True" in out.stdout and "UTMASTG x2" in out.stdout        # each warpgroup stores its tiles
+    out = _example("--set", "CLUSTER_N=2")
+    assert out.returncode == 0, out.stderr
+    assert "clusters of 2" in out.stdout and "UTMALDG.2D.MULTICAST x1" in out.stdout
 
 
 def test_repeated_launches_reuse_the_compiled_kernel(monkeypatch):
