@@ -832,6 +832,17 @@ def set_cluster(num_ctas: int) -> None:
     t.kernel.attrs["num_ctas"] = int(num_ctas)
 
 
+def set_tma_prefetch(enabled: bool = True) -> None:
+    """Prefetch every TMA descriptor this kernel copies through into the SM's descriptor cache at kernel
+    start (CUTLASS does this in every TMA kernel), so neither the first TMA load nor the first TMA store
+    waits for its descriptor to be read from memory. Triton 3.6 has no op for it: the PTX pass
+    `backend/ptx_prefetch.py` inserts the `prefetch.tensormap` instructions."""
+    t = _tr()
+    if enabled:
+        t.require("tma", "set_tma_prefetch")
+    t.kernel.attrs["tma_prefetch"] = bool(enabled)
+
+
 def cluster_rank() -> Tensor:
     """This CTA's rank in its cluster (0 .. num_ctas - 1)."""
     t = _tr()

@@ -115,6 +115,8 @@ WS_CONFIGS = [
     {"BLOCK_M": 128, "BLOCK_N": 64, "STAGES": 6, "CONSUMER_WGS": 1},
     {"SWIZZLE": 64, "BLOCK_K": 32, "STAGES": 4},          # the other swizzle widths (B64, B32)
     {"SWIZZLE": 32, "BLOCK_K": 16, "STAGES": 6},
+    {"TMA_PREFETCH": True},                               # descriptors prefetched at kernel start
+    dict(DEFAULT_CONFIG, TMA_PREFETCH=True, EPILOGUE="ring", STAGES=4),
 ]
 
 
@@ -132,11 +134,13 @@ def test_persistent_ws_gemm_matches_fp64_reference(M, N, K, in_dtype, out_dtype,
 CLUSTER_CONFIGS = [
     dict(DEFAULT_CONFIG, CLUSTER_M=2),                    # 2-CTA clusters, B multicast
     dict(DEFAULT_CONFIG, CLUSTER_M=2, SPLIT_WGS=True),
+    dict(DEFAULT_CONFIG, CLUSTER_M=2, TMA_PREFETCH=True),  # both PTX passes
     dict(DEFAULT_CONFIG, CLUSTER_M=2, BLOCK_N=128, STAGES=4, EPILOGUE="direct"),
 ]
 
 
-@pytest.mark.parametrize("cfg", CLUSTER_CONFIGS, ids=lambda c: f"BN={c['BLOCK_N']},split={c['SPLIT_WGS']}")
+@pytest.mark.parametrize("cfg", CLUSTER_CONFIGS, ids=lambda c: f"BN={c['BLOCK_N']},split={c['SPLIT_WGS']}"
+                         + (",TMA_PREFETCH" if c.get("TMA_PREFETCH") else ""))
 @pytest.mark.parametrize("b_kmajor", [False, True])
 @pytest.mark.parametrize("in_dtype,out_dtype", [(torch.float16, torch.float16), (torch.bfloat16, torch.float32)])
 @pytest.mark.parametrize("M,N,K", [(1024, 1024, 1024), (1000, 1000, 1000), (333, 200, 136), (2048, 4096, 512),

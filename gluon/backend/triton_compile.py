@@ -59,7 +59,7 @@ import traceback
 import warnings
 from typing import Any, Mapping
 
-from . import ptx_cluster
+from . import ptx_cluster, ptx_prefetch
 from ..cache import KernelCache, default_cache
 
 __all__ = [
@@ -189,8 +189,10 @@ def cache_key_parts(ttgir: str, target, options: Mapping | None = None) -> tuple
         ("options", opts),
         ("env", sorted(get_cache_invalidating_env_vars().items())),
     )
-    if ptx_cluster.parse_header(ttgir) is not None:     # the PTX pass is part of this kernel's compiler
+    if ptx_cluster.parse_header(ttgir) is not None:     # the PTX passes are part of this kernel's compiler
         parts += (("ptx_cluster", ptx_cluster.source_hash()),)
+    if ptx_prefetch.wanted(ttgir):
+        parts += (("ptx_prefetch", ptx_prefetch.source_hash()),)
     return parts
 
 
@@ -507,17 +509,25 @@ def _compile_job(src_path: pathlib.Path, tgt, options: dict) -> dict[str, bytes 
 
     # 2. Compile with Triton's cache redirected to our scratch dir and ptxas' -v
     #    log (Triton prints it with print() when dump_ptxas_log is set) captured;
-    #    a cluster kernel's PTX goes through the cluster pass (ptx_cluster) first.
+    #    a cluster kernel's PTX goes through the cluster pass (ptx_cluster) first, and one that asks
+    #    for it through the descriptor prefetch pass (ptx_prefetch).
     ptxas_log = io.StringIO()
     cluster = ptx_cluster.parse_header(ttgir)
+    prefetch = ptx_prefetch.wanted(ttgir)
     cluster_stats: dict = {}
+    prefetch_stats: dict = {}
     try:
         with knobs.cache.scope(), knobs.nvidia.scope(), knobs.runtime.scope(), \
                 contextlib.redirect_stdout(ptxas_log):
             knobs.cache.dir = str(src_path.parent / "triton-cache")
             knobs.nvidia.dump_ptxas_log = True
+            rewrites = []
             if cluster is not None:
-                knobs.runtime.add_stages_inspection_hook = _cluster_hook(cluster, ttgir, entry_name, cluster_stats)
+                rewrites.append(_cluster_rewrite(cluster, ttgir, entry_name, cluster_stats))
+            if prefetch:
+                rewrites.append(_prefetch_rewrite(prefetch_stats))
+            if rewrites:
+                knobs.runtime.add_stages_inspection_hook = _ptx_hook(rewrites)
             kernel = triton.compile(str(src_path), target=gpu_target, options=dict(options) or None)
     except Exception as e:
         log = ptxas_log.getvalue()
@@ -548,6 +558,8 @@ def _compile_job(src_path: pathlib.Path, tgt, options: dict) -> dict[str, bytes 
     if cluster is not None:     # Triton's launcher starts grid[0] * num_ctas CTAs in clusters of num_ctas
         metadata["num_ctas"] = cluster.num_ctas
         metadata["gluon_cluster"] = cluster_stats
+    if prefetch:
+        metadata["gluon_prefetch"] = prefetch_stats
     metadata["gluon_ptxas_log"] = ptxas_log.getvalue()[-16000:]
     metadata["gluon_version"] = _gluon_version()
     metadata["gluon_files"] = sorted(asm)
@@ -557,8 +569,8 @@ def _compile_job(src_path: pathlib.Path, tgt, options: dict) -> dict[str, bytes 
     return files
 
 
-def _cluster_hook(cluster: "ptx_cluster.ClusterInfo", ttgir: str, name: str, stats: dict):
-    """A Triton stages hook that runs the PTX of this kernel through the cluster pass."""
+def _cluster_rewrite(cluster: "ptx_cluster.ClusterInfo", ttgir: str, name: str, stats: dict):
+    """The cluster pass as a PTX rewrite (ptx, kernel name) -> ptx; what it did goes into `stats`."""
     args = [a for a, _, _ in (ttgir_arguments(ttgir, name) or [])]
     params = {}
     for d in cluster.multicast:
@@ -566,12 +578,32 @@ def _cluster_hook(cluster: "ptx_cluster.ClusterInfo", ttgir: str, name: str, sta
             raise _StageError("parse", f"multicast descriptor %{d} is not an argument of @{name}")
         params[d] = args.index(d)
 
+    def rewrite(ptx: str, kernel: str) -> str:
+        ptx, st = ptx_cluster.rewrite(ptx, kernel, cluster.num_ctas, params)
+        stats.update(st)
+        return ptx
+
+    return rewrite
+
+
+def _prefetch_rewrite(stats: dict):
+    def rewrite(ptx: str, kernel: str) -> str:
+        ptx, st = ptx_prefetch.rewrite(ptx, kernel)
+        stats.update(st)
+        return ptx
+
+    return rewrite
+
+
+def _ptx_hook(rewrites: list):
+    """A Triton stages hook that runs this kernel's PTX through `rewrites` in order before ptxas."""
     def hook(backend, stages, options, language, capability):
         make_ptx = stages["ptx"]
 
         def ptx_stage(src, metadata):
-            ptx, st = ptx_cluster.rewrite(make_ptx(src, metadata), metadata["name"], cluster.num_ctas, params)
-            stats.update(st)
+            ptx = make_ptx(src, metadata)
+            for rewrite in rewrites:
+                ptx = rewrite(ptx, metadata["name"])
             return ptx
 
         stages["ptx"] = ptx_stage

@@ -91,7 +91,8 @@ def gemm_sm90(A, B, C, W, SPLITS,
               STAGES: gl.constexpr = 3, GROUP_M: gl.constexpr = 8, CONSUMER_WGS: gl.constexpr = 2,
               PRODUCER_REGS: gl.constexpr = 40, SWIZZLE: gl.constexpr = 128, EPILOGUE: gl.constexpr = "tma",
               B_KMAJOR: gl.constexpr = False, SPLIT_WGS: gl.constexpr = False, CONSUMER_REGS: gl.constexpr = 216,
-              CLUSTER_M: gl.constexpr = 1, PINGPONG: gl.constexpr = False, CLUSTER_N: gl.constexpr = 1):
+              CLUSTER_M: gl.constexpr = 1, PINGPONG: gl.constexpr = False, CLUSTER_N: gl.constexpr = 1,
+              TMA_PREFETCH: gl.constexpr = False):
     if PINGPONG and CONSUMER_WGS != 2:
         raise gluon.GluonError(f"PINGPONG needs CONSUMER_WGS=2 (two warpgroups taking turns), not {CONSUMER_WGS}")
     if CLUSTER_M > 1 and CLUSTER_N > 1:
@@ -100,6 +101,8 @@ def gemm_sm90(A, B, C, W, SPLITS,
     CL = CLUSTER_M * CLUSTER_N                  # CTAs per cluster
     if CL > 1:
         gl.set_cluster(CL)
+    if TMA_PREFETCH:    # the A, B and C descriptors into the descriptor cache at kernel start
+        gl.set_tma_prefetch()
     M = C.shape[0]
     N = C.shape[1]
     K = A.shape[1]

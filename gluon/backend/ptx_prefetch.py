@@ -1,0 +1,78 @@
+"""PTX post-pass: prefetch a kernel's TMA descriptors into the descriptor cache at kernel start.
+
+A TMA copy reads its 128-byte descriptor (a by-value kernel parameter) before it can move data; the
+first copy through a descriptor that is not cached waits for that read (an L2 or DRAM round trip),
+and in a GEMM with one tile per CTA both the first load and the final TMA store of the output pay it
+on the critical path. CUTLASS therefore issues `prefetch.tensormap` for every descriptor at kernel
+start. Triton 3.6's TTGIR has no op for it, so the lowering writes a header line when the kernel asks
+for it (`set_tma_prefetch()`), and this pass inserts, right after the entry label, one
+`prefetch.tensormap` per parameter that some `cp.async.bulk.tensor` uses as its descriptor, issued by
+thread 0 only (the cache is per SM; the other threads would issue duplicates).
+"""
+from __future__ import annotations
+
+import functools
+import hashlib
+import pathlib
+import re
+
+_HEADER = "// gluon.ptx prefetch_tensormaps"
+
+
+class PrefetchPassError(RuntimeError):
+    pass
+
+
+@functools.lru_cache(maxsize=1)
+def source_hash() -> str:
+    """This pass's source, for the compile cache key of the kernels it rewrites."""
+    return hashlib.sha256(pathlib.Path(__file__).read_bytes()).hexdigest()[:16]
+
+
+def header() -> str:
+    return _HEADER
+
+
+def wanted(ttgir: str) -> bool:
+    return any(line.strip() == _HEADER for line in ttgir.splitlines()[:8])
+
+
+# the descriptor operand of a bulk tensor copy (load, multicast load, store, reduce, prefetch):
+# `[%rdN, {coords}]`
+_TENSOR_COPY = re.compile(r"cp(?:\.reduce)?\.async\.bulk(?:\.prefetch)?\.tensor\.[1-5]d[\w.:]*\s+(?:\[[^\]]*\],\s*)?"
+                          r"\[(%rd\d+),\s*\{")
+_ENTRY = re.compile(r"^\$L__func_begin\d+:\s*$", re.M)
+
+
+def _param_of(ptx: str, reg: str, kernel: str) -> str | None:
+    """The kernel parameter whose generic address `reg` holds (`mov.b64 %a, k_param_i; cvta.param.u64 reg,
+    %a`), or None."""
+    m = re.search(rf"cvta\.param\.u64\s+{re.escape(reg)},\s*(%rd\d+);", ptx)
+    src = m.group(1) if m else reg
+    m = re.search(rf"mov\.b64\s+{re.escape(src)},\s*({re.escape(kernel)}_param_\d+);", ptx)
+    return m.group(1) if m else None
+
+
+def rewrite(ptx: str, kernel: str) -> tuple[str, dict]:
+    """Insert the prefetches; returns the new PTX and {"prefetched": [parameter names]}."""
+    params: list[str] = []
+    for reg in dict.fromkeys(_TENSOR_COPY.findall(ptx)):
+        p = _param_of(ptx, reg, kernel)
+        if p is None:
+            raise PrefetchPassError(f"TMA descriptor register {reg} of {kernel} does not come from a kernel "
+                                    "parameter in the PTX; cannot prefetch it")
+        if p not in params:
+            params.append(p)
+    if not params:
+        return ptx, {"prefetched": []}
+    entry = _ENTRY.search(ptx)
+    if entry is None:
+        raise PrefetchPassError(f"no entry label ($L__func_begin) in the PTX of {kernel}")
+    lines = ["{", ".reg .pred %gluon_pf;", ".reg .b32 %gluon_tid;", ".reg .b64 %gluon_tm;",
+             "mov.u32 %gluon_tid, %tid.x;", "setp.eq.u32 %gluon_pf, %gluon_tid, 0;"]
+    for p in params:
+        lines += [f"mov.b64 %gluon_tm, {p};", "cvta.param.u64 %gluon_tm, %gluon_tm;",
+                  "@%gluon_pf prefetch.tensormap [%gluon_tm];"]
+    lines.append("}")
+    block = "\n\t" + "\n\t".join(lines)
+    return ptx[:entry.end()] + block + ptx[entry.end():], {"prefetched": params}
