@@ -1,7 +1,7 @@
 """Thread-block clusters with TMA multicast, on the CPU: the PTX cluster pass (gluon/backend/ptx_cluster.py),
 the DSL's cluster builtins and their errors, the barrier checks that count multicast bytes, and the
-machine code of the GEMM with CLUSTER_M=2 (and CLUSTER_N=2). The CLUSTER_M kernels ran on the H200 in
-tests/test_gpu.py; CLUSTER_N has GPU tests there that have not run yet."""
+machine code of the GEMM with CLUSTER_M=2 (and CLUSTER_N=2). The CLUSTER_M and CLUSTER_N kernels run
+on the H200 in tests/test_gpu.py."""
 import pytest
 
 import gluon.language as gl
@@ -197,19 +197,6 @@ def test_cluster_along_n_errors(cfg, match):
     cfg = dict(DEFAULT_CONFIG, **dict(dict(EPILOGUE="tma"), **cfg))
     with pytest.raises(GluonError, match=match):
         gemm_sm90.trace(*_gemm_refs(), num_warps=num_warps(cfg), **cfg)
-
-
-def test_cluster_along_n_is_refused_at_launch_until_verified(monkeypatch):
-    import gluon.kernels.gemm_sm90 as g
-    monkeypatch.delenv("GLUON_UNVERIFIED", raising=False)
-    monkeypatch.setattr(g, "_SMS", {0: 132})
-
-    class T:                                       # just what _plan reads before the check
-        device = type("D", (), {"index": 0})()
-        element_size = staticmethod(lambda: 2)
-
-    with pytest.raises(GluonError, match="has not run on a GPU yet; set GLUON_UNVERIFIED=1"):
-        g._plan(T(), T(), 1024, 1024, 1024, dict(CLUSTER_N=2), False, None)
 
 
 def test_cluster_gemm_rejects_b_parts_narrower_than_the_swizzle():

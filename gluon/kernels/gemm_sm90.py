@@ -30,8 +30,9 @@ exiting so no remote arrive is left in flight). Triton 3.6 has no multicast TMA,
 pass adds it (gluon/backend/ptx_cluster.py, docs/CLUSTERS.md). `choose_config` uses it for rows that
 are not 128-byte aligned, where it measured faster. CLUSTER_N=2 is the transpose (cuBLAS's 1x2
 clusters): two CTAs side by side along N share their A rows, each loads half of every A ring and
-multicasts it. It compiles and passes the checks; it has not run on a GPU yet, so `launch` refuses it
-unless GLUON_UNVERIFIED=1 (the GPU tests set it).
+multicasts it. Verified on the H200 (156 GPU cases with the B64/B32 swizzles), but slower than no
+cluster at one-wave and larger shapes (0.98-0.99x of it with 128x256 tiles, 0.90-0.97x with cuBLAS's
+256x128; docs/PERF.md), so `choose_config` does not use it.
 PINGPONG=True (with CONSUMER_WGS=2) makes the two consumer warpgroups take whole BLOCK_M x BLOCK_N tiles
 in turn (CUTLASS's ping-pong): they share one ring, a `turn` barrier pair orders their mainloops, so
 one warpgroup's epilogue runs during the other's mainloop. Verified on the H200 (60 GPU cases), but
@@ -44,7 +45,6 @@ program has one unit (about one wave of tiles). Verified on the H200, but no fas
 2048x2048x4096 and 1536x2816x2048 (-0.4% to +0.6%, docs/PERF.md): off by default.
 Not here yet: stream-K for the partial last wave.
 """
-import os
 from dataclasses import dataclass
 
 import gluon.language as gl
@@ -490,10 +490,6 @@ def _plan(a, c, M: int, N: int, K: int, config: dict | None, b_kmajor: bool, spl
     if dev not in _SMS:
         _SMS[dev] = torch.cuda.get_device_properties(dev).multi_processor_count
     cfg = resolve_config(M, N, K, _SMS[dev], c.element_size(), pitch_aligned, config)
-    if cfg.get("CLUSTER_N", 1) > 1 and os.environ.get("GLUON_UNVERIFIED") != "1":
-        raise gluon.GluonError("CLUSTER_N (clusters along N sharing A) compiles and passes the checks on the CPU, but "
-                               "has not run on a GPU yet; set GLUON_UNVERIFIED=1 to run it anyway (tests/test_gpu.py "
-                               "does)")
     S = split_k(M, N, K, cfg, _SMS[dev]) if splits is None else splits
     # no empty K slice: the kernel's consumers release a stage after every unit, so a unit without
     # k-steps would release one it never took (e.g. splits=5 over 16 k-steps: 4, 4, 4, 4, 0)
