@@ -525,7 +525,7 @@ def _compile_job(src_path: pathlib.Path, tgt, options: dict) -> dict[str, bytes 
             if cluster is not None:
                 rewrites.append(_cluster_rewrite(cluster, ttgir, entry_name, cluster_stats))
             if prefetch:
-                rewrites.append(_prefetch_rewrite(prefetch_stats))
+                rewrites.append(_recorded(ptx_prefetch.rewrite, prefetch_stats))
             if rewrites:
                 knobs.runtime.add_stages_inspection_hook = _ptx_hook(rewrites)
             kernel = triton.compile(str(src_path), target=gpu_target, options=dict(options) or None)
@@ -569,30 +569,26 @@ def _compile_job(src_path: pathlib.Path, tgt, options: dict) -> dict[str, bytes 
     return files
 
 
+def _recorded(rewrite, stats: dict):
+    """A PTX pass's `rewrite(ptx, kernel) -> (ptx, what it did)` as `(ptx, kernel) -> ptx`, recording what
+    it did in `stats` (for the binary's metadata)."""
+    def run(ptx: str, kernel: str) -> str:
+        ptx, st = rewrite(ptx, kernel)
+        stats.update(st)
+        return ptx
+
+    return run
+
+
 def _cluster_rewrite(cluster: "ptx_cluster.ClusterInfo", ttgir: str, name: str, stats: dict):
-    """The cluster pass as a PTX rewrite (ptx, kernel name) -> ptx; what it did goes into `stats`."""
+    """The cluster pass for this kernel's multicast descriptors (TTGIR argument index = PTX parameter)."""
     args = [a for a, _, _ in (ttgir_arguments(ttgir, name) or [])]
     params = {}
     for d in cluster.multicast:
         if d not in args:
             raise _StageError("parse", f"multicast descriptor %{d} is not an argument of @{name}")
         params[d] = args.index(d)
-
-    def rewrite(ptx: str, kernel: str) -> str:
-        ptx, st = ptx_cluster.rewrite(ptx, kernel, cluster.num_ctas, params)
-        stats.update(st)
-        return ptx
-
-    return rewrite
-
-
-def _prefetch_rewrite(stats: dict):
-    def rewrite(ptx: str, kernel: str) -> str:
-        ptx, st = ptx_prefetch.rewrite(ptx, kernel)
-        stats.update(st)
-        return ptx
-
-    return rewrite
+    return _recorded(lambda ptx, kernel: ptx_cluster.rewrite(ptx, kernel, cluster.num_ctas, params), stats)
 
 
 def _ptx_hook(rewrites: list):
