@@ -158,7 +158,7 @@ CLUSTER_N_CONFIGS = [
     dict(DEFAULT_CONFIG, CLUSTER_N=2),                    # 2-CTA clusters along N, A multicast
     dict(DEFAULT_CONFIG, CLUSTER_N=2, SPLIT_WGS=True),
     dict(DEFAULT_CONFIG, CLUSTER_N=2, BLOCK_N=128, STAGES=4),
-    dict(DEFAULT_CONFIG, CLUSTER_N=2, BLOCK_M=256, BLOCK_N=128),    # cuBLAS's tile and cluster at 2048^3-4096^3
+    dict(DEFAULT_CONFIG, CLUSTER_N=2, BLOCK_M=256, BLOCK_N=128),    # 256x128: each CTA multicasts 128 A rows
 ]
 
 

@@ -28,11 +28,11 @@ their B tile; each loads half of it with a multicast TMA load into both, and a r
 the consumers of both CTAs released it (`arrive(cluster=True)`; the producer drains the ring before
 exiting so no remote arrive is left in flight). Triton 3.6 has no multicast TMA, so the backend's PTX
 pass adds it (gluon/backend/ptx_cluster.py, docs/CLUSTERS.md). `choose_config` uses it for rows that
-are not 128-byte aligned, where it measured faster. CLUSTER_N=2 is the transpose (cuBLAS's 1x2
-clusters): two CTAs side by side along N share their A rows, each loads half of every A ring and
-multicasts it. Verified on the H200 (156 GPU cases with the B64/B32 swizzles), but slower than no
-cluster at one-wave and larger shapes (0.98-0.99x of it with 128x256 tiles, 0.90-0.97x with cuBLAS's
-256x128; docs/PERF.md), so `choose_config` does not use it.
+are not 128-byte aligned, where it measured faster (it is also cuBLAS's recipe at 2048^3, seen from
+row-major tensors; docs/CLUSTERS.md). CLUSTER_N=2 is the transpose: two CTAs side by side along N
+share their A rows, each loads half of every A ring and multicasts it. Verified on the H200 (156 GPU
+cases with the B64/B32 swizzles), but slower than no cluster at one-wave and larger shapes (0.98-0.99x
+of it with 128x256 tiles, 0.90-0.97x with 256x128; docs/PERF.md), so `choose_config` does not use it.
 PINGPONG=True (with CONSUMER_WGS=2) makes the two consumer warpgroups take whole BLOCK_M x BLOCK_N tiles
 in turn (CUTLASS's ping-pong): they share one ring, a `turn` barrier pair orders their mainloops, so
 one warpgroup's epilogue runs during the other's mainloop. Verified on the H200 (60 GPU cases), but
