@@ -832,6 +832,25 @@ def set_cluster(num_ctas: int) -> None:
     t.kernel.attrs["num_ctas"] = int(num_ctas)
 
 
+def multiple_of(x: "Tensor", n: int = 16) -> "Tensor":
+    """Assume that integer kernel parameter or symbolic size `x` is a multiple of `n` (16, the
+    specialization the launcher checks: a launch with another value is refused, never run wrong). The
+    compiler then knows that rows of that many elements start 16-element aligned, so row-major
+    addresses built from it vectorize (a 16-byte store per 8 fp16 instead of eight 2-byte ones). Returns
+    `x`."""
+    t = _tr()
+    if n != 16:
+        raise ir.GluonError(f"multiple_of(x, {n}): only 16 is supported (the launcher checks multiples of 16)",
+                            _user_loc())
+    v = x.value if isinstance(x, Tensor) else None
+    param = next((p for p in t.kernel.params if v is not None and p.value is v), None)
+    if param is None or not isinstance(v.type, ir.ScalarType) or not v.type.dtype.is_int:
+        raise ir.GluonError("multiple_of() applies to an integer kernel parameter or a symbolic size "
+                            "(C.shape[1]), not to a computed value", _user_loc())
+    param.divisibility = builtins.max(param.divisibility, n)
+    return x
+
+
 def set_tma_prefetch(enabled: bool = True) -> None:
     """Prefetch every TMA descriptor this kernel copies through into the SM's descriptor cache at kernel
     start (CUTLASS does this in every TMA kernel), so neither the first TMA load nor the first TMA store

@@ -1,5 +1,6 @@
 """Tracing: the Quick Start, the copy kernel, control flow, and diagnostics that name the user's line."""
 import os
+import re
 import subprocess
 import sys
 
@@ -191,3 +192,32 @@ def test_tma_box_wider_than_swizzle_is_rejected_by_layout_check():
 def test_builtin_outside_kernel():
     with pytest.raises(GluonError, match="inside a kernel"):
         gl.program_id(0)
+
+
+def _sized_kernel(hint):
+    @gluon.kernel(arch=SM90, num_warps=4)
+    def k(X, Y):
+        n = X.shape[1]
+        hint(n)
+        offs = gl.arange(0, 128)
+        gl.store(Y + offs, gl.load(X + offs * n))
+    return k.trace(TensorRef("X", DType.f16, shape=("M", "N")), TensorRef("Y", DType.f16, shape=("L",)))
+
+
+def test_multiple_of_marks_the_size_parameter_for_the_launcher():
+    from gluon.backend.triton_lowering import lower_module
+    from gluon.jit import run_passes
+    module = _sized_kernel(lambda n: gl.multiple_of(n, 16))
+    assert {p.name: p.divisibility for p in module.kernels[0].params}["N"] == 16
+    assert re.search(r"%\w+: i32 \{tt.divisibility = 16 : i32\}", lower_module(run_passes(module)))
+    plain = _sized_kernel(lambda n: None)
+    assert {p.name: p.divisibility for p in plain.kernels[0].params}["N"] == 1
+
+
+@pytest.mark.parametrize("hint,match", [
+    (lambda n: gl.multiple_of(n * 2, 16), "applies to an integer kernel parameter or a symbolic size"),
+    (lambda n: gl.multiple_of(n, 8), r"only 16 is supported"),
+])
+def test_multiple_of_errors(hint, match):
+    with pytest.raises(GluonError, match=match):
+        _sized_kernel(hint)

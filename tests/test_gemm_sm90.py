@@ -96,6 +96,25 @@ def test_choose_config_picks_tiles_by_problem_size():
     assert choose_config(1000, 1000, 1000, 132, pitch_aligned=False).get("CLUSTER_M", 1) == 1
 
 
+def test_choose_config_uses_the_coalesced_epilogue_where_each_program_has_one_tile():
+    assert choose_config(2048, 2048, 2048, 132)["EPILOGUE"] == "coalesced"       # 128 tiles, one each
+    assert choose_config(1536, 2816, 2048, 132)["EPILOGUE"] == "coalesced"       # 132 tiles
+    assert choose_config(4096, 4096, 4096, 132)["EPILOGUE"] == "auto"            # several tiles per program
+    assert choose_config(2048, 2040, 2048, 132)["EPILOGUE"] == "auto"            # rows not 16-element multiples
+    assert choose_config(2048, 2048, 2048, 132, out_size=4)["EPILOGUE"] == "auto"   # fp32: 128 KB staging tile
+    assert choose_config(2048, 2048, 2048, 132, pitch_aligned=False)["EPILOGUE"] == "auto"
+
+
+def test_coalesced_epilogue_machine_code():
+    base = dict(DEFAULT_CONFIG, EPILOGUE="coalesced")
+    refs = _refs()
+    vec = sass_instructions(gemm_sm90.compile(*refs, num_warps=num_warps(base), **dict(base, N_MULTIPLE_16=True)).sass())
+    assert vec["STG.E.128"] == 16 and vec["LDS.128"] == 16 and vec["STSM.16.M88.4"] == 16   # 16 B per store
+    assert vec["UTMASTG"] == 0 and vec["HGMMA.64x256x16.F32"] >= 4
+    plain = sass_instructions(gemm_sm90.compile(*refs, num_warps=num_warps(base), **base).sass())
+    assert plain["STG.E.128"] == 0                       # N unknown: the row starts are not known aligned
+
+
 @pytest.mark.parametrize("variant", [dict(), dict(SPLIT_WGS=True), dict(CLUSTER_M=2), dict(CONSUMER_WGS=1, BLOCK_N=128)])
 def test_ring_epilogue_machine_code(variant):
     """EPILOGUE="ring": no staging region (the 4-stage ring and barriers alone, under 227 KiB), a TMA

@@ -131,6 +131,24 @@ def test_persistent_ws_gemm_matches_fp64_reference(M, N, K, in_dtype, out_dtype,
     assert max(errs) < 1e-2, errs
 
 
+@pytest.mark.parametrize("b_kmajor", [False, True])
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("M,N,K,cfg", [
+    (2048, 2048, 2048, {}),                                # choose_config's pick: 16-byte stores (N % 16 == 0)
+    (1536, 2816, 1000, {}),                                # one wave of 132 tiles, K tail
+    (1000, 1000, 1000, {"EPILOGUE": "coalesced"}),         # edges; N % 16 != 0: element stores
+    (333, 200, 136, {"EPILOGUE": "coalesced"}),
+    (2048, 4096, 512, {"EPILOGUE": "coalesced"}),          # several tiles per program (the staging tile reused)
+    (640, 768, 4000, {"EPILOGUE": "coalesced", "CLUSTER_M": 2}),
+], ids=["2048-auto", "1536x2816x1000-auto", "1000", "333x200x136", "2048x4096x512", "640x768x4000-cluster"])
+def test_coalesced_epilogue_gemm_matches_fp64_reference(M, N, K, cfg, dtype, b_kmajor):
+    """The tile staged in shared memory and written back with (16-byte where N allows) stores by every
+    consumer thread, instead of a TMA store."""
+    from gluon.kernels.gemm_sm90 import launch
+    errs = gemm_errors(lambda a, b, c: launch(a, b, c, cfg, b_kmajor=b_kmajor), M, N, K, dtype, dtype, b_kmajor)
+    assert max(errs) < 1e-2, errs
+
+
 CLUSTER_CONFIGS = [
     dict(DEFAULT_CONFIG, CLUSTER_M=2),                    # 2-CTA clusters, B multicast
     dict(DEFAULT_CONFIG, CLUSTER_M=2, SPLIT_WGS=True),

@@ -43,6 +43,10 @@ which leaves room for a 4th stage of 128x256x64; the producer then waits (`c_fre
 stores have read the rings before it loads a program's next unit, so it is for problems where every
 program has one unit (about one wave of tiles). Verified on the H200, but no faster there at 2048^3,
 2048x2048x4096 and 1536x2816x2048 (-0.4% to +0.6%, docs/PERF.md): off by default.
+EPILOGUE="coalesced" stages the tile in shared memory as "tma" does, then every consumer thread reads
+back 16 contiguous bytes of a row and stores them (`launch` sets N_MULTIPLE_16 when N is a multiple of
+16, which lets those stores vectorize): no TMA store to wait for at the end of a program. Where every
+program has one tile that end is the kernel's critical path, and `choose_config` uses it there.
 Not here yet: stream-K for the partial last wave.
 """
 from dataclasses import dataclass
@@ -92,7 +96,7 @@ def gemm_sm90(A, B, C, W, SPLITS,
               PRODUCER_REGS: gl.constexpr = 40, SWIZZLE: gl.constexpr = 128, EPILOGUE: gl.constexpr = "tma",
               B_KMAJOR: gl.constexpr = False, SPLIT_WGS: gl.constexpr = False, CONSUMER_REGS: gl.constexpr = 216,
               CLUSTER_M: gl.constexpr = 1, PINGPONG: gl.constexpr = False, CLUSTER_N: gl.constexpr = 1,
-              TMA_PREFETCH: gl.constexpr = False):
+              TMA_PREFETCH: gl.constexpr = False, N_MULTIPLE_16: gl.constexpr = False):
     if PINGPONG and CONSUMER_WGS != 2:
         raise gluon.GluonError(f"PINGPONG needs CONSUMER_WGS=2 (two warpgroups taking turns), not {CONSUMER_WGS}")
     if CLUSTER_M > 1 and CLUSTER_N > 1:
@@ -106,6 +110,8 @@ def gemm_sm90(A, B, C, W, SPLITS,
     M = C.shape[0]
     N = C.shape[1]
     K = A.shape[1]
+    if N_MULTIPLE_16:   # set by launch when it holds: the coalesced epilogue's row starts are 16-element aligned
+        gl.multiple_of(N, 16)
     sw = SwizzleMode(SWIZZLE)
     # consumer roles: one for all warpgroups (cooperative), or with SPLIT_WGS one per warpgroup, each with
     # its own ring of A rows, staging tile and arrive on `empty`, so they never wait for each other; or
@@ -135,8 +141,10 @@ def gemm_sm90(A, B, C, W, SPLITS,
     empty = mbarrier(count=A_RINGS * CL, name="empty", stages=STAGES)
     if PINGPONG:    # turn[g]: warpgroup g may start its next mainloop (the other finished issuing its own)
         turn = mbarrier(count=1, name="turn", stages=2)
+    if EPILOGUE not in ("tma", "ring", "coalesced", "direct"):
+        raise gluon.GluonError(f"EPILOGUE={EPILOGUE!r}: use 'tma', 'ring', 'coalesced' or 'direct'")
     c_tiles = []
-    if EPILOGUE == "tma":
+    if EPILOGUE in ("tma", "coalesced"):
         c_tiles = [smem(C.dtype, Layout.swizzled(RM, BLOCK_N, SwizzleMode.B128),
                         name=f"c_tile{g}" if ROLES > 1 else "c_tile") for g in range(ROLES)]
     elif EPILOGUE == "ring":
@@ -188,6 +196,10 @@ def gemm_sm90(A, B, C, W, SPLITS,
                 gl.cluster_sync()                   # the other CTAs' barriers are initialised
             a_s = a_rings[0 if PINGPONG else g]
             acc_layout = Layout.wgmma((RW, 1), instr_n=BLOCK_N, operand_dtype=A.dtype)
+            if EPILOGUE == "coalesced":     # 16 bytes per thread, a warp's threads along one row
+                vec = 128 // C.dtype.bits
+                tpw_n = min(32, BLOCK_N // vec)
+                out_layout = Layout.blocked([1, vec], [32 // tpw_n, tpw_n], [RW, 1], [1, 0])
             cnt = gl.full((), 0, gl.int32)
             if PINGPONG:
                 # warpgroup g takes this program's units g, g + 2, ...; the ring holds every unit's
@@ -233,6 +245,14 @@ def gemm_sm90(A, B, C, W, SPLITS,
                     gl.store(W + ((split * M + rows[:, None]) * N + cols[None, :]), acc, mask=mask)
                 elif EPILOGUE == "direct":
                     gl.store(C + (rows[:, None] * N + cols[None, :]), acc.to(C.dtype), mask=mask)
+                elif EPILOGUE == "coalesced":       # staged in shared memory, read back row-contiguous and
+                    c_s = c_tiles[g]                # written with 16-byte stores by every consumer thread
+                    c_s.store(acc.to(C.dtype))
+                    out = c_s.load(layout=out_layout)
+                    orows = off_m + gl.arange(0, RM, layout=SliceLayout(1, out_layout))
+                    ocols = off_n + gl.arange(0, BLOCK_N, layout=SliceLayout(0, out_layout))
+                    gl.store(C + (orows[:, None] * N + ocols[None, :]), out,
+                             mask=(orows[:, None] < M) & (ocols[None, :] < N))
                 else:                               # staged in shared memory, written by a TMA store
                     c_s = c_tiles[g][0] if c_tiles[g].stages > 1 else c_tiles[g]
                     if EPILOGUE == "tma":
@@ -336,7 +356,7 @@ def cluster_size(config: dict) -> int:
     return config.get("CLUSTER_M", 1) * config.get("CLUSTER_N", 1)
 
 
-def choose_config(M: int, N: int, K: int, num_sms: int, pitch_aligned: bool = True) -> dict:
+def choose_config(M: int, N: int, K: int, num_sms: int, pitch_aligned: bool = True, out_size: int = 2) -> dict:
     """The hand-picked configuration for a problem when the caller gives none: DEFAULT_CONFIG once
     its 128x256 tiles make a wave (num_sms of them, give or take 10%), else the first of
     SMALL_CONFIGS whose tiles fit in one wave. A rule on tile counts, not a table of shapes.
@@ -344,9 +364,18 @@ def choose_config(M: int, N: int, K: int, num_sms: int, pitch_aligned: bool = Tr
     `pitch_aligned`: whether the rows of A and B start on 128-byte boundaries. When they do not, the
     large tiles run in 2-CTA clusters that load each B tile once and multicast it: measured on the
     H200 (docs/PERF.md) 4000x3000x5000 0.86x -> 0.98x cuBLAS, 3000x2000x1500 +2%, while on aligned
-    shapes clusters were 2% slower to 1% faster."""
+    shapes clusters were 2% slower to 1% faster.
+
+    When the 128x256 tiles make at most one wave (every program one tile, so its epilogue is not
+    hidden behind another tile's mainloop) and output rows are whole multiples of 16 elements of
+    `out_size` <= 2 bytes, the epilogue is "coalesced": the tile read back from shared memory and
+    written with 16-byte stores by all consumer threads, which measured 0.1-2.3% faster there than
+    one TMA store (docs/PERF.md)."""
     if tiles(M, N, DEFAULT_CONFIG) * 10 >= num_sms * 9:
-        return dict(DEFAULT_CONFIG, CLUSTER_M=1 if pitch_aligned else 2)
+        cfg = dict(DEFAULT_CONFIG, CLUSTER_M=1 if pitch_aligned else 2)
+        if tiles(M, N, cfg) <= num_sms and N % 16 == 0 and out_size <= 2 and pitch_aligned:
+            cfg["EPILOGUE"] = "coalesced"
+        return cfg
     for cfg in SMALL_CONFIGS:
         if tiles(M, N, cfg) <= num_sms:
             return dict(cfg)
@@ -477,7 +506,7 @@ def resolve_config(M: int, N: int, K: int, num_sms: int, out_size: int, pitch_al
                    config: dict | None = None) -> dict:
     """The config `launch` runs for a problem: `choose_config`, the caller's keys on top, the epilogue
     resolved for an output of `out_size`-byte elements."""
-    return resolve_epilogue(dict(choose_config(M, N, K, num_sms, pitch_aligned), **(config or {})), out_size)
+    return resolve_epilogue(dict(choose_config(M, N, K, num_sms, pitch_aligned, out_size), **(config or {})), out_size)
 
 
 def _plan(a, c, M: int, N: int, K: int, config: dict | None, b_kmajor: bool, splits: int | None,
@@ -496,6 +525,8 @@ def _plan(a, c, M: int, N: int, K: int, config: dict | None, b_kmajor: bool, spl
     k_tiles = gl.cdiv(K, cfg["BLOCK_K"])
     S = max(1, gl.cdiv(k_tiles, gl.cdiv(k_tiles, max(S, 1))))
     bound = gemm_sm90[grid(M, N, cfg, _SMS[dev], S)]
+    if cfg["EPILOGUE"] == "coalesced" and N % 16 == 0:     # its 16-byte stores need 16-element rows
+        cfg["N_MULTIPLE_16"] = True
     return _Plan(bound, dev, S, dict(B_KMAJOR=b_kmajor, num_warps=num_warps(cfg), **cfg))
 
 
