@@ -113,6 +113,10 @@ def test_coalesced_epilogue_machine_code():
     assert vec["UTMASTG"] == 0 and vec["HGMMA.64x256x16.F32"] >= 4
     plain = sass_instructions(gemm_sm90.compile(*refs, num_warps=num_warps(base), **base).sass())
     assert plain["STG.E.128"] == 0                       # N unknown: the row starts are not known aligned
+    with pytest.raises(GluonError, match="EPILOGUE='coalesced' has not run in a cluster"):
+        gemm_sm90.trace(*refs, num_warps=num_warps(base), **dict(base, CLUSTER_M=2))
+    with pytest.raises(GluonError, match="EPILOGUE='dma': use 'tma', 'ring', 'coalesced' or 'direct'"):
+        gemm_sm90.trace(*refs, num_warps=num_warps(base), **dict(base, EPILOGUE="dma"))
 
 
 @pytest.mark.parametrize("variant", [dict(), dict(SPLIT_WGS=True), dict(CLUSTER_M=2), dict(CONSUMER_WGS=1, BLOCK_N=128)])
