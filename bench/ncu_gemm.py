@@ -2,14 +2,15 @@
 side by side (where the time goes when the ratios alone do not say: throughput of L2, DRAM, the tensor
 pipes, warp stalls).
 
-    ncu --clock-control none -k regex:'gemm_sm90|_matmul|nvjet|sm90_xmma' \\
+    ncu --clock-control none -k regex:'gemm_sm90|_matmul|nvjet' \\
         --section SpeedOfLight --section MemoryWorkloadAnalysis --section WarpStateStats \\
         python3 bench/ncu_gemm.py --shape 2048x2048x2048 --dtype fp16 [--ws-config KEY=VALUE,...]
 
 Each kernel runs once (ncu flushes the caches before each profiled pass anyway) and its output is
 checked against an fp64 reference, so a profile is never of a wrong kernel. Plain Triton
 runs the config given by --triton-config (default: its pick at 2048^3 on the H200, docs/PERF.md)
-without autotuning, so the profile holds no tuning launches.
+without autotuning, so the profile holds no tuning launches. (cuBLAS's H200 fp16/bf16 GEMMs are
+`nvjet_*` kernels; a filter on `sm90_xmma` would also catch the fp64 reference's `sm90_xmma_gemm_f64*`.)
 """
 from __future__ import annotations
 
