@@ -284,3 +284,39 @@ def test_tile_kernel_launch_takes_any_config_key(monkeypatch):
     launch(a, b, c, BLOCK_N=256, STAGES=4, WARPS=8)
     (call,) = backend.calls
     assert call[:3] == (8, 4, 1)                     # ceil(1000/128) x ceil(1000/256) tiles
+
+
+@pytest.mark.parametrize("variant", [dict(), dict(SPLIT_WGS=True), dict(B_KMAJOR=True), dict(EPILOGUE="coalesced")],
+                         ids=["coop", "split_wgs", "b_kmajor", "coalesced"])
+def test_early_loads_issue_the_first_stages_before_the_warp_roles(variant):
+    cfg = dict(_cfg(**variant), EARLY_LOADS=True)
+    cfg.setdefault("B_KMAJOR", False)
+    module = run_passes(gemm_sm90.trace(*_refs(b_kmajor=cfg["B_KMAJOR"]), num_warps=num_warps(cfg), **cfg))
+    from gluon.backend.triton_lowering import lower_module
+    text = lower_module(module)
+    head, roles = text.split("ttg.warp_specialize", 1)
+    rings = 2 if cfg["SPLIT_WGS"] else 1
+    assert head.count("ttng.barrier_expect") == cfg["STAGES"]                         # one per stage
+    assert head.count("ttng.async_tma_copy_global_to_local") == cfg["STAGES"] * (rings + 1)   # A rings + B
+    ck = gemm_sm90.compile(*_refs(b_kmajor=cfg["B_KMAJOR"]), num_warps=num_warps(cfg), **cfg)
+    assert ck.spills == 0 and sass_instructions(ck.sass())["HGMMA.64x256x16.F32"] >= 4
+
+
+@pytest.mark.parametrize("cfg", [dict(CLUSTER_M=2), dict(PINGPONG=True, BLOCK_N=128), dict(EPILOGUE="ring", STAGES=4)])
+def test_early_loads_refuses_what_it_does_not_handle(cfg):
+    cfg = dict(_cfg(**cfg), EARLY_LOADS=True)
+    with pytest.raises(GluonError, match="EARLY_LOADS is written for the cooperative kernel"):
+        gemm_sm90.trace(*_refs(), num_warps=num_warps(cfg), **cfg)
+
+
+def test_early_loads_is_refused_at_launch_until_verified(monkeypatch):
+    import gluon.kernels.gemm_sm90 as g
+    monkeypatch.delenv("GLUON_UNVERIFIED", raising=False)
+    monkeypatch.setattr(g, "_SMS", {0: 132})
+
+    class T:                                       # just what _plan reads before the check
+        device = type("D", (), {"index": 0})()
+        element_size = staticmethod(lambda: 2)
+
+    with pytest.raises(GluonError, match="has not run on a GPU yet; set GLUON_UNVERIFIED=1"):
+        g._plan(T(), T(), 2048, 2048, 2048, dict(EARLY_LOADS=True), False, None)

@@ -47,8 +47,15 @@ EPILOGUE="coalesced" stages the tile in shared memory as "tma" does, then every 
 back 16 contiguous bytes of a row and stores them (`launch` sets N_MULTIPLE_16 when N is a multiple of
 16, which lets those stores vectorize): no TMA store to wait for at the end of a program. Where every
 program has one tile that end is the kernel's critical path, and `choose_config` uses it there.
+EARLY_LOADS=True issues the first unit's first STAGES loads from the default warps before the warp
+roles start (the producer then begins after them): Triton starts a producer partition only after the
+barrier inits and two setmaxnreg hand-overs, and where every program has one tile that delay is part of
+the fixed cost per launch that keeps 2048^3 behind plain Triton (docs/PERF.md). Compiled and checked on
+the CPU (every other config's TTGIR unchanged), not yet run on a GPU: `launch` refuses it unless
+GLUON_UNVERIFIED=1.
 Not here yet: stream-K for the partial last wave.
 """
+import os
 from dataclasses import dataclass
 
 import gluon.language as gl
@@ -83,6 +90,17 @@ def _cta_tile(row, col, rank, CLUSTER_M: int, CLUSTER_N: int):
     return row * CLUSTER_M + rank, col
 
 
+def _load_stage(a_rings, b_s, s, A, B, bar, off_m, off_n, kk, RM: int, BLOCK_K: int, B_KMAJOR: bool):
+    """Stage `s` of the A rings and the B ring for k-step `kk`, all of it loaded by this CTA (no cluster),
+    completing on `bar`."""
+    for g in static_range(len(a_rings)):
+        tma_load(a_rings[g][s], A, (off_m + g * RM, kk * BLOCK_K), bar)
+    if B_KMAJOR:
+        tma_load(b_s[s], B, (off_n, kk * BLOCK_K), bar)
+    else:
+        tma_load(b_s[s], B, (kk * BLOCK_K, off_n), bar)
+
+
 def _unit_k_steps(unit, SPLITS, k_per_split, k_tiles):
     """How many k-steps work unit `unit` has (its K slice; the last slice may be short or empty)."""
     k_lo, k_hi = _k_slice(unit % SPLITS, k_per_split, k_tiles)
@@ -96,7 +114,8 @@ def gemm_sm90(A, B, C, W, SPLITS,
               PRODUCER_REGS: gl.constexpr = 40, SWIZZLE: gl.constexpr = 128, EPILOGUE: gl.constexpr = "tma",
               B_KMAJOR: gl.constexpr = False, SPLIT_WGS: gl.constexpr = False, CONSUMER_REGS: gl.constexpr = 216,
               CLUSTER_M: gl.constexpr = 1, PINGPONG: gl.constexpr = False, CLUSTER_N: gl.constexpr = 1,
-              TMA_PREFETCH: gl.constexpr = False, N_MULTIPLE_16: gl.constexpr = False):
+              TMA_PREFETCH: gl.constexpr = False, N_MULTIPLE_16: gl.constexpr = False,
+              EARLY_LOADS: gl.constexpr = False):
     if PINGPONG and CONSUMER_WGS != 2:
         raise gluon.GluonError(f"PINGPONG needs CONSUMER_WGS=2 (two warpgroups taking turns), not {CONSUMER_WGS}")
     if CLUSTER_M > 1 and CLUSTER_N > 1:
@@ -192,6 +211,22 @@ def gemm_sm90(A, B, C, W, SPLITS,
                                f"B ({BN_PART * B.dtype.bits // 8} bytes), which must be whole {SWIZZLE}-byte swizzle "
                                f"rows; use BLOCK_N >= {CLUSTER_M * SWIZZLE * 8 // B.dtype.bits} or CLUSTER_M=1")
 
+    if EARLY_LOADS:
+        # the first unit's first stages, loaded by the default warps before the warp roles start: Triton
+        # starts the producer's partition only after the barrier inits and two register hand-overs, so
+        # the first TMA loads (the DRAM round trip every program waits for) leave that much earlier
+        if CL > 1 or PINGPONG or EPILOGUE == "ring":
+            raise gluon.GluonError("EARLY_LOADS is written for the cooperative kernel without clusters, ping-pong or the "
+                                   "ring epilogue; use EARLY_LOADS=False with those")
+        row0, col0 = _tile_coords(first_tile // SPLITS, num_rows, num_cols, GROUP_ROWS)
+        k_lo0, k_hi0 = _k_slice(first_tile % SPLITS, k_per_split, k_tiles)
+        early = gl.where(first_tile < num_units, gl.minimum(gl.maximum(k_hi0 - k_lo0, 0), STAGES), 0)
+        for i in static_range(STAGES):
+            if i < early:
+                ready[i].expect(stage_bytes)
+                _load_stage(a_rings, b_s, i, A, B, ready[i], row0 * BLOCK_M, col0 * BLOCK_N, k_lo0 + i, RM, BLOCK_K,
+                            B_KMAJOR)
+
     for g in static_range(ROLES):
         with warp_role(WarpRole.CONSUMER, warp_range=(g * RW, g * RW + RW - 1),
                        registers=CONSUMER_REGS if g > 0 else None):
@@ -278,6 +313,8 @@ def gemm_sm90(A, B, C, W, SPLITS,
         if CL > 1:
             gl.cluster_sync()
         cnt = gl.full((), 0, gl.int32)
+        if EARLY_LOADS:
+            cnt = cnt + early                       # the prologue filled slots 0 .. early - 1 (phase 0)
         if EPILOGUE == "ring":
             done = gl.full((), 0, gl.int32)         # units loaded so far
         for unit in range(first_tile, num_units, tile_step):
@@ -292,6 +329,8 @@ def gemm_sm90(A, B, C, W, SPLITS,
             off_m = pid_m * BLOCK_M
             off_n = pid_n * BLOCK_N
             k_lo, k_hi = _k_slice(split, k_per_split, k_tiles)
+            if EARLY_LOADS:                         # the first unit's first k-steps are loaded already
+                k_lo = k_lo + gl.where(unit == first_tile, early, 0)
             for kk in range(k_lo, k_hi):
                 s = cnt % STAGES
                 empty[s].wait(((cnt // STAGES) & 1) ^ 1)   # fresh barriers pass phase 1 at once
@@ -522,6 +561,10 @@ def _plan(a, c, M: int, N: int, K: int, config: dict | None, b_kmajor: bool, spl
     if dev not in _SMS:
         _SMS[dev] = torch.cuda.get_device_properties(dev).multi_processor_count
     cfg = resolve_config(M, N, K, _SMS[dev], c.element_size(), pitch_aligned, config)
+    if cfg.get("EARLY_LOADS") and os.environ.get("GLUON_UNVERIFIED") != "1":
+        raise gluon.GluonError("EARLY_LOADS (the first stages loaded before the warp roles start) compiles and passes "
+                               "the checks on the CPU, but has not run on a GPU yet; set GLUON_UNVERIFIED=1 to run it "
+                               "anyway (tests/test_gpu.py does)")
     S = split_k(M, N, K, cfg, _SMS[dev]) if splits is None else splits
     # no empty K slice: the kernel's consumers release a stage after every unit, so a unit without
     # k-steps would release one it never took (e.g. splits=5 over 16 k-steps: 4, 4, 4, 4, 0)
