@@ -335,25 +335,28 @@ def gemm_sm90(A, B, C, W, SPLITS,
                 s = cnt % STAGES
                 empty[s].wait(((cnt // STAGES) & 1) ^ 1)   # fresh barriers pass phase 1 at once
                 ready[s].expect(stage_bytes)
-                # in a cluster, this CTA's part of the shared tile (A rows along N, B columns along M),
-                # multicast into every CTA of the cluster
-                for g in static_range(A_RINGS):
-                    if CLUSTER_N > 1:
-                        a_dst, a_row = a_parts[g][s * CLUSTER_N + rank], off_m + g * RM + rank * RM_PART
-                    else:
-                        a_dst, a_row = a_rings[g][s], off_m + g * RM
-                    tma_load(a_dst, A, (a_row, kk * BLOCK_K), ready[s], multicast=CLUSTER_N > 1)
-                if CLUSTER_M == 1:
-                    if B_KMAJOR:
-                        tma_load(b_s[s], B, (off_n, kk * BLOCK_K), ready[s])
-                    else:
-                        tma_load(b_s[s], B, (kk * BLOCK_K, off_n), ready[s])
-                elif B_KMAJOR:
-                    tma_load(b_parts[s * CLUSTER_M + rank], B, (off_n + rank * BN_PART, kk * BLOCK_K), ready[s],
-                             multicast=True)
+                if CL == 1:
+                    _load_stage(a_rings, b_s, s, A, B, ready[s], off_m, off_n, kk, RM, BLOCK_K, B_KMAJOR)
                 else:
-                    tma_load(b_parts[s * CLUSTER_M + rank], B, (kk * BLOCK_K, off_n + rank * BN_PART), ready[s],
-                             multicast=True)
+                    # in a cluster, this CTA's part of the shared tile (A rows along N, B columns along M),
+                    # multicast into every CTA of the cluster
+                    for g in static_range(A_RINGS):
+                        if CLUSTER_N > 1:
+                            a_dst, a_row = a_parts[g][s * CLUSTER_N + rank], off_m + g * RM + rank * RM_PART
+                        else:
+                            a_dst, a_row = a_rings[g][s], off_m + g * RM
+                        tma_load(a_dst, A, (a_row, kk * BLOCK_K), ready[s], multicast=CLUSTER_N > 1)
+                    if CLUSTER_M == 1:
+                        if B_KMAJOR:
+                            tma_load(b_s[s], B, (off_n, kk * BLOCK_K), ready[s])
+                        else:
+                            tma_load(b_s[s], B, (kk * BLOCK_K, off_n), ready[s])
+                    elif B_KMAJOR:
+                        tma_load(b_parts[s * CLUSTER_M + rank], B, (off_n + rank * BN_PART, kk * BLOCK_K), ready[s],
+                                 multicast=True)
+                    else:
+                        tma_load(b_parts[s * CLUSTER_M + rank], B, (kk * BLOCK_K, off_n + rank * BN_PART), ready[s],
+                                 multicast=True)
                 cnt = cnt + 1
         if CL > 1:
             # drain: wait until both CTAs' consumers have released every slot, so no remote arrive is
