@@ -101,6 +101,14 @@ def _load_stage(a_rings, b_s, s, A, B, bar, off_m, off_n, kk, RM: int, BLOCK_K: 
         tma_load(b_s[s], B, (kk * BLOCK_K, off_n), bar)
 
 
+def _tile_indices(off_m, off_n, ROWS: int, COLS: int, layout, M, N):
+    """Row and column indices of the ROWS x COLS output tile at (off_m, off_n) in register `layout`,
+    and the mask of its elements inside the M x N output."""
+    rows = off_m + gl.arange(0, ROWS, layout=SliceLayout(1, layout))
+    cols = off_n + gl.arange(0, COLS, layout=SliceLayout(0, layout))
+    return rows, cols, (rows[:, None] < M) & (cols[None, :] < N)
+
+
 def _unit_k_steps(unit, SPLITS, k_per_split, k_tiles):
     """How many k-steps work unit `unit` has (its K slice; the last slice may be short or empty)."""
     k_lo, k_hi = _k_slice(unit % SPLITS, k_per_split, k_tiles)
@@ -276,9 +284,7 @@ def gemm_sm90(A, B, C, W, SPLITS,
                     turns = turns + 1
                 off_m = pid_m * BLOCK_M + (0 if PINGPONG else g * RM)
                 off_n = pid_n * BLOCK_N
-                rows = off_m + gl.arange(0, RM, layout=SliceLayout(1, acc_layout))
-                cols = off_n + gl.arange(0, BLOCK_N, layout=SliceLayout(0, acc_layout))
-                mask = (rows[:, None] < M) & (cols[None, :] < N)
+                rows, cols, mask = _tile_indices(off_m, off_n, RM, BLOCK_N, acc_layout, M, N)
                 if SPLITS > 1:                      # split-K: fp32 partial tile into the workspace
                     gl.store(W + ((split * M + rows[:, None]) * N + cols[None, :]), acc, mask=mask)
                 elif EPILOGUE == "direct":
@@ -287,10 +293,8 @@ def gemm_sm90(A, B, C, W, SPLITS,
                     c_s = c_tiles[g]                # written with 16-byte stores by every consumer thread
                     c_s.store(acc.to(C.dtype))
                     out = c_s.load(layout=out_layout)
-                    orows = off_m + gl.arange(0, RM, layout=SliceLayout(1, out_layout))
-                    ocols = off_n + gl.arange(0, BLOCK_N, layout=SliceLayout(0, out_layout))
-                    gl.store(C + (orows[:, None] * N + ocols[None, :]), out,
-                             mask=(orows[:, None] < M) & (ocols[None, :] < N))
+                    orows, ocols, omask = _tile_indices(off_m, off_n, RM, BLOCK_N, out_layout, M, N)
+                    gl.store(C + (orows[:, None] * N + ocols[None, :]), out, mask=omask)
                 else:                               # staged in shared memory, written by a TMA store
                     c_s = c_tiles[g][0] if c_tiles[g].stages > 1 else c_tiles[g]
                     if EPILOGUE == "tma":
