@@ -8,7 +8,8 @@ from gluon import DType, TensorRef
 from gluon.backend.triton_compile import sass_instructions
 from gluon.ir import GluonError
 from gluon.jit import run_passes
-from gluon.kernels.gemm_sm90 import DEFAULT_CONFIG, SMALL_CONFIGS, choose_config, gemm_sm90, num_warps, split_k
+from gluon.kernels.gemm_sm90 import (DEFAULT_CONFIG, SMALL_CONFIGS, choose_config, gemm_sm90, num_warps, resolve_auto,
+                                     resolve_config, split_k)
 
 
 def _refs(dtype=DType.f16, out=DType.f16, b_kmajor=False):
@@ -18,15 +19,14 @@ def _refs(dtype=DType.f16, out=DType.f16, b_kmajor=False):
 
 
 def _cfg(**kw):
-    cfg = dict(DEFAULT_CONFIG, **kw)
-    if cfg["EPILOGUE"] == "auto":
-        cfg["EPILOGUE"] = "tma"
-    return cfg
+    """DEFAULT_CONFIG with `kw` on top, its "auto" values resolved as launch does for a 2-byte output."""
+    return resolve_auto(dict(DEFAULT_CONFIG, **kw), 2)
 
 
 @pytest.mark.parametrize("dtype", [DType.f16, DType.bf16])
 def test_chosen_config_sass_has_hgmma_utmaldg_setmaxnreg_and_no_spills(dtype):
-    cfg = _cfg()
+    cfg = resolve_config(8192, 8192, 8192, 132, 2)         # what launch runs at 8192^3 on an H200
+    assert cfg["EARLY_LOADS"] and cfg["EPILOGUE"] == "tma"
     ck = gemm_sm90.compile(*_refs(dtype, dtype), num_warps=num_warps(cfg), **cfg)
     ops = sass_instructions(ck.sass())
     assert ops["HGMMA.64x256x16.F32"] >= 4            # 2 warpgroups x (64-row halves) of the 128x256 tile
@@ -309,14 +309,21 @@ def test_early_loads_refuses_what_it_does_not_handle(cfg):
         gemm_sm90.trace(*_refs(), num_warps=num_warps(cfg), **cfg)
 
 
-def test_early_loads_is_refused_at_launch_until_verified(monkeypatch):
-    import gluon.kernels.gemm_sm90 as g
-    monkeypatch.delenv("GLUON_UNVERIFIED", raising=False)
-    monkeypatch.setattr(g, "_SMS", {0: 132})
+def test_early_loads_auto_is_on_where_the_kernel_has_it():
+    assert resolve_config(2048, 2048, 2048, 132, 2)["EARLY_LOADS"] is True
+    assert resolve_config(1000, 1000, 1000, 132, 2)["EARLY_LOADS"] is True              # small tiles
+    assert resolve_config(4000, 3000, 5000, 132, 2, pitch_aligned=False)["EARLY_LOADS"] is False   # a cluster
+    for cfg in (dict(CLUSTER_M=2), dict(CLUSTER_N=2), dict(PINGPONG=True), dict(EPILOGUE="ring", STAGES=4)):
+        assert resolve_config(2048, 2048, 2048, 132, 2, config=cfg)["EARLY_LOADS"] is False, cfg
+    assert resolve_config(2048, 2048, 2048, 132, 2, config=dict(EARLY_LOADS=False))["EARLY_LOADS"] is False
+    assert resolve_auto(dict(DEFAULT_CONFIG, EARLY_LOADS="auto"), 2)["EARLY_LOADS"] is True
+    # the tuner's configs resolve the same way
+    from gluon.kernels.gemm_sm90 import TUNING
+    assert TUNING.kernel_config(dict(CLUSTER_M=2), "fp16")["EARLY_LOADS"] is False
+    assert TUNING.kernel_config(dict(STAGES=4), "fp16")["EARLY_LOADS"] is True
 
-    class T:                                       # just what _plan reads before the check
-        device = type("D", (), {"index": 0})()
-        element_size = staticmethod(lambda: 2)
 
-    with pytest.raises(GluonError, match="has not run on a GPU yet; set GLUON_UNVERIFIED=1"):
-        g._plan(T(), T(), 2048, 2048, 2048, dict(EARLY_LOADS=True), False, None)
+def test_early_loads_auto_reaching_the_kernel_is_an_error():
+    cfg = dict(_cfg(), EARLY_LOADS="auto")
+    with pytest.raises(GluonError, match="the kernel takes True or False"):
+        gemm_sm90.trace(*_refs(), num_warps=num_warps(cfg), **cfg)
