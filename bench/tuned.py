@@ -8,7 +8,10 @@ the tuner never used), the output poisoned, one call of the loaded callable chec
 template's reference (no NaN, error within the spec's tolerance); then the loaded callable and the
 template's baseline timed interleaved (median of CUDA-event timings with the L2 flushed, median ratio
 over --repeats rounds). `vs tuned` = the tuned trial's median time / this one (1.0: as fast as when it
-was tuned). Exit code 0 when every bucket is correct, 1 otherwise.
+was tuned; it also carries whatever changed on the board since, e.g. its clock at the power cap).
+`vs JIT` takes the board out: the loaded callable and the same config run through the template's JIT
+path (what the tuner timed), interleaved in this run, JIT time / loaded time (1.0: building and loading
+lost nothing). Exit code 0 when every bucket is correct, 1 otherwise.
 """
 from __future__ import annotations
 
@@ -45,16 +48,21 @@ def main() -> int:
         torch.cuda.synchronize()
         first_s = time.perf_counter() - t1
         ok, max_err, why = tpl.check(out, tpl.reference(inputs), args.rtol, 0.0)
-        r = interleaved(lambda: k(*args_, out=out), tpl.baseline(inputs), args.repeats)
+        loaded = lambda: k(*args_, out=out)             # noqa: E731
+        r = interleaved(loaded, tpl.baseline(inputs), args.repeats)
+        jit = lambda: tpl.run(inputs, e["config"])      # noqa: E731
+        jit()                                           # compiled outside the timing
+        rj = interleaved(loaded, jit, args.repeats)
         tuned = e.get("median_ms")
         r.update({"name": k.name, "shape": list(shape), "shape_s": "x".join(map(str, shape)), "dtype": dtype,
                   "config": e["config"], "config_id": e["config_id"], "max_err": max_err, "ok": bool(ok),
                   "problem": why, "tuned_ms": tuned, "tuned_ratio": e.get("ratio"),
-                  "vs_tuned": (tuned / r["time_ms"]) if tuned else None, "first_call_s": first_s, "load_s": load_s})
+                  "vs_tuned": (tuned / r["time_ms"]) if tuned else None, "jit_ms": rj["baseline_ms"],
+                  "vs_jit": rj["ratio"], "first_call_s": first_s, "load_s": load_s})
         rows.append(r)
         print(f"{k.name} {r['shape_s']} {dtype}: {r['time_ms']:.4f} ms, baseline {r['baseline_ms']:.4f} ms -> "
               f"{r['ratio']:.3f}x [{r['ratio_min']:.3f}..{r['ratio_max']:.3f}]; tuned trial {tuned or float('nan'):.4f} ms "
-              f"({r['vs_tuned'] or float('nan'):.3f} of it); max err {max_err:.2e}{'' if ok else '  WRONG: ' + str(why)}",
+              f"({r['vs_tuned'] or float('nan'):.3f} of it); vs JIT {rj['ratio']:.3f} [{rj['ratio_min']:.3f}..{rj['ratio_max']:.3f}]; max err {max_err:.2e}{'' if ok else '  WRONG: ' + str(why)}",
               flush=True)
         inputs = args_ = out = None
         torch.cuda.empty_cache()
@@ -62,10 +70,11 @@ def main() -> int:
     meta["load_s"] = load_s
     write_json(args.json, rows, meta)
     print(f"\n{k.name} loaded in {load_s:.3f} s on {meta['device']} (commit {meta['commit']}); ratio = baseline "
-          "time / loaded kernel's; vs tuned = tuned trial's time / now")
+          "time / loaded kernel's; vs tuned = tuned trial's time / now; vs JIT = same config through the JIT, same run")
     print(table(rows, [("shape", "shape_s", ""), ("dtype", "dtype", ""), ("ms", "time_ms", ".4f"),
                        ("baseline ms", "baseline_ms", ".4f"), ("ratio", "ratio", ".3f"),
                        ("tuned ratio", "tuned_ratio", ".3f"), ("vs tuned", "vs_tuned", ".3f"),
+                       ("vs JIT", "vs_jit", ".3f"),
                        ("first call s", "first_call_s", ".3f"), ("max err", "max_err", ".1e")]))
     return 0 if all(r["ok"] for r in rows) else 1
 

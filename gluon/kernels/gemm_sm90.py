@@ -50,8 +50,9 @@ program has one tile that end is the kernel's critical path, and `choose_config`
 EARLY_LOADS=True issues the first unit's first STAGES loads from the default warps before the warp
 roles start (the producer then begins after them): Triton starts a producer partition only after the
 barrier inits and two setmaxnreg hand-overs, and where every program has one tile that delay is part of
-the fixed cost per launch. Measured on the H200 (docs/PERF.md): about 0.4 us less per launch, +1.0 to
-+1.5% at one wave (2048^3, 2048x2048x4096, 1536x2816x2048), +3-5% with one k-step, neutral at 4096^3.
+the fixed cost per launch. Measured on the H200 (docs/PERF.md): about 0.4 us less per launch, +0.3 to
++1.5% at one wave (2048^3, 2048x2048x4096, 1536x2816x2048), +3 to +5% with one k-step, within the
+noise at 4096^3 and 8192^3.
 EARLY_LOADS="auto" (the default `launch` and the tuner use) turns it on wherever the kernel has it:
 no cluster, no ping-pong, not the ring epilogue.
 Not here yet: stream-K for the partial last wave.
