@@ -862,6 +862,17 @@ def set_tma_prefetch(enabled: bool = True) -> None:
     t.kernel.attrs["tma_prefetch"] = bool(enabled)
 
 
+def set_lean_prologue(enabled: bool = True) -> None:
+    """Drop the CTA barriers Triton's Membar puts between this kernel's barrier inits and first TMA loads
+    (one after every init and around every load), keeping one between the last init and the first op of
+    another thread: the PTX pass `backend/ptx_prologue.py`, which checks the prologue holds nothing else
+    and leaves it as it was otherwise. The kernel promises its prologue's TMA loads fill distinct buffers."""
+    t = _tr()
+    if enabled:
+        t.require("tma", "set_lean_prologue")
+    t.kernel.attrs["lean_prologue"] = bool(enabled)
+
+
 def cluster_rank() -> Tensor:
     """This CTA's rank in its cluster (0 .. num_ctas - 1)."""
     t = _tr()

@@ -59,7 +59,7 @@ import traceback
 import warnings
 from typing import Any, Mapping
 
-from . import ptx_cluster, ptx_prefetch
+from . import ptx_cluster, ptx_prefetch, ptx_prologue
 from ..cache import KernelCache, default_cache
 
 __all__ = [
@@ -193,6 +193,8 @@ def cache_key_parts(ttgir: str, target, options: Mapping | None = None) -> tuple
         parts += (("ptx_cluster", ptx_cluster.source_hash()),)
     if ptx_prefetch.wanted(ttgir):
         parts += (("ptx_prefetch", ptx_prefetch.source_hash()),)
+    if ptx_prologue.wanted(ttgir):
+        parts += (("ptx_prologue", ptx_prologue.source_hash()),)
     return parts
 
 
@@ -510,12 +512,15 @@ def _compile_job(src_path: pathlib.Path, tgt, options: dict) -> dict[str, bytes 
     # 2. Compile with Triton's cache redirected to our scratch dir and ptxas' -v
     #    log (Triton prints it with print() when dump_ptxas_log is set) captured;
     #    a cluster kernel's PTX goes through the cluster pass (ptx_cluster) first, and one that asks
-    #    for it through the descriptor prefetch pass (ptx_prefetch).
+    #    for them through the descriptor prefetch pass (ptx_prefetch) and the prologue barrier pass
+    #    (ptx_prologue).
     ptxas_log = io.StringIO()
     cluster = ptx_cluster.parse_header(ttgir)
     prefetch = ptx_prefetch.wanted(ttgir)
+    lean = ptx_prologue.wanted(ttgir)
     cluster_stats: dict = {}
     prefetch_stats: dict = {}
+    prologue_stats: dict = {}
     try:
         with knobs.cache.scope(), knobs.nvidia.scope(), knobs.runtime.scope(), \
                 contextlib.redirect_stdout(ptxas_log):
@@ -526,6 +531,8 @@ def _compile_job(src_path: pathlib.Path, tgt, options: dict) -> dict[str, bytes 
                 rewrites.append(_cluster_rewrite(cluster, ttgir, entry_name, cluster_stats))
             if prefetch:
                 rewrites.append(_recorded(ptx_prefetch.rewrite, prefetch_stats))
+            if lean:
+                rewrites.append(_recorded(ptx_prologue.rewrite, prologue_stats))
             if rewrites:
                 knobs.runtime.add_stages_inspection_hook = _ptx_hook(rewrites)
             kernel = triton.compile(str(src_path), target=gpu_target, options=dict(options) or None)
@@ -560,6 +567,8 @@ def _compile_job(src_path: pathlib.Path, tgt, options: dict) -> dict[str, bytes 
         metadata["gluon_cluster"] = cluster_stats
     if prefetch:
         metadata["gluon_prefetch"] = prefetch_stats
+    if lean:
+        metadata["gluon_prologue"] = prologue_stats
     metadata["gluon_ptxas_log"] = ptxas_log.getvalue()[-16000:]
     metadata["gluon_version"] = _gluon_version()
     metadata["gluon_files"] = sorted(asm)

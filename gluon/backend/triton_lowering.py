@@ -42,7 +42,7 @@ import math
 import re
 from typing import Any, Callable
 
-from . import ptx_cluster, ptx_prefetch
+from . import ptx_cluster, ptx_prefetch, ptx_prologue
 from ..ir import (OPS, BarrierType, DescType, GluonError, Kernel, Module, Op, PointerType, Region,
                   ScalarType, SmemType, TileType, TmemType, Value)
 from ..types import (BlockedLayout, DotOperandLayout, DType, Layout, MFMALayout, MMALayout,
@@ -297,6 +297,8 @@ class _KernelLowering:
             out.insert(0, ptx_cluster.header(self.num_ctas, sorted(d for d, m in self.multicast.items() if m)))
         if k.attrs.get("tma_prefetch"):     # the PTX prefetch pass's cue (set_tma_prefetch)
             out.insert(0, ptx_prefetch.header())
+        if k.attrs.get("lean_prologue"):    # the PTX prologue pass's cue (set_lean_prologue)
+            out.insert(0, ptx_prologue.header())
         out.append(f'module attributes {{"ttg.num-ctas" = 1 : i32, "ttg.num-warps" = {self.num_warps} : i32, '
                    f'ttg.target = "{self.target}", "ttg.threads-per-warp" = {self.warp_size} : i32}} {{')
         out.append(f"  tt.func public @{name}({params}) attributes {{noinline = false}} {{")

@@ -55,8 +55,13 @@ the fixed cost per launch. Measured on the H200 (docs/PERF.md): about 0.4 us les
 noise at 4096^3 and 8192^3.
 EARLY_LOADS="auto" (the default `launch` and the tuner use) turns it on wherever the kernel has it:
 no cluster, no ping-pong, not the ring epilogue.
+LEAN_PROLOGUE=True drops the CTA barriers Triton's Membar puts between the barrier inits and around each
+early load (11 of them with three early stages; the PTX pass backend/ptx_prologue.py keeps the one the
+inits need). Compiled and checked on the CPU, not yet run on a GPU: `launch` refuses it unless
+GLUON_UNVERIFIED=1.
 Not here yet: stream-K for the partial last wave.
 """
+import os
 from dataclasses import dataclass
 
 import gluon.language as gl
@@ -124,7 +129,7 @@ def gemm_sm90(A, B, C, W, SPLITS,
               B_KMAJOR: gl.constexpr = False, SPLIT_WGS: gl.constexpr = False, CONSUMER_REGS: gl.constexpr = 216,
               CLUSTER_M: gl.constexpr = 1, PINGPONG: gl.constexpr = False, CLUSTER_N: gl.constexpr = 1,
               TMA_PREFETCH: gl.constexpr = False, N_MULTIPLE_16: gl.constexpr = False,
-              EARLY_LOADS: gl.constexpr = False):
+              EARLY_LOADS: gl.constexpr = False, LEAN_PROLOGUE: gl.constexpr = False):
     if EARLY_LOADS not in (True, False):
         raise gluon.GluonError(f"EARLY_LOADS={EARLY_LOADS!r}: the kernel takes True or False (launch and the tuner "
                                "resolve 'auto' with resolve_auto)")
@@ -138,6 +143,8 @@ def gemm_sm90(A, B, C, W, SPLITS,
         gl.set_cluster(CL)
     if TMA_PREFETCH:    # the A, B and C descriptors into the descriptor cache at kernel start
         gl.set_tma_prefetch()
+    if LEAN_PROLOGUE:   # no CTA barrier between the barrier inits and the EARLY_LOADS (backend/ptx_prologue.py)
+        gl.set_lean_prologue()
     M = C.shape[0]
     N = C.shape[1]
     K = A.shape[1]
@@ -580,6 +587,10 @@ def _plan(a, c, M: int, N: int, K: int, config: dict | None, b_kmajor: bool, spl
     if dev not in _SMS:
         _SMS[dev] = torch.cuda.get_device_properties(dev).multi_processor_count
     cfg = resolve_config(M, N, K, _SMS[dev], c.element_size(), pitch_aligned, config)
+    if cfg.get("LEAN_PROLOGUE") and os.environ.get("GLUON_UNVERIFIED") != "1":
+        raise gluon.GluonError("LEAN_PROLOGUE (the prologue's CTA barriers dropped by backend/ptx_prologue.py) compiles "
+                               "and passes the checks on the CPU, but has not run on a GPU yet; set "
+                               "GLUON_UNVERIFIED=1 to run it anyway (tests/test_gpu.py does)")
     S = split_k(M, N, K, cfg, _SMS[dev]) if splits is None else splits
     # no empty K slice: the kernel's consumers release a stage after every unit, so a unit without
     # k-steps would release one it never took (e.g. splits=5 over 16 k-steps: 4, 4, 4, 4, 0)
@@ -621,7 +632,7 @@ class _GemmSM90Tuning(TuningTemplate):
     dtypes = ("fp16", "bf16")
     params = ("BLOCK_M", "BLOCK_N", "BLOCK_K", "STAGES", "GROUP_M", "SWIZZLE", "EPILOGUE", "CONSUMER_WARPS",
               "CONSUMER_REGS", "PRODUCER_WARPS", "PRODUCER_REGS", "CONSUMER_WGS", "SPLIT_K", "SPLIT_WGS", "CLUSTER_M",
-              "CLUSTER_N", "EARLY_LOADS")
+              "CLUSTER_N", "EARLY_LOADS", "LEAN_PROLOGUE")
 
     def kernel_config(self, config: dict, dtype: str) -> dict:
         cfg = {k: v for k, v in config.items()
