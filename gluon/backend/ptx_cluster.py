@@ -17,11 +17,10 @@ and Triton's launcher then starts grid[0] * num_ctas CTAs in clusters of (num_ct
 """
 from __future__ import annotations
 
-import functools
-import hashlib
-import pathlib
 import re
 from dataclasses import dataclass
+
+from .ptx_cue import file_hash
 
 # an arrive count no real arrive uses; the lowering writes it for arrive(cluster=True)
 ARRIVE_SENTINEL = 3098
@@ -46,10 +45,9 @@ class ClusterPassError(RuntimeError):
     pass
 
 
-@functools.lru_cache(maxsize=1)
 def source_hash() -> str:
     """This pass's source, for the compile cache key of the kernels it rewrites."""
-    return hashlib.sha256(pathlib.Path(__file__).read_bytes()).hexdigest()[:16]
+    return file_hash(__file__)
 
 
 def header(num_ctas: int, multicast: list[str]) -> str:

@@ -11,10 +11,9 @@ thread 0 only (the cache is per SM; the other threads would issue duplicates).
 """
 from __future__ import annotations
 
-import functools
-import hashlib
-import pathlib
 import re
+
+from .ptx_cue import Cue
 
 _HEADER = "// gluon.ptx prefetch_tensormaps"
 
@@ -23,18 +22,8 @@ class PrefetchPassError(RuntimeError):
     pass
 
 
-@functools.lru_cache(maxsize=1)
-def source_hash() -> str:
-    """This pass's source, for the compile cache key of the kernels it rewrites."""
-    return hashlib.sha256(pathlib.Path(__file__).read_bytes()).hexdigest()[:16]
-
-
-def header() -> str:
-    return _HEADER
-
-
-def wanted(ttgir: str) -> bool:
-    return any(line.strip() == _HEADER for line in ttgir.splitlines()[:8])
+_CUE = Cue(_HEADER, __file__)          # the header line that asks for this pass (ptx_cue)
+header, wanted, source_hash = _CUE.header, _CUE.wanted, _CUE.source_hash
 
 
 # the descriptor operand of a bulk tensor copy (load, multicast load, store, reduce, prefetch):
