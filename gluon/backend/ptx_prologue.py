@@ -11,10 +11,12 @@ sit on the path to the first TMA load. Most are not needed:
 * one barrier is needed between the last init and the first op another thread issues (a TMA copy from
   an elected lane of another warp), so that the barrier it signals is initialized: the pass keeps the
   last barrier before that op;
-* after it, expect-tx and TMA copies on a barrier may come in any order: the tx-count of an mbarrier may
-  go negative (PTX ISA, "contents of the mbarrier object": -(2^20-1) .. 2^20-1) and its phase completes
-  only once the expected arrivals and all bytes are in, whichever came first. Nothing in the span reads
-  what the copies write (the consumers wait on the barriers after the warp roles start).
+* after it, expect-tx and TMA copies on a barrier may come in any order: a copy that lands first takes
+  the barrier's tx-count below zero, and the phase completes only once the arrival (which brings the
+  expect-tx with it) and all the bytes are in, whichever came first. TMA multicast depends on the same
+  rule (a peer's copy may land before this CTA's expect-tx; ptx_cluster's kernels, verified on the
+  H200, do that every k-step). Nothing in the span reads what the copies write (the consumers wait on
+  the barriers after the warp roles start).
 
 The span is the default warps' code from the first `mbarrier.init` to the first label or barrier with an
 id other than 0; it must end at a barrier of the whole CTA (Triton's warp-specialize start, `barrier.sync
