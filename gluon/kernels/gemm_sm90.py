@@ -96,15 +96,23 @@ def _cta_tile(row, col, rank, CLUSTER_M: int, CLUSTER_N: int):
     return row * CLUSTER_M + rank, col
 
 
-def _load_stage(a_rings, b_s, s, A, B, bar, off_m, off_n, kk, RM: int, BLOCK_K: int, B_KMAJOR: bool):
-    """Stage `s` of the A rings and the B ring for k-step `kk`, all of it loaded by this CTA (no cluster),
-    completing on `bar`."""
+def _load_stage(a_rings, a_parts, b_s, b_parts, s, A, B, bar, off_m, off_n, kk, rank, RM: int, RM_PART: int,
+                BN_PART: int, BLOCK_K: int, CLUSTER_M: int, CLUSTER_N: int, B_KMAJOR: bool):
+    """Stage `s` of the A rings and the B ring for k-step `kk`, completing on `bar`: all of it, or in a
+    cluster this CTA's part of the shared tile (RM_PART rows of each A ring in a CLUSTER_N cluster,
+    BN_PART columns of B in a CLUSTER_M one; `a_parts` / `b_parts` are the rings split into those
+    parts), multicast into every CTA of the cluster."""
     for g in static_range(len(a_rings)):
-        tma_load(a_rings[g][s], A, (off_m + g * RM, kk * BLOCK_K), bar)
-    if B_KMAJOR:
-        tma_load(b_s[s], B, (off_n, kk * BLOCK_K), bar)
+        if CLUSTER_N > 1:
+            tma_load(a_parts[g][s * CLUSTER_N + rank], A, (off_m + g * RM + rank * RM_PART, kk * BLOCK_K), bar,
+                     multicast=True)
+        else:
+            tma_load(a_rings[g][s], A, (off_m + g * RM, kk * BLOCK_K), bar)
+    if CLUSTER_M > 1:
+        dst, n = b_parts[s * CLUSTER_M + rank], off_n + rank * BN_PART
     else:
-        tma_load(b_s[s], B, (kk * BLOCK_K, off_n), bar)
+        dst, n = b_s[s], off_n
+    tma_load(dst, B, (n, kk * BLOCK_K) if B_KMAJOR else (kk * BLOCK_K, n), bar, multicast=CLUSTER_M > 1)
 
 
 def _tile_indices(off_m, off_n, ROWS: int, COLS: int, layout, M, N):
@@ -243,8 +251,8 @@ def gemm_sm90(A, B, C, W, SPLITS,
         for i in static_range(STAGES):
             if i < early:
                 ready[i].expect(stage_bytes)
-                _load_stage(a_rings, b_s, i, A, B, ready[i], row0 * BLOCK_M, col0 * BLOCK_N, k_lo0 + i, RM, BLOCK_K,
-                            B_KMAJOR)
+                _load_stage(a_rings, None, b_s, None, i, A, B, ready[i], row0 * BLOCK_M, col0 * BLOCK_N, k_lo0 + i, 0,
+                            RM, RM, BLOCK_N, BLOCK_K, 1, 1, B_KMAJOR)
 
     for g in static_range(ROLES):
         with warp_role(WarpRole.CONSUMER, warp_range=(g * RW, g * RW + RW - 1),
@@ -350,28 +358,11 @@ def gemm_sm90(A, B, C, W, SPLITS,
                 s = cnt % STAGES
                 empty[s].wait(((cnt // STAGES) & 1) ^ 1)   # fresh barriers pass phase 1 at once
                 ready[s].expect(stage_bytes)
-                if CL == 1:
-                    _load_stage(a_rings, b_s, s, A, B, ready[s], off_m, off_n, kk, RM, BLOCK_K, B_KMAJOR)
-                else:
-                    # in a cluster, this CTA's part of the shared tile (A rows along N, B columns along M),
-                    # multicast into every CTA of the cluster
-                    for g in static_range(A_RINGS):
-                        if CLUSTER_N > 1:
-                            a_dst, a_row = a_parts[g][s * CLUSTER_N + rank], off_m + g * RM + rank * RM_PART
-                        else:
-                            a_dst, a_row = a_rings[g][s], off_m + g * RM
-                        tma_load(a_dst, A, (a_row, kk * BLOCK_K), ready[s], multicast=CLUSTER_N > 1)
-                    if CLUSTER_M == 1:
-                        if B_KMAJOR:
-                            tma_load(b_s[s], B, (off_n, kk * BLOCK_K), ready[s])
-                        else:
-                            tma_load(b_s[s], B, (kk * BLOCK_K, off_n), ready[s])
-                    elif B_KMAJOR:
-                        tma_load(b_parts[s * CLUSTER_M + rank], B, (off_n + rank * BN_PART, kk * BLOCK_K), ready[s],
-                                 multicast=True)
-                    else:
-                        tma_load(b_parts[s * CLUSTER_M + rank], B, (kk * BLOCK_K, off_n + rank * BN_PART), ready[s],
-                                 multicast=True)
+                # in a cluster, this CTA's part of the shared tile (A rows along N, B columns along M),
+                # multicast into every CTA of the cluster
+                _load_stage(a_rings, a_parts if CLUSTER_N > 1 else None, b_s, b_parts if CLUSTER_M > 1 else None, s,
+                            A, B, ready[s], off_m, off_n, kk, rank, RM, RM_PART, BN_PART, BLOCK_K, CLUSTER_M, CLUSTER_N,
+                            B_KMAJOR)
                 cnt = cnt + 1
         if CL > 1:
             # drain: wait until both CTAs' consumers have released every slot, so no remote arrive is
