@@ -78,14 +78,11 @@ def resolved_config(args, num_sms: int = 132) -> dict:
 
 def describe(args) -> int:
     """Compile for sm_90 without a GPU and print the machine code's resources."""
-    from gluon import DType, GluonError, TensorRef
+    from gluon import DType, GluonError
     from gluon.backend.triton_compile import sass_instructions
-    from gluon.kernels.gemm_sm90 import gemm_sm90, num_warps
+    from gluon.kernels.gemm_sm90 import gemm_sm90, num_warps, stand_ins
     cfg = resolved_config(args)
-    dt, out = DType.from_name(DTYPES[args.dtype]), DType.from_name(DTYPES[args.out_dtype])
-    b_shape = ("N", "K") if args.b_col_major else ("K", "N")
-    refs = (TensorRef("A", dt, shape=("M", "K")), TensorRef("B", dt, shape=b_shape),
-            TensorRef("C", out, shape=("M", "N")), TensorRef("W", DType.f32, shape=("L",)), DType.i32)
+    refs = stand_ins(DType.from_name(DTYPES[args.dtype]), DType.from_name(DTYPES[args.out_dtype]))
     print("config:", ", ".join(f"{k}={v}" for k, v in cfg.items()))
     try:
         ck = gemm_sm90.compile(*refs, num_warps=num_warps(cfg), B_KMAJOR=args.b_col_major, **cfg)

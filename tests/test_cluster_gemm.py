@@ -11,7 +11,7 @@ from gluon.backend.triton_compile import cache_key_parts, sass_instructions
 from gluon.dsl import mbarrier, smem, tma_load, warp_role
 from gluon.ir import GluonError
 from gluon.jit import run_passes
-from gluon.kernels.gemm_sm90 import DEFAULT_CONFIG, gemm_sm90, num_warps
+from gluon.kernels.gemm_sm90 import DEFAULT_CONFIG, gemm_sm90, num_warps, stand_ins
 
 # ------------------------------------------------------------------------------ the PTX pass
 
@@ -136,16 +136,10 @@ def test_reinterpret_checks_the_byte_count():
 # ------------------------------------------------------------------------------ the GEMM with CLUSTER_M=2
 
 
-def _gemm_refs(b_kmajor=False):
-    b_shape = ("N", "K") if b_kmajor else ("K", "N")
-    return (TensorRef("A", DType.f16, shape=("M", "K")), TensorRef("B", DType.f16, shape=b_shape),
-            TensorRef("C", DType.f16, shape=("M", "N")), TensorRef("W", DType.f32, shape=("L",)), DType.i32)
-
-
 @pytest.mark.parametrize("b_kmajor", [False, True])
 def test_cluster_gemm_machine_code(b_kmajor):
     cfg = dict(DEFAULT_CONFIG, EPILOGUE="tma", CLUSTER_M=2, B_KMAJOR=b_kmajor)
-    ck = gemm_sm90.compile(*_gemm_refs(b_kmajor), num_warps=num_warps(cfg), **cfg)
+    ck = gemm_sm90.compile(*stand_ins(DType.f16), num_warps=num_warps(cfg), **cfg)
     md = ck.binary.metadata
     assert md["num_ctas"] == 2                           # Triton's launcher: grid[0] * 2 CTAs, clusters of 2
     assert md["gluon_cluster"] == {"num_ctas": 2, "multicast_copies": {"B": 1}, "cluster_arrives": 2}
@@ -168,7 +162,7 @@ def test_cluster_along_n_multicasts_a(variant):
     (one multicast load per ring) and all of its own B (plain)."""
     cfg = dict(DEFAULT_CONFIG, EPILOGUE="tma", CLUSTER_N=2, **variant)
     rings = 2 if cfg["SPLIT_WGS"] else 1
-    ck = gemm_sm90.compile(*_gemm_refs(cfg.get("B_KMAJOR", False)), num_warps=num_warps(cfg), **cfg)
+    ck = gemm_sm90.compile(*stand_ins(DType.f16), num_warps=num_warps(cfg), **cfg)
     md = ck.binary.metadata
     assert md["num_ctas"] == 2
     assert md["gluon_cluster"] == {"num_ctas": 2, "multicast_copies": {"A": rings}, "cluster_arrives": 2 * rings}
@@ -196,13 +190,13 @@ def test_cluster_tiles_and_grid_along_n():
 def test_cluster_along_n_errors(cfg, match):
     cfg = dict(DEFAULT_CONFIG, **dict(dict(EPILOGUE="tma"), **cfg))
     with pytest.raises(GluonError, match=match):
-        gemm_sm90.trace(*_gemm_refs(), num_warps=num_warps(cfg), **cfg)
+        gemm_sm90.trace(*stand_ins(DType.f16), num_warps=num_warps(cfg), **cfg)
 
 
 def test_cluster_gemm_rejects_b_parts_narrower_than_the_swizzle():
     cfg = dict(DEFAULT_CONFIG, EPILOGUE="tma", CLUSTER_M=2, BLOCK_N=64, CONSUMER_WGS=1)
     with pytest.raises(GluonError, match=r"CLUSTER_M=2 with BLOCK_N=64: each CTA loads 32 columns of B \(64 bytes\)"):
-        gemm_sm90.trace(*_gemm_refs(), num_warps=num_warps(cfg), **cfg)
+        gemm_sm90.trace(*stand_ins(DType.f16), num_warps=num_warps(cfg), **cfg)
 
 
 def test_cluster_rank_compiles_to_the_special_register():

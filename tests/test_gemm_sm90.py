@@ -4,18 +4,12 @@ import os
 
 import pytest
 
-from gluon import DType, TensorRef
+from gluon import DType
 from gluon.backend.triton_compile import sass_instructions
 from gluon.ir import GluonError
 from gluon.jit import run_passes
 from gluon.kernels.gemm_sm90 import (DEFAULT_CONFIG, SMALL_CONFIGS, choose_config, gemm_sm90, num_warps, resolve_auto,
-                                     resolve_config, split_k)
-
-
-def _refs(dtype=DType.f16, out=DType.f16, b_kmajor=False):
-    b_shape = ("N", "K") if b_kmajor else ("K", "N")
-    return (TensorRef("A", dtype, shape=("M", "K")), TensorRef("B", dtype, shape=b_shape),
-            TensorRef("C", out, shape=("M", "N")), TensorRef("W", DType.f32, shape=("L",)), DType.i32)
+                                     resolve_config, split_k, stand_ins)
 
 
 def _cfg(**kw):
@@ -27,7 +21,7 @@ def _cfg(**kw):
 def test_chosen_config_sass_has_hgmma_utmaldg_setmaxnreg_and_no_spills(dtype):
     cfg = resolve_config(8192, 8192, 8192, 132, 2)         # what launch runs at 8192^3 on an H200
     assert cfg["EARLY_LOADS"] and cfg["EPILOGUE"] == "tma"
-    ck = gemm_sm90.compile(*_refs(dtype, dtype), num_warps=num_warps(cfg), **cfg)
+    ck = gemm_sm90.compile(*stand_ins(dtype), num_warps=num_warps(cfg), **cfg)
     ops = sass_instructions(ck.sass())
     assert ops["HGMMA.64x256x16.F32"] >= 4            # 2 warpgroups x (64-row halves) of the 128x256 tile
     assert ops["UTMALDG.2D"] >= 2 and ops["UTMASTG.2D"] >= 1
@@ -41,14 +35,14 @@ def test_chosen_config_sass_has_hgmma_utmaldg_setmaxnreg_and_no_spills(dtype):
                                      dict(CONSUMER_WGS=1, BLOCK_N=128, STAGES=4), dict(SWIZZLE=64, BLOCK_K=32)])
 def test_variants_compile_to_hgmma(variant):
     cfg = _cfg(**variant)
-    ck = gemm_sm90.compile(*_refs(b_kmajor=cfg.get("B_KMAJOR", False)), num_warps=num_warps(cfg), **cfg)
+    ck = gemm_sm90.compile(*stand_ins(DType.f16), num_warps=num_warps(cfg), **cfg)
     ops = sass_instructions(ck.sass())
     assert ops["HGMMA"] >= 1 and ops["UTMALDG"] >= 1
 
 
 def _passes(**kw):
     cfg = _cfg(**kw)
-    return run_passes(gemm_sm90.trace(*_refs(), num_warps=num_warps(cfg), **cfg))
+    return run_passes(gemm_sm90.trace(*stand_ins(DType.f16), num_warps=num_warps(cfg), **cfg))
 
 
 def test_too_many_stages_lists_every_region():
@@ -107,7 +101,7 @@ def test_choose_config_uses_the_coalesced_epilogue_where_each_program_has_one_ti
 
 def test_coalesced_epilogue_machine_code():
     base = dict(DEFAULT_CONFIG, EPILOGUE="coalesced")
-    refs = _refs()
+    refs = stand_ins(DType.f16)
     vec = sass_instructions(gemm_sm90.compile(*refs, num_warps=num_warps(base), **dict(base, N_MULTIPLE_16=True)).sass())
     assert vec["STG.E.128"] == 16 and vec["LDS.128"] == 16 and vec["STSM.16.M88.4"] == 16   # 16 B per store
     assert vec["UTMASTG"] == 0 and vec["HGMMA.64x256x16.F32"] >= 4
@@ -124,7 +118,7 @@ def test_ring_epilogue_machine_code(variant):
     """EPILOGUE="ring": no staging region (the 4-stage ring and barriers alone, under 227 KiB), a TMA
     store per consumer role, and the `c_free` barrier the producer waits on before a next unit."""
     cfg = _cfg(STAGES=4, EPILOGUE="ring", **variant)
-    ck = gemm_sm90.compile(*_refs(), num_warps=num_warps(cfg), **cfg)
+    ck = gemm_sm90.compile(*stand_ins(DType.f16), num_warps=num_warps(cfg), **cfg)
     ops = sass_instructions(ck.sass())
     assert ops["UTMASTG.2D"] == (2 if cfg["SPLIT_WGS"] else 1) and ops["HGMMA"] >= 1 and ck.spills == 0
     assert ck.shared_bytes <= 227 * 1024
@@ -143,13 +137,13 @@ def test_ring_epilogue_machine_code(variant):
 def test_ring_epilogue_errors_say_what_fits(kw, out, match):
     cfg = _cfg(EPILOGUE="ring", **kw)
     with pytest.raises(GluonError, match=match):
-        gemm_sm90.trace(*_refs(DType.f16, out), num_warps=num_warps(cfg), **cfg)
+        gemm_sm90.trace(*stand_ins(DType.f16, out), num_warps=num_warps(cfg), **cfg)
 
 
 @pytest.mark.parametrize("cfg", SMALL_CONFIGS, ids=lambda c: f"{c['BLOCK_M']}x{c['BLOCK_N']}")
 def test_small_configs_compile_without_spills(cfg):
     cfg = _cfg(**cfg)
-    ck = gemm_sm90.compile(*_refs(), num_warps=num_warps(cfg), **cfg)
+    ck = gemm_sm90.compile(*stand_ins(DType.f16), num_warps=num_warps(cfg), **cfg)
     ops = sass_instructions(ck.sass())
     assert ops["HGMMA"] >= 1 and ops["UTMALDG.2D"] >= 2 and ck.spills == 0
     assert ck.binary.num_warps == 8                    # 4 consumer warps + the producer's warpgroup
@@ -240,7 +234,7 @@ def test_pingpong_machine_code(variant):
     """Two consumer warpgroups with whole tiles of their own: each issues its tile's WGMMAs and stores
     its own staging tile; one A ring in turn; the ring and two staging tiles fit 227 KiB."""
     cfg = _cfg(PINGPONG=True, CONSUMER_REGS=232, **variant)
-    ck = gemm_sm90.compile(*_refs(), num_warps=num_warps(cfg), **cfg)
+    ck = gemm_sm90.compile(*stand_ins(DType.f16), num_warps=num_warps(cfg), **cfg)
     ops = sass_instructions(ck.sass())
     per_k = cfg["BLOCK_M"] // 64 * (cfg["BLOCK_K"] // 16)          # m64 instructions x k16 steps per tile
     assert ops[f"HGMMA.64x{cfg['BLOCK_N']}x16.F32"] == 2 * per_k    # both warpgroups
@@ -291,14 +285,14 @@ def test_tile_kernel_launch_takes_any_config_key(monkeypatch):
 def test_early_loads_issue_the_first_stages_before_the_warp_roles(variant):
     cfg = dict(_cfg(**variant), EARLY_LOADS=True)
     cfg.setdefault("B_KMAJOR", False)
-    module = run_passes(gemm_sm90.trace(*_refs(b_kmajor=cfg["B_KMAJOR"]), num_warps=num_warps(cfg), **cfg))
+    module = run_passes(gemm_sm90.trace(*stand_ins(DType.f16), num_warps=num_warps(cfg), **cfg))
     from gluon.backend.triton_lowering import lower_module
     text = lower_module(module)
     head, roles = text.split("ttg.warp_specialize", 1)
     rings = 2 if cfg["SPLIT_WGS"] else 1
     assert head.count("ttng.barrier_expect") == cfg["STAGES"]                         # one per stage
     assert head.count("ttng.async_tma_copy_global_to_local") == cfg["STAGES"] * (rings + 1)   # A rings + B
-    ck = gemm_sm90.compile(*_refs(b_kmajor=cfg["B_KMAJOR"]), num_warps=num_warps(cfg), **cfg)
+    ck = gemm_sm90.compile(*stand_ins(DType.f16), num_warps=num_warps(cfg), **cfg)
     assert ck.spills == 0 and sass_instructions(ck.sass())["HGMMA.64x256x16.F32"] >= 4
 
 
@@ -306,7 +300,7 @@ def test_early_loads_issue_the_first_stages_before_the_warp_roles(variant):
 def test_early_loads_refuses_what_it_does_not_handle(cfg):
     cfg = dict(_cfg(**cfg), EARLY_LOADS=True)
     with pytest.raises(GluonError, match="EARLY_LOADS is written for the cooperative kernel"):
-        gemm_sm90.trace(*_refs(), num_warps=num_warps(cfg), **cfg)
+        gemm_sm90.trace(*stand_ins(DType.f16), num_warps=num_warps(cfg), **cfg)
 
 
 def test_early_loads_auto_is_on_where_the_kernel_has_it():
@@ -326,4 +320,4 @@ def test_early_loads_auto_is_on_where_the_kernel_has_it():
 def test_early_loads_auto_reaching_the_kernel_is_an_error():
     cfg = dict(_cfg(), EARLY_LOADS="auto")
     with pytest.raises(GluonError, match="the kernel takes True or False"):
-        gemm_sm90.trace(*_refs(), num_warps=num_warps(cfg), **cfg)
+        gemm_sm90.trace(*stand_ins(DType.f16), num_warps=num_warps(cfg), **cfg)

@@ -8,7 +8,7 @@ from gluon.backend import ptx_prefetch
 from gluon.backend.triton_compile import cache_key_parts, sass_instructions
 from gluon.dsl import mbarrier, smem, tma_load
 from gluon.ir import GluonError
-from gluon.kernels.gemm_sm90 import DEFAULT_CONFIG, gemm_sm90, num_warps
+from gluon.kernels.gemm_sm90 import DEFAULT_CONFIG, gemm_sm90, num_warps, stand_ins
 
 PTX = """
 .visible .entry k(
@@ -62,22 +62,17 @@ def test_header_and_cache_key():
     assert "ptx_prefetch" not in dict(cache_key_parts("module {}", target))
 
 
-def _gemm_refs():
-    return (TensorRef("A", DType.f16, shape=("M", "K")), TensorRef("B", DType.f16, shape=("K", "N")),
-            TensorRef("C", DType.f16, shape=("M", "N")), TensorRef("W", DType.f32, shape=("L",)), DType.i32)
-
-
 @pytest.mark.parametrize("extra", [{}, {"CLUSTER_M": 2}], ids=["plain", "cluster"])
 def test_gemm_machine_code_prefetches_a_b_and_c(extra):
     cfg = dict(DEFAULT_CONFIG, EPILOGUE="tma", TMA_PREFETCH=True, **extra)
-    ck = gemm_sm90.compile(*_gemm_refs(), num_warps=num_warps(cfg), **cfg)
+    ck = gemm_sm90.compile(*stand_ins(DType.f16), num_warps=num_warps(cfg), **cfg)
     assert len(ck.binary.metadata["gluon_prefetch"]["prefetched"]) == 3      # A, B (loads) and C (store)
     ops = sass_instructions(ck.sass())
     assert ops["UTMACCTL.PF"] == 3
     assert ops["HGMMA.64x256x16.F32"] >= 4 and ck.spills == 0
     if extra:                                    # both PTX passes ran: the multicast is still there
         assert ops["UTMALDG.2D.MULTICAST"] == 1
-    off = gemm_sm90.compile(*_gemm_refs(), num_warps=num_warps(cfg), **dict(cfg, TMA_PREFETCH=False))
+    off = gemm_sm90.compile(*stand_ins(DType.f16), num_warps=num_warps(cfg), **dict(cfg, TMA_PREFETCH=False))
     assert sass_instructions(off.sass())["UTMACCTL.PF"] == 0 and "gluon_prefetch" not in off.binary.metadata
 
 

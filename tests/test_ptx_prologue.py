@@ -8,7 +8,7 @@ from gluon.backend import ptx_prologue
 from gluon.backend.triton_compile import cache_key_parts, sass_instructions
 from gluon.dsl import set_lean_prologue
 from gluon.ir import GluonError
-from gluon.kernels.gemm_sm90 import DEFAULT_CONFIG, gemm_sm90, num_warps, resolve_auto
+from gluon.kernels.gemm_sm90 import DEFAULT_CONFIG, gemm_sm90, num_warps, resolve_auto, stand_ins
 
 # the shape of Triton 3.6's default-partition prologue with two barrier inits and one early stage
 # (A loaded by warp 0, B by warps 0-3), then the warp-specialize entry
@@ -93,8 +93,7 @@ def test_no_barrier_inits_no_change():
 
 def _gemm(**kw):
     cfg = resolve_auto(dict(DEFAULT_CONFIG, **kw), 2)
-    refs = [TensorRef(n, DType.f16, shape=(f"{n}0", f"{n}1")) for n in "ABC"] + [TensorRef("W", DType.f32, shape=("w",))]
-    return gemm_sm90.compile(*refs, 1, num_warps=num_warps(cfg), **cfg)
+    return gemm_sm90.compile(*stand_ins(DType.f16), num_warps=num_warps(cfg), **cfg)
 
 
 @pytest.mark.parametrize("variant,removed", [(dict(), 11), (dict(EARLY_LOADS=False), 4), (dict(SPLIT_WGS=True), 14)],

@@ -602,6 +602,19 @@ def _workspace(key: tuple, numel: int, device):
     return w
 
 
+def stand_ins(dtype, out_dtype=None, splits: int = 1) -> tuple:
+    """What `gemm_sm90.trace` / `.compile` take for (A, B, C, W, SPLITS) without tensors: A, B and C of
+    `dtype` (C of `out_dtype` if given; B [K, N] or [N, K] alike, its sizes are symbols), the fp32
+    split-K workspace, and SPLITS with the divisibility a launch with `splits` K slices specializes on.
+    The symbols are named as JITFunction.specialize names a launch's, so the TTGIR is what `launch`
+    compiles (the tuner's traces hit the cache at launch)."""
+    from gluon import DType, TensorRef
+    from gluon.dsl import ScalarArg
+    refs = [TensorRef(n, d, shape=tuple(f"{n}_shape{i}" for i in range(r)))
+            for n, d, r in (("A", dtype, 2), ("B", dtype, 2), ("C", out_dtype or dtype, 2), ("W", DType.f32, 1))]
+    return (*refs, ScalarArg(DType.i32, 16 if splits % 16 == 0 else 1))
+
+
 # ------------------------------------------------------------------------------ tuning (`gluon tune`)
 
 from gluon.tuning.template import (H200_PEAK_BW, H200_PEAK_FLOPS, H200_SMS,  # noqa: E402
@@ -655,18 +668,12 @@ class _GemmSM90Tuning(TuningTemplate):
         return int(s)
 
     def trace(self, config, shape, dtype, arch):
-        from gluon import DType, TensorRef
-        from gluon.dsl import ScalarArg
         if str(arch) != "sm90":
             raise gluon.GluonError(f"gemm_sm90 runs on sm90 (WGMMA + TMA), not {arch}")
         cfg = self.kernel_config(config, dtype)
-        dt = gluon_dtype(dtype)
         S = self.splits(config, shape)
-        # the stand-ins JITFunction.specialize makes for launch(): same TTGIR, so the launch hits the cache
-        refs = [TensorRef(n, d, shape=tuple(f"{n}_shape{i}" for i in range(r)))
-                for n, d, r in (("A", dt, 2), ("B", dt, 2), ("C", dt, 2), ("W", DType.f32, 1))]
-        return gemm_sm90.trace(*refs, ScalarArg(DType.i32, 16 if S % 16 == 0 else 1), arch=arch,
-                               num_warps=num_warps(cfg), B_KMAJOR=False, **cfg)
+        return gemm_sm90.trace(*stand_ins(gluon_dtype(dtype), splits=S), arch=arch, num_warps=num_warps(cfg),
+                               B_KMAJOR=False, **cfg)
 
     def legality_key(self, config_id, shape, dtype, arch):
         return (config_id, dtype, arch)            # the trace has symbolic sizes
