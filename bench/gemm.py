@@ -35,6 +35,12 @@ def _parse_configs(text: str) -> list[dict]:
     return out
 
 
+def config_name(kernel: str, cfg: dict) -> str:
+    """'ws', {'STAGES': 4} -> 'ws[STAGES=4]' (the name --kernels selects and the tables print); an
+    empty config is the kernel's default: 'ws'."""
+    return kernel + "[" + ",".join(f"{k}={v}" for k, v in cfg.items()) + "]" if cfg else kernel
+
+
 def _split_names(text: str) -> list[str]:
     """'ws,ws[A=1,B=2]' -> ['ws', 'ws[A=1,B=2]']: commas inside brackets belong to a config."""
     out, depth, cur = [], 0, ""
@@ -54,13 +60,11 @@ def _kernels(ws_configs: list[dict], tile_configs: list[dict] = ({},)):
     from gluon.kernels.gemm_tile_sm90 import launch as tile_launch
     ks = {}
     for cfg in tile_configs:
-        name = "tile[" + ",".join(f"{k}={v}" for k, v in cfg.items()) + "]" if cfg else "tile"
-        ks[name] = (lambda cfg: lambda a, b, c: tile_launch(a, b, c, **cfg))(cfg)
+        ks[config_name("tile", cfg)] = (lambda cfg: lambda a, b, c: tile_launch(a, b, c, **cfg))(cfg)
     for cfg in ws_configs:
-        name = "ws[" + ",".join(f"{k}={v}" for k, v in cfg.items()) + "]"
         kcfg = {k: v for k, v in cfg.items() if k != "SPLIT_K"}
         splits = cfg.get("SPLIT_K")
-        ks[name if cfg else "ws"] = (lambda kcfg, splits: lambda a, b, c: ws_launch(a, b, c, kcfg, splits=splits))(
+        ks[config_name("ws", cfg)] = (lambda kcfg, splits: lambda a, b, c: ws_launch(a, b, c, kcfg, splits=splits))(
             kcfg, splits)
     return ks
 

@@ -92,7 +92,7 @@ def main() -> int:
     args = p.parse_args()
     import torch
 
-    from bench.gemm import _parse_configs
+    from bench.gemm import _parse_configs, config_name
     from gluon.kernels.gemm_sm90 import launch
     gpu = int(os.environ.get("CUDA_VISIBLE_DEVICES", "0").split(",")[0] or 0)
     dts = {"fp16": torch.float16, "bf16": torch.bfloat16}
@@ -107,8 +107,7 @@ def main() -> int:
             print(f"{shape} {dn} cuBLAS runs: {names}", flush=True)
             cands = {"cublas": lambda: torch.matmul(a, b, out=c)}
             for cfg in _parse_configs(args.configs):
-                name = "ws[" + ",".join(f"{k}={v}" for k, v in cfg.items()) + "]" if cfg else "ws"
-                cands[name] = (lambda cfg: lambda: launch(a, b, c, cfg or None))(cfg)
+                cands[config_name("ws", cfg)] = (lambda cfg: lambda: launch(a, b, c, cfg or None))(cfg)
             for name, fn in cands.items():
                 s = _sustained(fn, args.seconds, gpu)
                 burst = _burst(fn)
