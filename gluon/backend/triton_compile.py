@@ -60,6 +60,10 @@ import warnings
 from typing import Any, Mapping
 
 from . import ptx_cluster, ptx_prefetch, ptx_prologue
+
+# the PTX passes a kernel opts into with a header line in its TTGIR (ptx_cue), in the order they run
+# after the cluster pass, each with the cache-key part and the metadata key of what it did
+_OPT_IN_PASSES = ((ptx_prefetch, "ptx_prefetch", "gluon_prefetch"), (ptx_prologue, "ptx_prologue", "gluon_prologue"))
 from ..cache import KernelCache, default_cache
 
 __all__ = [
@@ -191,10 +195,7 @@ def cache_key_parts(ttgir: str, target, options: Mapping | None = None) -> tuple
     )
     if ptx_cluster.parse_header(ttgir) is not None:     # the PTX passes are part of this kernel's compiler
         parts += (("ptx_cluster", ptx_cluster.source_hash()),)
-    if ptx_prefetch.wanted(ttgir):
-        parts += (("ptx_prefetch", ptx_prefetch.source_hash()),)
-    if ptx_prologue.wanted(ttgir):
-        parts += (("ptx_prologue", ptx_prologue.source_hash()),)
+    parts += tuple((key, mod.source_hash()) for mod, key, _ in _OPT_IN_PASSES if mod.wanted(ttgir))
     return parts
 
 
@@ -516,11 +517,8 @@ def _compile_job(src_path: pathlib.Path, tgt, options: dict) -> dict[str, bytes 
     #    (ptx_prologue).
     ptxas_log = io.StringIO()
     cluster = ptx_cluster.parse_header(ttgir)
-    prefetch = ptx_prefetch.wanted(ttgir)
-    lean = ptx_prologue.wanted(ttgir)
     cluster_stats: dict = {}
-    prefetch_stats: dict = {}
-    prologue_stats: dict = {}
+    opted = [(mod, md_key, {}) for mod, _, md_key in _OPT_IN_PASSES if mod.wanted(ttgir)]   # + what each did
     try:
         with knobs.cache.scope(), knobs.nvidia.scope(), knobs.runtime.scope(), \
                 contextlib.redirect_stdout(ptxas_log):
@@ -529,10 +527,7 @@ def _compile_job(src_path: pathlib.Path, tgt, options: dict) -> dict[str, bytes 
             rewrites = []
             if cluster is not None:
                 rewrites.append(_cluster_rewrite(cluster, ttgir, entry_name, cluster_stats))
-            if prefetch:
-                rewrites.append(_recorded(ptx_prefetch.rewrite, prefetch_stats))
-            if lean:
-                rewrites.append(_recorded(ptx_prologue.rewrite, prologue_stats))
+            rewrites += [_recorded(mod.rewrite, stats) for mod, _, stats in opted]
             if rewrites:
                 knobs.runtime.add_stages_inspection_hook = _ptx_hook(rewrites)
             kernel = triton.compile(str(src_path), target=gpu_target, options=dict(options) or None)
@@ -565,10 +560,8 @@ def _compile_job(src_path: pathlib.Path, tgt, options: dict) -> dict[str, bytes 
     if cluster is not None:     # Triton's launcher starts grid[0] * num_ctas CTAs in clusters of num_ctas
         metadata["num_ctas"] = cluster.num_ctas
         metadata["gluon_cluster"] = cluster_stats
-    if prefetch:
-        metadata["gluon_prefetch"] = prefetch_stats
-    if lean:
-        metadata["gluon_prologue"] = prologue_stats
+    for _, md_key, stats in opted:
+        metadata[md_key] = stats
     metadata["gluon_ptxas_log"] = ptxas_log.getvalue()[-16000:]
     metadata["gluon_version"] = _gluon_version()
     metadata["gluon_files"] = sorted(asm)
