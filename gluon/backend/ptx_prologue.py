@@ -64,6 +64,21 @@ def _is_plain(op: str) -> bool:
     return any(op == p or op.startswith(p + ".") for p in _PLAIN)
 
 
+def _statements(lines: list[str], start: int):
+    """(line index, code, what) from line `start` on: `what` is "label", the instruction's match, or None
+    for a line the pass does not know; blank lines, comments, directives (.loc, .reg) and inline-asm
+    braces are skipped."""
+    for i in range(start, len(lines)):
+        code = lines[i].split("//", 1)[0].strip()
+        if code and not code.startswith((".", "{", "}")):
+            yield i, code, "label" if _LABEL.match(code) else _INSTR.match(code)
+
+
+def _barrier_args(m) -> re.Match | None:
+    """The id and thread count of a barrier instruction's match, else None."""
+    return _BARRIER_ARGS.match(m.group("rest")) if _BARRIER.match(m.group("op")) else None
+
+
 _CAPTURE_STORE = re.compile(r"^\s*\[global_smem\+\d+\]\s*,")
 
 
@@ -73,16 +88,14 @@ def _ends_at_cta_barrier(lines: list[str], end: int) -> str | None:
     slots at fixed shared addresses, `st.shared [global_smem+N]`, which Membar found unrelated to the
     span's barriers and buffers: the original PTX has no barrier between them and the span's last op);
     else why not."""
-    for j in range(end, len(lines)):
-        ln = lines[j].split("//", 1)[0]
-        if not ln.strip() or ln.strip().startswith((".", "{", "}")) or _LABEL.match(ln):
+    for j, code, m in _statements(lines, end):
+        if m == "label":
             continue
-        m = _INSTR.match(ln)
         if m is None:
-            return f"line {j + 1} after the prologue is not an instruction the pass knows: {ln.strip()!r}"
+            return f"line {j + 1} after the prologue is not an instruction the pass knows: {code!r}"
         op = m.group("op")
         if _BARRIER.match(op):
-            args = _BARRIER_ARGS.match(m.group("rest"))
+            args = _barrier_args(m)
             if args is None or args.group("count") is not None or m.group("pred"):
                 return f"the prologue ends at a barrier of part of the CTA (line {j + 1}), not of all of it"
             return None
@@ -106,23 +119,20 @@ def rewrite(ptx: str, kernel: str) -> tuple[str, dict]:
         return _skip(ptx, "no mbarrier.init")
     barriers: list[int] = []
     mem: list[tuple[int, str, str]] = []          # (line, kind, predicate)
-    branches: list[int] = []
-    end = len(lines)
-    for i in range(start, len(lines)):
-        ln = lines[i].split("//", 1)[0]
-        if not ln.strip() or ln.strip().startswith((".", "{", "}")):
-            continue                             # comments, .loc, .reg and inline-asm braces
-        if _LABEL.match(ln):
-            end = i
+    branches: list[tuple[int, str]] = []          # (line, target)
+    end, end_label = len(lines), None
+    for i, code, m in _statements(lines, start):
+        if m == "label":
+            end, end_label = i, code.rstrip(":").strip()
             break
-        m = _INSTR.match(ln)
         if m is None:
-            return _skip(ptx, f"line {i + 1} of {kernel}'s PTX is not an instruction the pass knows: {ln.strip()!r}")
+            return _skip(ptx, f"line {i + 1} of {kernel}'s PTX is not an instruction the pass knows: {code!r}")
         op, pred = m.group("op"), (m.group("pred") or "").strip()
+        kind = _memory_kind(op)
         if _BARRIER.match(op):
-            args = _BARRIER_ARGS.match(m.group("rest"))
+            args = _barrier_args(m)
             if args is None:
-                return _skip(ptx, f"barrier with unexpected operands at line {i + 1}: {ln.strip()!r}")
+                return _skip(ptx, f"barrier with unexpected operands at line {i + 1}: {code!r}")
             if args.group("id") != "0" or pred:
                 end = i
                 break
@@ -130,10 +140,10 @@ def rewrite(ptx: str, kernel: str) -> tuple[str, dict]:
         elif op.startswith("st.shared"):
             end = i                              # the warp-specialize entry's stores (see _ends_at_cta_barrier)
             break
-        elif _memory_kind(op):
-            mem.append((i, _memory_kind(op), pred))
+        elif kind:
+            mem.append((i, kind, pred))
         elif op.startswith("bra"):
-            branches.append(i)
+            branches.append((i, m.group("rest").strip()))
         elif not _is_plain(op):
             return _skip(ptx, f"{op} at line {i + 1} of the prologue: only barrier inits, expect-tx, TMA loads "
                               "and arithmetic may sit between the barriers the pass removes")
@@ -142,10 +152,8 @@ def rewrite(ptx: str, kernel: str) -> tuple[str, dict]:
         return _skip(ptx, why)
     # a branch may only skip ahead to the span's end (no label inside it, so nothing jumps into it): on
     # that path too the whole-CTA barrier comes next, and the ops of other threads are not reached
-    label = _LABEL.match(lines[end]).group(0).strip().rstrip(":") if end < len(lines) and _LABEL.match(lines[end]) else None
-    for b in branches:
-        target = _INSTR.match(lines[b]).group("rest").strip()
-        if label is None or target != label:
+    for b, target in branches:
+        if target != end_label:
             return _skip(ptx, f"the branch at line {b + 1} goes to {target}, not to the end of the prologue")
     if not barriers:
         return _skip(ptx, "no barrier in the prologue")
