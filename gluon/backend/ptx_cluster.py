@@ -21,6 +21,7 @@ import re
 from dataclasses import dataclass
 
 from .ptx_cue import file_hash
+from .ptx_params import param_registers
 
 # an arrive count no real arrive uses; the lowering writes it for arrive(cluster=True)
 ARRIVE_SENTINEL = 3098
@@ -61,23 +62,14 @@ def parse_header(ttgir: str) -> ClusterInfo | None:
     return ClusterInfo(int(m.group(1)), tuple(filter(None, m.group(2).split(","))))
 
 
-def _param_registers(ptx: str, kernel: str, index: int) -> set[str]:
-    """Registers holding the generic address of by-value parameter `index` (a TMA descriptor)."""
-    name = re.escape(f"{kernel}_param_{index}")
-    movs = set(re.findall(rf"mov\.b64\s+(%rd\d+),\s*{name};", ptx))
-    regs = set(movs)
-    for r in movs:
-        regs |= set(re.findall(rf"cvta\.param\.u64\s+(%rd\d+),\s*{re.escape(r)};", ptx))
-    return regs
-
-
 def rewrite(ptx: str, kernel: str, num_ctas: int, multicast_params: dict[str, int]) -> tuple[str, dict]:
     """Apply the pass; `multicast_params` maps descriptor names to their PTX parameter index.
     Returns the new PTX and what was rewritten (multicast copies per descriptor, cluster arrives)."""
     stats: dict = {"num_ctas": num_ctas, "multicast_copies": {}, "cluster_arrives": 0}
     mask = (1 << num_ctas) - 1
+    param_regs = param_registers(ptx, kernel)
     for dname, index in multicast_params.items():
-        regs = _param_registers(ptx, kernel, index)
+        regs = {r for r, p in param_regs.items() if p == f"{kernel}_param_{index}"}
         if not regs:
             raise ClusterPassError(f"no register holds descriptor {dname} ({kernel}_param_{index}) in the PTX")
         count = 0

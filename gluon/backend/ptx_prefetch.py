@@ -14,6 +14,7 @@ from __future__ import annotations
 import re
 
 from .ptx_cue import Cue
+from .ptx_params import param_registers
 
 _HEADER = "// gluon.ptx prefetch_tensormaps"
 
@@ -33,20 +34,12 @@ _TENSOR_COPY = re.compile(r"cp(?:\.reduce)?\.async\.bulk(?:\.prefetch)?\.tensor\
 _ENTRY = re.compile(r"^\$L__func_begin\d+:\s*$", re.M)
 
 
-def _param_of(ptx: str, reg: str, kernel: str) -> str | None:
-    """The kernel parameter whose generic address `reg` holds (`mov.b64 %a, k_param_i; cvta.param.u64 reg,
-    %a`), or None."""
-    m = re.search(rf"cvta\.param\.u64\s+{re.escape(reg)},\s*(%rd\d+);", ptx)
-    src = m.group(1) if m else reg
-    m = re.search(rf"mov\.b64\s+{re.escape(src)},\s*({re.escape(kernel)}_param_\d+);", ptx)
-    return m.group(1) if m else None
-
-
 def rewrite(ptx: str, kernel: str) -> tuple[str, dict]:
     """Insert the prefetches; returns the new PTX and {"prefetched": [parameter names]}."""
     params: list[str] = []
+    param_regs = param_registers(ptx, kernel)
     for reg in dict.fromkeys(_TENSOR_COPY.findall(ptx)):
-        p = _param_of(ptx, reg, kernel)
+        p = param_regs.get(reg)
         if p is None:
             raise PrefetchPassError(f"TMA descriptor register {reg} of {kernel} does not come from a kernel "
                                     "parameter in the PTX; cannot prefetch it")
