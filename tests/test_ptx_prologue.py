@@ -99,7 +99,7 @@ def _gemm(**kw):
 @pytest.mark.parametrize("variant,removed", [(dict(), 11), (dict(EARLY_LOADS=False), 4), (dict(SPLIT_WGS=True), 14)],
                          ids=["early_loads", "inits_only", "split_wgs"])
 def test_gemm_prologue_loses_its_barriers_and_nothing_else(variant, removed):
-    lean, plain = _gemm(LEAN_PROLOGUE=True, **variant), _gemm(**variant)
+    lean, plain = _gemm(LEAN_PROLOGUE=True, **variant), _gemm(LEAN_PROLOGUE=False, **variant)
     st = lean.binary.metadata["gluon_prologue"]
     assert st["removed"] == removed, st
     assert "gluon_prologue" not in plain.binary.metadata
@@ -127,14 +127,21 @@ def test_needs_tma():
         k.trace(TensorRef("A", DType.f16, shape=("M", "K")))
 
 
-def test_gemm_launch_refuses_it_until_verified(monkeypatch):
-    import gluon.kernels.gemm_sm90 as g
-    monkeypatch.delenv("GLUON_UNVERIFIED", raising=False)
-    monkeypatch.setattr(g, "_SMS", {0: 132})
+def test_auto_turns_it_on_where_it_was_verified():
+    assert resolve_auto(dict(DEFAULT_CONFIG), 2)["LEAN_PROLOGUE"] is True
+    for off in (dict(CLUSTER_M=2), dict(PINGPONG=True), dict(EPILOGUE="ring")):
+        assert resolve_auto(dict(DEFAULT_CONFIG, **off), 2)["LEAN_PROLOGUE"] is False, off
+    assert resolve_auto(dict(DEFAULT_CONFIG, LEAN_PROLOGUE=False), 2)["LEAN_PROLOGUE"] is False
 
-    class T:                                       # just what _plan reads before the check
-        device = type("D", (), {"index": 0})()
-        element_size = staticmethod(lambda: 2)
 
-    with pytest.raises(GluonError, match="has not run on a GPU yet; set GLUON_UNVERIFIED=1"):
-        g._plan(T(), T(), 2048, 2048, 2048, dict(LEAN_PROLOGUE=True), False, None)
+@pytest.mark.parametrize("variant", [dict(CLUSTER_M=2), dict(PINGPONG=True), dict(EPILOGUE="ring")],
+                         ids=["cluster", "pingpong", "ring"])
+def test_refused_outside_the_verified_kernels(variant):
+    cfg = dict(DEFAULT_CONFIG, EARLY_LOADS=False, LEAN_PROLOGUE=True, **variant)
+    with pytest.raises(GluonError, match="LEAN_PROLOGUE is verified for the cooperative kernel"):
+        gemm_sm90.trace(*stand_ins(DType.f16), num_warps=num_warps(cfg), **cfg)
+
+
+def test_unresolved_auto_is_refused():
+    with pytest.raises(GluonError, match=r"LEAN_PROLOGUE='auto': the kernel takes True or False"):
+        gemm_sm90.trace(*stand_ins(DType.f16), num_warps=9, **dict(DEFAULT_CONFIG, EPILOGUE="tma", LEAN_PROLOGUE="auto"))
