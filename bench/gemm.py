@@ -1,11 +1,13 @@
 """GEMM: gluon kernels against cuBLAS (torch.matmul) and plain autotuned Triton, in the same run.
 
     python bench/gemm.py [--kernels tile] [--dtypes fp16,bf16] [--shapes 8192x8192x8192,...] [--json out.json]
+                         [--out-dtype fp32]
 
 Each (kernel, shape, dtype) is first checked against an fp64 reference on fresh random inputs with the
 output poisoned (NaN), then timed interleaved with cuBLAS (median ratio over --repeats rounds), and
 again interleaved with plain Triton (autotuned first; its pick is in each row's `triton_config`).
-TFLOP/s counts 2*M*N*K.
+TFLOP/s counts 2*M*N*K. With --out-dtype fp32 the output is fp32 (fp32 accumulation written as is) and
+the cuBLAS baseline is `torch.mm(a, b, out_dtype=torch.float32)`, the same GEMM with an fp32 output.
 """
 from __future__ import annotations
 
@@ -69,11 +71,26 @@ def _kernels(ws_configs: list[dict], tile_configs: list[dict] = ({},)):
     return ks
 
 
+def _cublas(a, b, c):
+    """torch's cuBLAS GEMM writing c: torch.matmul for an output of the inputs' type, torch.mm with
+    out_dtype for an fp32 one (fp16/bf16 inputs, fp32 accumulation and output in one cuBLAS call)."""
+    import torch
+    if c.dtype == a.dtype:
+        return lambda: torch.matmul(a, b, out=c)
+    try:
+        torch.mm(a, b, out_dtype=c.dtype, out=c)
+        return lambda: torch.mm(a, b, out_dtype=c.dtype, out=c)
+    except (TypeError, RuntimeError):       # no out= overload: a fresh output per call (the graph's pool)
+        return lambda: torch.mm(a, b, out_dtype=c.dtype)
+
+
 def main() -> int:
     p = parser(__doc__)
     p.add_argument("--kernels", default="all", help="comma list of gluon kernels (default: all known)")
     p.add_argument("--dtypes", default="fp16,bf16")
     p.add_argument("--shapes", default=",".join(SHAPES), help="MxNxK list")
+    p.add_argument("--out-dtype", choices=("same", "fp32"), default="same",
+                   help="C's element type: the inputs' (default) or fp32 (plain Triton is then skipped)")
     p.add_argument("--no-triton", action="store_true", help="skip the plain Triton baseline")
     p.add_argument("--graph", action="store_true", help="time CUDA-graph replays of every candidate and baseline "
                    "(GPU time without host launch overhead; matters below ~50 us per GEMM)")
@@ -104,9 +121,10 @@ def main() -> int:
             a = torch.randn(M, K, device="cuda", dtype=dt)
             b = torch.randn(K, N, device="cuda", dtype=dt)
             ref = (a.double() @ b.double())
-            base_c = torch.empty(M, N, device="cuda", dtype=dt)
+            out_dt = torch.float32 if args.out_dtype == "fp32" else dt
+            base_c = torch.empty(M, N, device="cuda", dtype=out_dt)
             tri_fn = tri_err = tri_cfg = None
-            if not args.no_triton:
+            if not args.no_triton and out_dt == dt:
                 tc = torch.full((M, N), float("nan"), device="cuda", dtype=dt)
                 triton_matmul(a, b, tc)                  # autotunes on the first call
                 tri_err = ((tc.double() - ref).norm() / ref.norm()).item()
@@ -116,7 +134,7 @@ def main() -> int:
                     tri_fn = graphed(tri_fn)
             for name in names:
                 launch = kernels[name]
-                c = torch.full((M, N), float("nan"), device="cuda", dtype=dt)
+                c = torch.full((M, N), float("nan"), device="cuda", dtype=out_dt)
                 try:
                     launch(a, b, c)
                 except LaunchError as e:        # e.g. the tile kernel on strides TMA cannot describe
@@ -125,7 +143,7 @@ def main() -> int:
                 torch.cuda.synchronize()
                 unwritten = int(torch.isnan(c).sum().item())
                 err = ((c.double() - ref).norm() / ref.norm()).item()
-                ours, theirs = (lambda: launch(a, b, c)), (lambda: torch.matmul(a, b, out=base_c))
+                ours, theirs = (lambda: launch(a, b, c)), _cublas(a, b, base_c)
                 if args.graph:
                     ours, theirs = graphed(ours), graphed(theirs)
                 r = interleaved(ours, theirs, args.repeats)
@@ -133,7 +151,8 @@ def main() -> int:
                 # timing of it would carry the run's clock drift into "vs Triton"
                 tri = interleaved(ours, tri_fn, args.repeats) if tri_fn else None
                 tri_ms = tri["baseline_ms"] if tri else None
-                r.update({"kernel": name, "graph": args.graph, "shape": [M, N, K], "shape_s": shape, "dtype": dn, "config": name,
+                r.update({"kernel": name, "graph": args.graph, "shape": [M, N, K], "shape_s": shape, "dtype": dn,
+                          "out_dtype": str(out_dt).removeprefix("torch."), "config": name,
                           "rel_err": err, "max_err": err, "unwritten": unwritten,
                           "tflops": flops / r["time_ms"] / 1e9, "cublas_tflops": flops / r["baseline_ms"] / 1e9,
                           "triton_ms": tri_ms, "triton_rel_err": tri_err, "triton_config": tri_cfg,

@@ -230,6 +230,26 @@ def test_cluster_multicast_gemm_matches_fp64_reference(M, N, K, in_dtype, out_dt
     assert max(errs) < 1e-2, errs
 
 
+FP32_OUT_CONFIGS = [
+    dict(DEFAULT_CONFIG, EPILOGUE="tma", STAGES=2),              # the 128 KiB fp32 tile staged beside 2 stages
+    dict(DEFAULT_CONFIG, BLOCK_N=128, EPILOGUE="tma", STAGES=4),  # 128x128: a 64 KiB fp32 staging tile
+]
+
+
+@pytest.mark.parametrize("cfg", FP32_OUT_CONFIGS, ids=lambda c: f"128x{c['BLOCK_N']},st={c['STAGES']}")
+@pytest.mark.parametrize("b_kmajor", [False, True])
+@pytest.mark.parametrize("in_dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("M,N,K,splits", [(1024, 1024, 1024, None), (1000, 1000, 1000, None), (333, 200, 136, None),
+                                          (2048, 4096, 512, None), (640, 768, 4000, None), (256, 512, 4096, 3)])
+def test_fp32_output_tma_epilogue_matches_fp64_reference(M, N, K, splits, in_dtype, b_kmajor, cfg):
+    """An fp32 C through the TMA epilogue (no spills, unlike the direct stores of a 128x256 fp32 tile):
+    edges, K tails, split-K, column-major B."""
+    from gluon.kernels.gemm_sm90 import launch
+    errs = gemm_errors(lambda a, b, c: launch(a, b, c, cfg, b_kmajor=b_kmajor, splits=splits), M, N, K, in_dtype,
+                       torch.float32, b_kmajor)
+    assert max(errs) < 1e-2, errs
+
+
 CLUSTER_N_CONFIGS = [
     dict(DEFAULT_CONFIG, CLUSTER_N=2),                    # 2-CTA clusters along N, A multicast
     dict(DEFAULT_CONFIG, CLUSTER_N=2, SPLIT_WGS=True),
