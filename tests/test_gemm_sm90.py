@@ -8,8 +8,8 @@ from gluon import DType
 from gluon.backend.triton_compile import sass_instructions
 from gluon.ir import GluonError
 from gluon.jit import run_passes
-from gluon.kernels.gemm_sm90 import (DEFAULT_CONFIG, SMALL_CONFIGS, choose_config, gemm_sm90, num_warps, resolve_auto,
-                                     resolve_config, split_k, stand_ins)
+from gluon.kernels.gemm_sm90 import (DEFAULT_CONFIG, FP32_OUT_CONFIG, SMALL_CONFIGS, choose_config, gemm_sm90,
+                                     num_warps, resolve_auto, resolve_config, split_k, stand_ins)
 
 
 def _cfg(**kw):
@@ -90,12 +90,21 @@ def test_choose_config_picks_tiles_by_problem_size():
     assert choose_config(1000, 1000, 1000, 132, pitch_aligned=False).get("CLUSTER_M", 1) == 1
 
 
+def test_an_fp32_output_gets_128x128_tiles_that_compile_without_spills():
+    for shape in ((8192, 8192, 8192), (2048, 2048, 2048), (4000, 3000, 5000)):
+        assert choose_config(*shape, 132, pitch_aligned=shape[2] % 64 == 0, out_size=4) == FP32_OUT_CONFIG
+    assert choose_config(1000, 1000, 1000, 132, out_size=4) in SMALL_CONFIGS       # under a wave: as before
+    cfg = resolve_auto(dict(FP32_OUT_CONFIG), 4)
+    k = gemm_sm90.compile(*stand_ins(DType.f16, DType.f32), num_warps=num_warps(cfg), **cfg)
+    assert k.spills == 0
+
+
 def test_choose_config_uses_the_coalesced_epilogue_where_each_program_has_one_tile():
     assert choose_config(2048, 2048, 2048, 132)["EPILOGUE"] == "coalesced"       # 128 tiles, one each
     assert choose_config(1536, 2816, 2048, 132)["EPILOGUE"] == "coalesced"       # 132 tiles
     assert choose_config(4096, 4096, 4096, 132)["EPILOGUE"] == "auto"            # several tiles per program
     assert choose_config(2048, 2040, 2048, 132)["EPILOGUE"] == "auto"            # rows not 16-element multiples
-    assert choose_config(2048, 2048, 2048, 132, out_size=4)["EPILOGUE"] == "auto"   # fp32: 128 KB staging tile
+    assert choose_config(2048, 2048, 2048, 132, out_size=4)["EPILOGUE"] == "tma"    # fp32: 128x128, 64 KB staging
     assert choose_config(2048, 2048, 2048, 132, pitch_aligned=False)["EPILOGUE"] == "auto"
 
 

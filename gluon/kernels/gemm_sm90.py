@@ -385,6 +385,12 @@ DEFAULT_CONFIG = dict(BLOCK_M=128, BLOCK_N=256, BLOCK_K=64, STAGES=3, GROUP_M=16
                       PRODUCER_REGS=40, SWIZZLE=128, EPILOGUE="auto", SPLIT_WGS=False, CONSUMER_REGS=216,
                       CLUSTER_M=1)
 
+# An fp32 output: 128x128 tiles staged through a 64 KiB fp32 tile and written by TMA, 4 stages. The
+# 128x256 tile's fp32 staging (128 KiB) leaves room for 2 stages only, and its direct stores spill 8
+# registers. Measured on the H200 (docs/PERF.md, fp16 inputs): 8192^3 0.90x -> 0.92x cuBLAS, 4096^3
+# 0.82x -> 0.95x, 2048^3 0.69x -> 0.90x, 16384x8192x1024 0.63x -> 1.00x.
+FP32_OUT_CONFIG = dict(DEFAULT_CONFIG, BLOCK_N=128, EPILOGUE="tma", STAGES=4)
+
 # Problems with less than one wave of 128x256 tiles: smaller tiles on one consumer warpgroup with a
 # deeper ring, so more SMs get work and each keeps more bytes in flight (the 128x256 tile leaves most
 # SMs idle there, and split-K pays an fp32 round trip). Smallest first; `choose_config` takes the
@@ -425,8 +431,12 @@ def choose_config(M: int, N: int, K: int, num_sms: int, pitch_aligned: bool = Tr
     hidden behind another tile's mainloop) and output rows are whole multiples of 16 elements of
     `out_size` <= 2 bytes, the epilogue is "coalesced": the tile read back from shared memory and
     written with 16-byte stores by all consumer threads. Against one TMA store, same runs on the H200
-    (docs/PERF.md): +1.8/+2.3% with one k-step (2048x2048x64), -0.3..+0.8% (mean +0.3%) at K >= 2048."""
+    (docs/PERF.md): +1.8/+2.3% with one k-step (2048x2048x64), -0.3..+0.8% (mean +0.3%) at K >= 2048.
+
+    An fp32 output (`out_size` 4) takes FP32_OUT_CONFIG instead of the large tiles, unclustered."""
     if tiles(M, N, DEFAULT_CONFIG) * 10 >= num_sms * 9:
+        if out_size > 2:
+            return dict(FP32_OUT_CONFIG)
         cfg = dict(DEFAULT_CONFIG, CLUSTER_M=1 if pitch_aligned else 2)
         if tiles(M, N, cfg) <= num_sms and N % 16 == 0 and out_size <= 2 and pitch_aligned:
             cfg["EPILOGUE"] = "coalesced"
