@@ -23,6 +23,8 @@ def parser(description: str) -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=description)
     p.add_argument("--json", metavar="PATH", help="write every row (shape, dtype, config, times, ratio, error) here")
     p.add_argument("--repeats", type=int, default=5, help="interleaved candidate/baseline rounds (median reported)")
+    p.add_argument("--round-ms", type=int, default=200, help="time each side runs per round (default 200 ms; at "
+                   "the power cap the clock moves between rounds, and each row keeps its per-round times)")
     return p
 
 
@@ -51,12 +53,13 @@ def graphed(fn: Callable[[], None]) -> Callable[[], None]:
 def interleaved(candidate: Callable[[], None], baseline: Callable[[], None], repeats: int,
                 rep_ms: int = 200) -> dict:
     """Time candidate and baseline alternately, the order swapped every round; medians and the ratio
-    baseline/candidate per round."""
+    baseline/candidate per round, and each round's times (rounds_ms, baseline_rounds_ms) to study the spread."""
     from gluon.tuning.measure import alternate_rounds
     cand, base = alternate_rounds(candidate, baseline, repeats, lambda fn: bench_ms(fn, rep_ms))
     ratios = [b / c for c, b in zip(cand, base)]
     return {"time_ms": statistics.median(cand), "baseline_ms": statistics.median(base),
-            "ratio": statistics.median(ratios), "ratio_min": min(ratios), "ratio_max": max(ratios)}
+            "ratio": statistics.median(ratios), "ratio_min": min(ratios), "ratio_max": max(ratios),
+            "rounds_ms": cand, "baseline_rounds_ms": base, "round_ms": rep_ms}
 
 
 def source_hash(root: str = ROOT) -> str:

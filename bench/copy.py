@@ -44,7 +44,7 @@ def main() -> int:
         copy(dst, src, **kw)
         torch.cuda.synchronize()
         wrong = int((dst != src).sum().item())
-        r = interleaved(lambda: copy(dst, src, **kw), lambda: dst.copy_(src), args.repeats)
+        r = interleaved(lambda: copy(dst, src, **kw), lambda: dst.copy_(src), args.repeats, args.round_ms)
         r.update({"shape": [n], "dtype": args.dtype, "config": cfg, "wrong_elements": wrong, "max_err": 0.0 if wrong == 0 else float("nan"),
                   "tb_s": nbytes / r["time_ms"] / 1e9, "baseline_tb_s": nbytes / r["baseline_ms"] / 1e9})
         rows.append(r)

@@ -146,10 +146,10 @@ def main() -> int:
                 ours, theirs = (lambda: launch(a, b, c)), _cublas(a, b, base_c)
                 if args.graph:
                     ours, theirs = graphed(ours), graphed(theirs)
-                r = interleaved(ours, theirs, args.repeats)
+                r = interleaved(ours, theirs, args.repeats, args.round_ms)
                 # plain Triton in rounds of its own against the same candidate: at the power cap one
                 # timing of it would carry the run's clock drift into "vs Triton"
-                tri = interleaved(ours, tri_fn, args.repeats) if tri_fn else None
+                tri = interleaved(ours, tri_fn, args.repeats, args.round_ms) if tri_fn else None
                 tri_ms = tri["baseline_ms"] if tri else None
                 r.update({"kernel": name, "graph": args.graph, "shape": [M, N, K], "shape_s": shape, "dtype": dn,
                           "out_dtype": str(out_dt).removeprefix("torch."), "config": name,

@@ -49,10 +49,10 @@ def main() -> int:
         first_s = time.perf_counter() - t1
         ok, max_err, why = tpl.check(out, tpl.reference(inputs), args.rtol, 0.0)
         loaded = lambda: k(*args_, out=out)             # noqa: E731
-        r = interleaved(loaded, tpl.baseline(inputs), args.repeats)
+        r = interleaved(loaded, tpl.baseline(inputs), args.repeats, args.round_ms)
         jit = lambda: tpl.run(inputs, e["config"])      # noqa: E731
         jit()                                           # compiled outside the timing
-        rj = interleaved(loaded, jit, args.repeats)
+        rj = interleaved(loaded, jit, args.repeats, args.round_ms)
         tuned = e.get("median_ms")
         r.update({"name": k.name, "shape": list(shape), "shape_s": "x".join(map(str, shape)), "dtype": dtype,
                   "config": e["config"], "config_id": e["config_id"], "max_err": max_err, "ok": bool(ok),
