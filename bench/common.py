@@ -3,6 +3,12 @@
 Every benchmark measures its baseline in the same process and run, interleaving candidate and
 baseline (A B B A ...), and reports the median ratio over repeats along with the spread, because
 the GPU drifts by several percent within minutes.
+
+Each side runs for --round-ms per round (default 1000 ms). Large GEMMs run at the board's power cap,
+where the clock controller lowers the clock quickly and raises it slowly: in a short round the kernel
+that follows a more power-hungry one runs at the clock that one left. Measured on the H200
+(docs/PERF.md, seventh session): gemm_sm90 at 8192^3 fp16 read 1.65-1.84 ms in 200 ms rounds (the slow
+ones right after cuBLAS), per-round ratios 0.92-1.03; in 1000 ms rounds 1.654-1.677 ms, 1.023-1.034.
 """
 from __future__ import annotations
 
@@ -23,12 +29,12 @@ def parser(description: str) -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=description)
     p.add_argument("--json", metavar="PATH", help="write every row (shape, dtype, config, times, ratio, error) here")
     p.add_argument("--repeats", type=int, default=5, help="interleaved candidate/baseline rounds (median reported)")
-    p.add_argument("--round-ms", type=int, default=200, help="time each side runs per round (default 200 ms; at "
-                   "the power cap the clock moves between rounds, and each row keeps its per-round times)")
+    p.add_argument("--round-ms", type=int, default=1000, help="time each side runs per round (default 1000 ms: at "
+                   "the power cap the clock settles slowly after the other kernel; each row keeps its per-round times)")
     return p
 
 
-def bench_ms(fn: Callable[[], None], rep_ms: int = 200) -> float:
+def bench_ms(fn: Callable[[], None], rep_ms: int = 1000) -> float:
     """Median of CUDA-event timings with the L2 flushed before each run (triton.testing.do_bench)."""
     from triton.testing import do_bench
     return float(do_bench(fn, warmup=25, rep=rep_ms, return_mode="median"))
@@ -51,7 +57,7 @@ def graphed(fn: Callable[[], None]) -> Callable[[], None]:
 
 
 def interleaved(candidate: Callable[[], None], baseline: Callable[[], None], repeats: int,
-                rep_ms: int = 200) -> dict:
+                rep_ms: int = 1000) -> dict:
     """Time candidate and baseline alternately, the order swapped every round; medians and the ratio
     baseline/candidate per round, and each round's times (rounds_ms, baseline_rounds_ms) to study the spread."""
     from gluon.tuning.measure import alternate_rounds

@@ -472,6 +472,8 @@ BAD = [
      ["0 is less than 1; allowed: integers >= 1"]),
     ("trials-string", {"s.toml": K + '[tuning]\ntrials = "100"\n'}, "s.toml", 8, "tuning.trials",
      ["'100' is not an integer; allowed: integers >= 1"]),
+    ("retime-round-zero", {"s.toml": K + "[tuning]\nretime_round_ms = 0\n"}, "s.toml", 8, "tuning.retime_round_ms",
+     ["0 is less than 1; allowed: integers >= 1"]),
     ("rtol-negative", {"s.yaml": Y + "tuning:\n  rtol: -1.0e-3\n"}, "s.yaml", 8, "tuning.rtol",
      ["-0.001 is out of range; allowed: numbers >= 0"]),
     ("time-limit-zero", {"s.toml": K + "[tuning]\ntime_limit_s = 0\n"}, "s.toml", 8, "tuning.time_limit_s",

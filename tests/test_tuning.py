@@ -107,7 +107,8 @@ def fake_measure(job):
     if log:
         with open(log, "a") as f:
             f.write(json.dumps({"cid": job["config_id"], "X": job["config"]["X"], "purpose": job["purpose"],
-                                "device": job["device_index"], "pid": os.getpid(), "t": time.time()}) + "\n")
+                                "device": job["device_index"], "pid": os.getpid(), "t": time.time(),
+                                "rep_ms": job.get("rep_ms")}) + "\n")
     time.sleep(float(os.environ.get("FAKE_TUNE_DELAY", "0")))
     from gluon.tuning.measure import measure_job
     t = 1.0 / job["config"]["X"]
@@ -376,6 +377,14 @@ def test_hung_worker_is_killed_and_restarted(tmp_path, env):
     after = [c for c in calls(env.log) if c["pid"] != hang["pid"]]
     assert after                                                         # later jobs ran in a new process
     assert s.statuses["timeout"] == 1
+
+
+@pytest.mark.parametrize("settings,trial_ms,retime_ms", [({}, 100, 1000), (dict(round_ms=50, retime_round_ms=700), 50, 700)],
+                         ids=["defaults", "from_the_spec"])
+def test_the_retime_runs_longer_rounds_than_the_search(tmp_path, env, settings, trial_ms, retime_ms):
+    run_tune(fake_spec(tmp_path, x=(1, 4), retime_top=2, **settings), tmp_path)
+    assert {c["rep_ms"] for c in calls(env.log)} == {trial_ms}
+    assert {c["rep_ms"] for c in calls(env.log, "retime")} == {retime_ms}
 
 
 def test_wrong_results_are_never_the_best(tmp_path, env):

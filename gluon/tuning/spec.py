@@ -1022,13 +1022,15 @@ class TuningSettings(_Model):
     atol: float = 0.0
     baseline: str | None = None
     repeats: int = 3
+    round_ms: int = 100          # each side's do_bench time per round while searching (ranks configs)
     retime_top: int = 3
+    retime_round_ms: int = 1000  # per round when re-timing the best: long enough for the clock to settle
     compile_timeout_s: float = 60.0
     trial_timeout_s: float = 60.0
     storage: str | None = None
     scoring: Literal["geomean", "per_shape"] = "geomean"
 
-    @field_validator("trials", "repeats", mode="before")
+    @field_validator("trials", "repeats", "round_ms", "retime_round_ms", mode="before")
     @classmethod
     def _at_least_one(cls, v):
         return _int_rule(v, 1)

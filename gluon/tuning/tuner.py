@@ -1081,6 +1081,7 @@ class _Study:
                                                shape, dtype, retime),
                    "rtol": float(_t(self.spec, "rtol", 1e-2)), "atol": float(_t(self.spec, "atol", 0.0)),
                    "repeats": int(_t(self.spec, "repeats", 3)),
+                   "rep_ms": int(_t(self.spec, "retime_round_ms", 1000) if retime else _t(self.spec, "round_ms", 100)),
                    "baseline": _t(self.spec, "baseline", "torch") not in (False, "none", ""),
                    "purpose": "retime" if retime else "trial", "device_index": worker.device_index}
             res = worker.run(job, self.trial_timeout)
