@@ -57,8 +57,8 @@ EARLY_LOADS="auto" (the default `launch` and the tuner use) turns it on wherever
 no cluster, no ping-pong, not the ring epilogue.
 LEAN_PROLOGUE=True drops the CTA barriers Triton's Membar puts between the barrier inits and around each
 early load (11 of them with three early stages; the PTX pass backend/ptx_prologue.py keeps the one the
-inits need). Verified on the H200 (the 30 lean_prologue GPU tests, 50 bit-identical launches): +0.5 to
-+2.5% with one k-step, up to +0.9% at one wave, within the noise elsewhere. LEAN_PROLOGUE="auto" (the
+inits need). Verified on the H200 (the 30 lean_prologue GPU tests, 50 bit-identical launches): +1 to
++2.5% with one k-step, -0.7 to +0.9% at one wave (within the noise). LEAN_PROLOGUE="auto" (the
 default) turns it on where EARLY_LOADS could be, the family it was verified in.
 Not here yet: stream-K for the partial last wave.
 """
