@@ -60,7 +60,9 @@ early load (11 of them with three early stages; the PTX pass backend/ptx_prologu
 inits need). Verified on the H200 (the 30 lean_prologue GPU tests, 50 bit-identical launches): +1 to
 +2.5% with one k-step, -0.7 to +0.9% at one wave (within the noise). LEAN_PROLOGUE="auto" (the
 default) turns it on where EARLY_LOADS could be, the family it was verified in.
-Not here yet: stream-K for the partial last wave.
+Not here: stream-K for the partial last wave. Measured on the H200 (docs/PERF.md, seventh session): at
+8192^3 the half-empty last wave of 128x256 tiles costs nothing measurable (8448x8192x8192, whole waves,
+is no faster per FLOP), since under the power cap the idle SMs' share comes back as clock.
 """
 from dataclasses import dataclass
 
