@@ -112,6 +112,8 @@ def fake_measure(job):
     time.sleep(float(os.environ.get("FAKE_TUNE_DELAY", "0")))
     from gluon.tuning.measure import measure_job
     t = 1.0 / job["config"]["X"]
+    if os.environ.get("FAKE_TUNE_SMALL_X_ON_2000") and job["shape"][0] == 2000:
+        t = job["config"]["X"] ** 0.5                   # there small X wins: ratio X^-1/2 (geomean X^1/4)
     calls = []
 
     def bench(fn):
@@ -128,14 +130,15 @@ fake_measure.environment = lambda index: {"device": "FakeGPU", "sm_count": 4, "d
 MEASURE = "test_tuning:fake_measure"
 
 
-def fake_spec(tmp_path, *, x=(1, 6), y=None, constraints=(), sampler="grid", trials=100, name="fake", **tuning):
+def fake_spec(tmp_path, *, x=(1, 6), y=None, constraints=(), sampler="grid", trials=100, name="fake", shapes=((1000,),),
+              **tuning):
     settings = dict(trials=trials, sampler=sampler, seed=0, repeats=1, retime_top=0, trial_timeout_s=20)
     settings.update(tuning)
     lines = []
     if constraints:
         lines.append("constraints = [" + ", ".join(json.dumps(c) for c in constraints) + "]")
     lines += ["[kernel]", f'name = "{name}"', 'template = "test_tuning:FAKE"', 'arch = "sm90"', 'dtypes = ["fp32"]',
-              "shapes = [[1000]]", "[params]", f"X = {{ range = [{x[0]}, {x[1]}] }}"]
+              f"shapes = {json.dumps([list(sh) for sh in shapes])}", "[params]", f"X = {{ range = [{x[0]}, {x[1]}] }}"]
     if y:
         lines.append(f"Y = {{ values = {list(y)} }}")
     lines.append("[tuning]")
@@ -186,6 +189,7 @@ def env(tmp_path, monkeypatch):
     monkeypatch.delenv("FAKE_TUNE_DELAY", raising=False)
     monkeypatch.delenv("FAKE_TUNE_LEGAL_MAX", raising=False)
     monkeypatch.delenv("FAKE_TUNE_COMPILE_LOG", raising=False)
+    monkeypatch.delenv("FAKE_TUNE_SMALL_X_ON_2000", raising=False)
     return SimpleNamespace(log=str(log), setenv=monkeypatch.setenv)
 
 
@@ -385,6 +389,19 @@ def test_the_retime_runs_longer_rounds_than_the_search(tmp_path, env, settings, 
     run_tune(fake_spec(tmp_path, x=(1, 4), retime_top=2, **settings), tmp_path)
     assert {c["rep_ms"] for c in calls(env.log)} == {trial_ms}
     assert {c["rep_ms"] for c in calls(env.log, "retime")} == {retime_ms}
+
+
+def test_a_case_winner_outside_the_top_is_retimed_on_its_case_and_built_there(tmp_path, env):
+    """X=6 is fastest on N=1000 and by the geometric mean, X=1 on N=2000: the top 2 (6, 5) are re-timed on
+    both shapes, X=1 on N=2000 only; the best overall stays 6, and N=2000's best row is X=1's re-timing."""
+    env.setenv("FAKE_TUNE_SMALL_X_ON_2000", "1")
+    s = run_tune(fake_spec(tmp_path, x=(1, 6), retime_top=2, shapes=((1000,), (2000,))), tmp_path)
+    again = sorted((c["X"], c["rep_ms"]) for c in calls(env.log, "retime"))
+    assert again == [(1, 1000), (5, 1000), (5, 1000), (6, 1000), (6, 1000)]
+    assert [r["config"]["X"] for r in s.retimed] == [6, 5] and s.best_config["X"] == 6
+    from gluon.tuning.results import summary
+    best = {r["shape"]: (int(r["X"]), bool(r["retimed"])) for _, r in summary(rows(tmp_path)).iterrows()}
+    assert best == {"1000": (6, True), "2000": (1, True)}
 
 
 def test_wrong_results_are_never_the_best(tmp_path, env):

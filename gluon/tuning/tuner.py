@@ -62,7 +62,10 @@ Passwords in URLs are masked in messages and in the summary (`TuneSummary.storag
 re-enqueued by the next run), rows already written stay, KeyboardInterrupt is re-raised.
 
 **At the end** the `retime_top` best configs are measured again (fresh inputs) and recorded with
-retimed=True; the summary's best is chosen on the retimed values.
+retimed=True; the summary's best is chosen on the retimed values. So is, on its own (shape, dtype) only,
+each case's fastest config when it is not among them: `gluon build --best` serves every case the best
+of its re-timed configs (results.summary), and a config that wins one shape but not the geometric mean
+must be re-timed there to be chosen.
 
 **Dry run** (`dry_run=True`, or None without a CUDA GPU): no study and no GPU worker. Every config of the
 space (or `dry_run_limit` random ones of a larger space) gets a legality verdict; up to
@@ -1123,6 +1126,29 @@ class _Study:
                 break
         return out
 
+    def _case_winners(self, df, top_ids: set) -> list:
+        """[(trial, (shape, dtype))]: each case's fastest config in this study's first timings, where it
+        is not among the `top_ids` re-timed on every case."""
+        import pandas as pd
+        if not len(df):
+            return []
+        rows = df[(df["study"] == self.name) & (df["spec_hash"] == self.tn.spec_hash) & (df["status"] == "ok")
+                  & ~df["retimed"].fillna(False).astype(bool) & ~df["dry_run"].fillna(False).astype(bool)]
+        trials = {t.user_attrs.get("config_id"): t for t in self._top(len(self.study.trials))}
+        out = []
+        for shape in self.shapes:
+            for dtype in self.dtypes:
+                case = rows[(rows["shape"] == "x".join(map(str, shape))) & (rows["dtype"] == dtype)]
+                if not len(case):
+                    continue
+                key = pd.to_numeric(case["ratio"] if self.tn.maximize else -case["median_ms"], errors="coerce").dropna()
+                if not len(key):
+                    continue
+                cid = case.loc[key.idxmax(), "config_id"]
+                if cid not in top_ids and cid in trials:
+                    out.append((trials[cid], (tuple(shape), dtype)))
+        return out
+
     def _retime(self) -> None:
         if self.retime_top <= 0 or self.stop.is_set():
             return
@@ -1135,27 +1161,35 @@ class _Study:
             m = df["retimed"].fillna(False).astype(bool) & (df["spec_hash"] == self.tn.spec_hash) & \
                 (df["device"] == self.device) & (df["study"] == self.name)
             have = set(df[m]["config_id"])
+        winners = self._case_winners(df, {t.user_attrs.get("config_id") for t in top})
         if self.summary.measured == 0:               # nothing new: retime only what never was
             top = [t for t in top if t.user_attrs.get("config_id") not in have]
+            winners = [(t, case) for t, case in winners if t.user_attrs.get("config_id") not in have]
+        every_case = [(tuple(shape), dtype) for shape in self.shapes for dtype in self.dtypes]
         todo: queue.Queue = queue.Queue()
         for t in top:
-            todo.put(t)
+            todo.put((t, every_case))
+        for t, case in winners:                      # on its own case only: not a candidate for the best
+            todo.put((t, [case]))
         results = []
 
         def run(worker):
             while not self.stop.is_set():
                 try:
-                    t = todo.get_nowait()
+                    t, cases = todo.get_nowait()
                 except queue.Empty:
                     return
                 cfg = self._config_of(t)
                 rows = []
-                for shape in self.shapes:
-                    for dtype in self.dtypes:
-                        r = self._job(t.number, worker, cfg, t.user_attrs["config_id"], shape, dtype, retime=True)
-                        if r is None:
-                            return
-                        rows.append(r)
+                for shape, dtype in cases:
+                    r = self._job(t.number, worker, cfg, t.user_attrs["config_id"], shape, dtype, retime=True)
+                    if r is None:
+                        return
+                    rows.append(r)
+                if cases is not every_case:
+                    self.events.put(("retime", t.number, t.user_attrs["config_id"], None if rows[0]["status"] != "ok"
+                                     else self._value(rows), cases[0]))
+                    continue
                 ok = all(r["status"] == "ok" for r in rows)
                 results.append({"config_id": t.user_attrs["config_id"], "config": cfg, "trial": t.number,
                                 "first_value": t.value, "value": self._value(rows) if ok else None,
@@ -1278,8 +1312,9 @@ class _Study:
                 self.tn._say(f"[{done}/{self.budget}] trial {n} {status}{v} {self._short(config, cid)}{why} | "
                              f"{best_s}{eta}")
             elif ev[0] == "retime":
-                _, n, cid, value = ev
-                self.tn._say(f"retimed trial {n} {cid}: {value if value is None else format(value, '.4g')}")
+                n, cid, value = ev[1:4]
+                where = "" if len(ev) < 5 else f" on {'x'.join(map(str, ev[4][0]))} {ev[4][1]}"
+                self.tn._say(f"retimed trial {n} {cid}{where}: {value if value is None else format(value, '.4g')}")
 
     def _short(self, config, cid) -> str:
         """The tunable parameters of a config, for a progress line."""
