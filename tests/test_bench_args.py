@@ -30,3 +30,32 @@ def test_source_hash_names_the_code_on_disk(tmp_path):
     (tmp_path / "gluon" / "a.py").write_text("x = 2\n")
     assert source_hash(str(tmp_path)) != before
     assert len(source_hash()) == 12                     # this checkout
+
+
+def test_interleaved_keeps_every_round_and_the_round_length(monkeypatch):
+    """Rows carry each round's times (the spread at the power cap is read from them) and the round length;
+    the order alternates (ABBA), and the ratio is the median of the per-round ratios."""
+    import bench.common as common
+    seen, times = [], {"a": iter([2.0, 2.2, 2.0, 2.4, 2.0]), "b": iter([2.1, 2.1, 2.1, 2.1, 2.1])}
+
+    def fake_bench_ms(fn, rep_ms):
+        seen.append((fn.__name__, rep_ms))
+        return next(times[fn.__name__])
+
+    def a():
+        pass
+
+    def b():
+        pass
+
+    monkeypatch.setattr(common, "bench_ms", fake_bench_ms)
+    r = common.interleaved(a, b, 5, 700)
+    assert [n for n, _ in seen] == ["a", "b", "b", "a", "a", "b", "b", "a", "a", "b"]
+    assert {ms for _, ms in seen} == {700} and r["round_ms"] == 700
+    assert r["rounds_ms"] == [2.0, 2.2, 2.0, 2.4, 2.0] and r["baseline_rounds_ms"] == [2.1] * 5
+    assert r["ratio"] == 2.1 / 2.0 and r["ratio_min"] == 2.1 / 2.4
+
+
+def test_rounds_default_to_a_second():
+    from bench.common import parser
+    assert parser("x").parse_args([]).round_ms == 1000
