@@ -404,6 +404,43 @@ def test_a_case_winner_outside_the_top_is_retimed_on_its_case_and_built_there(tm
     assert best == {"1000": (6, True), "2000": (1, True)}
 
 
+def test_timed_runs_rotate_through_two_input_sets(tmp_path, env, monkeypatch):
+    """Candidate and baseline each alternate between two input sets (seeds s and s+1) from run to run;
+    the verified run uses the first; a set over 2 GiB is not doubled."""
+    from gluon.tuning.measure import measure_job, rotation
+    from gluon.tuning.template import template_of
+    spec = load(fake_spec(tmp_path))
+    tpl = template_of(spec)
+    seen = []
+    real_run, real_baseline = tpl.run, tpl.baseline
+    monkeypatch.setattr(tpl, "run", lambda inputs, config: (seen.append(("run", id(inputs["src"]))),
+                                                           real_run(inputs, config))[1])
+
+    def baseline(inputs):
+        fn = real_baseline(inputs)
+
+        def b():
+            seen.append(("base", id(inputs["src"])))
+            fn()
+        b.is_baseline = True
+        return b
+    monkeypatch.setattr(tpl, "baseline", baseline)
+
+    def bench(fn):
+        for _ in range(4):
+            fn()
+        return [1.0, 0.9, 1.1]
+    job = {"spec": spec, "config": {"X": 2, "Y": None}, "config_id": "c", "shape": (1000,), "dtype": "fp32",
+           "seed": 7, "repeats": 1}
+    assert measure_job(job, "cpu", bench, lambda: None)["status"] == "ok"
+    verified, timed = seen[0], seen[1:]
+    runs = [i for k, i in timed if k == "run"]
+    bases = [i for k, i in timed if k == "base"]
+    assert runs[0] == verified[1] and runs[1] != runs[0] and runs[2] == runs[0] and len(set(runs)) == 2
+    assert len(set(bases)) == 2 and bases[0] != bases[1]
+    assert rotation(8e9) == 1 and rotation(1e6) == 2 and rotation(1e6, 3) == 3
+
+
 def test_wrong_results_are_never_the_best(tmp_path, env):
     env.setenv("FAKE_TUNE_FAULTS", "wrong:6,unwritten:5")               # the fastest two are wrong
     s = run_tune(fake_spec(tmp_path, x=(1, 6), retime_top=2), tmp_path)

@@ -13,7 +13,8 @@ that crash, hang, return wrong results or fake timings) and sends back a result 
 output with NaN, run once, compare with the template's fp64/fp32 reference (`template.check`: no NaN,
 so every element was written; max |out - ref| <= atol + rtol * max |ref|) -> wrong_result if not.
 Then `repeats` interleaved rounds of candidate and baseline (the order swapped every round), each
-`triton.testing.do_bench` (CUDA events, L2 flushed before every run) with quantiles 0.5/0.1/0.9:
+`triton.testing.do_bench` (CUDA events, L2 flushed before every run, the inputs rotated: successive runs
+cycle through `rotation()` input sets, two unless one set is over 2 GiB) with quantiles 0.5/0.1/0.9:
 median_ms, p10_ms, p90_ms and baseline_ms are medians over rounds, ratio the median of per-round
 baseline/candidate ratios.
 
@@ -126,6 +127,32 @@ def alternate_rounds(candidate, baseline, repeats: int, bench) -> tuple[list, li
     return c_rounds, b_rounds
 
 
+ROTATE_MAX_BYTES = 2 << 30     # one input set this large already streams through L2 many times over
+
+
+def rotation(nbytes: float | None, asked: int | None = None) -> int:
+    """How many input sets the timed runs cycle through: `asked` (the job's "rotate") if given, else 2,
+    or 1 where a set holds more than ROTATE_MAX_BYTES (rotating it would only cost memory)."""
+    if asked is not None:
+        return max(1, int(asked))
+    return 1 if nbytes and nbytes > ROTATE_MAX_BYTES else 2
+
+
+def rotating(fns: list[Callable[[], None]]) -> Callable[[], None]:
+    """One callable that runs fns[0], fns[1], ... in turn, call after call: each timed run reads other
+    buffers than the one before (besides do_bench's L2 flush)."""
+    if len(fns) == 1:
+        return fns[0]
+    turn = [0]
+
+    def run():
+        fn = fns[turn[0] % len(fns)]
+        turn[0] += 1
+        return fn()
+    run.is_baseline = getattr(fns[0], "is_baseline", False)
+    return run
+
+
 def measure_job(job: dict, device, bench: Callable, synchronize: Callable[[], None]) -> dict:
     """Verify, then time one (config, shape, dtype) on `device`. bench(fn) -> [median, p10, p90] ms.
     The device-independent part of `measure_on_gpu` (the tests run it on the CPU with a fake bench)."""
@@ -140,8 +167,10 @@ def measure_job(job: dict, device, bench: Callable, synchronize: Callable[[], No
                                       float(job.get("rtol", 1e-2)), float(job.get("atol", 0.0)))
     if not ok:
         return {"status": "wrong_result", "reason": why, "max_err": max_err}
-    cand = lambda: template.run(inputs, config)          # noqa: E731
-    base = template.baseline(inputs) if job.get("baseline", True) else None
+    sets = [inputs] + [template.make_inputs(shape, dtype, device, job.get("seed", 0) + 1 + i)
+                       for i in range(rotation(template.bytes(shape, dtype), job.get("rotate")) - 1)]
+    cand = rotating([(lambda x: lambda: template.run(x, config))(x) for x in sets])
+    base = rotating([template.baseline(x) for x in sets]) if job.get("baseline", True) else None
     c_rounds, b_rounds = alternate_rounds(cand, base, max(1, int(job.get("repeats", 3))), bench)
     ratios = [b[0] / c[0] for c, b in zip(c_rounds, b_rounds)]
     med = statistics.median(c[0] for c in c_rounds)
