@@ -8,6 +8,8 @@ output poisoned (NaN), then timed interleaved with cuBLAS (median ratio over --r
 again interleaved with plain Triton (autotuned first; its pick is in each row's `triton_config`).
 TFLOP/s counts 2*M*N*K. With --out-dtype fp32 the output is fp32 (fp32 accumulation written as is) and
 the cuBLAS baseline is `torch.mm(a, b, out_dtype=torch.float32)`, the same GEMM with an fp32 output.
+--json is rewritten (atomically) after every row, its meta.complete false until the run ends: a run
+stopped by a time limit keeps the rows it finished.
 """
 from __future__ import annotations
 
@@ -113,6 +115,7 @@ def main() -> int:
         p.error(f"unknown kernels {unknown}: known are {list(kernels)} (a ws[...] name must match a --ws-configs entry)")
     dts = {"fp16": torch.float16, "bf16": torch.bfloat16}
     rows = []
+    meta = dict(environment(), complete=False)     # --json is rewritten (atomically) after every row
     for shape in args.shapes.split(","):
         M, N, K = map(int, shape.split("x"))
         flops = 2 * M * N * K
@@ -160,6 +163,7 @@ def main() -> int:
                           "triton_vs_cublas": (r["baseline_ms"] / tri_ms) if tri_ms else None,
                           "ok": unwritten == 0 and err <= 1e-2 and not math.isnan(err)})
                 rows.append(r)
+                write_json(args.json, rows, meta)
                 print(f"{name} {shape} {dn}: {r['tflops']:.0f} TFLOP/s, cuBLAS {r['cublas_tflops']:.0f} -> "
                       f"{r['ratio']:.3f}x [{r['ratio_min']:.3f}..{r['ratio_max']:.3f}]"
                       + (f", plain Triton {r['triton_vs_cublas']:.3f}x cuBLAS ({tri_cfg}), ours {r['triton_ratio']:.3f}x it"
@@ -167,7 +171,7 @@ def main() -> int:
                       + f", rel err {err:.1e}{'' if r['ok'] else '  WRONG'}", flush=True)
             a = b = ref = None
             torch.cuda.empty_cache()
-    meta = environment()
+    meta["complete"] = True
     write_json(args.json, rows, meta)
     mode = "CUDA-graph replays" if args.graph else "eager launches"
     print(f"\nGEMM on {meta['device']} (commit {meta['commit']}), {mode}; ratio = cuBLAS time / ours (>1 is faster)")
