@@ -441,6 +441,23 @@ def test_timed_runs_rotate_through_two_input_sets(tmp_path, env, monkeypatch):
     assert rotation(8e9) == 1 and rotation(1e6) == 2 and rotation(1e6, 3) == 3
 
 
+def test_the_search_stops_early_enough_for_the_retiming_to_fit_the_time_limit():
+    from gluon.tuning.tuner import search_deadline_s
+    assert search_deadline_s(None, 3, 4, 3, 1000, 1) is None
+    assert search_deadline_s(600, 0, 4, 3, 1000, 1) == 600
+    # the GEMM spec's defaults: (3 + 1) x 4 jobs of 3 rounds x 2 sides x 1.05 s + 1 s, on one GPU / two
+    assert search_deadline_s(600, 3, 4, 3, 1000, 1) == pytest.approx(600 - 16 * 7.3)
+    assert search_deadline_s(600, 3, 4, 3, 1000, 2) == pytest.approx(600 - 8 * 7.3)
+    assert search_deadline_s(60, 3, 4, 3, 1000, 1) == 30          # never less than half the limit
+
+
+def test_a_time_limit_stops_the_search(tmp_path, env):
+    env.setenv("FAKE_TUNE_DELAY", "0.3")
+    s = run_tune(fake_spec(tmp_path, x=(1, 50), time_limit_s=2.0, retime_top=1), tmp_path)
+    assert s.stopped == "time_limit" and 1 <= len(calls(env.log)) < 20
+    assert len(calls(env.log, "retime")) == 1                    # the best (also the one case's fastest)
+
+
 def test_wrong_results_are_never_the_best(tmp_path, env):
     env.setenv("FAKE_TUNE_FAULTS", "wrong:6,unwritten:5")               # the fastest two are wrong
     s = run_tune(fake_spec(tmp_path, x=(1, 6), retime_top=2), tmp_path)

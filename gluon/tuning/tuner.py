@@ -28,7 +28,8 @@ or a trial interrupted by Ctrl-C / kill -9. The trial's user attrs hold config_i
 COMPLETE trials and PRUNED ones that failed after legality (compile/runtime/wrong/timeout), including
 those of earlier runs of the same study. Legality-pruned trials and duplicates do not count (they cost
 milliseconds). The run also stops when the space is exhausted (every config seen, or the grid sampler is
-done), after `time_limit_s`, or after 1000 proposals in a row that counted nothing.
+done), when `time_limit_s` is near (it stops proposing early enough for the re-timing to end within the
+limit: `search_deadline_s`), or after 1000 proposals in a row that counted nothing.
 
 **Duplicates and resume.** The study (name = spec name, arch, device, shapes, dtypes and a hash of the
 space and objective; default storage a JournalStorage file `tuning/<study>.log`) is reopened by every
@@ -662,6 +663,23 @@ class _Tuner:
             pool.close()
 
 
+def search_deadline_s(time_limit, retime_top: int, cases: int, repeats: int, retime_round_ms: int,
+                      workers: int) -> float | None:
+    """Seconds after the start at which the search stops proposing, so that the re-timing that follows
+    ends within `time_limit`: the limit less the re-timing's estimated length (its `retime_top` configs
+    on every case plus up to one case winner per case, each job `repeats` rounds of both sides of
+    `retime_round_ms`, and a second for inputs and the check, spread over the workers); never less than
+    half the limit. None without a limit."""
+    if not time_limit:
+        return None
+    limit = float(time_limit)
+    if retime_top <= 0:
+        return limit
+    jobs = math.ceil((retime_top + 1) * cases / max(1, workers))
+    reserve = jobs * (repeats * 2 * (retime_round_ms / 1000 + 0.05) + 1.0)
+    return max(limit - reserve, limit / 2)
+
+
 class _Study:
     """One Optuna study: the worker threads, claims, the budget, retiming."""
 
@@ -692,6 +710,9 @@ class _Study:
         self.lookahead = bool(lookahead)
         self.seeds = bool(seeds)
         self.time_limit = _t(self.spec, "time_limit_s", None)
+        self.search_deadline = search_deadline_s(self.time_limit, self.retime_top, len(shapes) * len(dtypes),
+                                                 int(_t(self.spec, "repeats", 3)),
+                                                 int(_t(self.spec, "retime_round_ms", 1000)), len(workers))
         self.run_id = uuid.uuid4().hex[:12]
         self.owner = {"host": _HOST, "pid": os.getpid(), "run": self.run_id}
         _ACTIVE_RUNS.add(self.run_id)
@@ -928,7 +949,7 @@ class _Study:
                 counted = self._counted()
                 if counted + self.in_flight >= self.budget:
                     reason = "trials"
-                elif self.time_limit and time.monotonic() - self.t0 > float(self.time_limit):
+                elif self.search_deadline is not None and time.monotonic() - self.t0 > self.search_deadline:
                     reason = "time_limit"
                 elif self.idle >= MAX_IDLE_PROPOSALS:
                     reason = "idle"
