@@ -28,6 +28,7 @@ and exit by themselves when the tuner process disappears (kill -9).
 """
 from __future__ import annotations
 
+import functools
 import importlib
 import multiprocessing
 import multiprocessing.connection
@@ -169,7 +170,7 @@ def measure_job(job: dict, device, bench: Callable, synchronize: Callable[[], No
         return {"status": "wrong_result", "reason": why, "max_err": max_err}
     sets = [inputs] + [template.make_inputs(shape, dtype, device, job.get("seed", 0) + 1 + i)
                        for i in range(rotation(template.bytes(shape, dtype), job.get("rotate")) - 1)]
-    cand = rotating([(lambda x: lambda: template.run(x, config))(x) for x in sets])
+    cand = rotating([functools.partial(template.run, x, config) for x in sets])
     base = rotating([template.baseline(x) for x in sets]) if job.get("baseline", True) else None
     c_rounds, b_rounds = alternate_rounds(cand, base, max(1, int(job.get("repeats", 3))), bench)
     ratios = [b[0] / c[0] for c, b in zip(c_rounds, b_rounds)]

@@ -709,9 +709,8 @@ class _Study:
         self.trial_timeout = float(_t(self.spec, "trial_timeout_s", 600))
         self.lookahead = bool(lookahead)
         self.seeds = bool(seeds)
-        self.time_limit = _t(self.spec, "time_limit_s", None)
-        self.search_deadline = search_deadline_s(self.time_limit, self.retime_top, len(shapes) * len(dtypes),
-                                                 int(_t(self.spec, "repeats", 3)),
+        self.search_deadline = search_deadline_s(_t(self.spec, "time_limit_s", None), self.retime_top,
+                                                 len(shapes) * len(dtypes), int(_t(self.spec, "repeats", 3)),
                                                  int(_t(self.spec, "retime_round_ms", 1000)), len(workers))
         self.run_id = uuid.uuid4().hex[:12]
         self.owner = {"host": _HOST, "pid": os.getpid(), "run": self.run_id}
@@ -1132,7 +1131,8 @@ class _Study:
         return row
 
     # -- retiming and the result -----------------------------------------------------------------------
-    def _top(self, k: int) -> list:
+    def _top(self, k: int | None) -> list:
+        """The COMPLETE trials best first, one per config, at most `k` of them (None: all)."""
         from optuna.trial import TrialState
         done = [t for t in self._trials((TrialState.COMPLETE,)) if "duplicate_of" not in t.user_attrs]
         done.sort(key=lambda t: -t.value if self.tn.maximize else t.value)
@@ -1143,7 +1143,7 @@ class _Study:
                 continue
             seen.add(cid)
             out.append(t)
-            if len(out) >= k:
+            if k is not None and len(out) >= k:
                 break
         return out
 
@@ -1155,11 +1155,11 @@ class _Study:
             return []
         rows = df[(df["study"] == self.name) & (df["spec_hash"] == self.tn.spec_hash) & (df["status"] == "ok")
                   & ~df["retimed"].fillna(False).astype(bool) & ~df["dry_run"].fillna(False).astype(bool)]
-        trials = {t.user_attrs.get("config_id"): t for t in self._top(len(self.study.trials))}
+        trials = {t.user_attrs.get("config_id"): t for t in self._top(None)}
         out = []
         for shape in self.shapes:
             for dtype in self.dtypes:
-                case = rows[(rows["shape"] == "x".join(map(str, shape))) & (rows["dtype"] == dtype)]
+                case = rows[(rows["shape"] == shape_str(shape)) & (rows["dtype"] == dtype)]
                 if not len(case):
                     continue
                 key = pd.to_numeric(case["ratio"] if self.tn.maximize else -case["median_ms"], errors="coerce").dropna()
@@ -1182,16 +1182,15 @@ class _Study:
             m = df["retimed"].fillna(False).astype(bool) & (df["spec_hash"] == self.tn.spec_hash) & \
                 (df["device"] == self.device) & (df["study"] == self.name)
             have = set(df[m]["config_id"])
-        winners = self._case_winners(df, {t.user_attrs.get("config_id") for t in top})
-        if self.summary.measured == 0:               # nothing new: retime only what never was
-            top = [t for t in top if t.user_attrs.get("config_id") not in have]
-            winners = [(t, case) for t, case in winners if t.user_attrs.get("config_id") not in have]
         every_case = [(tuple(shape), dtype) for shape in self.shapes for dtype in self.dtypes]
+        # the top on every case; each case's winner outside it on its own case only (not a candidate for the best)
+        jobs = [(t, every_case) for t in top] + \
+               [(t, [case]) for t, case in self._case_winners(df, {t.user_attrs.get("config_id") for t in top})]
+        if self.summary.measured == 0:               # nothing new: retime only what never was
+            jobs = [(t, cases) for t, cases in jobs if t.user_attrs.get("config_id") not in have]
         todo: queue.Queue = queue.Queue()
-        for t in top:
-            todo.put((t, every_case))
-        for t, case in winners:                      # on its own case only: not a candidate for the best
-            todo.put((t, [case]))
+        for job in jobs:
+            todo.put(job)
         results = []
 
         def run(worker):
@@ -1334,7 +1333,7 @@ class _Study:
                              f"{best_s}{eta}")
             elif ev[0] == "retime":
                 n, cid, value = ev[1:4]
-                where = "" if len(ev) < 5 else f" on {'x'.join(map(str, ev[4][0]))} {ev[4][1]}"
+                where = "" if len(ev) < 5 else f" on {shape_str(ev[4][0])} {ev[4][1]}"
                 self.tn._say(f"retimed trial {n} {cid}{where}: {value if value is None else format(value, '.4g')}")
 
     def _short(self, config, cid) -> str:
