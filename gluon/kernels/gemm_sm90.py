@@ -150,12 +150,14 @@ def gemm_sm90(A, B, C, W, SPLITS,
         raise gluon.GluonError(f"CLUSTER_M={CLUSTER_M} and CLUSTER_N={CLUSTER_N}: clusters run along M (sharing B) or "
                                "along N (sharing A), not both; set one of them to 1")
     CL = CLUSTER_M * CLUSTER_N                  # CTAs per cluster
+    # the family EARLY_LOADS and LEAN_PROLOGUE are written and verified for (early_loads_fit on the host)
+    PLAIN = CL == 1 and not PINGPONG and EPILOGUE != "ring"
     if CL > 1:
         gl.set_cluster(CL)
     if TMA_PREFETCH:    # the A, B and C descriptors into the descriptor cache at kernel start
         gl.set_tma_prefetch()
     if LEAN_PROLOGUE:   # no CTA barrier between the barrier inits and the EARLY_LOADS (backend/ptx_prologue.py)
-        if CL > 1 or PINGPONG or EPILOGUE == "ring":
+        if not PLAIN:
             raise gluon.GluonError("LEAN_PROLOGUE is verified for the cooperative kernel without clusters, ping-pong "
                                    "or the ring epilogue; use LEAN_PROLOGUE=False (or 'auto') with those")
         gl.set_lean_prologue()
@@ -248,7 +250,7 @@ def gemm_sm90(A, B, C, W, SPLITS,
         # the first unit's first stages, loaded by the default warps before the warp roles start: Triton
         # starts the producer's partition only after the barrier inits and two register hand-overs, so
         # the first TMA loads (the DRAM round trip every program waits for) leave that much earlier
-        if CL > 1 or PINGPONG or EPILOGUE == "ring":
+        if not PLAIN:
             raise gluon.GluonError("EARLY_LOADS is written for the cooperative kernel without clusters, ping-pong or the "
                                    "ring epilogue; use EARLY_LOADS=False (or 'auto') with those")
         row0, col0 = _tile_coords(first_tile // SPLITS, num_rows, num_cols, GROUP_ROWS)
