@@ -277,11 +277,14 @@ def _concat(tables: list):
 def summary(df, by=("spec_name", "arch", "shape", "dtype")):
     """The best row per (spec, arch, shape, dtype), chosen so that one lucky timing does not win.
 
-    Among measured ok rows, each config is scored by the median of its rows in the group (its first
-    timing and its re-timings: ratio, else 1/median_ms where no baseline was timed). Where some
-    configs of the group were re-timed (the tuner re-measures its top few at the end), the best of
-    those wins; otherwise the best median. The row returned is the config's latest re-timing, else its
-    best row. Groups with only dry-run rows give the least model_ms. One row per group."""
+    Among measured ok rows, each config is scored by the median of its rows in the group (ratio, else
+    1/median_ms where no baseline was timed). Where some configs of the group were re-timed (the tuner
+    re-measures its top few and the case winners at the end, with longer rounds), only those compete,
+    each scored by its re-timings alone: the first timing only decided who was re-timed (its short
+    rounds read a kernel at whatever clock the one before left, so a lucky 1.047 there must not outvote
+    a steady 1.029 in the re-timing). Otherwise the best median. The row returned is the config's latest
+    re-timing, else its best row. Groups with only dry-run rows give the least model_ms. One row per
+    group."""
     import pandas as pd
     if df is None or len(df) == 0:
         return df
@@ -299,8 +302,10 @@ def summary(df, by=("spec_name", "arch", "shape", "dtype")):
     ok.loc[~ok["_measured"], "_score"] = 1.0 / model[~ok["_measured"]].where(model > 0)
     keys = by + ["config_id", "_measured"]
     grouped = ok.groupby(keys, sort=False, dropna=False)
-    ok["_cfg_score"] = grouped["_score"].transform("median")
     ok["_cfg_retimed"] = grouped["_retimed"].transform("any")
+    # a re-timed config's score: its re-timings' median; any other config's: all its rows' median
+    counted = ok["_score"].where(ok["_retimed"] | ~ok["_cfg_retimed"])
+    ok["_cfg_score"] = counted.groupby([ok[k] for k in keys], sort=False, dropna=False).transform("median")
     ok["_group_retimed"] = ok.groupby(by, sort=False, dropna=False)["_cfg_retimed"].transform("any")
     # rank: measured first; in a group with re-timings, re-timed configs first; then the config's median;
     # within the config, its re-timed rows (latest first), then its best row
