@@ -20,11 +20,11 @@ def _cfg(**kw):
 @pytest.mark.parametrize("dtype", [DType.f16, DType.bf16])
 def test_chosen_config_sass_has_hgmma_utmaldg_setmaxnreg_and_no_spills(dtype):
     cfg = resolve_config(8192, 8192, 8192, 132, 2)         # what launch runs at 8192^3 on an H200
-    assert cfg["EARLY_LOADS"] and cfg["EPILOGUE"] == "tma"
+    assert cfg["EARLY_LOADS"] and cfg["EPILOGUE"] == "tma" and cfg["SPLIT_WGS"]
     ck = gemm_sm90.compile(*stand_ins(dtype), num_warps=num_warps(cfg), **cfg)
     ops = sass_instructions(ck.sass())
     assert ops["HGMMA.64x256x16.F32"] >= 4            # 2 warpgroups x (64-row halves) of the 128x256 tile
-    assert ops["UTMALDG.2D"] >= 2 and ops["UTMASTG.2D"] >= 1
+    assert ops["UTMALDG.2D"] >= 3 and ops["UTMASTG.2D"] >= 2   # SPLIT_WGS: an A load and a store per warpgroup
     assert ops["USETMAXREG"] >= 2                      # setmaxnreg: producer down, consumers up
     assert ck.spills == 0
     assert ck.binary.num_warps == 12                   # 8 consumer warps + the producer's warpgroup
@@ -103,6 +103,11 @@ def test_choose_config_uses_the_coalesced_epilogue_where_each_program_has_one_ti
     assert choose_config(2048, 2048, 2048, 132)["EPILOGUE"] == "coalesced"       # 128 tiles, one each
     assert choose_config(1536, 2816, 2048, 132)["EPILOGUE"] == "coalesced"       # 132 tiles
     assert choose_config(4096, 4096, 4096, 132)["EPILOGUE"] == "auto"            # several tiles per program
+    # each consumer warpgroup its own role where programs have several tiles, not at one wave
+    assert [choose_config(*s, 132).get("SPLIT_WGS") for s in ((4096, 4096, 4096), (8192, 8192, 8192),
+            (4000, 3000, 5000), (2048, 2048, 2048), (1536, 2816, 2048), (128, 8192, 8192))] == [True] * 3 + [False] * 3
+    assert choose_config(4000, 3000, 5000, 132, pitch_aligned=False)["SPLIT_WGS"]    # clustered too
+    assert not choose_config(8192, 8192, 8192, 132, out_size=4)["SPLIT_WGS"]        # fp32: FP32_OUT_CONFIG
     assert choose_config(2048, 2040, 2048, 132)["EPILOGUE"] == "auto"            # rows not 16-element multiples
     assert choose_config(2048, 2048, 2048, 132, out_size=4)["EPILOGUE"] == "tma"    # fp32: 128x128, 64 KB staging
     assert choose_config(2048, 2048, 2048, 132, pitch_aligned=False)["EPILOGUE"] == "auto"
@@ -204,7 +209,8 @@ def test_example_takes_every_kernel_config_key():
     assert "PINGPONG=True" in out.stdout and "UTMASTG x2" in out.stdout        # each warpgroup stores its tiles
     out = _example("--set", "CLUSTER_N=2")
     assert out.returncode == 0, out.stderr
-    assert "clusters of 2" in out.stdout and "UTMALDG.2D.MULTICAST x1" in out.stdout
+    # at the example's shape each consumer warpgroup has its own A ring (SPLIT_WGS): two multicast loads
+    assert "clusters of 2" in out.stdout and "UTMALDG.2D.MULTICAST x2" in out.stdout
 
 
 def test_repeated_launches_reuse_the_compiled_kernel(monkeypatch):

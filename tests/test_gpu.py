@@ -107,7 +107,7 @@ def test_copy_accepts_cuda_array_interface_objects():
 WS_CONFIGS = [
     {},                                                   # choose_config: the tiles picked by problem size
     dict(DEFAULT_CONFIG),                                 # everywhere: 128x256x64, 3 stages, 2 WGs
-    {"SPLIT_WGS": True},                                  # one role per consumer warpgroup (large problems)
+    {"SPLIT_WGS": True},                                  # one role per consumer warpgroup (choose_config: several tiles per program)
     dict(DEFAULT_CONFIG, SPLIT_WGS=True),
     {"EPILOGUE": "direct", "STAGES": 4},
     {"CONSUMER_WGS": 1, "BLOCK_N": 128, "STAGES": 4},

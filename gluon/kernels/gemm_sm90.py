@@ -10,8 +10,10 @@ bf16 inputs, fp32 accumulation, fp16/bf16/fp32 output. Roles:
   With SPLIT_WGS each warpgroup is its own role (the second a worker partition with CONSUMER_REGS
   registers) with its own ring of A rows and staging tile, and `empty` counts one arrive per
   warpgroup: Triton's arrive lowering syncs the whole partition first (a 256-thread bar.sync per
-  k-step in the cooperative form, a 128-thread one here). Measured on the H200: no faster (geometric
-  mean 0.997x vs 0.998x cuBLAS over bench/gemm.py's 20 cases), so it is off by default.
+  k-step in the cooperative form, a 128-thread one here). Measured on the H200 in steady state (1000 ms
+  rounds, both boards, docs/PERF.md eighth session): +0.5 to +1.0% at 4096^3 and 8192^3, +2.5% at
+  16384x8192x1024, so `choose_config` uses it wherever a program has several tiles (one-wave shapes
+  keep the cooperative form and the coalesced epilogue).
 * producer: one warp (warp 4*CONSUMER_WGS; a warpgroup in a cluster) with PRODUCER_REGS registers, waiting
   `empty[s]` and refilling stage s with two TMA loads that complete on `ready[s]`.
 
@@ -437,12 +439,18 @@ def choose_config(M: int, N: int, K: int, num_sms: int, pitch_aligned: bool = Tr
     written with 16-byte stores by all consumer threads. Against one TMA store, same runs on the H200
     (docs/PERF.md): +1.8/+2.3% with one k-step (2048x2048x64), -0.3..+0.8% (mean +0.3%) at K >= 2048.
 
+    Where programs have several 128x256 tiles, each consumer warpgroup is its own role (SPLIT_WGS): in
+    steady state on the H200 (docs/PERF.md, eighth session) 4096^3 0.998-1.001x -> 1.005-1.010x cuBLAS,
+    8192^3 fp16 1.023 -> 1.028, 16384x8192x1024 1.056 -> 1.08; at unaligned, clustered shapes the same.
+
     An fp32 output (`out_size` 4) takes FP32_OUT_CONFIG instead of the large tiles, unclustered."""
     if tiles(M, N, DEFAULT_CONFIG) * 10 >= num_sms * 9:
         if out_size > 2:
             return dict(FP32_OUT_CONFIG)
         cfg = dict(DEFAULT_CONFIG, CLUSTER_M=1 if pitch_aligned else 2)
-        if tiles(M, N, cfg) <= num_sms and N % 16 == 0 and out_size <= 2 and pitch_aligned:
+        if tiles(M, N, cfg) > num_sms:
+            cfg["SPLIT_WGS"] = True
+        elif N % 16 == 0 and out_size <= 2 and pitch_aligned:
             cfg["EPILOGUE"] = "coalesced"
         return cfg
     for cfg in SMALL_CONFIGS:
