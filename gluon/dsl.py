@@ -873,6 +873,18 @@ def set_lean_prologue(enabled: bool = True) -> None:
     t.kernel.attrs["lean_prologue"] = bool(enabled)
 
 
+def set_lean_release(enabled: bool = True) -> None:
+    """Let each consumer warpgroup wait for a stage and release it without a barrier of its warps: the
+    PTX pass `backend/ptx_release.py` drops the 128-thread `bar.sync` Triton puts before every stage
+    wait and before every single-thread arrive that follows `wgmma.wait_group` (CUTLASS's consumers
+    release from one thread per warpgroup on the same rule). The kernel promises that every partition
+    whose barriers count 128 threads is one warpgroup releasing stages only its own WGMMAs read."""
+    t = _tr()
+    if enabled:
+        t.require("wgmma", "set_lean_release")
+    t.kernel.attrs["lean_release"] = bool(enabled)
+
+
 def cluster_rank() -> Tensor:
     """This CTA's rank in its cluster (0 .. num_ctas - 1)."""
     t = _tr()

@@ -31,22 +31,13 @@ from __future__ import annotations
 import re
 
 from .ptx_cue import Cue
+from .ptx_scan import BARRIER, INSTR, barrier_args, is_plain, statements
 
 _HEADER = "// gluon.ptx lean_prologue"
 
 
 _CUE = Cue(_HEADER, __file__)          # the header line that asks for this pass (ptx_cue)
 header, wanted, source_hash = _CUE.header, _CUE.wanted, _CUE.source_hash
-
-
-_LABEL = re.compile(r"^\s*\$?[\w.$]+:")
-_INSTR = re.compile(r"^\s*(?P<pred>@!?%\w+\s+)?(?P<op>[a-z][\w.:]*)\b(?P<rest>[^;]*);")
-_BARRIER = re.compile(r"^(?:bar|barrier)\.sync(?:\.aligned)?$")
-_BARRIER_ARGS = re.compile(r"^\s*(?P<id>\d+)\s*(?:,\s*(?P<count>\d+))?\s*$")
-# ops with no memory effect that Triton emits around the prologue's address arithmetic
-_PLAIN = ("mov", "add", "sub", "mul", "mad", "shl", "shr", "and", "or", "xor", "not", "setp", "selp", "shfl",
-          "elect", "cvta", "min", "max", "div", "rem", "abs", "neg", "cvt", "prmt", "bfe", "bfi", "lop3", "popc",
-          "clz", "brev", "vote", "ld.param", "mul24", "mad24", "sad")
 
 
 def _memory_kind(op: str) -> str | None:
@@ -60,25 +51,6 @@ def _memory_kind(op: str) -> str | None:
     return None
 
 
-def _is_plain(op: str) -> bool:
-    return any(op == p or op.startswith(p + ".") for p in _PLAIN)
-
-
-def _statements(lines: list[str], start: int):
-    """(line index, code, what) from line `start` on: `what` is "label", the instruction's match, or None
-    for a line the pass does not know; blank lines, comments, directives (.loc, .reg) and inline-asm
-    braces are skipped."""
-    for i in range(start, len(lines)):
-        code = lines[i].split("//", 1)[0].strip()
-        if code and not code.startswith((".", "{", "}")):
-            yield i, code, "label" if _LABEL.match(code) else _INSTR.match(code)
-
-
-def _barrier_args(m) -> re.Match | None:
-    """The id and thread count of a barrier instruction's match, else None."""
-    return _BARRIER_ARGS.match(m.group("rest")) if _BARRIER.match(m.group("op")) else None
-
-
 _CAPTURE_STORE = re.compile(r"^\s*\[global_smem\+\d+\]\s*,")
 
 
@@ -88,20 +60,20 @@ def _ends_at_cta_barrier(lines: list[str], end: int) -> str | None:
     slots at fixed shared addresses, `st.shared [global_smem+N]`, which Membar found unrelated to the
     span's barriers and buffers: the original PTX has no barrier between them and the span's last op);
     else why not."""
-    for j, code, m in _statements(lines, end):
+    for j, code, m in statements(lines, end):
         if m == "label":
             continue
         if m is None:
             return f"line {j + 1} after the prologue is not an instruction the pass knows: {code!r}"
         op = m.group("op")
-        if _BARRIER.match(op):
-            args = _barrier_args(m)
+        if BARRIER.match(op):
+            args = barrier_args(m)
             if args is None or args.group("count") is not None or m.group("pred"):
                 return f"the prologue ends at a barrier of part of the CTA (line {j + 1}), not of all of it"
             return None
         if op.startswith("st.shared") and _CAPTURE_STORE.match(m.group("rest")):
             continue
-        if not _is_plain(op):
+        if not is_plain(op):
             return f"{op} at line {j + 1} between the prologue and the barrier of the whole CTA"
     return "the prologue does not end at a barrier of the whole CTA"
 
@@ -114,14 +86,14 @@ def rewrite(ptx: str, kernel: str) -> tuple[str, dict]:
     """The PTX without the prologue's unneeded barriers; stats {"removed": n, "kept": [line numbers]} or
     {"removed": 0, "skipped": why}."""
     lines = ptx.split("\n")
-    start = next((i for i, ln in enumerate(lines) if "mbarrier.init" in ln and _INSTR.match(ln)), None)
+    start = next((i for i, ln in enumerate(lines) if "mbarrier.init" in ln and INSTR.match(ln)), None)
     if start is None:
         return _skip(ptx, "no mbarrier.init")
     barriers: list[int] = []
     mem: list[tuple[int, str, str]] = []          # (line, kind, predicate)
     branches: list[tuple[int, str]] = []          # (line, target)
     end, end_label = len(lines), None
-    for i, code, m in _statements(lines, start):
+    for i, code, m in statements(lines, start):
         if m == "label":
             end, end_label = i, code.rstrip(":").strip()
             break
@@ -129,8 +101,8 @@ def rewrite(ptx: str, kernel: str) -> tuple[str, dict]:
             return _skip(ptx, f"line {i + 1} of {kernel}'s PTX is not an instruction the pass knows: {code!r}")
         op, pred = m.group("op"), (m.group("pred") or "").strip()
         kind = _memory_kind(op)
-        if _BARRIER.match(op):
-            args = _barrier_args(m)
+        if BARRIER.match(op):
+            args = barrier_args(m)
             if args is None:
                 return _skip(ptx, f"barrier with unexpected operands at line {i + 1}: {code!r}")
             if args.group("id") != "0" or pred:
@@ -144,7 +116,7 @@ def rewrite(ptx: str, kernel: str) -> tuple[str, dict]:
             mem.append((i, kind, pred))
         elif op.startswith("bra"):
             branches.append((i, m.group("rest").strip()))
-        elif not _is_plain(op):
+        elif not is_plain(op):
             return _skip(ptx, f"{op} at line {i + 1} of the prologue: only barrier inits, expect-tx, TMA loads "
                               "and arithmetic may sit between the barriers the pass removes")
     why = _ends_at_cta_barrier(lines, end)

@@ -59,11 +59,12 @@ import traceback
 import warnings
 from typing import Any, Mapping
 
-from . import ptx_cluster, ptx_prefetch, ptx_prologue
+from . import ptx_cluster, ptx_prefetch, ptx_prologue, ptx_release
 
 # the PTX passes a kernel opts into with a header line in its TTGIR (ptx_cue), in the order they run
 # after the cluster pass, each with the cache-key part and the metadata key of what it did
-_OPT_IN_PASSES = ((ptx_prefetch, "ptx_prefetch", "gluon_prefetch"), (ptx_prologue, "ptx_prologue", "gluon_prologue"))
+_OPT_IN_PASSES = ((ptx_prefetch, "ptx_prefetch", "gluon_prefetch"), (ptx_prologue, "ptx_prologue", "gluon_prologue"),
+                  (ptx_release, "ptx_release", "gluon_release"))
 from ..cache import KernelCache, default_cache
 
 __all__ = [
@@ -513,8 +514,8 @@ def _compile_job(src_path: pathlib.Path, tgt, options: dict) -> dict[str, bytes 
     # 2. Compile with Triton's cache redirected to our scratch dir and ptxas' -v
     #    log (Triton prints it with print() when dump_ptxas_log is set) captured;
     #    a cluster kernel's PTX goes through the cluster pass (ptx_cluster) first, and one that asks
-    #    for them through the descriptor prefetch pass (ptx_prefetch) and the prologue barrier pass
-    #    (ptx_prologue).
+    #    for them through the descriptor prefetch pass (ptx_prefetch), the prologue barrier pass
+    #    (ptx_prologue) and the stage release pass (ptx_release).
     ptxas_log = io.StringIO()
     cluster = ptx_cluster.parse_header(ttgir)
     cluster_stats: dict = {}

@@ -42,7 +42,7 @@ import math
 import re
 from typing import Any, Callable
 
-from . import ptx_cluster, ptx_prefetch, ptx_prologue
+from . import ptx_cluster, ptx_prefetch, ptx_prologue, ptx_release
 from ..ir import (OPS, BarrierType, DescType, GluonError, Kernel, Module, Op, PointerType, Region,
                   ScalarType, SmemType, TileType, TmemType, Value)
 from ..types import (BlockedLayout, DotOperandLayout, DType, Layout, MFMALayout, MMALayout,
@@ -299,6 +299,8 @@ class _KernelLowering:
             out.insert(0, ptx_prefetch.header())
         if k.attrs.get("lean_prologue"):    # the PTX prologue pass's cue (set_lean_prologue)
             out.insert(0, ptx_prologue.header())
+        if k.attrs.get("lean_release"):     # the PTX release pass's cue (set_lean_release)
+            out.insert(0, ptx_release.header())
         out.append(f'module attributes {{"ttg.num-ctas" = 1 : i32, "ttg.num-warps" = {self.num_warps} : i32, '
                    f'ttg.target = "{self.target}", "ttg.threads-per-warp" = {self.warp_size} : i32}} {{')
         out.append(f"  tt.func public @{name}({params}) attributes {{noinline = false}} {{")

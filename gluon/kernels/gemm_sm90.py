@@ -141,8 +141,9 @@ def gemm_sm90(A, B, C, W, SPLITS,
               B_KMAJOR: gl.constexpr = False, SPLIT_WGS: gl.constexpr = False, CONSUMER_REGS: gl.constexpr = 216,
               CLUSTER_M: gl.constexpr = 1, PINGPONG: gl.constexpr = False, CLUSTER_N: gl.constexpr = 1,
               TMA_PREFETCH: gl.constexpr = False, N_MULTIPLE_16: gl.constexpr = False,
-              EARLY_LOADS: gl.constexpr = False, LEAN_PROLOGUE: gl.constexpr = False):
-    for key, value in (("EARLY_LOADS", EARLY_LOADS), ("LEAN_PROLOGUE", LEAN_PROLOGUE)):
+              EARLY_LOADS: gl.constexpr = False, LEAN_PROLOGUE: gl.constexpr = False,
+              LEAN_RELEASE: gl.constexpr = False):
+    for key, value in (("EARLY_LOADS", EARLY_LOADS), ("LEAN_PROLOGUE", LEAN_PROLOGUE), ("LEAN_RELEASE", LEAN_RELEASE)):
         if value not in (True, False):
             raise gluon.GluonError(f"{key}={value!r}: the kernel takes True or False (launch and the tuner "
                                    "resolve 'auto' with resolve_auto)")
@@ -163,6 +164,12 @@ def gemm_sm90(A, B, C, W, SPLITS,
             raise gluon.GluonError("LEAN_PROLOGUE is verified for the cooperative kernel without clusters, ping-pong "
                                    "or the ring epilogue; use LEAN_PROLOGUE=False (or 'auto') with those")
         gl.set_lean_prologue()
+    if LEAN_RELEASE:    # no warpgroup barrier before each stage wait and release (backend/ptx_release.py)
+        if not (SPLIT_WGS and CONSUMER_WGS > 1 and CL == 1 and not PINGPONG):
+            raise gluon.GluonError("LEAN_RELEASE is for SPLIT_WGS consumer warpgroups without clusters or ping-pong "
+                                   "(each warpgroup releases the stages only its own WGMMAs read); set SPLIT_WGS=True "
+                                   "and CLUSTER_M=CLUSTER_N=1, or LEAN_RELEASE=False")
+        gl.set_lean_release()
     M = C.shape[0]
     N = C.shape[1]
     K = A.shape[1]
