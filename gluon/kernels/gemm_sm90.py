@@ -62,6 +62,12 @@ early load (11 of them with three early stages; the PTX pass backend/ptx_prologu
 inits need). Verified on the H200 (the 30 lean_prologue GPU tests, 50 bit-identical launches): +1 to
 +2.5% with one k-step, -0.7 to +0.9% at one wave (within the noise). LEAN_PROLOGUE="auto" (the
 default) turns it on where EARLY_LOADS could be, the family it was verified in.
+LEAN_RELEASE=True (with SPLIT_WGS, no cluster or ping-pong) drops the 128-thread barrier Triton puts
+before each warpgroup's stage wait and before its one-thread release after `wgmma.wait_group` (the PTX
+pass backend/ptx_release.py; CUTLASS's and cuBLAS's consumers release that way). Verified on the H200
+(30 GPU tests, 100 bit-identical launches) but slower in steady state (8192^3 1.020/1.019x cuBLAS
+against 1.029/1.025x with the barriers, 4096^3 -0.4..-0.5%; docs/PERF.md, eighth session): the
+barrier is not what separates the kernels. Off by default.
 Not here: stream-K for the partial last wave. Measured on the H200 (docs/PERF.md, seventh session): at
 8192^3 the half-empty last wave of 128x256 tiles costs nothing measurable (8448x8192x8192, whole waves,
 is no faster per FLOP), since under the power cap the idle SMs' share comes back as clock.
