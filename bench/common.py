@@ -80,11 +80,20 @@ def source_hash(root: str = ROOT) -> str:
     return h.hexdigest()[:12]
 
 
+def git_commit(root: str = ROOT) -> str:
+    """HEAD's short hash, with "-dirty" where tracked files differ from it (a working tree copied onto
+    another machine over an older clone reads as that clone's HEAD: the suffix says so, `source` names
+    the code); "" without git."""
+    def git(*args):
+        return subprocess.run(["git", *args], cwd=root, capture_output=True, text=True).stdout.strip()
+    head = git("rev-parse", "--short", "HEAD")
+    return head + ("-dirty" if head and git("status", "--porcelain", "--untracked-files=no") else "")
+
+
 def environment() -> dict:
     import torch
     import triton
-    commit = os.environ.get("GLUON_COMMIT") or subprocess.run(
-        ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
+    commit = os.environ.get("GLUON_COMMIT") or git_commit()
     return {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
             "device": torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu",
             "torch": torch.__version__, "triton": triton.__version__, "commit": commit or "unknown",

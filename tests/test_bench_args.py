@@ -59,3 +59,26 @@ def test_interleaved_keeps_every_round_and_the_round_length(monkeypatch):
 def test_rounds_default_to_a_second():
     from bench.common import parser
     assert parser("x").parse_args([]).round_ms == 1000
+
+
+def test_commit_says_dirty_where_tracked_files_differ_from_head(tmp_path):
+    """A working tree copied over an older clone (the GPU machine's case) must not read as that clone's
+    HEAD: the recorded commit gets "-dirty"; untracked files do not count."""
+    import subprocess
+
+    from bench.common import git_commit
+
+    def git(*args):
+        subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", *args], cwd=tmp_path, check=True,
+                       capture_output=True)
+    assert git_commit(str(tmp_path)) == ""                     # not a repository
+    git("init", "-q")
+    (tmp_path / "a.py").write_text("x = 1\n")
+    git("add", "a.py")
+    git("commit", "-qm", "a")
+    head = git_commit(str(tmp_path))
+    assert len(head) >= 7 and not head.endswith("-dirty")
+    (tmp_path / "new.py").write_text("")
+    assert git_commit(str(tmp_path)) == head
+    (tmp_path / "a.py").write_text("x = 2\n")
+    assert git_commit(str(tmp_path)) == head + "-dirty"
