@@ -193,6 +193,18 @@ def test_second_process_gets_a_hit(tmp_path):
     assert out["td"] == b.metadata["tensordesc_meta"] and out["kname"] == "tma_wgmma_kernel"
 
 
+@pytest.mark.parametrize("name", ["ptx_prefetch", "ptx_prologue", "ptx_release"])
+def test_an_opt_in_ptx_pass_is_cued_by_its_header_and_keys_the_cache(name):
+    """A kernel asks for a PTX pass with a header line in its TTGIR; the pass's source hash is then part
+    of the cache key (editing the pass recompiles those kernels), and absent otherwise."""
+    from gluon.backend.triton_compile import _OPT_IN_PASSES, cache_key_parts
+    mod = next(m for m, key, _ in _OPT_IN_PASSES if key == name)
+    text = mod.header() + "\nmodule {}"
+    assert mod.wanted(text) and not mod.wanted("module {}")
+    assert dict(cache_key_parts(text, ("cuda", 90, 32)))[name] == mod.source_hash()
+    assert name not in dict(cache_key_parts("module {}", ("cuda", 90, 32)))
+
+
 def test_key_covers_text_target_versions_options(tmp_path, monkeypatch):
     cache = KernelCache(tmp_path)
     text = _text("ampere_mma_v2")

@@ -1,11 +1,11 @@
 """The TMA descriptor prefetch (gluon/backend/ptx_prefetch.py, `gl.set_tma_prefetch`), on the CPU: the PTX
-rewrite, its errors, the cache key, and the GEMM's machine code with and without it."""
+rewrite, its errors, and the GEMM's machine code with and without it."""
 import pytest
 
 import gluon.language as gl
 from gluon import SM80, SM90, DType, Layout, SwizzleMode, TensorRef, kernel
 from gluon.backend import ptx_prefetch
-from gluon.backend.triton_compile import cache_key_parts, sass_instructions
+from gluon.backend.triton_compile import sass_instructions
 from gluon.dsl import mbarrier, smem, tma_load
 from gluon.ir import GluonError
 from gluon.kernels.gemm_sm90 import DEFAULT_CONFIG, gemm_sm90, num_warps, stand_ins
@@ -52,14 +52,6 @@ def test_errors_say_what_is_missing():
                              .replace("mov.b64 \t%rd4, k_param_0;", "ld.param.b64 %rd4, [k_param_1];"), "k")
     with pytest.raises(ptx_prefetch.PrefetchPassError, match="no entry label"):
         ptx_prefetch.rewrite(PTX.replace("$L__func_begin0:", ""), "k")
-
-
-def test_header_and_cache_key():
-    target = ("cuda", 90, 32)
-    text = ptx_prefetch.header() + "\nmodule {}"
-    assert ptx_prefetch.wanted(text) and not ptx_prefetch.wanted("module {}")
-    assert dict(cache_key_parts(text, target))["ptx_prefetch"] == ptx_prefetch.source_hash()
-    assert "ptx_prefetch" not in dict(cache_key_parts("module {}", target))
 
 
 @pytest.mark.parametrize("extra", [{}, {"CLUSTER_M": 2}], ids=["plain", "cluster"])

@@ -1,11 +1,11 @@
 """The lean prologue (gluon/backend/ptx_prologue.py, `gl.set_lean_prologue`), on the CPU: which barriers the
-PTX rewrite drops and keeps, every case where it must leave the PTX alone, the cache key, and the GEMM's
+PTX rewrite drops and keeps, every case where it must leave the PTX alone, and the GEMM's
 machine code with and without it."""
 import pytest
 
 from gluon import SM80, DType, TensorRef, kernel
 from gluon.backend import ptx_prologue
-from gluon.backend.triton_compile import cache_key_parts, sass_instructions
+from gluon.backend.triton_compile import sass_instructions
 from gluon.dsl import set_lean_prologue
 from gluon.ir import GluonError
 from gluon.kernels.gemm_sm90 import DEFAULT_CONFIG, gemm_sm90, num_warps, resolve_auto, stand_ins
@@ -108,14 +108,6 @@ def test_gemm_prologue_loses_its_barriers_and_nothing_else(variant, removed):
     for op in ("HGMMA.64x256x16.F32", "UTMALDG.2D", "USETMAXREG.TRY_ALLOC.CTAPOOL", "SYNCS.EXCH.64"):
         assert a[op] == b[op], op
     assert lean.spills == 0
-
-
-def test_header_and_cache_key():
-    from gluon.arch import SM90
-    text = ptx_prologue.header() + "\nmodule {}"
-    assert ptx_prologue.wanted(text) and not ptx_prologue.wanted("module {}")
-    assert dict(cache_key_parts(text, SM90.target))["ptx_prologue"] == ptx_prologue.source_hash()
-    assert "ptx_prologue" not in dict(cache_key_parts("module {}", SM90.target))
 
 
 def test_needs_tma():
