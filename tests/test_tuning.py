@@ -696,10 +696,12 @@ def test_seeds_false_leaves_the_hand_picked_configs_out(tmp_path, env, monkeypat
 def test_gemm_seed_is_a_valid_config_of_the_shipped_spec():
     from gluon.kernels.gemm_sm90 import TUNING
     spec = load(os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "specs", "gemm_sm90.toml"))
-    (seed,) = TUNING.seed_configs()
-    assert set(spec.space.params) <= set(seed)
-    assert spec.space.check({k: seed[k] for k in spec.space.params}) is None
-    assert seed["BLOCK_N"] == 256 and seed["CONSUMER_WARPS"] == 8 and seed["GROUP_M"] == 16
+    seeds = TUNING.seed_configs()
+    for seed in seeds:
+        assert set(spec.space.params) <= set(seed)
+        assert spec.space.check({k: seed[k] for k in spec.space.params}) is None
+        assert seed["BLOCK_N"] == 256 and seed["CONSUMER_WARPS"] == 8 and seed["GROUP_M"] == 16
+    assert [s["SPLIT_WGS"] for s in seeds] == [True, False]     # choose_config's pick at the spec's shapes first
 
 
 def test_rounds_alternate_which_side_runs_first():

@@ -739,10 +739,12 @@ class _GemmSM90Tuning(TuningTemplate):
         return inputs["a"].double() @ inputs["b"].double()
 
     def seed_configs(self):
-        """DEFAULT_CONFIG in the spec's names: 1.00-1.04x cuBLAS at 4096^3-8192^3 on the H200 (docs/PERF.md)."""
+        """What choose_config runs where programs have several tiles (DEFAULT_CONFIG with SPLIT_WGS:
+        1.005-1.029x cuBLAS at 4096^3-8192^3 on the H200, docs/PERF.md), then its cooperative form, in
+        the spec's names."""
         cfg = {k: v for k, v in DEFAULT_CONFIG.items() if k != "CONSUMER_WGS"}
         cfg.update(CONSUMER_WARPS=4 * DEFAULT_CONFIG["CONSUMER_WGS"], PRODUCER_WARPS=1, EPILOGUE="tma")
-        return [cfg]
+        return [dict(cfg, SPLIT_WGS=True), cfg]
 
     def shape_of(self, a, b, out=None):
         return (a.shape[0], b.shape[1], a.shape[1])
