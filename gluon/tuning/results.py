@@ -34,6 +34,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from ..fsutil import atomic_write, fsync_dir
+from .template import shape_str
 
 STATUSES = ("ok", "pruned", "compile_error", "runtime_error", "wrong_result", "timeout")
 
@@ -101,7 +102,7 @@ def make_row(**fields) -> dict:
         for k, v in config.items():
             row[param_column(k)] = v
     if shape is not None and not isinstance(shape, str):
-        row["shape"] = "x".join(str(int(d)) for d in shape)
+        row["shape"] = shape_str(shape)
         row["shape_list"] = [int(d) for d in shape]
     elif isinstance(shape, str):
         row["shape"] = shape
