@@ -20,8 +20,8 @@ from typing import Callable, Sequence
 
 from . import frontend, ir
 from .arch import SM90, Arch, arch_by_name
-from .types import (DotOperandLayout, DType, Layout, NVMMASharedLayout, SliceLayout, SwizzleMode, TensorMemoryLayout, TensorRef,
-                    WarpRole)
+from .types import (DotOperandLayout, DType, Layout, MMALayout, NVMMASharedLayout, SliceLayout, SwizzleMode,
+                    TensorMemoryLayout, TensorRef, WarpRole)
 
 # ---------------------------------------------------------------------------------- errors / locs
 
@@ -448,6 +448,31 @@ def convert_layout(x: Tensor, layout: Layout) -> Tensor:
     if x.layout == layout:
         return x
     return Tensor(_tr().emit("convert_layout", [x], [ir.TileType(x.dtype, x.shape, layout)]).result)
+
+
+def split_cols(x: Tensor) -> tuple[Tensor, Tensor]:
+    """The left and right column halves of a WGMMA accumulator tile (e.g. to store a 64x256 output as
+    four 64x64 subtiles through a small staging buffer). Free: each half is a subset of every thread's
+    registers, in the WGMMA layout of half the instruction width (what Triton's reshape + permute +
+    split of an accumulator gives). The tile must be one instruction tile per warp: rows = 16 x the
+    warps along M, columns = the instruction width; halves at least 8 columns wide."""
+    t = _tr()
+    t.require("wgmma", "split_cols")
+    x = _to_tensor(x)
+    lay = x.layout
+    if not (isinstance(lay, MMALayout) and lay.version == 3):
+        raise ir.GluonError(f"split_cols takes a WGMMA accumulator (Layout.wgmma), got a tile in {lay}", _user_loc())
+    wm, wn = lay.warps_per_cta
+    m, n = x.shape
+    if wn != 1 or m != 16 * wm or n != lay.instr_shape[1]:
+        raise ir.GluonError(f"split_cols: a {m}x{n} tile in {lay} holds more than one instruction tile per warp (it "
+                            f"splits {16 * wm}x{lay.instr_shape[1]} tiles, warps along M only)", _user_loc())
+    if n % 16:
+        raise ir.GluonError(f"split_cols: {n} columns do not split into two WGMMA widths (multiples of 8)", _user_loc())
+    half = MMALayout(3, lay.warps_per_cta, (lay.instr_shape[0], n // 2, *lay.instr_shape[2:]))
+    ht = ir.TileType(x.dtype, (m, n // 2), half)
+    op = t.emit("split_cols", [x], [ht, ht])
+    return Tensor(op.results[0]), Tensor(op.results[1])
 
 
 def arange(start: int, end: int, layout: Layout | None = None) -> Tensor:

@@ -368,6 +368,17 @@ def _verify_if(op: Op) -> str | None:
     return None
 
 
+def _verify_split_cols(op: Op) -> str | None:
+    x = op.operands[0].type
+    if len(op.results) != 2 or not isinstance(x, TileType) or len(x.shape) != 2:
+        return "takes one 2-D tile and gives its two column halves"
+    m, n = x.shape
+    for r in op.results:
+        if not isinstance(r.type, TileType) or tuple(r.type.shape) != (m, n // 2) or r.type.dtype != x.dtype:
+            return f"the halves of a {m}x{n} tile are {m}x{n // 2} of {x.dtype.name}, got {r.type}"
+    return None
+
+
 def _verify_smem_alloc(op: Op) -> str | None:
     t = op.results[0].type
     if not isinstance(t.layout, SHARED_LAYOUTS):
@@ -388,6 +399,8 @@ _register("arange", "tile [attrs['start'], attrs['end']) of i32")
 _register("expand_dims", "insert a size-1 dimension at attrs['axis']")
 _register("broadcast", "broadcast size-1 dimensions to the result shape")
 _register("convert_layout", "move a tile to another register layout", "convert_layout")
+_register("split_cols", "a WGMMA accumulator tile's left and right column halves (two results; the halves are "
+          "subsets of each thread's registers, nothing moves)", verify=lambda op: _verify_split_cols(op))
 _register("reduce", "reduce a tile along attrs['axis'] with attrs['op'] (sum max min)", "reduce")
 _register("load", "masked global load: ptr + offsets (mask, other optional; attrs has_mask/has_other)", "load")
 _register("store", "masked global store: ptr + offsets <- value (mask optional)", "store")

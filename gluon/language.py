@@ -9,7 +9,7 @@ from .dsl import (  # noqa: F401
     convert_layout, cos,
     cp_async, cp_async_commit, cp_async_wait, exp, exp2, expand_dims, fence_async_shared, floor,
     for_range, full, load, log, log2, max, maximum, mbarrier, mfma, min, minimum, mma, multiple_of, num_programs,
-    program_id, range, rsqrt, set_cluster, set_lean_prologue, set_lean_release, set_tma_prefetch, sin, smem, sqrt, static_range,
+    program_id, range, rsqrt, set_cluster, set_lean_prologue, set_lean_release, set_tma_prefetch, sin, smem, split_cols, sqrt, static_range,
     store, sum, tcgen05_mma, thread_barrier,
     thread_id, tma_load, tma_store, tma_store_wait, tmem_alloc, tmem_load, warp_role, wgmma,
     wgmma_wait, where, zeros,

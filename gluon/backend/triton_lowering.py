@@ -116,6 +116,21 @@ def _arr(xs) -> str:
     return "[" + ", ".join(str(int(x)) for x in xs) + "]"
 
 
+def _wgmma_bases(warps_m: int, n: int) -> dict[str, list[list[int]]]:
+    """The linear layout (Triton's #ttg.linear bases, [row, col]) of one WGMMA accumulator tile per warp:
+    16 x n per warp, warps stacked along M. A thread holds 2 adjacent columns of rows r and r + 8 in
+    every 8-column group; lanes take columns 2, 4 and rows 1, 2, 4; warps 16-row blocks."""
+    register = [[0, 1], [8, 0]] + [[0, 8 << i] for i in range((n // 8).bit_length() - 1)]
+    lane = [[0, 2], [0, 4], [1, 0], [2, 0], [4, 0]]
+    warp = [[16 << i, 0] for i in range(warps_m.bit_length() - 1)]
+    return {"register": register, "lane": lane, "warp": warp}
+
+
+def _linear(bases: dict[str, list[list[int]]]) -> str:
+    parts = ", ".join(f"{k} = [{', '.join(_arr(b) for b in bases[k])}]" for k in ("register", "lane", "warp"))
+    return f"#ttg.linear<{{{parts}, block = []}}>"
+
+
 def _bool(b: bool) -> str:
     return "true" if b else "false"
 
@@ -767,6 +782,27 @@ class _KernelLowering:
             self.alias_value(op.result, self.ref(x))
             return
         self._emit(f"{self.define(op.result)} = ttg.convert_layout {self.ref(x)} : {self.ty(x.type)} -> {self.ty(t)}")
+
+    def _op_split_cols(self, op: Op) -> None:
+        """Triton's own form of it (what tl.reshape + tl.permute + tl.split of an accumulator compile
+        to): reshape [M, N] -> [M, 2, N/2] (the top column bit becomes the middle dim), move it last, split.
+        The intermediate layouts are the accumulator's linear layout with that bit moved; the halves
+        come out in the WGMMA layout of width N/2 (the same linear layout, which Triton accepts)."""
+        (x,) = op.operands
+        m, n = x.type.shape
+        lay = x.type.layout
+        h = n // 2
+        bases = _wgmma_bases(lay.warps_per_cta[0], n)
+        mid = {k: [[r, c // h, c % h] for r, c in v] for k, v in bases.items()}           # [M, 2, N/2]
+        last = {k: [[r, c, a] for r, a, c in v] for k, v in mid.items()}                # [M, N/2, 2]
+        dt = x.type.dtype.mlir
+        t3 = f"tensor<{m}x2x{h}x{dt}, {_linear(mid)}>"
+        t3t = f"tensor<{m}x{h}x2x{dt}, {_linear(last)}>"
+        r, tr = self.names.fresh("split"), self.names.fresh("split")
+        self._emit(f"{r} = tt.reshape {self.ref(x)} : {self.ty(x.type)} -> {t3}")
+        self._emit(f"{tr} = tt.trans {r} {{order = array<i32: 0, 2, 1>}} : {t3} -> {t3t}")
+        lo, hi = self.define(op.results[0], "lo"), self.define(op.results[1], "hi")
+        self._emit(f"{lo}, {hi} = tt.split {tr} : {t3t} -> {self.ty(op.results[0].type)}")
 
     def _op_reduce(self, op: Op) -> None:
         (x,) = op.operands
