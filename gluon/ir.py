@@ -400,7 +400,7 @@ _register("expand_dims", "insert a size-1 dimension at attrs['axis']")
 _register("broadcast", "broadcast size-1 dimensions to the result shape")
 _register("convert_layout", "move a tile to another register layout", "convert_layout")
 _register("split_cols", "a WGMMA accumulator tile's left and right column halves (two results; the halves are "
-          "subsets of each thread's registers, nothing moves)", verify=lambda op: _verify_split_cols(op))
+          "subsets of each thread's registers, nothing moves)", verify=_verify_split_cols)
 _register("reduce", "reduce a tile along attrs['axis'] with attrs['op'] (sum max min)", "reduce")
 _register("load", "masked global load: ptr + offsets (mask, other optional; attrs has_mask/has_other)", "load")
 _register("store", "masked global store: ptr + offsets <- value (mask optional)", "store")
