@@ -221,3 +221,19 @@ def test_multiple_of_marks_the_size_parameter_for_the_launcher():
 def test_multiple_of_errors(hint, match):
     with pytest.raises(GluonError, match=match):
         _sized_kernel(hint)
+
+
+@pytest.mark.parametrize("name,call", [
+    ("set_tma_prefetch", lambda: gl.set_tma_prefetch()),
+    ("set_lean_prologue", lambda: gl.set_lean_prologue()),
+    ("set_lean_release", lambda: gl.set_lean_release()),
+    ("split_cols", lambda: gl.split_cols(gl.zeros((64, 64), gl.float32, layout=Layout.mma((4, 1))))),
+])
+def test_sm90_builtins_say_the_arch_lacks_them(name, call):
+    """The SM90-only builtins (TMA, WGMMA and the PTX passes built on them) refuse an sm80 kernel by name."""
+    @gluon.kernel(arch=SM80, num_warps=4)
+    def k(A):
+        call()
+
+    with pytest.raises(GluonError, match=rf"{name}\(\) is not available on sm80"):
+        k.trace(TensorRef("A", DType.f16, shape=("M", "K")))

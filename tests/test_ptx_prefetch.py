@@ -3,11 +3,10 @@ rewrite, its errors, and the GEMM's machine code with and without it."""
 import pytest
 
 import gluon.language as gl
-from gluon import SM80, SM90, DType, Layout, SwizzleMode, TensorRef, kernel
+from gluon import SM90, DType, Layout, SwizzleMode, TensorRef, kernel
 from gluon.backend import ptx_prefetch
 from gluon.backend.triton_compile import sass_instructions
 from gluon.dsl import mbarrier, smem, tma_load
-from gluon.ir import GluonError
 from gluon.kernels.gemm_sm90 import DEFAULT_CONFIG, gemm_sm90, num_warps, stand_ins
 
 PTX = """
@@ -66,15 +65,6 @@ def test_gemm_machine_code_prefetches_a_b_and_c(extra):
         assert ops["UTMALDG.2D.MULTICAST"] == 1
     off = gemm_sm90.compile(*stand_ins(DType.f16), num_warps=num_warps(cfg), **dict(cfg, TMA_PREFETCH=False))
     assert sass_instructions(off.sass())["UTMACCTL.PF"] == 0 and "gluon_prefetch" not in off.binary.metadata
-
-
-def test_set_tma_prefetch_needs_tma():
-    @kernel(arch=SM80, num_warps=4)
-    def k(A):
-        gl.set_tma_prefetch()
-
-    with pytest.raises(GluonError, match=r"set_tma_prefetch\(\) is not available on sm80"):
-        k.trace(TensorRef("A", DType.f16, shape=("M", "K")))
 
 
 def test_a_small_tma_kernel_prefetches_its_one_descriptor():

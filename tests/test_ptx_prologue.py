@@ -3,10 +3,9 @@ PTX rewrite drops and keeps, every case where it must leave the PTX alone, and t
 machine code with and without it."""
 import pytest
 
-from gluon import SM80, DType, TensorRef, kernel
+from gluon import DType
 from gluon.backend import ptx_prologue
 from gluon.backend.triton_compile import sass_instructions
-from gluon.dsl import set_lean_prologue
 from gluon.ir import GluonError
 from gluon.kernels.gemm_sm90 import DEFAULT_CONFIG, gemm_sm90, num_warps, resolve_auto, stand_ins
 
@@ -108,15 +107,6 @@ def test_gemm_prologue_loses_its_barriers_and_nothing_else(variant, removed):
     for op in ("HGMMA.64x256x16.F32", "UTMALDG.2D", "USETMAXREG.TRY_ALLOC.CTAPOOL", "SYNCS.EXCH.64"):
         assert a[op] == b[op], op
     assert lean.spills == 0
-
-
-def test_needs_tma():
-    @kernel(arch=SM80, num_warps=4)
-    def k(A):
-        set_lean_prologue()
-
-    with pytest.raises(GluonError, match=r"set_lean_prologue\(\) is not available on sm80"):
-        k.trace(TensorRef("A", DType.f16, shape=("M", "K")))
 
 
 def test_auto_turns_it_on_where_it_was_verified():

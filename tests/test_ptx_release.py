@@ -3,10 +3,9 @@ the PTX rewrite drops, every barrier it must leave alone, and the GEMM's machine
 and without it."""
 import pytest
 
-from gluon import SM80, DType, TensorRef, kernel
+from gluon import DType
 from gluon.backend import ptx_release
 from gluon.backend.triton_compile import sass_instructions
-from gluon.dsl import set_lean_release
 from gluon.ir import GluonError
 from gluon.kernels.gemm_sm90 import DEFAULT_CONFIG, gemm_sm90, num_warps, resolve_auto, stand_ins
 
@@ -130,12 +129,3 @@ def test_refused_outside_split_warpgroups(variant):
     cfg = dict(DEFAULT_CONFIG, EARLY_LOADS=False, LEAN_PROLOGUE=False, LEAN_RELEASE=True, EPILOGUE="tma", **variant)
     with pytest.raises(GluonError, match="LEAN_RELEASE is for SPLIT_WGS consumer warpgroups"):
         gemm_sm90.trace(*stand_ins(DType.f16), num_warps=num_warps(cfg), **cfg)
-
-
-def test_needs_wgmma():
-    @kernel(arch=SM80, num_warps=4)
-    def k(A):
-        set_lean_release()
-
-    with pytest.raises(GluonError, match=r"set_lean_release\(\) is not available on sm80"):
-        k.trace(TensorRef("A", DType.f16, shape=("M", "K")))

@@ -4,7 +4,7 @@ errors, and the machine code."""
 import pytest
 
 import gluon.language as gl
-from gluon import SM80, SM90, DType, Layout, TensorRef, kernel
+from gluon import SM90, DType, Layout, TensorRef, kernel
 from gluon.backend.triton_compile import sass_instructions
 from gluon.backend.triton_lowering import _linear, _wgmma_bases
 from gluon.ir import GluonError
@@ -44,15 +44,6 @@ def test_halves_are_the_wgmma_layout_of_half_the_width():
 def test_errors_say_what_splits(layout, shape, match):
     with pytest.raises(GluonError, match=match):
         _halves_kernel(layout, shape)
-
-
-def test_needs_wgmma():
-    @kernel(arch=SM80, num_warps=4)
-    def k(C):
-        gl.split_cols(gl.zeros((64, 64), gl.float32, layout=Layout.mma((4, 1))))
-
-    with pytest.raises(GluonError, match=r"split_cols\(\) is not available on sm80"):
-        k.trace(TensorRef("C", DType.f16, shape=("M", "N")))
 
 
 def _gemm(out=None, **kw):
