@@ -57,6 +57,15 @@ def gemm_errors(run, M, N, K, in_dtype=torch.float16, out_dtype=None, b_kmajor=F
     return errs
 
 
+def assert_ws_gemm(M, N, K, cfg, in_dtype=torch.float16, out_dtype=None, b_kmajor=False, splits=None, rounds=2):
+    """The persistent kernel (gemm_sm90.launch) with `cfg` and `splits` within 1e-2 of fp64 on `rounds` fresh
+    inputs (gemm_errors: poisoned output, every element written)."""
+    from gluon.kernels.gemm_sm90 import launch
+    errs = gemm_errors(lambda a, b, c: launch(a, b, c, cfg, b_kmajor=b_kmajor, splits=splits), M, N, K, in_dtype,
+                       out_dtype, b_kmajor, rounds)
+    assert max(errs) < 1e-2, errs
+
+
 @pytest.mark.parametrize("in_dtype,out_dtype", [(torch.float16, torch.float16), (torch.bfloat16, torch.bfloat16),
                                                 (torch.float16, torch.float32)])
 @pytest.mark.parametrize("M,N,K", SHAPES)
@@ -126,9 +135,7 @@ WS_CONFIGS = [
 @pytest.mark.parametrize("M,N,K", [(1024, 1024, 1024), (1000, 1000, 1000), (333, 200, 136), (128, 8192, 8192),
                                    (2048, 4096, 512)])
 def test_persistent_ws_gemm_matches_fp64_reference(M, N, K, in_dtype, out_dtype, cfg):
-    from gluon.kernels.gemm_sm90 import launch
-    errs = gemm_errors(lambda a, b, c: launch(a, b, c, cfg), M, N, K, in_dtype, out_dtype)
-    assert max(errs) < 1e-2, errs
+    assert_ws_gemm(M, N, K, cfg, in_dtype=in_dtype, out_dtype=out_dtype)
 
 
 @pytest.mark.parametrize("b_kmajor", [False, True])
@@ -143,9 +150,7 @@ def test_persistent_ws_gemm_matches_fp64_reference(M, N, K, in_dtype, out_dtype,
 def test_coalesced_epilogue_gemm_matches_fp64_reference(M, N, K, cfg, dtype, b_kmajor):
     """The tile staged in shared memory and written back with (16-byte where N allows) stores by every
     consumer thread, instead of a TMA store."""
-    from gluon.kernels.gemm_sm90 import launch
-    errs = gemm_errors(lambda a, b, c: launch(a, b, c, cfg, b_kmajor=b_kmajor), M, N, K, dtype, dtype, b_kmajor)
-    assert max(errs) < 1e-2, errs
+    assert_ws_gemm(M, N, K, cfg, in_dtype=dtype, out_dtype=dtype, b_kmajor=b_kmajor)
 
 
 @pytest.mark.parametrize("b_kmajor", [False, True])
@@ -161,11 +166,8 @@ def test_coalesced_epilogue_gemm_matches_fp64_reference(M, N, K, cfg, dtype, b_k
 ], ids=["2048", "2048x2048x64", "1536x2816x1000", "2048x4096x512", "split_wgs", "1000", "splitk3"])
 def test_early_loads_gemm_matches_fp64_reference(M, N, K, cfg, splits, dtype, b_kmajor):
     """EARLY_LOADS: the first unit's first stages loaded by the default warps before the warp roles."""
-    from gluon.kernels.gemm_sm90 import launch
-    cfg = dict(cfg, EARLY_LOADS=True)
-    errs = gemm_errors(lambda a, b, c: launch(a, b, c, cfg, b_kmajor=b_kmajor, splits=splits), M, N, K, dtype, dtype,
-                       b_kmajor)
-    assert max(errs) < 1e-2, errs
+    assert_ws_gemm(M, N, K, dict(cfg, EARLY_LOADS=True), in_dtype=dtype, out_dtype=dtype, b_kmajor=b_kmajor,
+                   splits=splits)
 
 
 @pytest.mark.parametrize("b_kmajor", [False, True])
@@ -181,11 +183,8 @@ def test_early_loads_gemm_matches_fp64_reference(M, N, K, cfg, splits, dtype, b_
 ], ids=["2048", "2048x2048x64", "1536x2816x1000", "inits_only", "split_wgs", "1000", "splitk3"])
 def test_lean_prologue_gemm_matches_fp64_reference(M, N, K, cfg, splits, dtype, b_kmajor):
     """LEAN_PROLOGUE: the prologue's CTA barriers dropped by backend/ptx_prologue.py but the one the inits need."""
-    from gluon.kernels.gemm_sm90 import launch
-    cfg = dict(cfg, LEAN_PROLOGUE=True)
-    errs = gemm_errors(lambda a, b, c: launch(a, b, c, cfg, b_kmajor=b_kmajor, splits=splits), M, N, K, dtype, dtype,
-                       b_kmajor)
-    assert max(errs) < 1e-2, errs
+    assert_ws_gemm(M, N, K, dict(cfg, LEAN_PROLOGUE=True), in_dtype=dtype, out_dtype=dtype, b_kmajor=b_kmajor,
+                   splits=splits)
 
 
 @pytest.mark.parametrize("M,N,K", [(2048, 2048, 64), (1000, 1000, 1000)])
@@ -221,11 +220,8 @@ def test_lean_prologue_gives_the_same_bits_every_launch(M, N, K):
 def test_lean_release_gemm_matches_fp64_reference(M, N, K, cfg, splits, dtype, b_kmajor):
     """LEAN_RELEASE: SPLIT_WGS warpgroups wait for and release their stages without a warpgroup barrier
     (backend/ptx_release.py)."""
-    from gluon.kernels.gemm_sm90 import launch
-    cfg = dict(cfg, SPLIT_WGS=True, LEAN_RELEASE=True)
-    errs = gemm_errors(lambda a, b, c: launch(a, b, c, cfg, b_kmajor=b_kmajor, splits=splits), M, N, K, dtype, dtype,
-                       b_kmajor, rounds=3)
-    assert max(errs) < 1e-2, errs
+    assert_ws_gemm(M, N, K, dict(cfg, SPLIT_WGS=True, LEAN_RELEASE=True), in_dtype=dtype, out_dtype=dtype,
+                   b_kmajor=b_kmajor, splits=splits, rounds=3)
 
 
 @pytest.mark.parametrize("M,N,K", [(4096, 4096, 1024), (2048, 4096, 4096)])
@@ -247,6 +243,27 @@ def test_lean_release_gives_the_same_bits_every_launch(M, N, K):
         assert torch.equal(c, barriers)
 
 
+ZIGZAG_CONFIGS = [
+    {},                                                   # choose_config's pick (SPLIT_WGS: several tiles per program)
+    dict(DEFAULT_CONFIG),                                 # cooperative, early loads
+    dict(DEFAULT_CONFIG, CLUSTER_M=2, SPLIT_WGS=True),    # both CTAs of a cluster load their parts of one k-step
+    dict(DEFAULT_CONFIG, PINGPONG=True, BLOCK_N=128, STAGES=5, CONSUMER_REGS=232),   # units alternate warpgroups
+]
+
+
+@pytest.mark.parametrize("cfg", ZIGZAG_CONFIGS, ids=["auto", "cooperative", "cluster", "pingpong"])
+@pytest.mark.parametrize("b_kmajor", [False, True])
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("M,N,K,splits", [(4096, 4096, 1024, None), (2048, 4096, 512, None), (3000, 2000, 1504, None),
+                                          (1000, 1000, 1000, None), (256, 512, 4096, 3), (4096, 4096, 200, 2)])
+def test_k_zigzag_gemm_matches_fp64_reference(M, N, K, splits, dtype, b_kmajor, cfg):
+    """K_ZIGZAG: a program's odd units load their K slice top down (the consumers sum the stages in the
+    order they arrive): several units per program, K tails (the short last k-step loaded first), split-K
+    slices of unequal length, clusters, ping-pong."""
+    assert_ws_gemm(M, N, K, dict(cfg, K_ZIGZAG=True), in_dtype=dtype, out_dtype=dtype, b_kmajor=b_kmajor,
+                   splits=splits, rounds=3)
+
+
 SUBTILED_CONFIGS = [
     dict(DEFAULT_CONFIG, EPILOGUE="subtiled", SPLIT_WGS=True, STAGES=4),     # the 4th stage it makes room for
     dict(DEFAULT_CONFIG, EPILOGUE="subtiled", SPLIT_WGS=True),
@@ -266,10 +283,7 @@ def test_subtiled_epilogue_gemm_matches_fp64_reference(M, N, K, in_dtype, out_dt
     """EPILOGUE="subtiled": the accumulator split into column subtiles (gl.split_cols), each through one of
     two small staging buffers and its own TMA store; several tiles per program (the buffers' reuse across
     tiles), edges past M and N (TMA clips), K tails, an fp32 output (32-column subtiles)."""
-    from gluon.kernels.gemm_sm90 import launch
-    errs = gemm_errors(lambda a, b, c: launch(a, b, c, cfg, b_kmajor=b_kmajor), M, N, K, in_dtype, out_dtype, b_kmajor,
-                       rounds=3)
-    assert max(errs) < 1e-2, errs
+    assert_ws_gemm(M, N, K, cfg, in_dtype=in_dtype, out_dtype=out_dtype, b_kmajor=b_kmajor, rounds=3)
 
 
 CLUSTER_CONFIGS = [
@@ -290,9 +304,7 @@ def test_cluster_multicast_gemm_matches_fp64_reference(M, N, K, in_dtype, out_dt
     """Clusters of 2 CTAs along M, each loading half of the shared B tile and multicasting it: odd tile
     counts (the second CTA of the last cluster is past M), K tails, column-major B, several tiles per
     cluster (the ring and its cluster-wide empty barriers across tiles)."""
-    from gluon.kernels.gemm_sm90 import launch
-    errs = gemm_errors(lambda a, b, c: launch(a, b, c, cfg, b_kmajor=b_kmajor), M, N, K, in_dtype, out_dtype, b_kmajor)
-    assert max(errs) < 1e-2, errs
+    assert_ws_gemm(M, N, K, cfg, in_dtype=in_dtype, out_dtype=out_dtype, b_kmajor=b_kmajor)
 
 
 FP32_OUT_CONFIGS = [
@@ -309,10 +321,7 @@ FP32_OUT_CONFIGS = [
 def test_fp32_output_tma_epilogue_matches_fp64_reference(M, N, K, splits, in_dtype, b_kmajor, cfg):
     """An fp32 C through the TMA epilogue (no spills, unlike the direct stores of a 128x256 fp32 tile):
     edges, K tails, split-K, column-major B."""
-    from gluon.kernels.gemm_sm90 import launch
-    errs = gemm_errors(lambda a, b, c: launch(a, b, c, cfg, b_kmajor=b_kmajor, splits=splits), M, N, K, in_dtype,
-                       torch.float32, b_kmajor)
-    assert max(errs) < 1e-2, errs
+    assert_ws_gemm(M, N, K, cfg, in_dtype=in_dtype, out_dtype=torch.float32, b_kmajor=b_kmajor, splits=splits)
 
 
 CLUSTER_N_CONFIGS = [
@@ -332,10 +341,7 @@ CLUSTER_N_CONFIGS = [
 def test_cluster_along_n_gemm_matches_fp64_reference(M, N, K, splits, in_dtype, out_dtype, b_kmajor, cfg):
     """Clusters of 2 CTAs along N, each loading half of the shared A rows and multicasting them: odd
     column counts (the second CTA of the last cluster is past N), K tails, split-K, column-major B."""
-    from gluon.kernels.gemm_sm90 import launch
-    errs = gemm_errors(lambda a, b, c: launch(a, b, c, cfg, b_kmajor=b_kmajor, splits=splits), M, N, K, in_dtype,
-                       out_dtype, b_kmajor)
-    assert max(errs) < 1e-2, errs
+    assert_ws_gemm(M, N, K, cfg, in_dtype=in_dtype, out_dtype=out_dtype, b_kmajor=b_kmajor, splits=splits)
 
 
 RING_CONFIGS = [
@@ -354,20 +360,14 @@ RING_CONFIGS = [
 def test_ring_epilogue_gemm_matches_fp64_reference(M, N, K, splits, dtype, b_kmajor, cfg):
     """The output staged in the A ring: one unit per program (2048^3), and several (4096x4096x512: the
     producer waits for `c_free` before refilling the ring), K tails, split-K, clusters, column-major B."""
-    from gluon.kernels.gemm_sm90 import launch
-    errs = gemm_errors(lambda a, b, c: launch(a, b, c, cfg, b_kmajor=b_kmajor, splits=splits), M, N, K, dtype,
-                       b_kmajor=b_kmajor)
-    assert max(errs) < 1e-2, errs
+    assert_ws_gemm(M, N, K, cfg, in_dtype=dtype, b_kmajor=b_kmajor, splits=splits)
 
 
 @pytest.mark.parametrize("splits", [2, 3])
 @pytest.mark.parametrize("M,N,K", [(256, 512, 4096), (200, 300, 1000)])
 def test_cluster_gemm_split_k(M, N, K, splits):
     """Both CTAs of a cluster take the same K slice of their two tiles; fp32 partials, then the reduce."""
-    from gluon.kernels.gemm_sm90 import launch
-    errs = gemm_errors(lambda a, b, c: launch(a, b, c, dict(DEFAULT_CONFIG, CLUSTER_M=2), splits=splits), M, N, K,
-                       torch.bfloat16)
-    assert max(errs) < 1e-2, errs
+    assert_ws_gemm(M, N, K, dict(DEFAULT_CONFIG, CLUSTER_M=2), in_dtype=torch.bfloat16, splits=splits)
 
 
 PINGPONG_CONFIGS = [
@@ -385,10 +385,7 @@ PINGPONG_CONFIGS = [
 def test_pingpong_gemm_matches_fp64_reference(M, N, K, splits, b_kmajor, cfg):
     """Ping-pong consumers: the two warpgroups take alternate tiles (odd and even counts per program),
     one ring in turn, K slices of different lengths (split-K), clusters."""
-    from gluon.kernels.gemm_sm90 import launch
-    errs = gemm_errors(lambda a, b, c: launch(a, b, c, cfg, b_kmajor=b_kmajor, splits=splits), M, N, K,
-                       b_kmajor=b_kmajor)
-    assert max(errs) < 1e-2, errs
+    assert_ws_gemm(M, N, K, cfg, b_kmajor=b_kmajor, splits=splits)
 
 
 @pytest.mark.parametrize("M,N,K", [(1024, 1024, 1024), (1000, 1000, 1000)])

@@ -74,6 +74,11 @@ pass backend/ptx_release.py; CUTLASS's and cuBLAS's consumers release that way).
 (30 GPU tests, 100 bit-identical launches) but slower in steady state (8192^3 1.020/1.019x cuBLAS
 against 1.029/1.025x with the barriers, 4096^3 -0.4..-0.5%; docs/PERF.md, eighth session): the
 barrier is not what separates the kernels. Off by default.
+K_ZIGZAG=True makes each program load the K slices of its odd units top down (the producer alone: the
+consumers sum the stages in the order they arrive). The programs' i-th units run together as wave i, and
+with grouped order consecutive waves share their A rows; a wave that starts where the last one ended
+finds the last one's k-steps of those rows still in L2 instead of re-reading them from DRAM, and at the
+power cap DRAM traffic costs clock. Not yet measured on the GPU: off.
 Not here: stream-K for the partial last wave. Measured on the H200 (docs/PERF.md, seventh session): at
 8192^3 the half-empty last wave of 128x256 tiles costs nothing measurable (8448x8192x8192, whole waves,
 is no faster per FLOP), since under the power cap the idle SMs' share comes back as clock.
@@ -168,8 +173,9 @@ def gemm_sm90(A, B, C, W, SPLITS,
               CLUSTER_M: gl.constexpr = 1, PINGPONG: gl.constexpr = False, CLUSTER_N: gl.constexpr = 1,
               TMA_PREFETCH: gl.constexpr = False, N_MULTIPLE_16: gl.constexpr = False,
               EARLY_LOADS: gl.constexpr = False, LEAN_PROLOGUE: gl.constexpr = False,
-              LEAN_RELEASE: gl.constexpr = False):
-    for key, value in (("EARLY_LOADS", EARLY_LOADS), ("LEAN_PROLOGUE", LEAN_PROLOGUE), ("LEAN_RELEASE", LEAN_RELEASE)):
+              LEAN_RELEASE: gl.constexpr = False, K_ZIGZAG: gl.constexpr = False):
+    for key, value in (("EARLY_LOADS", EARLY_LOADS), ("LEAN_PROLOGUE", LEAN_PROLOGUE), ("LEAN_RELEASE", LEAN_RELEASE),
+                       ("K_ZIGZAG", K_ZIGZAG)):
         if value not in (True, False):
             raise gluon.GluonError(f"{key}={value!r}: the kernel takes True or False (launch and the tuner "
                                    "resolve 'auto' with resolve_auto)")
@@ -399,6 +405,10 @@ def gemm_sm90(A, B, C, W, SPLITS,
             cnt = cnt + early                       # the prologue filled slots 0 .. early - 1 (phase 0)
         if EPILOGUE == "ring":
             done = gl.full((), 0, gl.int32)         # units loaded so far
+        if K_ZIGZAG:
+            odd = gl.full((), 0, gl.int32)          # this unit is the program's 2nd, 4th, ...
+            k_top = gl.full((), -1, gl.int32)       # k_lo + k_hi - 1 on those, else -1
+            k_at = gl.full((), 0, gl.int32)         # the k-step loaded
         for unit in range(first_tile, num_units, tile_step):
             if EPILOGUE == "ring":
                 if done > 0:                        # the consumers' stores have read their rings
@@ -411,17 +421,24 @@ def gemm_sm90(A, B, C, W, SPLITS,
             off_m = pid_m * BLOCK_M
             off_n = pid_n * BLOCK_N
             k_lo, k_hi = _k_slice(split, k_per_split, k_tiles)
+            if K_ZIGZAG:                            # odd units of this program walk their K slice downward
+                k_top = gl.where(odd == 1, k_lo + k_hi - 1, -1)
+                odd = 1 - odd
             if EARLY_LOADS:                         # the first unit's first k-steps are loaded already
                 k_lo = k_lo + gl.where(unit == first_tile, early, 0)
             for kk in range(k_lo, k_hi):
                 s = cnt % STAGES
+                if K_ZIGZAG:
+                    k_at = gl.where(k_top >= 0, k_top - kk, kk)
+                else:
+                    k_at = kk
                 empty[s].wait(((cnt // STAGES) & 1) ^ 1)   # fresh barriers pass phase 1 at once
                 ready[s].expect(stage_bytes)
                 # in a cluster, this CTA's part of the shared tile (A rows along N, B columns along M),
                 # multicast into every CTA of the cluster
                 _load_stage(a_rings, a_parts if CLUSTER_N > 1 else None, b_s, b_parts if CLUSTER_M > 1 else None, s,
-                            A, B, ready[s], off_m, off_n, kk, rank, RM, RM_PART, BN_PART, BLOCK_K, CLUSTER_M, CLUSTER_N,
-                            B_KMAJOR)
+                            A, B, ready[s], off_m, off_n, k_at, rank, RM, RM_PART, BN_PART, BLOCK_K, CLUSTER_M,
+                            CLUSTER_N, B_KMAJOR)
                 cnt = cnt + 1
         if CL > 1:
             # drain: wait until both CTAs' consumers have released every slot, so no remote arrive is
