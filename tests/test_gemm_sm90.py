@@ -106,6 +106,9 @@ def test_choose_config_uses_the_coalesced_epilogue_where_each_program_has_one_ti
     # each consumer warpgroup its own role where programs have several tiles, not at one wave
     assert [choose_config(*s, 132).get("SPLIT_WGS") for s in ((4096, 4096, 4096), (8192, 8192, 8192),
             (4000, 3000, 5000), (2048, 2048, 2048), (1536, 2816, 2048), (128, 8192, 8192))] == [True] * 3 + [False] * 3
+    # and there odd units load K top down, for L2 reuse between waves
+    zigzag = [choose_config(*s, 132).get("K_ZIGZAG", False) for s in ((4096, 4096, 4096), (2048, 2048, 2048))]
+    assert zigzag == [True, False]
     assert choose_config(4000, 3000, 5000, 132, pitch_aligned=False)["SPLIT_WGS"]    # clustered too
     assert not choose_config(8192, 8192, 8192, 132, out_size=4)["SPLIT_WGS"]        # fp32: FP32_OUT_CONFIG
     assert choose_config(2048, 2040, 2048, 132)["EPILOGUE"] == "auto"            # rows not 16-element multiples

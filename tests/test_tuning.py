@@ -686,6 +686,13 @@ def test_fresh_study_measures_the_templates_seed_first(tmp_path, env, monkeypatc
     assert seeded == [{"X": 4}] and s.study_name == s2.study_name
 
 
+def test_seeds_that_differ_only_outside_the_space_are_queued_once(tmp_path, env, monkeypatch):
+    monkeypatch.setattr(FAKE, "seed_configs", lambda: [{"X": 4, "Y": 1}, {"X": 4, "Y": 2}, {"X": 5}], raising=False)
+    s = run_tune(fake_spec(tmp_path, x=(1, 40), sampler="random", trials=3), tmp_path)
+    seeded = [t.params for t in _study(tmp_path, s).get_trials() if t.user_attrs.get("seeded")]
+    assert seeded == [{"X": 4}, {"X": 5}]
+
+
 def test_seeds_false_leaves_the_hand_picked_configs_out(tmp_path, env, monkeypatch):
     monkeypatch.setattr(FAKE, "seed_configs", lambda: [{"X": 4}], raising=False)
     s = run_tune(fake_spec(tmp_path, x=(1, 40), sampler="random", trials=3), tmp_path, seeds=False)
@@ -701,7 +708,8 @@ def test_gemm_seed_is_a_valid_config_of_the_shipped_spec():
         assert set(spec.space.params) <= set(seed)
         assert spec.space.check({k: seed[k] for k in spec.space.params}) is None
         assert seed["BLOCK_N"] == 256 and seed["CONSUMER_WARPS"] == 8 and seed["GROUP_M"] == 16
-    assert [s["SPLIT_WGS"] for s in seeds] == [True, False]     # choose_config's pick at the spec's shapes first
+    # choose_config's pick at the spec's shapes first
+    assert [(s["SPLIT_WGS"], s["K_ZIGZAG"]) for s in seeds] == [(True, True), (True, False), (False, False)]
 
 
 def test_rounds_alternate_which_side_runs_first():

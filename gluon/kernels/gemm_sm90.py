@@ -78,7 +78,10 @@ K_ZIGZAG=True makes each program load the K slices of its odd units top down (th
 consumers sum the stages in the order they arrive). The programs' i-th units run together as wave i, and
 with grouped order consecutive waves share their A rows; a wave that starts where the last one ended
 finds the last one's k-steps of those rows still in L2 instead of re-reading them from DRAM, and at the
-power cap DRAM traffic costs clock. Not yet measured on the GPU: off.
+power cap DRAM traffic costs clock. Verified on the H200 (96 GPU cases: clusters, ping-pong, split-K, K
+tails); same-run A/B on both boards (docs/PERF.md, ninth session): 4096^3 +0.8 to +1.0% against cuBLAS,
+8192^3 -0.3 to +1.1% with steadier rounds. `choose_config` turns it on with SPLIT_WGS (several units
+per program); the tuner searches it.
 Not here: stream-K for the partial last wave. Measured on the H200 (docs/PERF.md, seventh session): at
 8192^3 the half-empty last wave of 128x256 tiles costs nothing measurable (8448x8192x8192, whole waves,
 is no faster per FLOP), since under the power cap the idle SMs' share comes back as clock.
@@ -508,6 +511,8 @@ def choose_config(M: int, N: int, K: int, num_sms: int, pitch_aligned: bool = Tr
     Where programs have several 128x256 tiles, each consumer warpgroup is its own role (SPLIT_WGS): in
     steady state on the H200 (docs/PERF.md, eighth session) 4096^3 0.998-1.001x -> 1.005-1.010x cuBLAS,
     8192^3 fp16 1.023 -> 1.028, 16384x8192x1024 1.056 -> 1.08; at unaligned, clustered shapes the same.
+    There, too, a program's odd units load K top down (K_ZIGZAG): same runs, both boards (docs/PERF.md,
+    ninth session), 4096^3 +0.8 to +1.0%, 8192^3 -0.3 to +1.1%, 1.4-1.7% less time at 8192^3 fp16.
 
     An fp32 output (`out_size` 4) takes FP32_OUT_CONFIG instead of the large tiles, unclustered."""
     if tiles(M, N, DEFAULT_CONFIG) * 10 >= num_sms * 9:
@@ -515,7 +520,7 @@ def choose_config(M: int, N: int, K: int, num_sms: int, pitch_aligned: bool = Tr
             return dict(FP32_OUT_CONFIG)
         cfg = dict(DEFAULT_CONFIG, CLUSTER_M=1 if pitch_aligned else 2)
         if tiles(M, N, cfg) > num_sms:
-            cfg["SPLIT_WGS"] = True
+            cfg.update(SPLIT_WGS=True, K_ZIGZAG=True)
         elif N % 16 == 0 and out_size <= 2 and pitch_aligned:
             cfg["EPILOGUE"] = "coalesced"
         return cfg
@@ -718,7 +723,7 @@ class _GemmSM90Tuning(TuningTemplate):
     consumers are Triton's default partition and get what setmaxnreg leaves) unless SPLIT_WGS, where it
     is the second warpgroup's budget, SPLIT_K ("auto"/0 = the
     split_k heuristic, else forced), EPILOGUE "auto" resolved as `launch` does; the rest (BLOCK_M,
-    BLOCK_N, BLOCK_K, STAGES, GROUP_M, SWIZZLE, EPILOGUE, PRODUCER_REGS, CLUSTER_M/N, EARLY_LOADS) are the
+    BLOCK_N, BLOCK_K, STAGES, GROUP_M, SWIZZLE, EPILOGUE, PRODUCER_REGS, CLUSTER_M/N, EARLY_LOADS, K_ZIGZAG) are the
     kernel's constexprs, with the "auto" values resolved as `launch` resolves them.
     Output dtype = input dtype; B is [K, N] row-major."""
 
@@ -727,7 +732,7 @@ class _GemmSM90Tuning(TuningTemplate):
     dtypes = ("fp16", "bf16")
     params = ("BLOCK_M", "BLOCK_N", "BLOCK_K", "STAGES", "GROUP_M", "SWIZZLE", "EPILOGUE", "CONSUMER_WARPS",
               "CONSUMER_REGS", "PRODUCER_WARPS", "PRODUCER_REGS", "CONSUMER_WGS", "SPLIT_K", "SPLIT_WGS", "CLUSTER_M",
-              "CLUSTER_N", "EARLY_LOADS", "LEAN_PROLOGUE")
+              "CLUSTER_N", "EARLY_LOADS", "LEAN_PROLOGUE", "K_ZIGZAG")
 
     def kernel_config(self, config: dict, dtype: str) -> dict:
         cfg = {k: v for k, v in config.items()
@@ -792,12 +797,13 @@ class _GemmSM90Tuning(TuningTemplate):
         return inputs["a"].double() @ inputs["b"].double()
 
     def seed_configs(self):
-        """What choose_config runs where programs have several tiles (DEFAULT_CONFIG with SPLIT_WGS:
-        1.005-1.029x cuBLAS at 4096^3-8192^3 on the H200, docs/PERF.md), then its cooperative form, in
-        the spec's names."""
+        """What choose_config runs where programs have several tiles (DEFAULT_CONFIG with SPLIT_WGS and
+        K_ZIGZAG: 1.01-1.04x cuBLAS at 4096^3-8192^3 on the H200, docs/PERF.md), then without K_ZIGZAG,
+        then the cooperative form, in the spec's names."""
         cfg = {k: v for k, v in DEFAULT_CONFIG.items() if k != "CONSUMER_WGS"}
-        cfg.update(CONSUMER_WARPS=4 * DEFAULT_CONFIG["CONSUMER_WGS"], PRODUCER_WARPS=1, EPILOGUE="tma")
-        return [dict(cfg, SPLIT_WGS=True), cfg]
+        cfg.update(CONSUMER_WARPS=4 * DEFAULT_CONFIG["CONSUMER_WGS"], PRODUCER_WARPS=1, EPILOGUE="tma",
+                   K_ZIGZAG=False)
+        return [dict(cfg, SPLIT_WGS=True, K_ZIGZAG=True), dict(cfg, SPLIT_WGS=True), cfg]
 
     def shape_of(self, a, b, out=None):
         return (a.shape[0], b.shape[1], a.shape[1])

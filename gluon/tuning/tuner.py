@@ -764,11 +764,13 @@ class _Study:
         if not self.seeds or self._trials():
             return
         dists = self.space.distributions()
+        queued = []
         for cfg in self.tn.template.seed_configs():
             if set(self.space.params) - set(cfg):
                 continue                                 # the spec has a parameter the seed does not set
             full = {k: cfg[k] for k in self.space.params}
-            if self.space.check(full) is None:
+            if self.space.check(full) is None and full not in queued:    # seeds that differ only outside
+                queued.append(full)                                       # the spec's space are one config
                 self.study.enqueue_trial({k: v for k, v in full.items() if k in dists}, user_attrs={"seeded": True})
 
     def _recover(self) -> None:
