@@ -65,9 +65,9 @@ default) turns it on where EARLY_LOADS could be, the family it was verified in.
 EPILOGUE="subtiled" splits each consumer warpgroup's accumulator into 128-byte-wide column subtiles
 (`gl.split_cols`, free: a subset of each thread's registers), stages subtile j in buffer j % 2 of two
 small ones per warpgroup and writes each with its own TMA store (the store of one runs while the next is
-staged): 32 KiB of staging instead of 64 at 128x256, so STAGES=4 fits. Compiled and checked on the CPU
-(no spills for 16-bit outputs, the same stmatrix stores, 4 TMA stores per warpgroup); not yet run on a
-GPU (tests/test_gpu.py -k subtiled waits for it), so nothing chooses it.
+staged): 32 KiB of staging instead of 64 at 128x256, so STAGES=4 fits. Verified on the H200 (120 GPU
+cases) but slower than one staging tile (docs/PERF.md, ninth session: with 4 stages -2% at 8192^3 and
+4096^3, with 3 stages -0.7 to -1.2%), so nothing chooses it.
 LEAN_RELEASE=True (with SPLIT_WGS, no cluster or ping-pong) drops the 128-thread barrier Triton puts
 before each warpgroup's stage wait and before its one-thread release after `wgmma.wait_group` (the PTX
 pass backend/ptx_release.py; CUTLASS's and cuBLAS's consumers release that way). Verified on the H200
