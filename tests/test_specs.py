@@ -33,11 +33,11 @@ def test_shipped_specs_load():
     assert gemm.shapes == [(8192, 8192, 8192), (4096, 4096, 4096)]
     p = gemm.space.params
     assert list(p) == ["BLOCK_M", "BLOCK_N", "BLOCK_K", "SWIZZLE", "STAGES", "CONSUMER_WARPS", "PRODUCER_WARPS",
-                       "PRODUCER_REGS", "GROUP_M", "EPILOGUE", "CLUSTER_M", "SPLIT_WGS"]
+                       "PRODUCER_REGS", "GROUP_M", "EPILOGUE", "CLUSTER_M", "SPLIT_WGS", "K_ZIGZAG"]
     assert p["BLOCK_M"] == Fixed(128) and p["BLOCK_K"] == Fixed(64) and p["SWIZZLE"] == Fixed(128)
     assert p["STAGES"] == IntRange(2, 5) and p["PRODUCER_WARPS"] == Fixed(1)
     assert p["PRODUCER_REGS"] == Choice((24, 40)) and p["CONSUMER_WARPS"] == Choice((4, 8))
-    assert p["SPLIT_WGS"] == Choice((False, True))
+    assert p["SPLIT_WGS"] == Choice((False, True)) and p["K_ZIGZAG"] == Choice((False, True))
     assert len(gemm.constraints) == 4 and gemm.tuning.trials == 100 and gemm.tuning.sampler == "tpe"
 
     large = load_spec(SPECS / "gemm_sm90_bf16_large.yaml")
@@ -53,25 +53,26 @@ def test_space_sizes_by_hand():
     copy = load_spec(SPECS / "copy.toml").space
     assert copy.raw_size() == 30 and copy.size() == 30
     # gemm: BLOCK_N 2 x STAGES 4 x CONSUMER_WARPS 2 x PRODUCER_REGS 2 x GROUP_M 4 x EPILOGUE 2 x CLUSTER_M 2
-    #   x SPLIT_WGS 2 = 1024 raw.
+    #   x SPLIT_WGS 2 x K_ZIGZAG 2 = 2048 raw.
     # BLOCK_N=128: ring 32 KiB/stage (+32 KiB tma tile): every STAGES and EPILOGUE fits 227 KiB; 16384 / (W*32)
     #   accumulator registers <= 224 for W=4 and 8 -> 4 * 2 * 2 = 16.
     # BLOCK_N=256: ring 48 KiB/stage (+64 KiB tma tile): STAGES 2, 3 both epilogues, 4 direct only, 5 none -> 5;
     #   32768 / (W*32) <= 224 only for W=8 -> 5 * 1 = 5.
     # (16 + 5) x PRODUCER_REGS 2 x GROUP_M 4 x CLUSTER_M 2 (no constraint on it) = 336 without SPLIT_WGS;
-    # SPLIT_WGS needs W=8 and the tma epilogue: BLOCK_N=128 STAGES 2-5, BLOCK_N=256 STAGES 2, 3 -> 6 x 16 = 96.
+    # SPLIT_WGS needs W=8 and the tma epilogue: BLOCK_N=128 STAGES 2-5, BLOCK_N=256 STAGES 2, 3 -> 6 x 16 = 96;
+    # all of it twice for K_ZIGZAG (no constraint on it).
     gemm = load_spec(SPECS / "gemm_sm90.toml").space
-    assert gemm.raw_size() == 1024 and gemm.size() == 336 + 96
+    assert gemm.raw_size() == 2048 and gemm.size() == (336 + 96) * 2
     configs = list(gemm.grid())
-    assert len(configs) == 432
+    assert len(configs) == 864
     split = [c for c in configs if c["SPLIT_WGS"]]
-    assert len(split) == 96 and all(c["CONSUMER_WARPS"] == 8 and c["EPILOGUE"] == "tma" for c in split)
+    assert len(split) == 192 and all(c["CONSUMER_WARPS"] == 8 and c["EPILOGUE"] == "tma" for c in split)
     wide = [c for c in configs if c["BLOCK_N"] == 256 and not c["SPLIT_WGS"]]
-    assert len(wide) == 5 * 2 * 4 * 2
+    assert len(wide) == 5 * 2 * 4 * 2 * 2
     assert {(c["STAGES"], c["EPILOGUE"]) for c in wide} == {(2, "tma"), (2, "direct"), (3, "tma"), (3, "direct"),
                                                              (4, "direct")}
     assert all(c["CONSUMER_WARPS"] == 8 for c in wide)
-    assert load_spec(SPECS / "gemm_sm90_bf16_large.yaml").space.size() == 432
+    assert load_spec(SPECS / "gemm_sm90_bf16_large.yaml").space.size() == 864
 
 
 @pytest.mark.parametrize("name", ["copy.toml", "gemm_sm90.toml"])
@@ -157,7 +158,7 @@ def test_suggest_with_optuna():
         study.tell(trial, 1.0)
     dists = space.distributions()
     assert set(dists) == {"BLOCK_N", "STAGES", "CONSUMER_WARPS", "PRODUCER_REGS", "GROUP_M", "EPILOGUE", "CLUSTER_M",
-                          "SPLIT_WGS"}
+                          "SPLIT_WGS", "K_ZIGZAG"}
     # enqueue a grid config and read it back through the same distributions
     first = next(space.grid())
     study.enqueue_trial({k: first[k] for k in dists})
