@@ -881,10 +881,16 @@ def set_tma_prefetch(enabled: bool = True) -> None:
     start (CUTLASS does this in every TMA kernel), so neither the first TMA load nor the first TMA store
     waits for its descriptor to be read from memory. Triton 3.6 has no op for it: the PTX pass
     `backend/ptx_prefetch.py` inserts the `prefetch.tensormap` instructions."""
+    _opt_into_ptx_pass("tma_prefetch", "tma", enabled)
+
+
+def _opt_into_ptx_pass(attr: str, family: str, enabled: bool) -> None:
+    """Mark the kernel for the PTX pass cued by `attr` (the lowering writes its header line), which needs
+    an arch with `family`; `set_<attr>` is the builtin the user called."""
     t = _tr()
     if enabled:
-        t.require("tma", "set_tma_prefetch")
-    t.kernel.attrs["tma_prefetch"] = bool(enabled)
+        t.require(family, f"set_{attr}")
+    t.kernel.attrs[attr] = bool(enabled)
 
 
 def set_lean_prologue(enabled: bool = True) -> None:
@@ -892,10 +898,7 @@ def set_lean_prologue(enabled: bool = True) -> None:
     (one after every init and around every load), keeping one between the last init and the first op of
     another thread: the PTX pass `backend/ptx_prologue.py`, which checks the prologue holds nothing else
     and leaves it as it was otherwise. The kernel promises its prologue's TMA loads fill distinct buffers."""
-    t = _tr()
-    if enabled:
-        t.require("tma", "set_lean_prologue")
-    t.kernel.attrs["lean_prologue"] = bool(enabled)
+    _opt_into_ptx_pass("lean_prologue", "tma", enabled)
 
 
 def set_lean_release(enabled: bool = True) -> None:
@@ -904,10 +907,7 @@ def set_lean_release(enabled: bool = True) -> None:
     wait and before every single-thread arrive that follows `wgmma.wait_group` (CUTLASS's consumers
     release from one thread per warpgroup on the same rule). The kernel promises that every partition
     whose barriers count 128 threads is one warpgroup releasing stages only its own WGMMAs read."""
-    t = _tr()
-    if enabled:
-        t.require("wgmma", "set_lean_release")
-    t.kernel.attrs["lean_release"] = bool(enabled)
+    _opt_into_ptx_pass("lean_release", "wgmma", enabled)
 
 
 def cluster_rank() -> Tensor:

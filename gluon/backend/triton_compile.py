@@ -60,12 +60,12 @@ import warnings
 from typing import Any, Mapping
 
 from . import ptx_cluster, ptx_prefetch, ptx_prologue, ptx_release
+from ..cache import KernelCache, default_cache
 
 # the PTX passes a kernel opts into with a header line in its TTGIR (ptx_cue), in the order they run
 # after the cluster pass, each with the cache-key part and the metadata key of what it did
 _OPT_IN_PASSES = ((ptx_prefetch, "ptx_prefetch", "gluon_prefetch"), (ptx_prologue, "ptx_prologue", "gluon_prologue"),
                   (ptx_release, "ptx_release", "gluon_release"))
-from ..cache import KernelCache, default_cache
 
 __all__ = [
     "Binary",

@@ -112,6 +112,10 @@ _BARRIER_LAYOUT = "#ttg.swizzled_shared<{vec = 1, perPhase = 1, maxPhase = 1, or
 _BARE_ID = re.compile(r"[A-Za-z_][A-Za-z0-9_$.]*\Z")
 
 
+# the PTX passes a kernel opts into (kernel attribute, pass module), in the order their cues are written
+_OPT_IN_PASSES = (("tma_prefetch", ptx_prefetch), ("lean_prologue", ptx_prologue), ("lean_release", ptx_release))
+
+
 def _arr(xs) -> str:
     return "[" + ", ".join(str(int(x)) for x in xs) + "]"
 
@@ -310,12 +314,9 @@ class _KernelLowering:
         out = self.aliases.header()
         if self.num_ctas > 1:   # what the PTX cluster pass needs; a comment, so the text stays plain TTGIR
             out.insert(0, ptx_cluster.header(self.num_ctas, sorted(d for d, m in self.multicast.items() if m)))
-        if k.attrs.get("tma_prefetch"):     # the PTX prefetch pass's cue (set_tma_prefetch)
-            out.insert(0, ptx_prefetch.header())
-        if k.attrs.get("lean_prologue"):    # the PTX prologue pass's cue (set_lean_prologue)
-            out.insert(0, ptx_prologue.header())
-        if k.attrs.get("lean_release"):     # the PTX release pass's cue (set_lean_release)
-            out.insert(0, ptx_release.header())
+        for attr, ptx_pass in _OPT_IN_PASSES:       # each asked-for pass's cue (gl.set_<attr>)
+            if k.attrs.get(attr):
+                out.insert(0, ptx_pass.header())
         out.append(f'module attributes {{"ttg.num-ctas" = 1 : i32, "ttg.num-warps" = {self.num_warps} : i32, '
                    f'ttg.target = "{self.target}", "ttg.threads-per-warp" = {self.warp_size} : i32}} {{')
         out.append(f"  tt.func public @{name}({params}) attributes {{noinline = false}} {{")
