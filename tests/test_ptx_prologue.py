@@ -7,7 +7,7 @@ from gluon import DType
 from gluon.backend import ptx_prologue
 from gluon.backend.triton_compile import sass_instructions
 from gluon.ir import GluonError
-from gluon.kernels.gemm_sm90 import DEFAULT_CONFIG, gemm_sm90, num_warps, resolve_auto, stand_ins
+from gluon.kernels.gemm_sm90 import DEFAULT_CONFIG, compile_variant, gemm_sm90, num_warps, resolve_auto, stand_ins
 
 # the shape of Triton 3.6's default-partition prologue with two barrier inits and one early stage
 # (A loaded by warp 0, B by warps 0-3), then the warp-specialize entry
@@ -90,15 +90,10 @@ def test_no_barrier_inits_no_change():
     assert ptx_prologue.rewrite(ptx, "k") == (ptx, {"removed": 0, "skipped": "no mbarrier.init"})
 
 
-def _gemm(**kw):
-    cfg = resolve_auto(dict(DEFAULT_CONFIG, **kw), 2)
-    return gemm_sm90.compile(*stand_ins(DType.f16), num_warps=num_warps(cfg), **cfg)
-
-
 @pytest.mark.parametrize("variant,removed", [(dict(), 11), (dict(EARLY_LOADS=False), 4), (dict(SPLIT_WGS=True), 14)],
                          ids=["early_loads", "inits_only", "split_wgs"])
 def test_gemm_prologue_loses_its_barriers_and_nothing_else(variant, removed):
-    lean, plain = _gemm(LEAN_PROLOGUE=True, **variant), _gemm(LEAN_PROLOGUE=False, **variant)
+    lean, plain = compile_variant(LEAN_PROLOGUE=True, **variant), compile_variant(LEAN_PROLOGUE=False, **variant)
     st = lean.binary.metadata["gluon_prologue"]
     assert st["removed"] == removed, st
     assert "gluon_prologue" not in plain.binary.metadata

@@ -7,7 +7,7 @@ from gluon import DType
 from gluon.backend import ptx_release
 from gluon.backend.triton_compile import sass_instructions
 from gluon.ir import GluonError
-from gluon.kernels.gemm_sm90 import DEFAULT_CONFIG, gemm_sm90, num_warps, resolve_auto, stand_ins
+from gluon.kernels.gemm_sm90 import DEFAULT_CONFIG, compile_variant, gemm_sm90, num_warps, stand_ins
 
 # the shape of Triton 3.6's k-step loop in a one-warpgroup consumer partition (gemm_sm90 with SPLIT_WGS):
 # wait on `ready`, WGMMA, wait_group 1, release the previous stage from one thread; then the tile's last
@@ -102,16 +102,11 @@ def test_a_label_outside_inline_asm_ends_the_look_ahead():
     assert stats["wait"] == 0
 
 
-def _gemm(**kw):
-    cfg = resolve_auto(dict(DEFAULT_CONFIG, **kw), 2)
-    return gemm_sm90.compile(*stand_ins(DType.f16), num_warps=num_warps(cfg), **cfg)
-
-
 @pytest.mark.parametrize("b_kmajor", [False, True])
 def test_gemm_loses_six_warpgroup_barriers_and_nothing_else(b_kmajor):
     """Two consumer warpgroups x (stage wait, release in the loop, release after the tile)."""
-    lean = _gemm(SPLIT_WGS=True, LEAN_RELEASE=True, B_KMAJOR=b_kmajor)
-    plain = _gemm(SPLIT_WGS=True, B_KMAJOR=b_kmajor)
+    lean = compile_variant(SPLIT_WGS=True, LEAN_RELEASE=True, B_KMAJOR=b_kmajor)
+    plain = compile_variant(SPLIT_WGS=True, B_KMAJOR=b_kmajor)
     assert lean.binary.metadata["gluon_release"] == {"removed": 6, "wait": 2, "arrive": 4}
     assert "gluon_release" not in plain.binary.metadata
     a, b = sass_instructions(lean.sass()), sass_instructions(plain.sass())

@@ -8,7 +8,7 @@ from gluon import SM90, DType, Layout, TensorRef, kernel
 from gluon.backend.triton_compile import sass_instructions
 from gluon.backend.triton_lowering import _linear, _wgmma_bases
 from gluon.ir import GluonError
-from gluon.kernels.gemm_sm90 import DEFAULT_CONFIG, gemm_sm90, num_warps, resolve_auto, stand_ins
+from gluon.kernels.gemm_sm90 import DEFAULT_CONFIG, compile_variant, gemm_sm90, num_warps, resolve_auto, stand_ins
 
 
 def test_accumulator_bases_are_tritons():
@@ -46,19 +46,14 @@ def test_errors_say_what_splits(layout, shape, match):
         _halves_kernel(layout, shape)
 
 
-def _gemm(out=None, **kw):
-    cfg = resolve_auto(dict(DEFAULT_CONFIG, **kw), 4 if out == DType.f32 else 2)
-    return gemm_sm90.compile(*stand_ins(DType.f16, out), num_warps=num_warps(cfg), **cfg)
-
-
 @pytest.mark.parametrize("variant,stores", [(dict(SPLIT_WGS=True), 8), (dict(), 4), (dict(BLOCK_N=128, SPLIT_WGS=True), 4)],
                          ids=["split_wgs", "cooperative", "128x128"])
 def test_subtiled_epilogue_frees_room_for_a_fourth_stage(variant, stores):
     """64-column subtiles, each staged in one of two 8 KiB buffers per warpgroup and stored by its own TMA
     store: the same stmatrix stores as one staging tile, 32 KiB of staging instead of 64, so 4 stages of
     128x256x64 fit (229,640 bytes with the barriers, of 232,448)."""
-    sub = _gemm(EPILOGUE="subtiled", STAGES=4, **variant)
-    tma = _gemm(EPILOGUE="tma", STAGES=3, **variant)
+    sub = compile_variant(EPILOGUE="subtiled", STAGES=4, **variant)
+    tma = compile_variant(EPILOGUE="tma", STAGES=3, **variant)
     a, b = sass_instructions(sub.sass()), sass_instructions(tma.sass())
     assert a["UTMASTG.2D"] == stores and a["STSM.16.M88.4"] == b["STSM.16.M88.4"]
     assert a["HGMMA"] == b["HGMMA"] and sub.spills == 0

@@ -521,7 +521,7 @@ def choose_config(M: int, N: int, K: int, num_sms: int, pitch_aligned: bool = Tr
         cfg = dict(DEFAULT_CONFIG, CLUSTER_M=1 if pitch_aligned else 2)
         if tiles(M, N, cfg) > num_sms:
             cfg.update(SPLIT_WGS=True, K_ZIGZAG=True)
-        elif N % 16 == 0 and out_size <= 2 and pitch_aligned:
+        elif N % 16 == 0 and pitch_aligned:
             cfg["EPILOGUE"] = "coalesced"
         return cfg
     for cfg in SMALL_CONFIGS:
@@ -696,6 +696,16 @@ def _workspace(key: tuple, numel: int, device):
         import torch
         w = _WORKSPACE[key] = torch.empty(numel, device=device, dtype=torch.float32)
     return w
+
+
+def compile_variant(dtype=None, out_dtype=None, **overrides):
+    """DEFAULT_CONFIG with `overrides`, its "auto" values resolved as `launch` resolves them for the output
+    type, compiled without tensors (`stand_ins`, no GPU needed; fp16 inputs unless `dtype`): a variant's
+    machine code, registers and shared memory."""
+    from gluon import DType
+    dtype = dtype or DType.f16
+    cfg = resolve_auto(dict(DEFAULT_CONFIG, **overrides), (out_dtype or dtype).bits // 8)
+    return gemm_sm90.compile(*stand_ins(dtype, out_dtype), num_warps=num_warps(cfg), **cfg)
 
 
 def stand_ins(dtype, out_dtype=None, splits: int = 1) -> tuple:
