@@ -307,6 +307,11 @@ def test_cluster_multicast_gemm_matches_fp64_reference(M, N, K, in_dtype, out_dt
     assert_ws_gemm(M, N, K, cfg, in_dtype=in_dtype, out_dtype=out_dtype, b_kmajor=b_kmajor)
 
 
+# aligned, unaligned and tiny shapes, several tiles per program, a K tail, and split-K (3 K slices)
+EDGE_SPLITK_SHAPES = [(1024, 1024, 1024, None), (1000, 1000, 1000, None), (333, 200, 136, None),
+                      (2048, 4096, 512, None), (640, 768, 4000, None), (256, 512, 4096, 3)]
+
+
 FP32_OUT_CONFIGS = [
     dict(DEFAULT_CONFIG, EPILOGUE="tma", STAGES=2),              # the 128 KiB fp32 tile staged beside 2 stages
     dict(DEFAULT_CONFIG, BLOCK_N=128, EPILOGUE="tma", STAGES=4),  # 128x128: a 64 KiB fp32 staging tile
@@ -316,8 +321,7 @@ FP32_OUT_CONFIGS = [
 @pytest.mark.parametrize("cfg", FP32_OUT_CONFIGS, ids=lambda c: f"128x{c['BLOCK_N']},st={c['STAGES']}")
 @pytest.mark.parametrize("b_kmajor", [False, True])
 @pytest.mark.parametrize("in_dtype", [torch.float16, torch.bfloat16])
-@pytest.mark.parametrize("M,N,K,splits", [(1024, 1024, 1024, None), (1000, 1000, 1000, None), (333, 200, 136, None),
-                                          (2048, 4096, 512, None), (640, 768, 4000, None), (256, 512, 4096, 3)])
+@pytest.mark.parametrize("M,N,K,splits", EDGE_SPLITK_SHAPES)
 def test_fp32_output_tma_epilogue_matches_fp64_reference(M, N, K, splits, in_dtype, b_kmajor, cfg):
     """An fp32 C through the TMA epilogue (no spills, unlike the direct stores of a 128x256 fp32 tile):
     edges, K tails, split-K, column-major B."""
@@ -336,8 +340,7 @@ CLUSTER_N_CONFIGS = [
                          ids=lambda c: f"{c['BLOCK_M']}x{c['BLOCK_N']},split={c['SPLIT_WGS']},st={c['STAGES']}")
 @pytest.mark.parametrize("b_kmajor", [False, True])
 @pytest.mark.parametrize("in_dtype,out_dtype", [(torch.float16, torch.float16), (torch.bfloat16, torch.float32)])
-@pytest.mark.parametrize("M,N,K,splits", [(1024, 1024, 1024, None), (1000, 1000, 1000, None), (333, 200, 136, None),
-                                          (2048, 4096, 512, None), (640, 768, 4000, None), (256, 512, 4096, 3)])
+@pytest.mark.parametrize("M,N,K,splits", EDGE_SPLITK_SHAPES)
 def test_cluster_along_n_gemm_matches_fp64_reference(M, N, K, splits, in_dtype, out_dtype, b_kmajor, cfg):
     """Clusters of 2 CTAs along N, each loading half of the shared A rows and multicasting them: odd
     column counts (the second CTA of the last cluster is past N), K tails, split-K, column-major B."""
