@@ -2,7 +2,8 @@
 
 The DSL asks `arch.supports(op)` at trace time (so `wgmma()` in an SM80 kernel fails on the user's
 line), the passes read the limits (shared memory, registers, threads), and the backend reads
-`target` to pick Triton's compiler.
+`target` to pick Triton's compiler. The hardware's TMA box rules live here too, stated once for the
+layout pass, the lowering and the runtime.
 """
 from __future__ import annotations
 
@@ -95,3 +96,44 @@ def current_arch() -> Arch | None:
     if best is None:
         raise RuntimeError(f"GPU compute capability {major}.{minor} is older than sm_80, which gluon needs")
     return best
+
+
+# ------------------------------------------------------------------------------ TMA (SM90+)
+# The one statement of the TMA box rules: the layout pass checks a kernel's declared boxes with them, the
+# lowering records each descriptor's box in the kernel ABI with them, and the runtime builds descriptors
+# with them.
+
+TMA_MAX_BOX = 256       # elements per box dimension (cuTensorMapEncodeTiled)
+
+
+def tma_box_shape(block_shape, elem_bytes: int, swizzle_bytes: int) -> tuple[int, ...]:
+    """The TMA box a kernel moves a `block_shape` tile with, as Triton 3.6 computes it (`getTMABlockShape`,
+    TMAUtilities.cpp): every dimension clamped to 256, and with a swizzle the contiguous (last) dimension
+    exactly the swizzle width in elements (a 64x128 fp16 tile with 128-byte swizzle moves as 64x64
+    boxes). Raises ValueError when the tile is narrower than its swizzle, or (no swizzle) its inner
+    bytes are not a multiple of 16."""
+    box = [min(int(b), TMA_MAX_BOX) for b in block_shape]
+    if swizzle_bytes:
+        contig = swizzle_bytes // elem_bytes
+        if box[-1] < contig:
+            raise ValueError(f"block {tuple(block_shape)} is {block_shape[-1] * elem_bytes} bytes wide, "
+                             f"narrower than its {swizzle_bytes}-byte swizzle")
+        box[-1] = contig
+    elif (box[-1] * elem_bytes) % 16:
+        raise ValueError(f"block {tuple(block_shape)}: the inner box dimension is "
+                         f"{box[-1] * elem_bytes} bytes; TMA needs a multiple of 16 bytes")
+    return tuple(box)
+
+
+def tma_box_problem(box, elem_bytes: int, swizzle_bytes: int) -> str | None:
+    """Why a TMA box is illegal (cuTensorMapEncodeTiled's rules), or None."""
+    box = tuple(box)
+    if any(not 1 <= b <= TMA_MAX_BOX for b in box):
+        return f"box dimensions must be in 1..{TMA_MAX_BOX}, got box {box}"
+    inner = box[-1] * elem_bytes
+    if swizzle_bytes and inner > swizzle_bytes:
+        return (f"the inner box dimension is {inner} bytes, more than the {swizzle_bytes}-byte "
+                f"swizzle width (box {box})")
+    if inner % 16:
+        return f"the inner box dimension is {inner} bytes; TMA needs a multiple of 16 (box {box})"
+    return None

@@ -11,75 +11,9 @@ import math
 from dataclasses import dataclass, field
 from typing import Union
 
+from .dtypes import DType  # noqa: F401  (re-exported: the vocabulary's element types)
+
 Dim = Union[int, str]  # a dimension: a concrete size, or a symbolic name resolved at launch ("M", "K")
-
-
-class DType(enum.Enum):
-    """Element types. The value is (name, bits, kind, mlir spelling)."""
-
-    i1 = ("i1", 1, "int", "i1")
-    i8 = ("i8", 8, "int", "i8")
-    i16 = ("i16", 16, "int", "i16")
-    i32 = ("i32", 32, "int", "i32")
-    i64 = ("i64", 64, "int", "i64")
-    u8 = ("u8", 8, "uint", "i8")
-    u16 = ("u16", 16, "uint", "i16")
-    u32 = ("u32", 32, "uint", "i32")
-    u64 = ("u64", 64, "uint", "i64")
-    f8e4m3 = ("f8e4m3", 8, "float", "f8E4M3FN")
-    f8e5m2 = ("f8e5m2", 8, "float", "f8E5M2")
-    f16 = ("f16", 16, "float", "f16")
-    bf16 = ("bf16", 16, "float", "bf16")
-    f32 = ("f32", 32, "float", "f32")
-    f64 = ("f64", 64, "float", "f64")
-
-    @property
-    def bits(self) -> int:
-        return self.value[1]
-
-    @property
-    def bytes(self) -> int:
-        return max(1, self.value[1] // 8)
-
-    @property
-    def is_float(self) -> bool:
-        return self.value[2] == "float"
-
-    @property
-    def is_int(self) -> bool:
-        return self.value[2] in ("int", "uint")
-
-    @property
-    def is_signed(self) -> bool:
-        return self.value[2] == "int"
-
-    @property
-    def mlir(self) -> str:
-        return self.value[3]
-
-    def __repr__(self) -> str:
-        return f"DType.{self.name}"
-
-    __str__ = __repr__
-
-    @staticmethod
-    def from_name(name: str) -> "DType":
-        """Our dtype from a short name, or a torch/numpy dtype's string ('torch.float16', 'float32')."""
-        key = str(name).replace("torch.", "").replace("numpy.", "")
-        if key in DType.__members__:
-            return DType[key]
-        if key in _ALIASES:
-            return _ALIASES[key]
-        raise ValueError(f"unknown dtype {name!r}; known: {', '.join(DType.__members__)}")
-
-
-_ALIASES = {
-    "float16": DType.f16, "half": DType.f16, "bfloat16": DType.bf16, "float32": DType.f32,
-    "float": DType.f32, "float64": DType.f64, "double": DType.f64, "int8": DType.i8,
-    "int16": DType.i16, "int32": DType.i32, "int": DType.i32, "int64": DType.i64, "long": DType.i64,
-    "uint8": DType.u8, "uint16": DType.u16, "uint32": DType.u32, "uint64": DType.u64, "bool": DType.i1,
-    "float8_e4m3fn": DType.f8e4m3, "float8_e5m2": DType.f8e5m2,
-}
 
 
 class SwizzleMode(enum.Enum):
@@ -103,6 +37,44 @@ class MemorySpace(enum.Enum):
     SHARED = "shared"
     REGISTER = "register"
     TENSOR_MEMORY = "tensor_memory"
+
+
+class SourceKind(enum.Enum):
+    """Where a kernel parameter's value comes from at a launch."""
+
+    ARG = "arg"                  # the caller's runtime argument `index`
+    DIM = "dim"                  # dimension `axis` of the caller's argument `index` (a symbolic size)
+    KEYWORD = "kw"               # a size the caller passes by keyword `name`
+
+
+@dataclass(frozen=True)
+class ParamSource:
+    """Where a launch takes a kernel parameter's value from: recorded by the trace (which binds the
+    parameters), carried by the IR and the kernel ABI, read by the launch."""
+
+    kind: SourceKind
+    index: int | None = None
+    axis: int | None = None
+    name: str | None = None
+
+    @staticmethod
+    def arg(index: int) -> "ParamSource":
+        return ParamSource(SourceKind.ARG, index=index)
+
+    @staticmethod
+    def dim(index: int, axis: int) -> "ParamSource":
+        return ParamSource(SourceKind.DIM, index=index, axis=axis)
+
+    @staticmethod
+    def keyword(name: str) -> "ParamSource":
+        return ParamSource(SourceKind.KEYWORD, name=name)
+
+    def __str__(self) -> str:
+        if self.kind is SourceKind.ARG:
+            return f"argument {self.index}"
+        if self.kind is SourceKind.DIM:
+            return f"argument {self.index}.shape[{self.axis}]"
+        return f"keyword {self.name}"
 
 
 class WarpRole(enum.Enum):
