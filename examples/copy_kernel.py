@@ -79,7 +79,7 @@ def main() -> None:
             ok = torch.equal(dst, src)
             print(f"{form:>10} copy of {n} fp32: {'exact' if ok else 'WRONG'}")
         return
-    from gluon.backend.triton_compile import sass_instructions
+    from gluon.backend.machine_code import sass_instructions
     from gluon.dsl import PointerArg
     f32 = gl.float32
     for name, k, kw in (("simt", copy_kernel, dict(block=(4096,), XBLOCK=4096)),

@@ -79,7 +79,7 @@ def resolved_config(args, num_sms: int = 132) -> dict:
 def describe(args) -> int:
     """Compile for sm_90 without a GPU and print the machine code's resources."""
     from gluon import DType, GluonError
-    from gluon.backend.triton_compile import sass_instructions
+    from gluon.backend.machine_code import sass_instructions
     from gluon.kernels.gemm_sm90 import gemm_sm90, num_warps, stand_ins
     cfg = resolved_config(args)
     refs = stand_ins(DType.from_name(DTYPES[args.dtype]), DType.from_name(DTYPES[args.out_dtype]))

@@ -98,7 +98,7 @@ def main() -> int:
         print("PASS" if failures == 0 else f"FAIL ({failures} runs)")
         return 1 if failures else 0
     from gluon import DType, TensorRef
-    from gluon.backend.triton_compile import sass_instructions
+    from gluon.backend.machine_code import sass_instructions
     refs = (TensorRef("A", DType.f16, shape=("M", "K")), TensorRef("B", DType.f16, shape=("K", "N")),
             TensorRef("C", DType.f16, shape=("M", "N")), DType.i32)
     ck = quickstart_gemm.compile(*refs)

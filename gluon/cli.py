@@ -158,7 +158,7 @@ SELFTEST = [
 
 
 def _selftest(args) -> int:
-    from .backend.triton_compile import sass_instructions
+    from .backend.machine_code import sass_instructions
     from .jit import compile_module
     rows, ok = [], True
     for ref, arch, must in SELFTEST:

@@ -18,7 +18,7 @@ import linecache
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator
 
-from .types import (DType, Layout, SHARED_LAYOUTS, SharedMemoryDescriptor, SwizzleMode, layout_rank)
+from .types import (DType, Layout, ParamSource, SHARED_LAYOUTS, SharedMemoryDescriptor, SwizzleMode, layout_rank)
 
 # ------------------------------------------------------------------------------ diagnostics
 
@@ -217,12 +217,14 @@ class Region:
 
 @dataclass
 class Param:
-    """A kernel parameter: the value the body uses, and where it came from in the user's code."""
+    """A kernel parameter: the value the body uses, where it came from in the user's code, and where a
+    launch takes its value from (`source`: the caller's argument, a dimension of one, or a keyword)."""
 
     name: str
     value: Value
     loc: Loc | None = None
     divisibility: int = 1      # 16 when the launcher guarantees alignment (tt.divisibility)
+    source: ParamSource | None = None
 
 
 @dataclass(eq=False)
@@ -234,6 +236,7 @@ class Kernel:
     body: Region
     attrs: dict[str, Any] = field(default_factory=dict)
     loc: Loc | None = None
+    constexprs: dict[str, Any] = field(default_factory=dict)   # the compile-time values it was traced with
 
     def walk(self) -> Iterator[Op]:
         return self.body.walk()

@@ -8,7 +8,7 @@
     warp_spec                     warp roles, warpgroups, register budgets,      passes/warp_spec.py
                                   barrier protocol (pairing, bytes, phases)
     smem_alloc                    offsets, reuse by liveness, capacity           passes/smem_alloc.py
-    then: backend/triton_lowering (IR -> TTGIR text), backend/triton_compile (TTGIR -> cubin/hsaco,
+    then: backend/triton_lowering (IR -> TTGIR text), backend/compile (TTGIR -> cubin/hsaco,
     on-disk cache keyed by TTGIR hash, target, versions and options), runtime.Launcher (launch).
 
 `kernel[grid](args...)` specializes on argument dtypes, 16-byte alignment of pointers, divisibility of
@@ -30,7 +30,9 @@ from .passes.layout_check import check_layouts
 from .passes.pipeline import pipeline
 from .passes.smem_alloc import allocate_shared
 from .passes.warp_spec import check_warp_roles
-from .types import DType, TensorRef
+from .abi import KernelABI, LoweredKernel
+from .runtime import Launcher, LaunchError
+from .types import DType, ParamSource, TensorRef
 
 PIPELINE: list[tuple[str, Callable[[ir.Kernel], ir.Kernel]]] = [
     ("layout_assign", assign_layouts),
@@ -49,26 +51,34 @@ def run_passes(module: ir.Module) -> ir.Module:
     return module.verify(require_layouts=True)
 
 
-def lower(module: ir.Module) -> str:
+def lower(module: ir.Module) -> LoweredKernel:
+    """The TTGIR text of the module's one kernel, and its ABI (passes run)."""
+    from .backend.kernel_abi import kernel_abi
     from .backend.triton_lowering import lower_module
-    return lower_module(module)
+    return LoweredKernel(lower_module(module), kernel_abi(module.kernel))
 
 
 @dataclass
 class CompiledKernel:
-    """A compiled specialization: its IR, TTGIR, binary, and how to launch it."""
+    """A compiled specialization: its IR, TTGIR and ABI, binary, and how to launch it."""
 
     module: ir.Module
-    ttgir: str
-    binary: Any                       # gluon.backend.triton_compile.Binary
-    arg_specs: list                   # runtime.ArgSpec per kernel parameter (IR order)
-    sources: list                     # per parameter: ("arg", user index) | ("dim", user index, axis) | ("kw", name)
+    lowered: LoweredKernel
+    binary: Any                       # gluon.backend.binary.Binary
     timings: dict = field(default_factory=dict)
     _launcher: Any = None
 
     @property
     def kernel(self) -> ir.Kernel:
         return self.module.kernel
+
+    @property
+    def ttgir(self) -> str:
+        return self.lowered.ttgir
+
+    @property
+    def abi(self) -> KernelABI:
+        return self.lowered.abi
 
     @property
     def asm(self) -> dict:
@@ -92,65 +102,31 @@ class CompiledKernel:
     @property
     def launcher(self):
         if self._launcher is None:
-            from .runtime import Launcher
-            k = self.kernel
-            self._launcher = Launcher(self.binary, self.arg_specs, kernel_name=k.name, source=str(k.loc))
+            self._launcher = Launcher(self.binary, self.abi)
         return self._launcher
 
     def launch_args(self, args: Sequence[Any], kwargs: dict) -> list:
-        out = []
-        for src in self.sources:
-            if src[0] == "arg":
-                out.append(args[src[1]])
-            elif src[0] == "dim":
-                out.append(int(args[src[1]].shape[src[2]]))
-            else:
-                if src[1] not in kwargs:
-                    raise ir.GluonError(f"kernel {self.kernel.name} needs the size '{src[1]}': pass {src[1]}=... "
-                                        "to the launch", self.kernel.loc)
-                out.append(kwargs[src[1]])
-        return out
+        """The launcher's arguments for a call with the caller's `args` and keyword sizes (ABI sources)."""
+        try:
+            return self.abi.bind(args, kwargs)
+        except TypeError as e:
+            raise ir.GluonError(str(e), self.kernel.loc) from None
 
     def __call__(self, grid, *args, stream=None, meta: dict | None = None, **sizes):
         return self.launcher(grid, *self.launch_args(args, sizes), stream=stream, **(meta or {}))
 
 
-def _arg_specs(kernel: ir.Kernel) -> list:
-    from .runtime import ArgSpec
-    specs = []
-    for p in kernel.params:
-        t = p.value.type
-        src = str(p.loc) if p.loc else None
-        if isinstance(t, ir.PointerType):
-            specs.append(ArgSpec(p.name, "pointer", t.dtype.name, source=src,
-                                 needs_contiguous=p.name in kernel.attrs.get("row_major_params", ())))
-        elif isinstance(t, ir.DescType):
-            specs.append(ArgSpec(p.name, "tensordesc", t.dtype.name, rank=len(t.block_shape),
-                                 block_shape=tuple(t.block_shape), swizzle_bytes=t.swizzle.bytes, source=src))
-        elif isinstance(t, ir.ScalarType):
-            specs.append(ArgSpec(p.name, "scalar", t.dtype.name, source=src))
-        else:
-            raise ir.GluonError(f"parameter {p.name} has type {t}, which cannot be passed from the host", p.loc)
-    return specs
-
-
-def compile_module(module: ir.Module, *, sources: list | None = None, options: dict | None = None,
-                   cache=None) -> CompiledKernel:
-    """Passes -> TTGIR -> binary (disk-cached). Works without a GPU for every supported target."""
-    from .backend.triton_compile import compile_ttgir
+def compile_module(module: ir.Module, *, options: dict | None = None, cache=None) -> CompiledKernel:
+    """Passes -> TTGIR and ABI -> binary (disk-cached). Works without a GPU for every supported target."""
+    from .backend.compile import compile_kernel
     t0 = time.perf_counter()
     run_passes(module)
     t1 = time.perf_counter()
-    ttgir = lower(module)
+    lowered = lower(module)
     t2 = time.perf_counter()
-    k = module.kernel
-    binary = compile_ttgir(ttgir, k.arch.target, options=options, cache=cache)
+    binary = compile_kernel(lowered, options=options, cache=cache)
     t3 = time.perf_counter()
-    if sources is None:
-        sources = [("arg", i) for i in range(len(k.params))]
-    ck = CompiledKernel(module, ttgir, binary, _arg_specs(k), sources,
-                        {"passes_s": t1 - t0, "lower_s": t2 - t1, "compile_s": t3 - t2})
-    return ck
+    return CompiledKernel(module, lowered, binary, {"passes_s": t1 - t0, "lower_s": t2 - t1, "compile_s": t3 - t2})
 
 
 # ------------------------------------------------------------------------------ specialization
@@ -235,16 +211,15 @@ class JITFunction:
             raise ir.GluonError(f"kernel {t.name}: no GPU present to pick an arch; pass arch=", t.loc)
         module = t.trace(**stand_ins, **constexprs, arch=arch, num_warps=num_warps, block=block)
         index = {p: i for i, p in enumerate(self.runtime_params)}
-        sources = []
-        for prm in module.kernel.params:
+        for prm in module.kernel.params:     # interim: until the trace records sources itself
             if prm.name in index:
-                sources.append(("arg", index[prm.name]))
+                prm.source = ParamSource.arg(index[prm.name])
             elif "_shape" in prm.name and prm.name.rsplit("_shape", 1)[0] in index:
                 base, axis = prm.name.rsplit("_shape", 1)
-                sources.append(("dim", index[base], int(axis)))
+                prm.source = ParamSource.dim(index[base], int(axis))
             else:
-                sources.append(("kw", prm.name))
-        ck = compile_module(module, sources=sources)
+                prm.source = ParamSource.keyword(prm.name)
+        ck = compile_module(module)
         self.cache[ck_key] = ck
         return ck
 
@@ -296,7 +271,6 @@ class BoundLaunch:
         try:
             return ck(self.grid, *args, stream=stream, meta=constexprs, **kwargs)
         except Exception as e:
-            from .runtime import LaunchError
             if isinstance(e, LaunchError):
                 f = sys._getframe(1)
                 raise LaunchError(f"{e}\n    (launched at {f.f_code.co_filename}:{f.f_lineno})") from None

@@ -9,8 +9,8 @@ PASS/FAIL line, then a summary table:
 
 1. ``tests/data/ttgir/hopper_tma_wgmma.ttgir`` (TMA loads into 128B-swizzled shared memory,
    WGMMA, TMA-store epilogue; C[128x128 tile] = A[M,K] @ B[K,N], fp16, grid (M/128, N/128), K the
-   last i32 parameter) compiled with ``gluon.backend.triton_compile.compile_ttgir`` (or
-   ``triton.compile`` while that layer is missing) and launched through ``gluon.runtime.Launcher``
+   last i32 parameter) compiled with ``gluon.backend.compile.compile_ttgir`` and its kernel ABI, and
+   launched through ``gluon.runtime.Launcher``
    with torch tensors, C poisoned with NaN first, against an fp32 torch reference (relative
    error < 1e-2); again with prebuilt ``TensorDescriptor``s, another shape, and a side stream.
 2. The warp-specialized sample (``hopper_ws_wgmma.ttgir``, if present): the launcher must use
@@ -27,10 +27,8 @@ Exit status 0 when every check passed.
 
 from __future__ import annotations
 
-import importlib.util
 import pathlib
 import sys
-import tempfile
 import time
 import traceback
 
@@ -97,42 +95,10 @@ def check(name: str, fn) -> None:
         record(name, False, f"{type(e).__name__}: {e}")
 
 
-def import_runtime():
-    """gluon.runtime; loaded from its file when the package import fails (the runtime has no
-    intra-package imports, so this checks it even while other layers are half-written)."""
-    try:
-        from gluon import runtime
-        return runtime
-    except Exception as e:  # noqa: BLE001
-        print(f"note: 'import gluon.runtime' failed ({type(e).__name__}: {e}); loading the file directly")
-        spec = importlib.util.spec_from_file_location("gluon_runtime", ROOT / "gluon" / "runtime.py")
-        mod = importlib.util.module_from_spec(spec)
-        sys.modules["gluon_runtime"] = mod
-        spec.loader.exec_module(mod)
-        return mod
-
-
-COMPILER = {"name": "?"}
-
-
-def compile_text(text: str, stem: str):
-    """Compile TTGIR for sm_90: the compile layer's compile_ttgir, else triton.compile (whose
-    CompiledKernel the Launcher also accepts: metadata namedtuple, asm with ttgir and cubin)."""
-    try:
-        from gluon.backend.triton_compile import compile_ttgir
-        binary = compile_ttgir(text, ("cuda", 90, 32))
-        COMPILER["name"] = "gluon compile_ttgir"
-        return binary
-    except Exception as e:  # noqa: BLE001
-        if COMPILER["name"] == "?":
-            print(f"note: compile_ttgir unavailable ({type(e).__name__}: {e}); using triton.compile")
-    import triton
-    from triton.backends.compiler import GPUTarget
-    d = pathlib.Path(tempfile.mkdtemp(prefix="gluon_rt_"))
-    path = d / f"{stem}.ttgir"
-    path.write_text(text)
-    COMPILER["name"] = "triton.compile"
-    return triton.compile(str(path), target=GPUTarget("cuda", 90, 32))
+def compile_text(text: str, abi):
+    """Compile TTGIR for sm_90 with its ABI (the compile step checks the ABI's TMA boxes)."""
+    from gluon.backend.compile import compile_ttgir
+    return compile_ttgir(text, ("cuda", 90, 32), abi=abi)
 
 
 def find_ttgir(name: str) -> pathlib.Path | None:
@@ -157,15 +123,22 @@ def main() -> int:
     print(f"device: {torch.cuda.get_device_name()} sm_{cap[0]}{cap[1]}, torch {torch.__version__}")
     import triton
     print(f"triton {triton.__version__}")
-    rt = import_runtime()
-    ArgSpec, Launcher, LaunchError = rt.ArgSpec, rt.Launcher, rt.LaunchError
+    from gluon import runtime as rt
+    from gluon.abi import KernelABI, KernelParam, ParamKind
+    from gluon.dtypes import DType
+    Launcher, LaunchError = rt.Launcher, rt.LaunchError
     torch.manual_seed(0)
     dev = torch.device("cuda")
 
-    tma_args = [ArgSpec("a_desc", "tensordesc", "f16", block_shape=(128, 64), swizzle_bytes=128),
-                ArgSpec("b_desc", "tensordesc", "f16", block_shape=(64, 128), swizzle_bytes=128),
-                ArgSpec("c_desc", "tensordesc", "f16", block_shape=(128, 128), swizzle_bytes=128),
-                ArgSpec("K", "scalar", "i32")]
+    def desc(name, block):
+        return KernelParam(name, ParamKind.TENSORDESC, DType.f16, block_shape=block, swizzle_bytes=128,
+                           box=rt.tma_box_shape(block, 2, 128))
+
+    tma_args = (desc("a_desc", (128, 64)), desc("b_desc", (64, 128)), desc("c_desc", (128, 128)),
+                KernelParam("K", ParamKind.SCALAR, DType.i32))
+
+    def tma_abi(name, source):
+        return KernelABI(name, ("cuda", 90, 32), tma_args, loc=source)
     state: dict = {}
 
     def gemm(L, M, N, K, *, prebuilt=False, stream=None):
@@ -196,14 +169,14 @@ def main() -> int:
             record("tma_wgmma: find tests/data/ttgir/hopper_tma_wgmma.ttgir", False, "missing")
             return
         t = time.perf_counter()
-        binary = compile_text(path.read_text(), "hopper_tma_wgmma")
+        binary = compile_text(path.read_text(), tma_abi("tma_wgmma_kernel", f"{path.name}:6"))
         TIMINGS.append(("compile hopper_tma_wgmma (s)", time.perf_counter() - t))
-        L = Launcher(binary, tma_args, kernel_name="tma_wgmma_kernel", source=f"{path.name}:6")
+        L = Launcher(binary)
         state["tma"] = L
         print(f"  launcher: {L}; launch types {L.launch_types}")
         err, nan = gemm(L, 256, 256, 512)
         record("tma_wgmma 256x256x512 (tensors -> descriptors)", nan == 0 and err < 1e-2,
-               f"rel err {err:.2e}, NaN left {nan}, compiler {COMPILER['name']}")
+               f"rel err {err:.2e}, NaN left {nan}")
         err, nan = gemm(L, 256, 256, 512, prebuilt=True)
         record("tma_wgmma 256x256x512 (prebuilt TensorDescriptor)", nan == 0 and err < 1e-2,
                f"rel err {err:.2e}, NaN left {nan}")
@@ -223,8 +196,8 @@ def main() -> int:
         if path is None:
             print("skip: hopper_ws_wgmma.ttgir not found")
             return
-        binary = compile_text(path.read_text(), "hopper_ws_wgmma")
-        L = Launcher(binary, tma_args, kernel_name="ws_wgmma_kernel", source=f"{path.name}:6")
+        binary = compile_text(path.read_text(), tma_abi("ws_wgmma_kernel", f"{path.name}:6"))
+        L = Launcher(binary)
         record("ws_wgmma launches metadata num_warps", L.num_warps > 4,
                f"num_warps {L.num_warps} (module says 4)")
         err, nan = gemm(L, 256, 256, 512)
@@ -234,10 +207,9 @@ def main() -> int:
 
     # ---- 3. pointer kernel + divisibility -------------------------------------------------
     def ptr_main():
-        binary = compile_text(LAYOUTS_SMEM_TTGIR, "layouts_smem")
-        args = [ArgSpec("x_ptr", "pointer", "f32", rank=2, needs_contiguous=True),
-                ArgSpec("out_ptr", "pointer", "f32", rank=1)]
-        L = Launcher(binary, args, kernel_name="layouts_smem_kernel")
+        args = (KernelParam("x_ptr", ParamKind.POINTER, DType.f32, rank=2, needs_contiguous=True, divisibility=16),
+                KernelParam("out_ptr", ParamKind.POINTER, DType.f32, rank=1, divisibility=16))
+        L = Launcher(compile_text(LAYOUTS_SMEM_TTGIR, KernelABI("layouts_smem_kernel", ("cuda", 90, 32), args)))
         state["ptr"] = L
         x = torch.randn(64, 64, device=dev)
         out = torch.full((64,), float("nan"), device=dev)

@@ -7,7 +7,9 @@ import pytest
 import gluon.language as gl
 from gluon import SM90, DType, Layout, SwizzleMode, TensorRef, WarpRole, kernel
 from gluon.backend import ptx_cluster
-from gluon.backend.triton_compile import cache_key_parts, sass_instructions
+from gluon.abi import KernelABI, KernelParam, ParamKind
+from gluon.backend.compile import cache_key_parts
+from gluon.backend.machine_code import sass_instructions
 from gluon.dsl import mbarrier, smem, tma_load, warp_role
 from gluon.ir import GluonError
 from gluon.jit import run_passes
@@ -64,13 +66,18 @@ def test_cluster_pass_errors_name_what_is_missing():
         ptx_cluster.rewrite(odd, "k", 2, {})
 
 
-def test_header_round_trip_and_cache_key():
-    h = ptx_cluster.header(2, ["B"])
-    assert ptx_cluster.parse_header(h + "\nmodule {}") == ptx_cluster.ClusterInfo(2, ("B",))
-    assert ptx_cluster.parse_header("module {}") is None
+def test_cluster_abi_keys_the_cache():
+    """A cluster kernel's binary depends on the cluster pass's source, the cluster size and which descriptors
+    multicast (at which PTX parameter): all in the cache key; a kernel without a cluster has none of it."""
     target = ("cuda", 90, 32)
-    assert dict(cache_key_parts(h + "\nmodule {}", target))["ptx_cluster"] == ptx_cluster.source_hash()
-    assert "ptx_cluster" not in dict(cache_key_parts("module {}", target))
+    a = KernelParam("A", ParamKind.TENSORDESC, DType.f16, block_shape=(128, 64), swizzle_bytes=128, box=(128, 64))
+    b = KernelParam("B", ParamKind.TENSORDESC, DType.f16, block_shape=(64, 128), swizzle_bytes=128, box=(64, 64),
+                    multicast=True)
+    abi = KernelABI("k", target, (a, b), num_ctas=2)
+    assert abi.launch_index("B") == 5                     # after A's CUtensorMap, 2 shape and 2 stride parameters
+    key = dict(cache_key_parts("module {}", target, abi=abi))
+    assert key["ptx_cluster"] == [ptx_cluster.source_hash(), 2, [("B", 5)]]
+    assert "ptx_cluster" not in dict(cache_key_parts("module {}", target, abi=KernelABI("k", target, (a, b))))
 
 
 # ------------------------------------------------------------------------------ DSL errors

@@ -31,7 +31,8 @@ import pytest
 triton = pytest.importorskip("triton")
 
 from gluon.backend import ptx_cluster  # noqa: E402
-from gluon.backend.triton_compile import compile_ttgir, sass_instructions  # noqa: E402
+from gluon.backend.compile import compile_ttgir  # noqa: E402
+from gluon.backend.machine_code import sass_instructions  # noqa: E402
 from gluon.cache import KernelCache  # noqa: E402
 
 TARGET = ("cuda", 90, 32)

@@ -3,7 +3,7 @@
 Runs without a GPU: Triton's wheel bundles ptxas/cuobjdump (CUDA) and ld.lld (HIP),
 so every sample compiles to cubin/hsaco here and the checks read SASS/AMDGCN.
 Every test uses a cache under ``tmp_path`` -- never the user's cache.  The tests
-marked ``gpu`` launch the rebuilt ``CompiledKernel`` on a Hopper GPU.
+marked ``gpu`` launch the samples through ``gluon.runtime.Launcher`` on a Hopper GPU.
 """
 
 from __future__ import annotations
@@ -19,15 +19,12 @@ import textwrap
 import pytest
 
 import triton
-from gluon.backend import triton_compile as tc
-from gluon.backend.triton_compile import (
-    Binary,
-    CompileError,
-    available_targets,
-    compile_ttgir,
-    sass_instructions,
-)
+from gluon.abi import KernelABI, KernelParam, ParamKind
+from gluon.backend import compile as tc
+from gluon.backend.compile import CompileError, available_targets, compile_ttgir
+from gluon.backend.machine_code import sass_instructions
 from gluon.cache import KernelCache, default_cache
+from gluon.dtypes import DType
 
 # Python >= 3.12 warns on fork() in a threaded process; the forks here run no threads' code.
 pytestmark = pytest.mark.filterwarnings("ignore:This process .* is multi-threaded:DeprecationWarning")
@@ -82,11 +79,7 @@ def test_hopper_tma_wgmma(built):
     meta = b.metadata["tensordesc_meta"]
     assert [m["block_size"] for m in meta] == [[128, 64], [64, 64], [128, 64]]  # 128B swizzle: 64-elem inner box
     assert all(m["swizzle"] == 3 and m["elem_size"] == 2 and m["fp4_padded"] is False for m in meta)
-    sig = b.metadata["gluon_signature"]
-    assert [a["name"] for a in sig][:6] == ["a_desc", "a_desc_0", "a_desc_1", "a_desc_2", "a_desc_3", "b_desc"]
-    assert sig[0]["type"].startswith("!tt.tensordesc<tensor<128x64xf16") and sig[-1] == {"name": "K", "type": "i32",
-                                                                                        "attrs": {}}
-    assert len(sig) == 16
+    assert b.abi is None and "gluon_abi" not in b.metadata       # raw TTGIR, compiled without an ABI
 
 
 def test_hopper_warp_specialized_num_warps_from_metadata(built):
@@ -104,11 +97,6 @@ def test_ampere_mma_v2(built):
     assert ops["HMMA"] > 0 and ops["LDGSTS"] > 0 and ops["LDSM"] > 0
     assert b.registers > 0 and b.spills == 0
     assert b.metadata["tensordesc_meta"] == []
-    assert [(a["name"], a["type"], a["attrs"]) for a in b.metadata["gluon_signature"]] == [
-        ("a_ptr", "*f16", {"tt.divisibility": 16}),
-        ("b_ptr", "*f16", {"tt.divisibility": 16}),
-        ("c_ptr", "*f32", {"tt.divisibility": 16}),
-    ]
 
 
 def test_blackwell_tcgen05(built):
@@ -178,12 +166,12 @@ def test_second_process_gets_a_hit(tmp_path):
             raise SystemExit("compiler or disassembler called on a warm cache")
         triton.compile = boom
         disasm.get_sass = boom
-        from gluon.backend.triton_compile import compile_ttgir, sass_instructions
+        from gluon.backend.compile import compile_ttgir
+        from gluon.backend.machine_code import sass_instructions
         b = compile_ttgir(pathlib.Path({str(src)!r}).read_text(), ("cuda", 90, 32))  # default_cache()
-        k = b.triton_kernel()
         print(json.dumps({{"key": b.key, "path": str(b.path), "regs": b.registers, "spills": b.spills,
-                          "hgmma": sass_instructions(b.sass())["HGMMA"], "td": k.metadata.tensordesc_meta,
-                          "kname": k.name}}))
+                          "hgmma": sass_instructions(b.sass())["HGMMA"], "td": b.metadata["tensordesc_meta"],
+                          "kname": b.name}}))
     """)
     r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr + r.stdout
@@ -193,16 +181,18 @@ def test_second_process_gets_a_hit(tmp_path):
     assert out["td"] == b.metadata["tensordesc_meta"] and out["kname"] == "tma_wgmma_kernel"
 
 
-@pytest.mark.parametrize("name", ["ptx_prefetch", "ptx_prologue", "ptx_release"])
-def test_an_opt_in_ptx_pass_is_cued_by_its_header_and_keys_the_cache(name):
-    """A kernel asks for a PTX pass with a header line in its TTGIR; the pass's source hash is then part
-    of the cache key (editing the pass recompiles those kernels), and absent otherwise."""
-    from gluon.backend.triton_compile import _OPT_IN_PASSES, cache_key_parts
-    mod = next(m for m, key, _ in _OPT_IN_PASSES if key == name)
-    text = mod.header() + "\nmodule {}"
-    assert mod.wanted(text) and not mod.wanted("module {}")
-    assert dict(cache_key_parts(text, ("cuda", 90, 32)))[name] == mod.source_hash()
-    assert name not in dict(cache_key_parts("module {}", ("cuda", 90, 32)))
+@pytest.mark.parametrize("name", ["tma_prefetch", "lean_prologue", "lean_release"])
+def test_an_opt_in_ptx_pass_is_asked_for_by_the_abi_and_keys_the_cache(name):
+    """A kernel asks for a PTX pass in its ABI; the pass's source hash is then part of the cache key
+    (editing the pass recompiles those kernels), and absent otherwise; an unknown pass is refused."""
+    from gluon.backend.ptx_passes import OPT_IN
+    mod = OPT_IN[name][0]
+    tgt = ("cuda", 90, 32)
+    asks = KernelABI("k", tgt, (), ptx_passes=(name,))
+    assert dict(tc.cache_key_parts("module {}", tgt, abi=asks))[f"ptx_{name}"] == mod.source_hash()
+    assert f"ptx_{name}" not in dict(tc.cache_key_parts("module {}", tgt, abi=KernelABI("k", tgt, ())))
+    with pytest.raises(ValueError, match="unknown PTX passes"):
+        tc.cache_key_parts("module {}", tgt, abi=KernelABI("k", tgt, (), ptx_passes=("nope",)))
 
 
 def test_key_covers_text_target_versions_options(tmp_path, monkeypatch):
@@ -216,14 +206,9 @@ def test_key_covers_text_target_versions_options(tmp_path, monkeypatch):
     monkeypatch.setattr(triton, "__version__", "9.9.9")
     others.add(k())
     monkeypatch.undo()
-    monkeypatch.setattr(tc, "_gluon_version", lambda: "7.7.7")
+    monkeypatch.setattr(tc, "__version__", "7.7.7")
     others.add(k())
     assert base not in others and len(others) == 5
-
-
-def test_gluon_version_fallback():
-    v = tc._gluon_version()
-    assert isinstance(v, str) and v  # "0.1.0" until gluon/__init__ defines __version__
 
 
 def test_corrupt_entry_is_rebuilt(tmp_path):
@@ -395,50 +380,6 @@ def test_bad_target_is_rejected():
         compile_ttgir("", ("cuda", 90))
 
 
-# --------------------------------------------------------------------------- launching
-def test_triton_kernel_rebuilt_without_gpu(built):
-    b = built[1]["hopper_tma_wgmma"]
-    k = b.triton_kernel()
-    assert k is b.triton_kernel()  # memoized
-    from triton.compiler.compiler import CompiledKernel
-
-    assert isinstance(k, CompiledKernel) and k.name == "tma_wgmma_kernel"
-    assert k.module is None and k.function is None  # nothing touched a GPU yet
-    assert k.metadata.tensordesc_meta == b.metadata["tensordesc_meta"] and k.metadata.num_warps == 4
-    assert k.asm["cubin"] == b.asm["cubin"]
-    assert k.src.signature == {0: "tensordesc<fp16[128,64]>", 1: "tensordesc<fp16[64,128]>",
-                               2: "tensordesc<fp16[128,128]>", 3: "i32"}
-    # The stock launcher's code generator (pure Python) accepts both signature forms.
-    from triton.backends.nvidia.driver import make_launcher
-
-    src = make_launcher({}, k.src.signature, k.metadata.tensordesc_meta)
-    assert "getTmaDesc" in src
-    raw = b.triton_kernel("cutensormap")
-    assert raw is not k and list(raw.src.signature.values()).count("nvTmaDesc") == 3
-    assert len(raw.src.signature) == 16
-    assert raw.metadata.tensordesc_meta is None  # the launcher must not expand nvTmaDesc entries
-    assert "getTmaDesc" in make_launcher({}, raw.src.signature, raw.metadata.tensordesc_meta)
-    if not _cuda_available():  # no GPU: the error comes at launch, not at construction
-        with pytest.raises(RuntimeError):
-            k[(1, 1, 1)]
-
-
-def test_triton_kernel_hip_and_pointer_kernels(built):
-    for name in ("amd_cdna3_mfma", "ampere_mma_v2"):
-        b = built[1][name]
-        k = b.triton_kernel()
-        assert k.name == b.name and k.src.signature == {0: "*f16", 1: "*f16", 2: "*f32"}
-
-
-def test_launcher_signature_scalars(tmp_path):
-    b = Binary(name="k", target=("cuda", 90, 32), key="0" * 64, path=tmp_path, asm={}, metadata={
-        "target": {"backend": "cuda", "arch": 90, "warp_size": 32},
-        "gluon_signature": [{"name": n, "type": t, "attrs": {}} for n, t in
-                            [("x", "*f32"), ("a", "f32"), ("h", "f16"), ("b", "bf16"), ("d", "f64"), ("n", "i64"),
-                             ("f", "i1")]]})
-    assert list(b.launcher_signature().values()) == ["*f32", "fp32", "fp16", "bf16", "fp64", "i64", "i1"]
-
-
 # --------------------------------------------------------------------------- helpers
 def test_sass_instructions_counts_dotted_prefixes():
     triton_fmt = ("Function:k\n--:-:0:-:1\tLDC R1, c[0x0][0x37c];\nLBB0:\n"
@@ -453,16 +394,6 @@ def test_sass_instructions_counts_dotted_prefixes():
            "        /*0010*/              @!P0 UTMALDG.2D [UR8], [UR4] ;            /* 0x0000000804007db4 */\n")
     c = sass_instructions(raw)
     assert c["UTMALDG"] == 1 and c["UTMALDG.2D"] == 1 and c["LDC"] == 1
-
-
-def test_signature_parser_handles_nested_types():
-    ttgir = ("tt.func public @f(%d: !tt.tensordesc<tensor<64x64xf16, #ttg.nvmma_shared<{swizzlingByteWidth = 128, "
-             "transposed = false}>>>, %p: !tt.ptr<f16> {tt.divisibility = 16 : i32, tt.pointee_type = f16}, "
-             "%n: i32) attributes {noinline = false} {")
-    recs = tc._signature_records(ttgir, "f", ["!tt.tensordesc<...>", "*f16", "i32"])
-    assert [r["name"] for r in recs] == ["d", "p", "n"]
-    assert recs[1]["attrs"] == {"tt.divisibility": 16, "tt.pointee_type": "f16"} and recs[0]["attrs"] == {}
-    assert [r["name"] for r in tc._signature_records("garbage", "f", ["i32"])] == ["arg0"]
 
 
 # --------------------------------------------------------------------------- GPU
@@ -487,35 +418,37 @@ def _hopper() -> bool:
 @pytest.mark.parametrize("name", ["hopper_tma_wgmma", "hopper_ws_wgmma"])
 def test_launch_tma_kernel_on_hopper(tmp_path, name):
     import torch
-    from triton.tools.tensor_descriptor import TensorDescriptor
+    from gluon.runtime import Launcher, make_tensor_descriptor
 
-    b = compile_ttgir(_text(name), ("cuda", 90, 32), cache=KernelCache(tmp_path))
+    b = compile_ttgir(_text(name), ("cuda", 90, 32), cache=KernelCache(tmp_path), abi=_sample_abi(name))
     M, N, K = 256, 384, 512
     torch.manual_seed(0)
     a = torch.randn(M, K, device="cuda", dtype=torch.float16)
     w = torch.randn(K, N, device="cuda", dtype=torch.float16)
     ref = (a.float() @ w.float())
     grid = (M // 128, N // 128, 1)
+    launch = Launcher(b)
 
-    # 1. stock launcher, one TensorDescriptor per descriptor; box from tensordesc_meta
+    # 1. plain tensors: the launcher builds the descriptors with the ABI's boxes
     c = torch.full((M, N), float("nan"), device="cuda", dtype=torch.float16)
-    descs = [TensorDescriptor.from_tensor(t, blk) for t, blk in ((a, [128, 64]), (w, [64, 128]), (c, [128, 128]))]
-    b.triton_kernel()[grid](*descs, K)
+    launch(grid, a, w, c, K)
     torch.cuda.synchronize()
     assert torch.allclose(c.float(), ref, rtol=2e-2, atol=2e-1)
 
-    # 2. "cutensormap": the runtime builds (and could cache) the CUtensorMaps itself
-    from triton.backends.nvidia.driver import TMA_DTYPE_DEVICE_TO_HOST
-    from triton.runtime import driver
-
+    # 2. prebuilt descriptors
     c2 = torch.full((M, N), float("nan"), device="cuda", dtype=torch.float16)
-    args = []
-    for t, m in zip((a, w, c2), b.metadata["tensordesc_meta"]):
-        shape, strides = list(t.shape), list(t.stride())
-        desc = driver.active.utils.fill_tma_descriptor(t.data_ptr(), m["swizzle"], m["elem_size"],
-                                                       TMA_DTYPE_DEVICE_TO_HOST[m["elem_type"]], m["block_size"],
-                                                       shape, strides, 0)
-        args += [desc, *shape, *strides]
-    b.triton_kernel("cutensormap")[grid](*args, K)
+    descs = [make_tensor_descriptor(t, blk, 128) for t, blk in ((a, [128, 64]), (w, [64, 128]), (c2, [128, 128]))]
+    launch(grid, *descs, K)
     torch.cuda.synchronize()
     assert torch.allclose(c2.float(), ref, rtol=2e-2, atol=2e-1)
+
+
+def _sample_abi(name: str) -> KernelABI:
+    """The ABI of the TMA samples: C[128x128 tile] = A @ B through three 128B-swizzled descriptors, K last."""
+    def desc(n, block):
+        return KernelParam(n, ParamKind.TENSORDESC, DType.f16, block_shape=block, swizzle_bytes=128,
+                           box=(block[0], 64))
+    kname = {"hopper_tma_wgmma": "tma_wgmma_kernel"}.get(name, "ws_wgmma_kernel")
+    return KernelABI(kname, ("cuda", 90, 32), (desc("a_desc", (128, 64)), desc("b_desc", (64, 128)),
+                                                desc("c_desc", (128, 128)),
+                                                KernelParam("K", ParamKind.SCALAR, DType.i32)))

@@ -7,7 +7,7 @@ import textwrap
 import pytest
 
 from gluon import DType, TensorRef
-from gluon.backend.triton_compile import sass_instructions
+from gluon.backend.machine_code import sass_instructions
 from gluon.dsl import PointerArg, ScalarArg
 from gluon.kernels.gemm_tile_sm90 import gemm_tile_sm90
 from gluon.kernels.tile_dots import mfma_tile_cdna3, mma_tile_sm80, tcgen05_tile_sm100

@@ -5,7 +5,7 @@ import os
 import pytest
 
 from gluon import DType
-from gluon.backend.triton_compile import sass_instructions
+from gluon.backend.machine_code import sass_instructions
 from gluon.ir import GluonError
 from gluon.jit import run_passes
 from gluon.kernels.gemm_sm90 import (DEFAULT_CONFIG, FP32_OUT_CONFIG, SMALL_CONFIGS, choose_config, gemm_sm90,
@@ -225,9 +225,9 @@ def test_repeated_launches_reuse_the_compiled_kernel(monkeypatch):
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     from test_runtime import FakeBackend
     import gluon.kernels.gemm_sm90 as g
-    import gluon.runtime as rt
+    import gluon.runtime.cuda as rt_cuda
     backend = FakeBackend(device_type="cpu")
-    monkeypatch.setattr(rt, "_DEFAULT_BACKEND", backend)
+    monkeypatch.setattr(rt_cuda, "DEFAULT_BACKEND", backend)
     monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
     monkeypatch.setattr(g, "_PLANS", {})
     monkeypatch.setattr(g, "_SMS", {0: 132})
@@ -287,10 +287,10 @@ def test_tile_kernel_launch_takes_any_config_key(monkeypatch):
     import torch
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     from test_runtime import FakeBackend
-    import gluon.runtime as rt
+    import gluon.runtime.cuda as rt_cuda
     from gluon.kernels.gemm_tile_sm90 import launch
     backend = FakeBackend(device_type="cpu")
-    monkeypatch.setattr(rt, "_DEFAULT_BACKEND", backend)
+    monkeypatch.setattr(rt_cuda, "DEFAULT_BACKEND", backend)
     monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
     a, b, c = torch.randn(1000, 512).half(), torch.randn(512, 1000).half(), torch.empty(1000, 1000).half()
     launch(a, b, c, BLOCK_N=256, STAGES=4, WARPS=8)

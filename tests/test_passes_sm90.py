@@ -11,7 +11,7 @@ import pytest
 
 import gluon.language as gl
 from gluon import SM90, DType, Layout, SwizzleMode, TensorRef, WarpRole, kernel
-from gluon.backend.triton_compile import sass_instructions
+from gluon.backend.machine_code import sass_instructions
 from gluon.dsl import (
     fence_async_shared,
     for_range,

@@ -5,7 +5,7 @@ import pytest
 import gluon.language as gl
 from gluon import SM90, DType, Layout, SwizzleMode, TensorRef, kernel
 from gluon.backend import ptx_prefetch
-from gluon.backend.triton_compile import sass_instructions
+from gluon.backend.machine_code import sass_instructions
 from gluon.dsl import mbarrier, smem, tma_load
 from gluon.kernels.gemm_sm90 import DEFAULT_CONFIG, gemm_sm90, num_warps, stand_ins
 

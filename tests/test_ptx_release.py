@@ -5,7 +5,7 @@ import pytest
 
 from gluon import DType
 from gluon.backend import ptx_release
-from gluon.backend.triton_compile import sass_instructions
+from gluon.backend.machine_code import sass_instructions
 from gluon.ir import GluonError
 from gluon.kernels.gemm_sm90 import DEFAULT_CONFIG, compile_variant, gemm_sm90, num_warps, stand_ins
 

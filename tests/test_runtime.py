@@ -20,8 +20,12 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from gluon import runtime as rt  # noqa: E402
-from gluon.runtime import (ArgSpec, LaunchError, Launcher, TensorDescriptor,  # noqa: E402
-                           make_tensor_descriptor, specialization_key, tma_box_shape)
+from gluon.abi import ABIError, KernelABI, KernelParam, ParamKind  # noqa: E402
+from gluon.dtypes import DType  # noqa: E402
+from gluon.runtime import (LaunchError, Launcher, TensorDescriptor, make_tensor_descriptor,  # noqa: E402
+                           tma_box_shape)
+from gluon.runtime import cuda as rt_cuda  # noqa: E402
+from gluon.runtime import descriptors as rt_desc  # noqa: E402
 
 SHARED = pathlib.Path(__file__).resolve().parents[1].parent / "shared" / "ttgir"
 DATA = pathlib.Path(__file__).resolve().parent / "data" / "ttgir"
@@ -126,31 +130,40 @@ def cuda_like(t, dev=0):
     return t.as_subclass(cls)
 
 
-def fake_binary(sig, *, num_warps=4, shared=1024, tensordesc_meta=None, ttgir="", name="k",
-                target=("cuda", 90, 32)):
+def param(name, kind, dtype, *, block_shape=None, swizzle_bytes=0, source=None, **kw):
+    """A KernelParam the way the lowering writes one (descriptors get their TMA box by the one rule)."""
+    dt = DType.from_name(dtype)
+    box = tma_box_shape(block_shape, dt.bytes, swizzle_bytes) if block_shape is not None else None
+    return KernelParam(name, ParamKind(kind), dt, block_shape=block_shape, swizzle_bytes=swizzle_bytes, box=box,
+                       loc=source, **kw)
+
+
+def abi(params, name="k", source=None, target=("cuda", 90, 32)):
+    return KernelABI(name, target, tuple(params), loc=source)
+
+
+def fake_binary(*, num_warps=4, shared=1024, name="k", target=("cuda", 90, 32)):
     md = {"name": name, "num_warps": num_warps, "num_ctas": 1, "shared": shared,
-          "gluon_signature": [list(x) for x in sig], "tensordesc_meta": tensordesc_meta,
           "global_scratch_size": 0, "global_scratch_align": 1, "profile_scratch_size": 0,
           "profile_scratch_align": 1, "launch_cooperative_grid": False, "launch_pdl": False}
-    return SimpleNamespace(name=name, target=target, key="k", path=None,
-                           asm={"cubin": b"\0", "ttgir": ttgir}, metadata=md,
+    return SimpleNamespace(name=name, target=target, key="k", path=None, asm={"cubin": b"\0"}, metadata=md,
                            num_warps=num_warps, shared_bytes=shared)
 
 
-COPY_SIG = [("src", "!tt.ptr<f16>"), ("dst", "!tt.ptr<f16>"), ("n", "i32")]
-COPY_ARGS = [ArgSpec("src", "pointer", "f16", rank=1, source="copy.py:3"),
-             ArgSpec("dst", "pointer", "f16", rank=1, needs_contiguous=True, source="copy.py:3"),
-             ArgSpec("n", "scalar", "i32", source="copy.py:3")]
+COPY_ARGS = [param("src", "pointer", "f16", rank=1, source="copy.py:3"),
+             param("dst", "pointer", "f16", rank=1, needs_contiguous=True, source="copy.py:3"),
+             param("n", "scalar", "i32", source="copy.py:3")]
+COPY_ABI = abi(COPY_ARGS, "copy_kernel", "copy.py:2")
 
-TMA_ARGS = [ArgSpec("a_desc", "tensordesc", "f16", block_shape=(128, 64), swizzle_bytes=128),
-            ArgSpec("b_desc", "tensordesc", "f16", block_shape=(64, 128), swizzle_bytes=128),
-            ArgSpec("c_desc", "tensordesc", "f16", block_shape=(128, 128), swizzle_bytes=128),
-            ArgSpec("K", "scalar", "i32")]
+TMA_ARGS = [param("a_desc", "tensordesc", "f16", block_shape=(128, 64), swizzle_bytes=128),
+            param("b_desc", "tensordesc", "f16", block_shape=(64, 128), swizzle_bytes=128),
+            param("c_desc", "tensordesc", "f16", block_shape=(128, 128), swizzle_bytes=128),
+            param("K", "scalar", "i32")]
+TMA_ABI = abi(TMA_ARGS, "tma_wgmma_kernel")
 
 
-def copy_launcher(backend=None, **kw):
-    return Launcher(fake_binary(COPY_SIG, **kw), COPY_ARGS, kernel_name="copy_kernel",
-                    source="copy.py:2", backend=backend or FakeBackend())
+def copy_launcher(backend=None, params=COPY_ARGS, **kw):
+    return Launcher(fake_binary(**kw), abi(params, "copy_kernel", "copy.py:2"), backend=backend or FakeBackend())
 
 
 @pytest.fixture(autouse=True)
@@ -161,11 +174,14 @@ def _fresh_cache():
 
 
 @pytest.fixture(scope="module")
-def tma_kernel():
-    """The sample TMA+WGMMA kernel, compiled for sm_90 by triton (works without a GPU)."""
-    triton = pytest.importorskip("triton")
-    from triton.backends.compiler import GPUTarget
-    return triton.compile(str(ttgir_path("hopper_tma_wgmma.ttgir")), target=GPUTarget("cuda", 90, 32))
+def tma_kernel(tmp_path_factory):
+    """The sample TMA+WGMMA kernel, compiled for sm_90 with its ABI (works without a GPU); the compile
+    step checks the ABI's boxes against Triton's tensordesc metadata."""
+    pytest.importorskip("triton")
+    from gluon.backend.compile import compile_ttgir
+    from gluon.cache import KernelCache
+    return compile_ttgir(ttgir_path("hopper_tma_wgmma.ttgir").read_text(), ("cuda", 90, 32), abi=TMA_ABI,
+                         cache=KernelCache(tmp_path_factory.mktemp("tma")))
 
 
 def tma_inputs(M=256, N=256, K=512):
@@ -173,23 +189,37 @@ def tma_inputs(M=256, N=256, K=512):
 
 
 # --------------------------------------------------------------------------------------------
-# ArgSpec, dtypes, boxes, signature parsing
+# the ABI, dtypes, boxes
 # --------------------------------------------------------------------------------------------
 
-def test_argspec_normalises_and_rejects():
-    assert ArgSpec("x", "pointer", "fp16").dtype == "f16"
-    assert ArgSpec("x", "pointer", "torch.bfloat16").dtype == "bf16"
-    assert ArgSpec("x", "tensordesc", "f16", block_shape=[64, 64]).block_shape == (64, 64)
-    with pytest.raises(ValueError, match="kind"):
-        ArgSpec("x", "tensor", "f16")
+def test_kernel_param_validates():
+    assert param("x", "tensordesc", "f16", block_shape=[64, 64], swizzle_bytes=128).box == (64, 64)
+    assert param("x", "tensordesc", "f16", block_shape=[64, 64]).rank == 2
+    with pytest.raises(ValueError, match="'tensor' is not a valid ParamKind"):
+        param("x", "tensor", "f16")
     with pytest.raises(ValueError, match="unknown dtype"):
-        ArgSpec("x", "pointer", "f17")
-    with pytest.raises(ValueError, match="swizzle"):
-        ArgSpec("x", "tensordesc", "f16", block_shape=(64, 64), swizzle_bytes=48)
-    with pytest.raises(ValueError, match="rank"):
-        ArgSpec("x", "tensordesc", "f16", rank=3, block_shape=(64, 64))
-    with pytest.raises(ValueError, match="scalar"):
-        ArgSpec("x", "scalar", "f8e4m3")
+        param("x", "pointer", "f17")
+    with pytest.raises(ABIError, match="swizzle_bytes must be 0, 32, 64 or 128"):
+        KernelParam("x", ParamKind.TENSORDESC, DType.f16, block_shape=(64, 64), swizzle_bytes=48, box=(64, 64))
+    with pytest.raises(ABIError, match="box None does not match block_shape"):
+        KernelParam("x", ParamKind.TENSORDESC, DType.f16, block_shape=(64, 64))
+    with pytest.raises(ABIError, match="more than the 32-byte swizzle"):
+        KernelParam("x", ParamKind.TENSORDESC, DType.f16, block_shape=(64, 32), swizzle_bytes=32, box=(64, 32))
+    with pytest.raises(ABIError, match="1..256"):
+        KernelParam("x", ParamKind.TENSORDESC, DType.f16, block_shape=(512, 32), box=(512, 32))
+    with pytest.raises(ABIError, match="a scalar of dtype f8e4m3 cannot be passed"):
+        param("x", "scalar", "f8e4m3")
+    with pytest.raises(ABIError, match="dtype must be a DType"):
+        KernelParam("x", ParamKind.POINTER, "f16")
+
+
+def test_abi_round_trips_through_json():
+    a = KernelABI("k", ("cuda", 90, 32), tuple(TMA_ARGS) + (KernelParam("BLOCK", ParamKind.CONSTEXPR, value=64),),
+                  num_ctas=2, ptx_passes=("tma_prefetch",), loc="k.py:3")
+    assert KernelABI.from_json(a.to_json()) == a
+    assert a.launch_types == ["nvTmaDesc", "i32", "i32", "i64", "i64"] * 3 + ["i32"]
+    assert [p.name for p in a.runtime_params] == ["a_desc", "b_desc", "c_desc", "K"]
+    assert a.launch_index("K") == 15 and a.constexprs == {"BLOCK": 64}
 
 
 def test_tma_box_shape_follows_triton_rule():
@@ -222,24 +252,9 @@ def test_box_matches_triton_tensordesc_metadata():
 
 def test_tma_dtype_table_matches_triton():
     driver = pytest.importorskip("triton.backends.nvidia.driver")
-    assert rt._TMA_DTYPE_DEVICE_TO_HOST == driver.TMA_DTYPE_DEVICE_TO_HOST
-
-
-def test_parse_ttgir_signature_sample_files():
-    sig = rt.parse_ttgir_signature(ttgir_path("hopper_tma_wgmma.ttgir").read_text())
-    assert len(sig) == 16
-    assert sig[0][0] == "a_desc" and sig[0][1].startswith("!tt.tensordesc<tensor<128x64xf16")
-    assert [t for _, t, _ in sig[1:5]] == ["i32", "i32", "i64", "i64"]
-    assert sig[-1] == ("K", "i32", 1)
-    for d in (DATA, SHARED):
-        if (d / "layouts_smem.ttgir").exists():
-            sig = rt.parse_ttgir_signature((d / "layouts_smem.ttgir").read_text())
-            assert sig == [("x_ptr", "!tt.ptr<f32>", 16), ("out_ptr", "!tt.ptr<f32>", 16)]
-            break
-    # printed TTGIR carries loc(...) after the attributes
-    text = ('tt.func public @k(%arg0: !tt.ptr<f32> {tt.divisibility = 16 : i32} loc("a.ttgir":6:39), '
-            '%arg1: i32 loc(#loc3)) attributes {noinline = false} {')
-    assert rt.parse_ttgir_signature(text) == [("arg0", "!tt.ptr<f32>", 16), ("arg1", "i32", 1)]
+    assert rt_desc.TMA_DTYPE_DEVICE_TO_HOST == driver.TMA_DTYPE_DEVICE_TO_HOST
+    for m, p in zip([6, 6, 6], TMA_ARGS):
+        assert p.dtype.tma_type == m        # f16 in Triton's device-side enum
 
 
 # --------------------------------------------------------------------------------------------
@@ -249,7 +264,7 @@ def test_parse_ttgir_signature_sample_files():
 def test_tma_launch_flat_arguments(tma_kernel):
     """Each descriptor goes out as [CUtensorMap, *shape (i32), *strides (i64)]; K last."""
     be = FakeBackend()
-    L = Launcher(tma_kernel, TMA_ARGS, kernel_name="tma_wgmma_kernel", backend=be)
+    L = Launcher(tma_kernel, backend=be)
     A, B, C = tma_inputs()
     L((2, 2), A, B, C, 512)
     assert be.launcher_types == (["nvTmaDesc", "i32", "i32", "i64", "i64"] * 3 + ["i32"])
@@ -257,7 +272,7 @@ def test_tma_launch_flat_arguments(tma_kernel):
     g0, g1, g2, stream, function, packed, launch_md, enter, exit_ = call[:9]
     assert (g0, g1, g2) == (2, 2, 1)
     assert stream == 1000 and function == 0xF00
-    assert packed == (tma_kernel.metadata.num_warps, 1, tma_kernel.metadata.shared)
+    assert packed == (tma_kernel.num_warps, 1, tma_kernel.shared_bytes)
     assert launch_md is None and enter is None and exit_ is None
     flat = call[9:]
     assert len(flat) == 16
@@ -278,7 +293,7 @@ def test_flat_arguments_match_triton_launcher_format(tma_kernel):
     """The C launcher triton 3.6 generates for our types parses exactly our flat list."""
     driver = pytest.importorskip("triton.backends.nvidia.driver")
     be = FakeBackend()
-    L = Launcher(tma_kernel, TMA_ARGS, kernel_name="tma_wgmma_kernel", backend=be)
+    L = Launcher(tma_kernel, backend=be)
     L((2, 2), *tma_inputs(), 512)
     src = driver.make_launcher({}, {i: t for i, t in enumerate(be.launcher_types)}, None)
     fmt = re.search(r'PyArg_ParseTuple\(args, "([^"]+)"', src).group(1)
@@ -308,61 +323,54 @@ def test_pointer_launch_and_warp_count_from_metadata():
     assert be.launcher_meta.tensordesc_meta is None   # descriptors are already expanded by us
 
 
-def test_warp_specialized_sample_uses_metadata_num_warps():
-    triton = pytest.importorskip("triton")
-    from triton.backends.compiler import GPUTarget
-    k = triton.compile(str(ttgir_path("hopper_ws_wgmma.ttgir")), target=GPUTarget("cuda", 90, 32))
+def test_warp_specialized_sample_uses_metadata_num_warps(tmp_path):
+    pytest.importorskip("triton")
+    from gluon.backend.compile import compile_ttgir
+    from gluon.cache import KernelCache
+    k = compile_ttgir(ttgir_path("hopper_ws_wgmma.ttgir").read_text(), ("cuda", 90, 32),
+                      abi=abi(TMA_ARGS, "ws_wgmma_kernel"), cache=KernelCache(tmp_path))
     be = FakeBackend()
-    L = Launcher(k, TMA_ARGS, kernel_name="ws_wgmma_kernel", backend=be)
-    assert L.num_warps == k.metadata.num_warps > 4
+    L = Launcher(k, backend=be)
+    assert L.num_warps == k.metadata["num_warps"] > 4
     L((2, 2), *tma_inputs(), 512)
-    assert be.calls[0][5][0] == k.metadata.num_warps
+    assert be.calls[0][5][0] == k.metadata["num_warps"]
 
 
-def test_compile_layer_signature_records():
-    """The compile layer writes gluon_signature as [{"name", "type", "attrs"}] with pointer types
-    spelled *f16 and tt.divisibility in attrs; both are understood."""
-    sig = [{"name": "src", "type": "*f16", "attrs": {"tt.divisibility": 16}},
-           {"name": "dst", "type": "*fp16", "attrs": {}},
-           {"name": "n", "type": "i32", "attrs": {"tt.divisibility": 16}}]
-    b = fake_binary([])
-    b.metadata["gluon_signature"] = sig
-    be = FakeBackend()
-    L = Launcher(b, COPY_ARGS, kernel_name="copy_kernel", backend=be)
-    x = torch.empty(64).half()
-    L((1,), x, x[1:], 32)                    # dst has no divisibility assumption
-    assert be.launcher_types == ["*fp16", "*fp16", "i32"]
-    with pytest.raises(LaunchError, match="'src'.*not 16-byte aligned"):
-        L((1,), x[1:], x, 32)
-    with pytest.raises(LaunchError, match="'n'.*not a multiple of 16"):
-        L((1,), x, x, 33)
-    b.metadata["gluon_signature"][0]["type"] = "*f32"
-    with pytest.raises(LaunchError, match="pointer to f16, but the binary's parameter is \\*f32"):
-        Launcher(b, COPY_ARGS, kernel_name="copy_kernel", backend=be)
-
-
-def test_compile_layer_binary_if_available(tmp_path, monkeypatch):
-    """A real Binary from gluon.backend.triton_compile (cache in tmp_path), launched on the fake."""
-    tc = pytest.importorskip("gluon.backend.triton_compile")
-    if not hasattr(tc, "compile_ttgir"):
-        pytest.skip("compile_ttgir not there yet")
+def test_compiled_binary_carries_its_abi(tmp_path, monkeypatch):
+    """A Binary from gluon.backend.compile keeps the ABI it was compiled with (and in its cache entry, so a
+    later process that loads the entry without a lowering can launch it)."""
+    pytest.importorskip("triton")
+    from gluon.backend.binary import Binary
+    from gluon.backend.compile import compile_ttgir
     monkeypatch.setenv("GLUON_CACHE_DIR", str(tmp_path))
-    binary = tc.compile_ttgir(ttgir_path("hopper_tma_wgmma.ttgir").read_text(), ("cuda", 90, 32))
+    binary = compile_ttgir(ttgir_path("hopper_tma_wgmma.ttgir").read_text(), ("cuda", 90, 32), abi=TMA_ABI)
+    assert binary.abi is TMA_ABI and Binary.load(binary.path).abi == TMA_ABI
     be = FakeBackend()
-    L = Launcher(binary, TMA_ARGS, kernel_name="tma_wgmma_kernel", backend=be)
+    L = Launcher(Binary.load(binary.path), backend=be)
     L((2, 2), *tma_inputs(), 512)
     assert be.launcher_types[0] == "nvTmaDesc"
     assert be.calls[0][5][0] == binary.num_warps
-    assert [f[4] for f in be.fills] == [(128, 64), (64, 64), (128, 64)]   # boxes from tensordesc_meta
+    assert [f[4] for f in be.fills] == [(128, 64), (64, 64), (128, 64)]   # the ABI's boxes
     path = DATA / "layouts_smem.ttgir" if (DATA / "layouts_smem.ttgir").exists() else SHARED / "layouts_smem.ttgir"
     if path.exists():
-        b2 = tc.compile_ttgir(path.read_text(), ("cuda", 90, 32))
-        P = Launcher(b2, [ArgSpec("x_ptr", "pointer", "f32"), ArgSpec("out_ptr", "pointer", "f32")],
-                     kernel_name="layouts_smem_kernel", backend=be)
+        ptrs = abi([param("x_ptr", "pointer", "f32", divisibility=16), param("out_ptr", "pointer", "f32", divisibility=16)],
+                   "layouts_smem_kernel")
+        P = Launcher(compile_ttgir(path.read_text(), ("cuda", 90, 32), abi=ptrs), backend=be)
         x = torch.randn(65 * 64)
         P((1,), x, x)
         with pytest.raises(LaunchError, match="tt.divisibility = 16"):
             P((1,), x[1:], x)
+
+
+def test_an_abi_that_disagrees_with_the_binary_is_a_compile_error(tmp_path):
+    """The compile step checks the ABI's TMA boxes against what Triton's TMA code assumes."""
+    pytest.importorskip("triton")
+    from gluon.backend.compile import CompileError, compile_ttgir
+    from gluon.cache import KernelCache
+    wrong = abi([param("a_desc", "tensordesc", "f16", block_shape=(128, 64), swizzle_bytes=64)] + TMA_ARGS[1:])
+    with pytest.raises(CompileError, match="descriptor a_desc: the ABI says box \\(128, 32\\), 64-byte swizzle"):
+        compile_ttgir(ttgir_path("hopper_tma_wgmma.ttgir").read_text(), ("cuda", 90, 32), abi=wrong,
+                      cache=KernelCache(tmp_path))
 
 
 def test_grid_forms():
@@ -433,8 +441,7 @@ def test_binary_loaded_once_per_device_and_device_switch():
 # --------------------------------------------------------------------------------------------
 
 def strict_copy_launcher():
-    return Launcher(fake_binary(COPY_SIG), COPY_ARGS, kernel_name="copy_kernel",
-                    source="copy.py:2", backend=NoGPU())
+    return Launcher(fake_binary(), COPY_ABI, backend=NoGPU())
 
 
 def test_wrong_number_of_arguments():
@@ -477,7 +484,7 @@ def test_no_cuda_device_at_all():
     """With the real backend on this CPU-only machine: a clear error, not a C-level crash."""
     if torch.cuda.is_available():
         pytest.skip("a CUDA device is present")
-    L = Launcher(fake_binary(COPY_SIG), COPY_ARGS, kernel_name="copy_kernel")
+    L = Launcher(fake_binary(), abi(COPY_ARGS, "copy_kernel"))
     with pytest.raises(LaunchError, match="no CUDA device"):
         L((1,), cuda_like(torch.randn(8).half()), cuda_like(torch.randn(8).half()), 8)
     with pytest.raises(LaunchError, match="no CUDA device"):
@@ -489,10 +496,9 @@ def test_no_cuda_device_at_all():
 def test_scalar_range_and_types():
     import numpy as np
     be = FakeBackend()
-    sig = [("x", "i32"), ("y", "i32"), ("f", "f32"), ("h", "f16"), ("b", "i1"), ("q", "i64")]
-    args = [ArgSpec("x", "scalar", "i32"), ArgSpec("y", "scalar", "u32"), ArgSpec("f", "scalar", "f32"),
-            ArgSpec("h", "scalar", "f16"), ArgSpec("b", "scalar", "i1"), ArgSpec("q", "scalar", "i64")]
-    L = Launcher(fake_binary(sig), args, kernel_name="s", backend=be)
+    args = [param("x", "scalar", "i32"), param("y", "scalar", "u32"), param("f", "scalar", "f32"),
+            param("h", "scalar", "f16"), param("b", "scalar", "i1"), param("q", "scalar", "i64")]
+    L = Launcher(fake_binary(), abi(args, "s"), backend=be)
     L((1,), -2**31, 2**32 - 1, 1, 2.5, True, 2**62)
     assert be.calls[-1][9:] == (-2**31, 2**32 - 1, 1.0, 2.5, 1, 2**62)
     assert be.launcher_types == ["i32", "u32", "fp32", "fp16", "i1", "i64"]
@@ -516,11 +522,9 @@ def test_scalar_range_and_types():
 
 def test_tma_rules():
     be = FakeBackend()
-    L = Launcher(fake_binary([("a", "!tt.tensordesc<tensor<64x64xf16, #shared>>"), ("a_0", "i32"),
-                              ("a_1", "i32"), ("a_2", "i64"), ("a_3", "i64")]),
-                 [ArgSpec("a", "tensordesc", "f16", block_shape=(64, 64), swizzle_bytes=128,
-                          source="gemm.py:7")],
-                 kernel_name="gemm", backend=be)
+    L = Launcher(fake_binary(),
+                 abi([param("a", "tensordesc", "f16", block_shape=(64, 64), swizzle_bytes=128, source="gemm.py:7")],
+                     "gemm"), backend=be)
     base = torch.randn(128, 136).half()
     L((1,), base[:, :128])          # row stride 272 bytes: a multiple of 16
     with pytest.raises(LaunchError, match=r"argument 'a' \(gemm.py:7\) of gemm has base address 0x[0-9a-f]+, not 16-byte aligned"):
@@ -536,70 +540,18 @@ def test_tma_rules():
     with pytest.raises(LaunchError, match=r"size 0 in dimension 0"):
         L((1,), torch.randn(0, 64).half())
     with pytest.raises(LaunchError, match="CPU tensor"):
-        Launcher(fake_binary([("a", "!tt.tensordesc<tensor<64x64xf16, #shared>>"), ("a_0", "i32"),
-                              ("a_1", "i32"), ("a_2", "i64"), ("a_3", "i64")]),
-                 [ArgSpec("a", "tensordesc", "f16", block_shape=(64, 64), swizzle_bytes=128)],
-                 kernel_name="gemm", backend=NoGPU())((1,), torch.randn(64, 64).half())
+        Launcher(fake_binary(), abi([param("a", "tensordesc", "f16", block_shape=(64, 64), swizzle_bytes=128)],
+                                    "gemm"), backend=NoGPU())((1,), torch.randn(64, 64).half())
 
 
-def test_box_rules_checked_at_construction():
-    sig = [("a", "!tt.tensordesc<tensor<64x32xf16, #shared>>"), ("a_0", "i32"), ("a_1", "i32"),
-           ("a_2", "i64"), ("a_3", "i64")]
-    with pytest.raises(LaunchError, match="narrower than its 128-byte swizzle"):
-        Launcher(fake_binary(sig), [ArgSpec("a", "tensordesc", "f16", block_shape=(64, 32),
-                                            swizzle_bytes=128)], kernel_name="k", backend=FakeBackend())
-    meta = [{"swizzle": 1, "elem_size": 2, "elem_type": 6, "block_size": [64, 32], "fp4_padded": False}]
-    with pytest.raises(LaunchError, match="more than the 32-byte swizzle"):
-        Launcher(fake_binary(sig, tensordesc_meta=meta),
-                 [ArgSpec("a", "tensordesc", "f16", block_shape=(64, 32), swizzle_bytes=32)],
-                 kernel_name="k", backend=FakeBackend())
-    meta = [{"swizzle": 0, "elem_size": 2, "elem_type": 6, "block_size": [512, 32], "fp4_padded": False}]
-    with pytest.raises(LaunchError, match="1..256"):
-        Launcher(fake_binary(sig, tensordesc_meta=meta),
-                 [ArgSpec("a", "tensordesc", "f16", block_shape=(64, 32))],
-                 kernel_name="k", backend=FakeBackend())
-
-
-def test_binary_metadata_box_is_used():
-    """tensordesc_meta from the compile layer wins over our rule (it is what the kernel assumes)."""
-    sig = [("a", "!tt.tensordesc<tensor<64x128xf16, #shared>>"), ("a_0", "i32"), ("a_1", "i32"),
-           ("a_2", "i64"), ("a_3", "i64")]
-    meta = [{"swizzle": 2, "elem_size": 2, "elem_type": 6, "block_size": [64, 32], "fp4_padded": False}]
-    be = FakeBackend()
-    L = Launcher(fake_binary(sig, tensordesc_meta=meta),
-                 [ArgSpec("a", "tensordesc", "f16", block_shape=(64, 128), swizzle_bytes=64)],
-                 kernel_name="k", backend=be)
-    L((1,), torch.randn(64, 128).half())
-    assert be.fills[0][4] == (64, 32) and be.fills[0][1] == 2
-    with pytest.raises(LaunchError, match="128-byte swizzle, but the binary's descriptor uses 64-byte"):
-        Launcher(fake_binary(sig, tensordesc_meta=meta),
-                 [ArgSpec("a", "tensordesc", "f16", block_shape=(64, 128), swizzle_bytes=128)],
-                 kernel_name="k", backend=be)
-
-
-def test_signature_mismatches_found_at_construction():
-    with pytest.raises(LaunchError, match=r"'n' is declared a i64 scalar, but the binary's parameter is i32"):
-        Launcher(fake_binary(COPY_SIG), COPY_ARGS[:2] + [ArgSpec("n", "scalar", "i64")],
-                 kernel_name="copy_kernel", backend=FakeBackend())
-    with pytest.raises(LaunchError, match=r"'src' is declared a pointer to f32"):
-        Launcher(fake_binary(COPY_SIG), [ArgSpec("src", "pointer", "f32")] + COPY_ARGS[1:],
-                 kernel_name="copy_kernel", backend=FakeBackend())
-    with pytest.raises(LaunchError, match=r"has 3 parameters but the ArgSpecs cover 2; unmatched: n: i32"):
-        Launcher(fake_binary(COPY_SIG), COPY_ARGS[:2], kernel_name="copy_kernel", backend=FakeBackend())
-    with pytest.raises(LaunchError, match=r"declared scalar i32, but the binary's parameter 2"):
-        Launcher(fake_binary(COPY_SIG[:2] + [("n", "!tt.ptr<i32>")]), COPY_ARGS,
-                 kernel_name="copy_kernel", backend=FakeBackend())
-    with pytest.raises(LaunchError, match=r"block_shape \(64, 64\), but the binary's descriptor moves \(128, 64\)"):
-        Launcher(fake_binary([("a", "!tt.tensordesc<tensor<128x64xf16, #s>>"), ("a_0", "i32"),
-                              ("a_1", "i32"), ("a_2", "i64"), ("a_3", "i64")]),
-                 [ArgSpec("a", "tensordesc", "f16", block_shape=(64, 64), swizzle_bytes=128)],
-                 kernel_name="k", backend=FakeBackend())
+def test_launcher_refuses_what_it_cannot_launch():
     with pytest.raises(LaunchError, match="CUDA binaries only"):
-        Launcher(fake_binary(COPY_SIG, target=("hip", "gfx942", 64)), COPY_ARGS, kernel_name="k",
+        Launcher(fake_binary(target=("hip", "gfx942", 64)), abi(COPY_ARGS, target=("hip", "gfx942", 64)),
                  backend=FakeBackend())
-    # u32 rides on a signless i32 parameter
-    Launcher(fake_binary(COPY_SIG), COPY_ARGS[:2] + [ArgSpec("n", "scalar", "u32")],
-             kernel_name="copy_kernel", backend=FakeBackend())
+    # u32 rides on a signless i32 parameter; constexprs are not passed
+    L = copy_launcher(params=COPY_ARGS[:2] + [param("n", "scalar", "u32"),
+                                              KernelParam("BLOCK", ParamKind.CONSTEXPR, value=64)])
+    assert L.launch_types == ["*fp16", "*fp16", "u32"] and L._nargs == 3
 
 
 def test_load_time_checks():
@@ -642,8 +594,7 @@ def test_pointer_like_objects():
         L((1,), SimpleNamespace(data_ptr=lambda: 0x2000, dtype=torch.float32), 0x2000, 8)
     with pytest.raises(LaunchError, match=r"'src'.*a pointer argument needs a GPU tensor"):
         L((1,), "x", 0x2000, 8)
-    bf = Launcher(fake_binary([("p", "!tt.ptr<bf16>")]), [ArgSpec("p", "pointer", "bf16")],
-                  kernel_name="k", backend=be)
+    bf = Launcher(fake_binary(), abi([param("p", "pointer", "bf16")]), backend=be)
     bf((1,), CAI(0x1000, "<V2"))          # bf16 has no typestr: the element size is checked
 
 
@@ -651,25 +602,13 @@ def test_pointer_like_objects():
 # specialization
 # --------------------------------------------------------------------------------------------
 
-def test_specialization_key():
-    x = torch.empty(64).half()
-    assert x.data_ptr() % 16 == 0
-    key = specialization_key(COPY_ARGS, [x, x[1:], 32])
-    assert key == ("D", "", "D")
-    assert specialization_key(COPY_ARGS, [x, None, 1]) == ("D", "D", "1")
-    assert specialization_key(COPY_ARGS, [0x1008, CAI(0x1010), 7]) == ("", "D", "")
-    f = [ArgSpec("a", "scalar", "f32"), ArgSpec("b", "scalar", "i1"),
-         ArgSpec("c", "tensordesc", "f16", block_shape=(64, 64))]
-    assert specialization_key(f, [16.0, True, x]) == ("", "", "")
-    assert copy_launcher().specialization_key(x, x, 48) == ("D", "D", "D")
-
-
 def test_binary_divisibility_is_enforced():
-    """A binary compiled with tt.divisibility = 16 must not get values that break it."""
-    ttgir = ("tt.func public @k(%src: !tt.ptr<f16> {tt.divisibility = 16 : i32}, "
-             "%dst: !tt.ptr<f16> {tt.divisibility = 16 : i32}, %n: i32 {tt.divisibility = 16 : i32}) {")
+    """A binary compiled with tt.divisibility = 16 (the ABI's divisibility) must not get values that break
+    it; a float or bool scalar never carries one."""
     be = FakeBackend()
-    L = Launcher(fake_binary(COPY_SIG, ttgir=ttgir), COPY_ARGS, kernel_name="copy_kernel", backend=be)
+    div = [param("src", "pointer", "f16", divisibility=16), param("dst", "pointer", "f16", divisibility=16),
+           param("n", "scalar", "i32", divisibility=16)]
+    L = copy_launcher(be, params=div)
     x = torch.empty(64).half()
     L((1,), x, x, 32)
     with pytest.raises(LaunchError, match=r"'src'.*not 16-byte aligned.*tt.divisibility = 16"):
@@ -687,7 +626,7 @@ def test_binary_divisibility_is_enforced():
 
 def test_descriptor_cache_and_fill_after_validation(tma_kernel):
     be = FakeBackend()
-    L = Launcher(tma_kernel, TMA_ARGS, kernel_name="tma_wgmma_kernel", backend=be)
+    L = Launcher(tma_kernel, backend=be)
     A, B, C = tma_inputs()
     L((2, 2), A, B, C, 512)
     L((2, 2), A, B, C, 512)
@@ -702,19 +641,19 @@ def test_descriptor_cache_and_fill_after_validation(tma_kernel):
         L((2, 2), A2, B, C, 2**40)
     assert len(be.fills) == 5
     # the cache is bounded
-    old = rt._DESC_CACHE.maxsize
-    rt._DESC_CACHE.maxsize = 4
+    old = rt_desc.DESC_CACHE.maxsize
+    rt_desc.DESC_CACHE.maxsize = 4
     try:
         for i in range(6):
             L((1, 1), torch.randn(128 + 8 * i, 512).half(), B, C, 512)
         assert rt.descriptor_cache_info()["size"] == 4
     finally:
-        rt._DESC_CACHE.maxsize = old
+        rt_desc.DESC_CACHE.maxsize = old
 
 
 def test_prebuilt_tensor_descriptor(tma_kernel):
     be = FakeBackend()
-    L = Launcher(tma_kernel, TMA_ARGS, kernel_name="tma_wgmma_kernel", backend=be)
+    L = Launcher(tma_kernel, backend=be)
     A, B, C = tma_inputs()
     da = make_tensor_descriptor(A, (128, 64), 128)
     assert isinstance(da, TensorDescriptor) and da.box == (128, 64)
@@ -730,7 +669,7 @@ def test_prebuilt_tensor_descriptor(tma_kernel):
         make_tensor_descriptor(A, (128,), 128)
     with pytest.raises(LaunchError, match="padding 'nan' needs a floating-point"):
         make_tensor_descriptor(torch.zeros(64, 64, dtype=torch.int32), (64, 16), 0, padding="nan")
-    strict = Launcher(tma_kernel, TMA_ARGS, kernel_name="tma_wgmma_kernel", backend=NoGPU())
+    strict = Launcher(tma_kernel, backend=NoGPU())
     with pytest.raises(LaunchError, match="descriptor of a CPU tensor"):
         strict((2, 2), da, cuda_like(B), cuda_like(C), 512)
 
@@ -763,17 +702,11 @@ def test_launch_overhead_pointer_args():
 def test_launch_overhead_tma_args(tma_kernel):
     """Cache-hit path of a TMA launch (3 descriptors + 1 scalar) is also far below 200 us."""
     be = FakeBackend()
-    L = Launcher(tma_kernel, TMA_ARGS, kernel_name="tma_wgmma_kernel", backend=be)
+    L = Launcher(tma_kernel, backend=be)
     be.make_launcher = lambda types, meta: (lambda *a: None)
     A, B, C = tma_inputs()
     us = _per_call_us(lambda: L((2, 2), A, B, C, 512))
     assert us < 200, f"{us:.1f} us per launch"
-
-
-def test_specialization_key_is_cheap():
-    x, y = torch.randn(1024).half(), torch.empty(1024).half()
-    us = _per_call_us(lambda: specialization_key(COPY_ARGS, (x, y, 1024)))
-    assert us < 50, f"{us:.1f} us per key"
 
 
 def test_jit_launch_with_cpu_tensor_names_argument_and_call_site():

@@ -5,7 +5,7 @@ import pytest
 
 import gluon.language as gl
 from gluon import SM90, DType, Layout, TensorRef, kernel
-from gluon.backend.triton_compile import sass_instructions
+from gluon.backend.machine_code import sass_instructions
 from gluon.backend.triton_lowering import _linear, _wgmma_bases
 from gluon.ir import GluonError
 from gluon.kernels.gemm_sm90 import DEFAULT_CONFIG, compile_variant, gemm_sm90, num_warps, resolve_auto, stand_ins

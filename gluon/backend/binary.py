@@ -1,0 +1,155 @@
+"""A compiled kernel: the files of its cache entry, and what they say (metadata, resources, SASS, ABI)."""
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import os
+import pathlib
+
+from ..abi import KernelABI
+from .machine_code import cuda_resources, hip_resources
+
+#: Files Triton produces, by backend; the binary one is read as bytes.
+BINARY_EXTS = ("cubin", "hsaco")
+METADATA_FILE = "metadata.json"
+
+
+class CorruptEntry(Exception):
+    """A cache entry (or artifact folder) with files missing or unreadable."""
+
+
+@dataclasses.dataclass
+class Binary:
+    """A compiled kernel: its files in a cache entry, and what they say.
+
+    ``asm`` holds ``ttgir``, ``llir`` and ``ptx`` + ``cubin`` (CUDA) or ``amdgcn`` +
+    ``hsaco`` (HIP); ``metadata`` is Triton's metadata json plus ``tensordesc_meta``,
+    ``gluon_resources`` and ``gluon_abi`` (see gluon/backend/compile.py). ``abi`` is the kernel's
+    calling convention (`gluon.abi.KernelABI`): the one the compile was asked with, else the one the
+    entry recorded; None for raw TTGIR compiled without one.
+    """
+
+    name: str
+    target: tuple
+    key: str
+    path: pathlib.Path
+    asm: dict
+    metadata: dict
+    abi: KernelABI | None = dataclasses.field(default=None, repr=False, compare=False)
+    _sass: str | None = dataclasses.field(default=None, init=False, repr=False, compare=False)
+
+    # -- loading --------------------------------------------------------------------
+    @classmethod
+    def load(cls, path: pathlib.Path | str, *, target=None, key: str | None = None,
+             abi: KernelABI | None = None) -> "Binary":
+        """Read a cache entry (or a copy of one, e.g. a built artifact) from ``path``; ``abi`` (the
+        caller's, from the lowering that produced this TTGIR) wins over the one the entry recorded."""
+        path = pathlib.Path(path)
+        try:
+            metadata = json.loads((path / METADATA_FILE).read_text(encoding="utf-8"))
+            name = metadata["name"]
+            asm: dict[str, bytes | str] = {}
+            for ext in metadata["gluon_files"]:
+                f = path / f"{name}.{ext}"
+                asm[ext] = f.read_bytes() if ext in BINARY_EXTS else f.read_text(encoding="utf-8")
+        except (OSError, KeyError, ValueError) as e:
+            raise CorruptEntry(f"incomplete kernel cache entry {path}: {e}") from e
+        if target is None:
+            t = metadata["target"]
+            target = (t["backend"], t["arch"], t["warp_size"])
+        if abi is None and metadata.get("gluon_abi"):
+            abi = KernelABI.from_json(metadata["gluon_abi"])
+        return cls(name=name, target=tuple(target), key=key or path.name, path=path, asm=asm, metadata=metadata,
+                   abi=abi)
+
+    # -- metadata views ----------------------------------------------------------------
+    @property
+    def backend(self) -> str:
+        return self.metadata["target"]["backend"]
+
+    @property
+    def num_warps(self) -> int:
+        """Warps to launch, from Triton's metadata.  A warp-specialized kernel needs
+        more than its module's ``ttg.num-warps`` (default partition + workers,
+        padded to a multiple of 4), so never read that attribute for launching."""
+        return int(self.metadata["num_warps"])
+
+    @property
+    def shared_bytes(self) -> int:
+        """Dynamic shared memory (bytes) the kernel is launched with (``metadata["shared"]``).
+        The small static part the toolchain reserves (1 KiB on SM90+) is
+        ``resources["static_shared_bytes"]``."""
+        return int(self.metadata.get("shared", 0))
+
+    @property
+    def resources(self) -> dict:
+        """Resource usage read from the binary at compile time (no GPU); see
+        ``_cuda_resources`` / ``_hip_resources`` for the fields."""
+        res = self.metadata.get("gluon_resources")
+        if res is None:  # an entry from before resources were recorded: compute now
+            if self.backend == "cuda":
+                res = cuda_resources(self.path / f"{self.name}.cubin", "", self.name)
+            else:
+                res = hip_resources(str(self.asm.get("amdgcn", "")))
+            self.metadata["gluon_resources"] = res
+        return res
+
+    @property
+    def registers(self) -> int:
+        """Registers per thread: CUDA ``REG`` of cuobjdump (what the launch
+        allocates; with ``setmaxnreg`` the warp groups then re-balance), HIP
+        ``.vgpr_count`` (arch VGPRs + AGPRs on CDNA3)."""
+        r = self.resources.get("registers")
+        if r is None:
+            r = self.resources.get("ptxas_registers")
+        if r is None:
+            raise RuntimeError(f"register count unavailable for {self.name}: {self.resources}")
+        return int(r)
+
+    @property
+    def spills(self) -> int:
+        """Spilling, 0 when none.  CUDA: **bytes** per thread, spill stores + spill
+        loads as reported by ``ptxas -v`` (falls back to cuobjdump's LOCAL bytes
+        if the ptxas log is missing).  HIP: **count** of spilled registers,
+        ``.vgpr_spill_count + .sgpr_spill_count``."""
+        res = self.resources
+        if self.backend == "cuda":
+            if "spill_store_bytes" in res:
+                return int(res["spill_store_bytes"]) + int(res["spill_load_bytes"])
+            return int(res.get("local_bytes", 0))
+        return int(res.get("vgpr_spill_count") or 0) + int(res.get("sgpr_spill_count") or 0)
+
+    @property
+    def tensordesc_meta(self) -> list[dict]:
+        """Per ``!tt.tensordesc`` argument, in order: swizzle, elem_size, elem_type,
+        block_size (the TMA box), fp4_padded -- what ``fill_tma_descriptor`` needs."""
+        return self.metadata.get("tensordesc_meta") or []
+
+    # -- SASS ------------------------------------------------------------------------
+    def sass(self) -> str:
+        """SASS text (CUDA only), disassembled with the cuobjdump in the Triton wheel
+        (via ``triton.tools.disasm.get_sass``) on first use, then kept as
+        ``<name>.sass`` in the entry so later processes skip the disassembler."""
+        if self.backend != "cuda":
+            raise ValueError(f"sass() is CUDA-only; {self.name} targets {self.target}: read asm['amdgcn']")
+        if self._sass is not None:
+            return self._sass
+        f = self.path / f"{self.name}.sass"
+        try:
+            self._sass = f.read_text(encoding="utf-8")
+            return self._sass
+        except OSError:
+            pass
+        from triton.tools.disasm import get_sass
+
+        text = get_sass(bytes(self.asm["cubin"]))
+        self._sass = text
+        tmp = self.path / f".{f.name}.{os.getpid()}.tmp"
+        try:  # atomic add; a read-only cache just skips it
+            tmp.write_text(text, encoding="utf-8")
+            os.replace(tmp, f)
+        except OSError:
+            with contextlib.suppress(OSError):
+                tmp.unlink()
+        return text

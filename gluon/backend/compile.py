@@ -1,0 +1,162 @@
+"""TTGIR -> GPU binary, through Triton 3.6.0, cached on disk: the compile step of the pipeline.
+
+`compile_kernel(lowered)` takes what the lowering returns (`gluon.abi.LoweredKernel`: TTGIR text and the
+kernel's ABI) and gives a :class:`~gluon.backend.binary.Binary`; `compile_ttgir(text, target)` compiles
+raw TTGIR (reference kernels, tools), optionally with an ABI. The TTGIR goes to ``triton.compile``
+(``llir -> ptx -> cubin`` for CUDA, ``llir -> amdgcn -> hsaco`` for HIP, with the ptxas/ld.lld the wheel
+bundles, so no GPU is needed), the PTX through the passes the ABI asks for (ptx_passes.py), and
+everything a later user of the kernel needs is stored in a :class:`~gluon.cache.KernelCache` entry, so
+that a cache hit costs no compiler, no disassembler and no GPU:
+
+* the IR levels and the binary (``asm``),
+* Triton's metadata json, completed with what a ``.ttgir`` compile leaves out:
+
+  - ``tensordesc_meta``: Triton 3.6 fills it only in its ``make_ttgir`` stage, which is skipped for TTGIR
+    input. We read it from the parsed module (``parse_mlir_module(...).get_tensordesc_metadata()``, the
+    call Triton's own stage makes) and check it against the ABI's TMA boxes.
+  - ``gluon_abi``: the kernel's ABI (`KernelABI.to_json`), so a binary loaded from the cache or from a
+    built artifact can be launched without its lowering.
+  - ``gluon_resources``: registers, spills, stack, static shared memory, read from the binary without
+    a GPU (machine_code.py).
+  - ``num_ctas`` of a cluster kernel (Triton's launcher then starts clusters), and what each PTX pass did.
+
+Compilation runs in a forked child by default (compile_job.py says why); set
+``GLUON_COMPILE_ISOLATION=inprocess`` (or ``isolate=False``) to compile in the calling process instead.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+from typing import Mapping
+
+from ..abi import KernelABI, LoweredKernel
+from ..cache import KernelCache, default_cache
+from ..version import __version__
+from . import compile_job, ptx_passes
+from .binary import Binary, CorruptEntry
+from .compile_job import CompileError, keep_failed, target_str
+
+__all__ = ["Binary", "CompileError", "available_targets", "cache_key_parts", "compile_kernel", "compile_ttgir"]
+
+Target = tuple  # ("cuda", 90, 32) | ("hip", "gfx942", 64)
+
+_TARGETS: tuple[Target, ...] = (
+    ("cuda", 80, 32),
+    ("cuda", 90, 32),
+    ("cuda", 100, 32),
+    ("hip", "gfx942", 64),
+)
+
+
+def available_targets() -> list[Target]:
+    """The targets this backend compiles for (and the test suite checks)."""
+    return list(_TARGETS)
+
+
+def normalize_target(target) -> tuple[str, int | str, int]:
+    """``(backend, arch, warp_size)`` from a tuple or a ``triton...GPUTarget``."""
+    if hasattr(target, "backend") and hasattr(target, "arch"):
+        target = (target.backend, target.arch, target.warp_size)
+    if not isinstance(target, (tuple, list)) or len(target) != 3:
+        raise ValueError(f"target must be (backend, arch, warp_size), e.g. ('cuda', 90, 32); got {target!r}")
+    backend, arch, warp = target
+    if backend == "cuda":
+        if isinstance(arch, str) and arch.isdigit():
+            arch = int(arch)
+        if not isinstance(arch, int):
+            raise ValueError(f"cuda arch must be an int compute capability like 90, got {arch!r}")
+    elif backend == "hip":
+        if not isinstance(arch, str):
+            raise ValueError(f"hip arch must be a string like 'gfx942', got {arch!r}")
+    else:
+        raise ValueError(f"unknown backend {backend!r} (expected 'cuda' or 'hip')")
+    return (backend, arch, int(warp))
+
+
+def cache_key_parts(ttgir: str, target, options: Mapping | None = None, abi: KernelABI | None = None) -> tuple:
+    """What a compiled kernel depends on, as hashed by :meth:`KernelCache.key`.
+
+    TTGIR text (by sha256), target, triton and gluon versions, sorted options, and Triton's
+    cache-invalidating environment variables (the ones Triton itself hashes: they change the generated
+    code); for a kernel whose ABI asks for PTX passes, each pass's source and the cluster's shape."""
+    import triton
+    from triton._C.libtriton import get_cache_invalidating_env_vars
+
+    t = normalize_target(target)
+    opts = sorted((str(k), v) for k, v in dict(options or {}).items())
+    return (
+        ("kind", "triton-ttgir"),
+        ("ttgir_sha256", hashlib.sha256(ttgir.encode("utf-8")).hexdigest()),
+        ("target", list(t)),
+        ("triton", triton.__version__),
+        ("gluon", __version__),
+        ("options", opts),
+        ("env", sorted(get_cache_invalidating_env_vars().items())),
+    ) + ptx_passes.key_parts(abi)
+
+
+def compile_kernel(lowered: LoweredKernel, *, options: dict | None = None, cache: KernelCache | None = None,
+                   isolate: bool | None = None) -> Binary:
+    """Compile what the lowering returned (or load it from ``cache``); the binary carries its ABI."""
+    return compile_ttgir(lowered.ttgir, lowered.abi.target, abi=lowered.abi, options=options, cache=cache,
+                         isolate=isolate)
+
+
+def compile_ttgir(ttgir: str, target, *, abi: KernelABI | None = None, options: dict | None = None,
+                  cache: KernelCache | None = None, isolate: bool | None = None) -> Binary:
+    """Compile TTGIR text for ``target``, or load it from ``cache`` (default: :func:`default_cache`).
+
+    ``abi``: the kernel's calling convention (its PTX passes run, and the binary can be launched); raw
+    TTGIR without one compiles as Triton compiles it. ``options`` are extra ``triton.compile`` options
+    (``{"num_stages": 1}``, ...) and part of the key. On a hit nothing of Triton's compiler is called.
+    ``isolate``: compile in a forked child (default); ``None`` reads ``GLUON_COMPILE_ISOLATION``
+    (``fork`` | ``inprocess``). Raises :class:`CompileError` when the TTGIR does not compile.
+    """
+    if not isinstance(ttgir, str):
+        raise TypeError(f"ttgir must be str, got {type(ttgir).__name__}")
+    tgt = normalize_target(target)
+    if abi is not None and normalize_target(abi.target) != tgt:
+        raise ValueError(f"kernel {abi.name} was lowered for {target_str(abi.target)}, not {target_str(tgt)}")
+    options = dict(options or {})
+    if cache is None:
+        cache = default_cache()
+    key = cache.key(*cache_key_parts(ttgir, tgt, options, abi))
+
+    entry = cache.get(key)
+    if entry is not None:
+        try:
+            return Binary.load(entry, target=tgt, key=key, abi=abi)
+        except CorruptEntry:
+            cache.evict(key)  # e.g. files deleted by hand; rebuild it
+
+    _check_module_target(ttgir, tgt, cache, key)
+    if isolate is None:
+        mode = os.environ.get("GLUON_COMPILE_ISOLATION", "fork").strip().lower()
+        isolate = mode != "inprocess"
+    if isolate and not hasattr(os, "fork"):
+        isolate = False
+    compile_job.run(ttgir, tgt, options, cache, key, abi, isolate)
+
+    entry = cache.get(key)
+    if entry is None:  # pragma: no cover - the job returned success but published nothing
+        raise CompileError(f"compile for {target_str(tgt)} reported success but left no cache entry {key}",
+                           target=tgt, stage="crash")
+    return Binary.load(entry, target=tgt, key=key, abi=abi)
+
+
+def _check_module_target(ttgir: str, tgt, cache: KernelCache, key: str) -> None:
+    """TTGIR carries its target (``ttg.target = "cuda:90"``); refuse a mismatch early.
+
+    Triton does not: cuda:80 TTGIR compiles for sm_90 without a word (with the
+    wrong layouts), and HIP TTGIR fails for CUDA with only "Parse MLIR file failed".
+    """
+    m = re.search(r'ttg\.target\s*=\s*"([^"]+)"', ttgir)
+    if m and m.group(1) != target_str(tgt):
+        kept, logp = keep_failed(cache, key, ttgir, f"module target {m.group(1)} != requested {target_str(tgt)}\n")
+        msg = (f"TTGIR for target {m.group(1)} (its ttg.target attribute) can not be compiled for "
+               f"{target_str(tgt)} (warp size {tgt[2]}): lower it for {target_str(tgt)} or pass the "
+               f"matching target\n  TTGIR kept at: {kept}")
+        raise CompileError(msg, target=tgt, ttgir_path=kept, log_path=logp, stage="target",
+                           diagnostics=f'ttg.target = "{m.group(1)}"')

@@ -1,0 +1,47 @@
+"""A lowered kernel's ABI, read off its IR: one typed `KernelParam` per parameter, in TTGIR order.
+
+The lowering prints the TTGIR signature from the same IR parameters (pointers, scalars, and each TMA
+descriptor followed by its shape and strides), so the two agree by construction; the compile step checks
+the TMA boxes against what Triton's TMA code assumes.
+"""
+from __future__ import annotations
+
+from ..abi import KernelABI, KernelParam, ParamKind
+from ..arch import tma_box_shape
+from ..ir import DescType, GluonError, Kernel, PointerType, ScalarType
+
+# the opt-in PTX passes a kernel asks for with gl.set_<name>() (kernel attrs), in the order they run
+OPT_IN_PTX_PASSES = ("tma_prefetch", "lean_prologue", "lean_release")
+
+
+def kernel_abi(kernel: Kernel) -> KernelABI:
+    """The ABI of `kernel` (layouts assigned, passes run)."""
+    multicast = {op.operands[0].id for op in kernel.walk() if op.kind == "tma_load" and op.attrs.get("multicast")}
+    row_major = set(kernel.attrs.get("row_major_params", ()))
+    params = []
+    for p in kernel.params:
+        t = p.value.type
+        loc = str(p.loc) if p.loc else None
+        common = dict(name=p.name, dtype=t.dtype, source=getattr(p, "source", None), loc=loc)
+        if isinstance(t, PointerType):
+            params.append(KernelParam(kind=ParamKind.POINTER, divisibility=p.divisibility,
+                                      needs_contiguous=p.name in row_major, **common))
+        elif isinstance(t, ScalarType):
+            params.append(KernelParam(kind=ParamKind.SCALAR, divisibility=p.divisibility if t.dtype.is_int else 1,
+                                      **common))
+        elif isinstance(t, DescType):
+            try:
+                box = tma_box_shape(t.block_shape, t.dtype.bytes, t.swizzle.bytes)
+            except ValueError as e:
+                raise GluonError(f"parameter {p.name}: {e}", p.loc or kernel.loc) from None
+            params.append(KernelParam(kind=ParamKind.TENSORDESC, block_shape=tuple(t.block_shape),
+                                      swizzle_bytes=t.swizzle.bytes, box=box, multicast=p.value.id in multicast,
+                                      **common))
+        else:
+            raise GluonError(f"parameter {p.name} has type {t}, which cannot be passed from the host", p.loc)
+    for name, value in getattr(kernel, "constexprs", {}).items():
+        params.append(KernelParam(name=name, kind=ParamKind.CONSTEXPR, value=value))
+    return KernelABI(name=kernel.name, target=kernel.arch.target, params=tuple(params),
+                     num_ctas=int(kernel.attrs.get("num_ctas", 1)),
+                     ptx_passes=tuple(n for n in OPT_IN_PTX_PASSES if kernel.attrs.get(n)),
+                     loc=str(kernel.loc) if kernel.loc else None)

@@ -1,0 +1,90 @@
+"""The only part of the runtime that touches CUDA: Triton 3.6's driver, behind a small interface.
+
+Tests substitute an object with the same methods (``device_type = "cpu"``) to exercise the whole
+launch path without a GPU.
+"""
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+from .errors import LaunchError
+
+
+def _torch():
+    try:
+        import torch
+    except ImportError:  # pragma: no cover - torch is needed to launch anyway
+        return None
+    return torch
+
+
+class CudaBackend:
+    """Launches through triton 3.6's driver; everything GPU-side lives here.
+
+    Tests substitute an object with the same methods (``device_type = "cpu"``) to exercise the
+    whole launch path without a GPU.
+    """
+
+    device_type = "cuda"
+
+    def check_available(self, kernel: str) -> None:
+        torch = _torch()
+        if torch is None:
+            raise LaunchError(f"cannot launch {kernel}: torch is not installed")
+        if not torch.cuda.is_available() or torch.cuda.device_count() == 0:
+            raise LaunchError(f"cannot launch {kernel}: no CUDA device is available "
+                              f"(torch.cuda.is_available() is False; torch {torch.__version__})")
+
+    def current_device(self) -> int:
+        return _torch().cuda.current_device()
+
+    def device_context(self, device: int):
+        return _torch().cuda.device(device)
+
+    def current_stream(self, device: int) -> int:
+        torch = _torch()
+        try:
+            return torch._C._cuda_getCurrentRawStream(device)
+        except AttributeError:  # pragma: no cover
+            return torch.cuda.current_stream(device).cuda_stream
+
+    def capability(self, device: int) -> tuple[int, int]:
+        return _torch().cuda.get_device_capability(device)
+
+    def max_shared(self, device: int) -> int:
+        import triton
+        return triton.runtime.driver.active.utils.get_device_properties(device)["max_shared_mem"]
+
+    def load(self, name: str, cubin: bytes, shared: int, device: int):
+        """(function handle, max threads per block) of the cubin loaded on ``device``."""
+        import triton
+        with self.device_context(device):
+            _mod, function, _n_regs, _n_spills, max_threads = \
+                triton.runtime.driver.active.utils.load_binary(name, cubin, shared, device)
+        return function, max_threads
+
+    def make_launcher(self, launch_types: list[str], meta: SimpleNamespace):
+        """Triton's generated C launcher for our expanded signature (compiled once, cached)."""
+        import triton  # noqa: F401  (initialises the active driver)
+        from triton.backends.nvidia.driver import CudaLauncher
+        src = SimpleNamespace(signature={i: t for i, t in enumerate(launch_types)}, constants={})
+        return CudaLauncher(src, meta)
+
+    def fill_tma_descriptor(self, ptr, swizzle_mode, elem_size, host_elem_type, box, shape,
+                            strides, padding):
+        import triton
+        return triton.runtime.driver.active.utils.fill_tma_descriptor(
+            ptr, swizzle_mode, elem_size, host_elem_type, list(box), list(shape), list(strides), padding)
+
+    _knobs_runtime = None
+
+    def launch_hooks(self):
+        """triton's launch enter/exit hooks (profilers such as proton set them)."""
+        rt = self._knobs_runtime
+        if rt is None:
+            from triton import knobs
+            rt = self._knobs_runtime = knobs.runtime
+        return rt.launch_enter_hook, rt.launch_exit_hook
+
+
+DEFAULT_BACKEND = CudaBackend()
