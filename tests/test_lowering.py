@@ -17,8 +17,8 @@ import pytest
 
 from gluon import ir
 from gluon.arch import CDNA3, SM80, SM90, SM100
-from gluon.backend.triton_lowering import (LoweringError, float_literal, lower_kernel, lower_module,
-                                           lower_module_kernels)
+from gluon.backend.lowering import (LoweringError, float_literal, lower_kernel, lower_module,
+                                    lower_module_kernels)
 from gluon.ir import (BarrierType, DescType, I1, I32, PointerType, ScalarType, SmemType, TileType,
                       TmemType)
 from gluon.types import DType, Layout, SwizzleMode, TensorMemoryLayout
