@@ -12,7 +12,7 @@
     copy_kernel[grid, (2048,)](dst, src, src.numel(), XBLOCK=2048)
 
 Pipeline: DSL trace (gluon.dsl, gluon.frontend) -> IR (gluon.ir) -> passes (gluon.passes) ->
-TTGIR (gluon.backend.triton_lowering) -> Triton 3.6 binaries (gluon.backend.compile) ->
+TTGIR (gluon.backend.lowering) -> Triton 3.6 binaries (gluon.backend.compile) ->
 launch (gluon.runtime); gluon.jit ties them together with a cache.
 """
 from .version import __version__  # noqa: F401

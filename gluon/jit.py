@@ -8,7 +8,7 @@
     warp_spec                     warp roles, warpgroups, register budgets,      passes/warp_spec.py
                                   barrier protocol (pairing, bytes, phases)
     smem_alloc                    offsets, reuse by liveness, capacity           passes/smem_alloc.py
-    then: backend/triton_lowering (IR -> TTGIR text), backend/compile (TTGIR -> cubin/hsaco,
+    then: backend/lowering (IR -> TTGIR text), backend/compile (TTGIR -> cubin/hsaco,
     on-disk cache keyed by TTGIR hash, target, versions and options), runtime.Launcher (launch).
 
 `kernel[grid](args...)` specializes on argument dtypes, 16-byte alignment of pointers, divisibility of
@@ -54,7 +54,7 @@ def run_passes(module: ir.Module) -> ir.Module:
 def lower(module: ir.Module) -> LoweredKernel:
     """The TTGIR text of the module's one kernel, and its ABI (passes run)."""
     from .backend.kernel_abi import kernel_abi
-    from .backend.triton_lowering import lower_module
+    from .backend.lowering import lower_module
     return LoweredKernel(lower_module(module), kernel_abi(module.kernel))
 
 

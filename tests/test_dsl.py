@@ -205,7 +205,7 @@ def _sized_kernel(hint):
 
 
 def test_multiple_of_marks_the_size_parameter_for_the_launcher():
-    from gluon.backend.triton_lowering import lower_module
+    from gluon.backend.lowering import lower_module
     from gluon.jit import run_passes
     module = _sized_kernel(lambda n: gl.multiple_of(n, 16))
     assert {p.name: p.divisibility for p in module.kernels[0].params}["N"] == 16

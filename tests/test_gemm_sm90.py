@@ -304,7 +304,7 @@ def test_early_loads_issue_the_first_stages_before_the_warp_roles(variant):
     cfg = dict(_cfg(**variant), EARLY_LOADS=True)
     cfg.setdefault("B_KMAJOR", False)
     module = run_passes(gemm_sm90.trace(*stand_ins(DType.f16), num_warps=num_warps(cfg), **cfg))
-    from gluon.backend.triton_lowering import lower_module
+    from gluon.backend.lowering import lower_module
     text = lower_module(module)
     head, roles = text.split("ttg.warp_specialize", 1)
     rings = 2 if cfg["SPLIT_WGS"] else 1

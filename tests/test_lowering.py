@@ -17,8 +17,8 @@ import pytest
 
 from gluon import ir
 from gluon.arch import CDNA3, SM80, SM90, SM100
-from gluon.backend.triton_lowering import (LoweringError, float_literal, lower_kernel, lower_module,
-                                           lower_module_kernels)
+from gluon.backend.lowering import (LoweringError, float_literal, lower_kernel, lower_module,
+                                    lower_module_kernels)
 from gluon.ir import (BarrierType, DescType, I1, I32, PointerType, ScalarType, SmemType, TileType,
                       TmemType)
 from gluon.types import DType, Layout, SwizzleMode, TensorMemoryLayout
@@ -699,3 +699,38 @@ def test_module_entry_points():
     texts = lower_module_kernels(m2)
     assert list(texts) == ["copy_kernel", "if_reduce_kernel"]
     assert all(t.count("tt.func public") == 1 for t in texts.values())
+
+
+def test_every_op_kind_has_exactly_one_lowering_rule():
+    """The registry covers gluon.ir.OPS one for one, and refuses a second rule for a kind. `yield` is
+    registered like any kind, but its rule only rejects a stray yield: for/if/warp_specialize lower
+    their regions with `lw.lower_region(region, on_yield)`, which hands the closing yield to the parent
+    (scf.yield, ttg.warp_yield) instead of dispatching it, and a top-level yield is refused before
+    dispatch, with the same message."""
+    from gluon.backend.lowering import RULES
+    from gluon.backend.lowering.context import KernelLowering
+    from gluon.backend.lowering.registry import rule
+
+    assert sorted(RULES) == sorted(ir.OPS)
+    where = {k: RULES[k].__module__.removeprefix("gluon.backend.lowering.")
+             for k in ("binary", "load", "for", "wgmma", "mma", "tcgen05_mma", "mfma")}
+    assert where == {"binary": "core", "load": "memory", "for": "control", "wgmma": "nvidia.hopper",
+                     "mma": "nvidia.ampere", "tcgen05_mma": "nvidia.blackwell", "mfma": "amd.cdna3"}
+
+    kb = KB("stray_yield", SM90)
+    y = kb.op("yield")
+    with pytest.raises(LoweringError, match="yield outside a loop, branch or warp role"):
+        lower_kernel(kb.kernel)
+    with pytest.raises(LoweringError, match="yield outside a loop, branch or warp role"):
+        RULES["yield"](KernelLowering(kb.kernel), y)
+
+    before = dict(RULES)
+    with pytest.raises(ValueError, match="'binary' already has a lowering rule"):
+        rule("binary")(lambda lw, op: None)
+    with pytest.raises(ValueError, match="'load' already has a lowering rule"):
+        rule("load")(lambda lw, op: None)
+    with pytest.raises(ValueError, match="no IR op kind 'no_such_op'"):
+        rule("no_such_op")(lambda lw, op: None)
+    with pytest.raises(ValueError, match="distinct"):
+        rule("binary", "binary")
+    assert RULES == before

@@ -6,7 +6,7 @@ import pytest
 import gluon.language as gl
 from gluon import SM90, DType, Layout, TensorRef, kernel
 from gluon.backend.machine_code import sass_instructions
-from gluon.backend.triton_lowering import _linear, _wgmma_bases
+from gluon.backend.lowering.nvidia.hopper import _linear, _wgmma_bases
 from gluon.ir import GluonError
 from gluon.kernels.gemm_sm90 import DEFAULT_CONFIG, compile_variant, gemm_sm90, num_warps, resolve_auto, stand_ins
 
@@ -63,7 +63,7 @@ def test_subtiled_epilogue_frees_room_for_a_fourth_stage(variant, stores):
 
 
 def test_subtiled_ttgir_splits_the_accumulator_three_ways_per_role():
-    from gluon.backend.triton_lowering import lower_module
+    from gluon.backend.lowering import lower_module
     from gluon.jit import run_passes
     cfg = resolve_auto(dict(DEFAULT_CONFIG, EPILOGUE="subtiled", SPLIT_WGS=True), 2)
     text = lower_module(run_passes(gemm_sm90.trace(*stand_ins(DType.f16), num_warps=num_warps(cfg), **cfg)))

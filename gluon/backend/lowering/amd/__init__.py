@@ -1,0 +1,1 @@
+"""Lowering rules of the AMD-only ops, one module per architecture that introduced them."""
