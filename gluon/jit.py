@@ -53,9 +53,8 @@ def run_passes(module: ir.Module) -> ir.Module:
 
 def lower(module: ir.Module) -> LoweredKernel:
     """The TTGIR text of the module's one kernel, and its ABI (passes run)."""
-    from .backend.kernel_abi import kernel_abi
     from .backend.lowering import lower_module
-    return LoweredKernel(lower_module(module), kernel_abi(module.kernel))
+    return lower_module(module)
 
 
 @dataclass

@@ -1,4 +1,4 @@
-"""Thread-block clusters with TMA multicast, on the CPU: the PTX cluster pass (gluon/backend/ptx_cluster.py),
+"""Thread-block clusters with TMA multicast, on the CPU: the PTX cluster pass (gluon/backend/ptx/cluster.py),
 the DSL's cluster builtins and their errors, the barrier checks that count multicast bytes, and the
 machine code of the GEMM with CLUSTER_M=2 (and CLUSTER_N=2). The CLUSTER_M and CLUSTER_N kernels run
 on the H200 in tests/test_gpu.py."""
@@ -6,7 +6,7 @@ import pytest
 
 import gluon.language as gl
 from gluon import SM90, DType, Layout, SwizzleMode, TensorRef, WarpRole, kernel
-from gluon.backend import ptx_cluster
+from gluon.backend.ptx import cluster as ptx_cluster
 from gluon.abi import KernelABI, KernelParam, ParamKind
 from gluon.backend.compile import cache_key_parts
 from gluon.backend.machine_code import sass_instructions

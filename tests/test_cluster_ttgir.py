@@ -30,7 +30,7 @@ import pytest
 
 triton = pytest.importorskip("triton")
 
-from gluon.backend import ptx_cluster  # noqa: E402
+from gluon.backend.ptx import cluster as ptx_cluster  # noqa: E402
 from gluon.backend.compile import compile_ttgir  # noqa: E402
 from gluon.backend.machine_code import sass_instructions  # noqa: E402
 from gluon.cache import KernelCache  # noqa: E402
@@ -95,7 +95,7 @@ def _ttgir(multicast_attr: bool = False) -> str:
     return CLUSTER_GEMM_TTGIR.replace("MULTICAST_ATTR", "{multicast = true} " if multicast_attr else "")
 
 
-# --- the PTX post-pass: gluon's own (gluon/backend/ptx_cluster.py) -------------------------------
+# --- the PTX post-pass: gluon's own (gluon/backend/ptx/cluster.py) -------------------------------
 def multicast_tma_loads(ptx: str, kernel: str, desc_param: int, cta_mask: int) -> tuple[str, int]:
     """Make every TMA global->shared copy through descriptor parameter ``desc_param`` a multicast to
     the CTAs of ``cta_mask`` (all of a 2-CTA cluster here)."""

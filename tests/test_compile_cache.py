@@ -185,7 +185,7 @@ def test_second_process_gets_a_hit(tmp_path):
 def test_an_opt_in_ptx_pass_is_asked_for_by_the_abi_and_keys_the_cache(name):
     """A kernel asks for a PTX pass in its ABI; the pass's source hash is then part of the cache key
     (editing the pass recompiles those kernels), and absent otherwise; an unknown pass is refused."""
-    from gluon.backend.ptx_passes import OPT_IN
+    from gluon.backend.ptx import OPT_IN
     mod = OPT_IN[name][0]
     tgt = ("cuda", 90, 32)
     asks = KernelABI("k", tgt, (), ptx_passes=(name,))

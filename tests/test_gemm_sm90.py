@@ -305,7 +305,7 @@ def test_early_loads_issue_the_first_stages_before_the_warp_roles(variant):
     cfg.setdefault("B_KMAJOR", False)
     module = run_passes(gemm_sm90.trace(*stand_ins(DType.f16), num_warps=num_warps(cfg), **cfg))
     from gluon.backend.lowering import lower_module
-    text = lower_module(module)
+    text = lower_module(module).ttgir
     head, roles = text.split("ttg.warp_specialize", 1)
     rings = 2 if cfg["SPLIT_WGS"] else 1
     assert head.count("ttng.barrier_expect") == cfg["STAGES"]                         # one per stage

@@ -92,8 +92,8 @@ def check_golden(name: str, text: str) -> None:
 
 def lower_checked(kb: KB, golden: str) -> str:
     ir.verify_kernel(kb.kernel, require_layouts=True)
-    text = lower_kernel(kb.kernel)
-    assert text == lower_kernel(kb.kernel), "lowering is not deterministic"
+    text = lower_kernel(kb.kernel).ttgir
+    assert text == lower_kernel(kb.kernel).ttgir, "lowering is not deterministic"
     check_golden(golden, text)
     return text
 
@@ -522,7 +522,7 @@ def test_kernel_lowers_compiles_and_has_the_instructions(name, tmp_path):
 
 
 def test_copy_header_params_and_vector_width():
-    text = lower_kernel(build_copy().kernel)
+    text = lower_kernel(build_copy().kernel).ttgir
     assert text.startswith("#blocked = #ttg.blocked<{sizePerThread = [4], threadsPerWarp = [32], warpsPerCTA = [4], order = [0]}>\n")
     assert ('module attributes {"ttg.num-ctas" = 1 : i32, "ttg.num-warps" = 4 : i32, ttg.target = "cuda:90", '
             '"ttg.threads-per-warp" = 32 : i32} {') in text
@@ -534,7 +534,7 @@ def test_copy_header_params_and_vector_width():
 
 
 def test_desc_params_carry_shape_and_strides():
-    text = lower_kernel(build_tma_wgmma().kernel)
+    text = lower_kernel(build_tma_wgmma().kernel).ttgir
     assert ("%a_desc: !tt.tensordesc<tensor<128x64xf16, #shared>>, %a_desc_0: i32, %a_desc_1: i32, "
             "%a_desc_2: i64, %a_desc_3: i64, %b_desc: !tt.tensordesc<tensor<64x128xf16, #shared>>") in text
     assert "#shared = #ttg.nvmma_shared<{swizzlingByteWidth = 128, transposed = false, elementBitWidth = 16}>" in text
@@ -545,7 +545,7 @@ def test_desc_params_carry_shape_and_strides():
 
 
 def test_warp_specialize_structure():
-    text = lower_kernel(build_ws_wgmma().kernel)
+    text = lower_kernel(build_ws_wgmma().kernel).ttgir
     # module warps = the default role's warps, not kernel.num_warps (5)
     assert '"ttg.num-warps" = 4 : i32' in text
     m = re.search(r"\n    ttg\.warp_specialize\((.*)\) attributes \{requestedRegisters = array<i32: 24>\}\n    default \{\n", text)
@@ -564,14 +564,14 @@ def test_warp_specialize_structure():
 
 
 def test_warp_specialize_register_fill_and_no_registers():
-    text = lower_kernel(build_ws_wgmma(consumer_regs=240, producer_regs=None).kernel)
+    text = lower_kernel(build_ws_wgmma(consumer_regs=240, producer_regs=None).kernel).ttgir
     assert "requestedRegisters" not in text
     kb = build_ws_wgmma(producer_regs=40)
-    assert "requestedRegisters = array<i32: 40>" in lower_kernel(kb.kernel)
+    assert "requestedRegisters = array<i32: 40>" in lower_kernel(kb.kernel).ttgir
 
 
 def test_warp_specialize_results_and_register_fill():
-    text = lower_kernel(build_ws_results().kernel)
+    text = lower_kernel(build_ws_results().kernel).ttgir
     # 4 default warps + 3 worker warps padded to one warpgroup = 8 warps: 64K regs / 8 / 32 = 256 each
     assert re.search(r"\n    %y = ttg\.warp_specialize\(%n, %x_ptr\) attributes \{requestedRegisters = array<i32: 24, 256>\}\n", text)
     assert re.search(r"ttg\.warp_yield %y_\d+ : tensor<128xf32, #blocked1>\n", text)
@@ -585,7 +585,7 @@ def test_warp_specialize_results_and_register_fill():
 
 
 def test_tmem_moves_go_through_the_message_layout():
-    text = lower_kernel(build_tcgen05(any_layout=True).kernel)
+    text = lower_kernel(build_tcgen05(any_layout=True).kernel).ttgir
     msg = "#ttg.blocked<{sizePerThread = [1, 64], threadsPerWarp = [32, 1], warpsPerCTA = [4, 2], order = [0, 1]}>"
     alias = re.search(r"(#blocked\d*) = " + re.escape(msg), text).group(1)
     assert re.search(rf"%zero_tmem = ttg\.convert_layout %zero : tensor<128x128xf32, #blocked> -> tensor<128x128xf32, {alias}>", text)
@@ -593,18 +593,18 @@ def test_tmem_moves_go_through_the_message_layout():
     assert re.search(rf"%out_tmem = ttng\.tmem_load %acc_tmem : .* -> tensor<128x128xf32, {alias}>\n", text)
     assert re.search(rf"%out = ttg\.convert_layout %out_tmem : tensor<128x128xf32, {alias}> -> tensor<128x128xf32, #blocked>", text)
     # already in the message layout: no conversion
-    assert "_tmem = ttg.convert_layout" not in lower_kernel(build_tcgen05().kernel)
+    assert "_tmem = ttg.convert_layout" not in lower_kernel(build_tcgen05().kernel).ttgir
 
 
 def test_mfma_instr_shape_gets_k_from_operands():
-    text = lower_kernel(build_mfma().kernel)
+    text = lower_kernel(build_mfma().kernel).ttgir
     assert ("#mma = #ttg.amd_mfma<{version = 3, warpsPerCTA = [2, 2], instrShape = [32, 32, 8], isTransposed = true}>") in text
     assert '"ttg.threads-per-warp" = 64 : i32' in text and 'ttg.target = "hip:gfx942"' in text
     assert "inputPrecision" not in text
 
 
 def test_mma_dot_syntax():
-    text = lower_kernel(build_cp_async_mma().kernel)
+    text = lower_kernel(build_cp_async_mma().kernel).ttgir
     assert re.search(r"%acc = tt\.dot %a, %b, %cst_\d+, inputPrecision = tf32 : "
                      r"tensor<64x32xf16, #ttg\.dot_op<\{opIdx = 0, parent = #mma, kWidth = 2\}>> \* ", text)
     assert re.search(r"ttg\.async_copy_global_to_local %a_ptrs, %a_smem mask %a_mask : tensor<64x32x!tt\.ptr<f16>, #blocked> "
@@ -640,7 +640,7 @@ def test_names_are_sanitized_and_unique():
     c = kb.bin("add", b, b, "1st")
     kb.bin("add", c, kb.const(-3, I32), "acc")
     kb.op("store", [x, c, kb.v("cast", [c], F32, "")])
-    text = lower_kernel(kb.kernel)
+    text = lower_kernel(kb.kernel).ttgir
     assert "%x_ptr: !tt.ptr<f32>" in text
     assert "%acc = arith.constant 1 : i32" in text
     assert "%acc_1 = arith.addi %acc, %acc : i32" in text
@@ -698,7 +698,7 @@ def test_module_entry_points():
         lower_module(m2)
     texts = lower_module_kernels(m2)
     assert list(texts) == ["copy_kernel", "if_reduce_kernel"]
-    assert all(t.count("tt.func public") == 1 for t in texts.values())
+    assert all(t.ttgir.count("tt.func public") == 1 for t in texts.values())
 
 
 def test_every_op_kind_has_exactly_one_lowering_rule():

@@ -1,10 +1,10 @@
-"""The TMA descriptor prefetch (gluon/backend/ptx_prefetch.py, `gl.set_tma_prefetch`), on the CPU: the PTX
+"""The TMA descriptor prefetch (gluon/backend/ptx/prefetch.py, `gl.set_tma_prefetch`), on the CPU: the PTX
 rewrite, its errors, and the GEMM's machine code with and without it."""
 import pytest
 
 import gluon.language as gl
 from gluon import SM90, DType, Layout, SwizzleMode, TensorRef, kernel
-from gluon.backend import ptx_prefetch
+from gluon.backend.ptx import prefetch as ptx_prefetch
 from gluon.backend.machine_code import sass_instructions
 from gluon.dsl import mbarrier, smem, tma_load
 from gluon.kernels.gemm_sm90 import DEFAULT_CONFIG, gemm_sm90, num_warps, stand_ins

@@ -1,10 +1,10 @@
-"""The lean prologue (gluon/backend/ptx_prologue.py, `gl.set_lean_prologue`), on the CPU: which barriers the
+"""The lean prologue (gluon/backend/ptx/prologue.py, `gl.set_lean_prologue`), on the CPU: which barriers the
 PTX rewrite drops and keeps, every case where it must leave the PTX alone, and the GEMM's
 machine code with and without it."""
 import pytest
 
 from gluon import DType
-from gluon.backend import ptx_prologue
+from gluon.backend.ptx import prologue as ptx_prologue
 from gluon.backend.machine_code import sass_instructions
 from gluon.ir import GluonError
 from gluon.kernels.gemm_sm90 import DEFAULT_CONFIG, compile_variant, gemm_sm90, num_warps, resolve_auto, stand_ins

@@ -1,10 +1,10 @@
-"""The lean stage release (gluon/backend/ptx_release.py, `gl.set_lean_release`), on the CPU: which barriers
+"""The lean stage release (gluon/backend/ptx/release.py, `gl.set_lean_release`), on the CPU: which barriers
 the PTX rewrite drops, every barrier it must leave alone, and the GEMM's machine code with
 and without it."""
 import pytest
 
 from gluon import DType
-from gluon.backend import ptx_release
+from gluon.backend.ptx import release as ptx_release
 from gluon.backend.machine_code import sass_instructions
 from gluon.ir import GluonError
 from gluon.kernels.gemm_sm90 import DEFAULT_CONFIG, compile_variant, gemm_sm90, num_warps, stand_ins

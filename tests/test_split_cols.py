@@ -66,7 +66,7 @@ def test_subtiled_ttgir_splits_the_accumulator_three_ways_per_role():
     from gluon.backend.lowering import lower_module
     from gluon.jit import run_passes
     cfg = resolve_auto(dict(DEFAULT_CONFIG, EPILOGUE="subtiled", SPLIT_WGS=True), 2)
-    text = lower_module(run_passes(gemm_sm90.trace(*stand_ins(DType.f16), num_warps=num_warps(cfg), **cfg)))
+    text = lower_module(run_passes(gemm_sm90.trace(*stand_ins(DType.f16), num_warps=num_warps(cfg), **cfg))).ttgir
     assert text.count("tt.split ") == 6 and text.count("tt.reshape ") == 6 and text.count("tt.trans ") == 6
     assert text.count("ttng.async_tma_store_wait {pendings = 1") == 8
 

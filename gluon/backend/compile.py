@@ -4,7 +4,7 @@
 kernel's ABI) and gives a :class:`~gluon.backend.binary.Binary`; `compile_ttgir(text, target)` compiles
 raw TTGIR (reference kernels, tools), optionally with an ABI. The TTGIR goes to ``triton.compile``
 (``llir -> ptx -> cubin`` for CUDA, ``llir -> amdgcn -> hsaco`` for HIP, with the ptxas/ld.lld the wheel
-bundles, so no GPU is needed), the PTX through the passes the ABI asks for (ptx_passes.py), and
+bundles, so no GPU is needed), the PTX through the passes the ABI asks for (backend/ptx/), and
 everything a later user of the kernel needs is stored in a :class:`~gluon.cache.KernelCache` entry, so
 that a cache hit costs no compiler, no disassembler and no GPU:
 
@@ -34,7 +34,7 @@ from typing import Mapping
 from ..abi import KernelABI, LoweredKernel
 from ..cache import KernelCache, default_cache
 from ..version import __version__
-from . import compile_job, ptx_passes
+from . import compile_job, ptx
 from .binary import Binary, CorruptEntry
 from .compile_job import CompileError, keep_failed, target_str
 
@@ -94,7 +94,7 @@ def cache_key_parts(ttgir: str, target, options: Mapping | None = None, abi: Ker
         ("gluon", __version__),
         ("options", opts),
         ("env", sorted(get_cache_invalidating_env_vars().items())),
-    ) + ptx_passes.key_parts(abi)
+    ) + ptx.key_parts(abi)
 
 
 def compile_kernel(lowered: LoweredKernel, *, options: dict | None = None, cache: KernelCache | None = None,

@@ -30,7 +30,7 @@ import warnings
 from ..abi import KernelABI, ParamKind
 from ..cache import KernelCache
 from ..version import __version__
-from . import ptx_passes
+from . import ptx
 from .binary import BINARY_EXTS, METADATA_FILE
 from .machine_code import cuda_resources, cuobjdump_path, hip_resources
 
@@ -322,16 +322,16 @@ def _compile_job(src_path: pathlib.Path, tgt, options: dict, abi: KernelABI | No
 
     # 2. Compile with Triton's cache redirected to our scratch dir and ptxas' -v log (Triton prints it
     #    with print() when dump_ptxas_log is set) captured; the PTX goes through the passes the ABI asks
-    #    for (ptx_passes) before ptxas.
+    #    for (backend/ptx) before ptxas.
     ptxas_log = io.StringIO()
-    rewrites = ptx_passes.requested(abi)
+    rewrites = ptx.requested(abi)
     try:
         with knobs.cache.scope(), knobs.nvidia.scope(), knobs.runtime.scope(), \
                 contextlib.redirect_stdout(ptxas_log):
             knobs.cache.dir = str(src_path.parent / "triton-cache")
             knobs.nvidia.dump_ptxas_log = True
             if rewrites:
-                knobs.runtime.add_stages_inspection_hook = ptx_passes.stage_hook(rewrites)
+                knobs.runtime.add_stages_inspection_hook = ptx.stage_hook(rewrites)
             kernel = triton.compile(str(src_path), target=gpu_target, options=dict(options) or None)
     except Exception as e:
         log = ptxas_log.getvalue()

@@ -1,13 +1,15 @@
 """Gluon IR -> Triton 3.6 TTGIR text.
 
 `lower_kernel(kernel)` prints one `module { tt.func ... }` per kernel, in the exact dialect syntax
-triton 3.6.0 parses (see ../shared/ttgir/*.ttgir for compiled references). The input must have
+triton 3.6.0 parses (see ../shared/ttgir/*.ttgir for compiled references), and returns it with the
+kernel's ABI (`gluon.abi.LoweredKernel`; `abi.kernel_abi` reads it off the same IR parameters the
+signature is printed from, with the cluster size and the PTX passes the kernel asks for). The input must have
 every register tile's layout assigned; the output is deterministic (golden tests compare it) and
 readable: IR value names become SSA names (`%acc`, `%acc_1`, ...), layouts become aliases at the
 top (`#blocked`, `#mma`, `#shared`, `#smem`, `#tmem`, ...) in first-use order.
 
 The package: `context.KernelLowering` is one kernel's lowering (names, aliases, scopes, hoisted
-constants, type and layout spelling, header, dispatch); `registry.RULES` holds one rule per IR op
+constants, type and layout spelling, module header, dispatch); `registry.RULES` holds one rule per IR op
 kind, `rule(lw, op) -> None`, registered with `@rule("kind")` in the rule modules, which are named
 like the DSL's: `core` (arithmetic, tile shapes, reductions), `memory` (global and shared memory),
 `control` (for, if, warp_specialize), `nvidia.ampere` (mma, cp.async), `nvidia.hopper` (wgmma,
@@ -47,6 +49,7 @@ How the IR maps onto TTGIR, where it is not one op for one op:
 """
 from __future__ import annotations
 
+from ...abi import LoweredKernel
 from ...ir import Kernel, Module
 from . import control, core, memory  # noqa: F401  (rule modules: importing them fills RULES)
 from .amd import cdna3  # noqa: F401
@@ -59,17 +62,17 @@ __all__ = ["LoweringError", "lower_module", "lower_kernel", "lower_module_kernel
            "scalar_literal", "RULES"]
 
 
-def lower_module(module: Module) -> str:
-    """TTGIR text of a module holding exactly one kernel."""
+def lower_module(module: Module) -> LoweredKernel:
+    """TTGIR text and ABI of a module holding exactly one kernel."""
     if len(module.kernels) != 1:
         raise LoweringError(f"lower_module needs a module with exactly one kernel, got {len(module.kernels)}; "
                             "use lower_module_kernels() to lower each kernel into its own TTGIR module")
     return lower_kernel(module.kernels[0])
 
 
-def lower_module_kernels(module: Module) -> dict[str, str]:
-    """One TTGIR text per kernel of `module`, keyed by kernel name (in module order)."""
-    out: dict[str, str] = {}
+def lower_module_kernels(module: Module) -> dict[str, LoweredKernel]:
+    """One lowered kernel (TTGIR text and ABI) per kernel of `module`, keyed by kernel name (in module order)."""
+    out: dict[str, LoweredKernel] = {}
     for k in module.kernels:
         if k.name in out:
             raise LoweringError(f"two kernels named {k.name!r} in one module", k.loc)
@@ -77,6 +80,6 @@ def lower_module_kernels(module: Module) -> dict[str, str]:
     return out
 
 
-def lower_kernel(kernel: Kernel) -> str:
-    """TTGIR text (one `module { tt.func public @name ... }`) of one kernel."""
+def lower_kernel(kernel: Kernel) -> LoweredKernel:
+    """One kernel's TTGIR text (one `module { tt.func public @name ... }`) and its ABI (gluon.abi)."""
     return KernelLowering(kernel).run()

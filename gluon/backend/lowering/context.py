@@ -1,4 +1,4 @@
-"""The per-kernel lowering context: `KernelLowering(kernel).run()` is one kernel's TTGIR text.
+"""The per-kernel lowering context: `KernelLowering(kernel).run()` is one kernel's TTGIR text and ABI.
 
 It owns everything the rules share: the SSA names (`_Names`), the layout aliases printed at the top
 (`_Aliases`), the isolation scopes with their hoisted constants (`_Scope`: the function body, one per
@@ -12,11 +12,12 @@ from __future__ import annotations
 import re
 from typing import Any, Callable
 
-from .. import ptx_cluster, ptx_prefetch, ptx_prologue, ptx_release
+from ...abi import LoweredKernel
 from ...ir import (OPS, BarrierType, DescType, GluonError, Kernel, Op, PointerType, Region, ScalarType,
                    SmemType, TileType, TmemType, Value)
 from ...types import (BlockedLayout, DotOperandLayout, DType, Layout, MFMALayout, MMALayout, NVMMASharedLayout,
                       SliceLayout, SwizzledSharedLayout, TensorMemoryLayout)
+from .abi import kernel_abi
 from .literals import bool_literal, dims, int_array, scalar_literal
 from .registry import RULES
 
@@ -32,10 +33,6 @@ _MFMA_K = {32: {32: 2, 16: 4, 4: 1}, 16: {32: 8, 16: 16, 4: 4}, 8: {32: 16, 16: 
 
 _BARRIER_LAYOUT = "#ttg.swizzled_shared<{vec = 1, perPhase = 1, maxPhase = 1, order = [0]}>"
 _BARE_ID = re.compile(r"[A-Za-z_][A-Za-z0-9_$.]*\Z")
-
-
-# the PTX passes a kernel opts into (kernel attribute, pass module), in the order their cues are written
-_OPT_IN_PASSES = (("tma_prefetch", ptx_prefetch), ("lean_prologue", ptx_prologue), ("lean_release", ptx_release))
 
 
 # ------------------------------------------------------------------------------ names and aliases
@@ -134,12 +131,12 @@ class KernelLowering:
         self.cur_warps = kernel.num_warps     # warps running the code being lowered (partitions: theirs)
         self.in_partition = False
         self.num_ctas = int(kernel.attrs.get("num_ctas", 1))
-        self.multicast: dict[str, bool] = {}   # descriptor argument -> whether its TMA loads multicast
+        self.multicast: dict[str, bool] = {}   # descriptor argument -> whether its TMA loads multicast (all or none)
         self.arg_names: dict[int, str] = {}     # kernel parameter value id -> its TTGIR argument name
 
     # -------------------------------------------------------------- driver
 
-    def run(self) -> str:
+    def run(self) -> LoweredKernel:
         k = self.k
         self._scan()
         self.depth = 2
@@ -156,18 +153,13 @@ class KernelLowering:
 
         name = k.name if _BARE_ID.match(k.name) else '"' + k.name.replace('"', '\\"') + '"'
         out = self.aliases.header()
-        if self.num_ctas > 1:   # what the PTX cluster pass needs; a comment, so the text stays plain TTGIR
-            out.insert(0, ptx_cluster.header(self.num_ctas, sorted(d for d, m in self.multicast.items() if m)))
-        for attr, ptx_pass in _OPT_IN_PASSES:       # each asked-for pass's cue (gl.set_<attr>)
-            if k.attrs.get(attr):
-                out.insert(0, ptx_pass.header())
         out.append(f'module attributes {{"ttg.num-ctas" = 1 : i32, "ttg.num-warps" = {self.num_warps} : i32, '
                    f'ttg.target = "{self.target}", "ttg.threads-per-warp" = {self.warp_size} : i32}} {{')
         out.append(f"  tt.func public @{name}({params}) attributes {{noinline = false}} {{")
         out.extend(self.lines)
         out.append("  }")
         out.append("}")
-        return "\n".join(out) + "\n"
+        return LoweredKernel("\n".join(out) + "\n", kernel_abi(k))
 
     def _scan(self) -> None:
         """Kernel-wide facts: module num-warps (warp_specialize default role), MFMA K sizes."""

@@ -2,7 +2,7 @@
 TMA copies, the async-proxy fence, and thread-block clusters."""
 from __future__ import annotations
 
-from ... import ptx_cluster
+from ...ptx import cluster as ptx_cluster
 from ....ir import BarrierType, DescType, Op, ScalarType, SmemType, TileType, Value
 from ....types import DType
 from ..context import KernelLowering

@@ -2,7 +2,7 @@
 
 Triton takes a descriptor parameter's generic address in two steps, `mov.b64 %rdA, k_param_i;` then
 `cvta.param.u64 %rdB, %rdA;`, and its TMA instructions name either register. The PTX passes that find
-a descriptor's copies (ptx_cluster) or a copy's descriptor (ptx_prefetch) read that relation here.
+a descriptor's copies (cluster.py) or a copy's descriptor (prefetch.py) read that relation here.
 """
 from __future__ import annotations
 

@@ -3,43 +3,34 @@
 Triton 3.6 has no TTGIR form for either (docs/CLUSTERS.md), so the lowering marks them and this pass
 rewrites Triton's PTX before ptxas:
 
-* A TMA load through a descriptor listed in the header becomes
+* A TMA load through a descriptor the kernel's ABI marks `multicast` becomes
   `cp.async.bulk.tensor...multicast::cluster [...], ctaMask` with every CTA of the cluster in the mask:
   the tile lands at the same shared-memory offset, and completes bytes on the same mbarrier, in each.
 * An arrive the lowering emitted with the count `ARRIVE_SENTINEL` becomes a local arrive plus one `mapa`
   + remote `mbarrier.arrive.relaxed.cluster` per other CTA of the cluster, under the original
   predicate: the "slot free" signal of a ring that other CTAs fill by multicast.
 
-The lowering passes what to do in a comment line at the top of the TTGIR (`header`), so the TTGIR text,
-which is the compile cache's key, says everything. The kernel itself is compiled with num-ctas = 1
+The kernel's ABI says what to do (`num_ctas`, and which descriptor parameters multicast); the compile
+step keys its cache on it. The kernel itself is compiled with num-ctas = 1
 (each CTA its own tensors, as in CUDA); the compile step records `num_ctas` in the binary's metadata,
 and Triton's launcher then starts grid[0] * num_ctas CTAs in clusters of (num_ctas, 1, 1).
 """
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 
-from .ptx_cue import file_hash
-from .ptx_params import param_registers
+from . import file_hash
+from .params import param_registers
 
 # an arrive count no real arrive uses; the lowering writes it for arrive(cluster=True)
 ARRIVE_SENTINEL = 3098
 
-_HEADER = "// gluon.cluster"
-_HEADER_RE = re.compile(r"^// gluon\.cluster num_ctas=(\d+) multicast=([\w,]*)$", re.M)
 
 _TMA_G2S = re.compile(
     r"(cp\.async\.bulk\.tensor\.[1-5]d\.shared::cluster\.global\.mbarrier::complete_tx::bytes)"
     r"(\s+\[[^\]]+\],\s*\[(%rd\d+),\s*\{[^}]*\}\],\s*\[[^\]]+\])\s*;")
 _SENTINEL_ARRIVE = re.compile(
     r"(@!?%p\d+\s+)?mbarrier\.arrive\.shared::cta\.b64\s+_,\s*\[(%r\d+)\],\s*" + str(ARRIVE_SENTINEL) + r"\s*;")
-
-
-@dataclass(frozen=True)
-class ClusterInfo:
-    num_ctas: int
-    multicast: tuple[str, ...]      # TTGIR argument names of the descriptors whose loads multicast
 
 
 class ClusterPassError(RuntimeError):
@@ -49,17 +40,6 @@ class ClusterPassError(RuntimeError):
 def source_hash() -> str:
     """This pass's source, for the compile cache key of the kernels it rewrites."""
     return file_hash(__file__)
-
-
-def header(num_ctas: int, multicast: list[str]) -> str:
-    return f"{_HEADER} num_ctas={num_ctas} multicast={','.join(multicast)}"
-
-
-def parse_header(ttgir: str) -> ClusterInfo | None:
-    m = _HEADER_RE.search(ttgir)
-    if m is None:
-        return None
-    return ClusterInfo(int(m.group(1)), tuple(filter(None, m.group(2).split(","))))
 
 
 def rewrite(ptx: str, kernel: str, num_ctas: int, multicast_params: dict[str, int]) -> tuple[str, dict]:

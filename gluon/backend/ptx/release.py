@@ -28,13 +28,14 @@ it (`gl.set_lean_release()`); where nothing matches, the pass says so (`skipped`
 """
 from __future__ import annotations
 
-from .ptx_cue import Cue
-from .ptx_scan import BARRIER, barrier_args, is_plain, statements
+from . import file_hash
+from .scan import BARRIER, barrier_args, is_plain, statements
 
-_HEADER = "// gluon.ptx lean_release"
 
-_CUE = Cue(_HEADER, __file__)          # the header line that asks for this pass (ptx_cue)
-header, wanted, source_hash = _CUE.header, _CUE.wanted, _CUE.source_hash
+
+def source_hash() -> str:
+    """This pass's source, for the compile cache key of the kernels it rewrites."""
+    return file_hash(__file__)
 
 WARPGROUP_THREADS = 128
 

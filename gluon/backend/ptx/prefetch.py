@@ -4,8 +4,8 @@ A TMA copy reads its 128-byte descriptor (a by-value kernel parameter) before it
 first copy through a descriptor that is not cached waits for that read (an L2 or DRAM round trip),
 and in a GEMM with one tile per CTA both the first load and the final TMA store of the output pay it
 on the critical path. CUTLASS therefore issues `prefetch.tensormap` for every descriptor at kernel
-start. Triton 3.6's TTGIR has no op for it, so the lowering writes a header line when the kernel asks
-for it (`set_tma_prefetch()`), and this pass inserts, right after the entry label, one
+start. Triton 3.6's TTGIR has no op for it, so when the kernel asks for it (`set_tma_prefetch()`, recorded
+in its ABI) this pass inserts, right after the entry label, one
 `prefetch.tensormap` per parameter that some `cp.async.bulk.tensor` uses as its descriptor, issued by
 thread 0 only (the cache is per SM; the other threads would issue duplicates).
 """
@@ -13,18 +13,19 @@ from __future__ import annotations
 
 import re
 
-from .ptx_cue import Cue
-from .ptx_params import param_registers
+from . import file_hash
+from .params import param_registers
 
-_HEADER = "// gluon.ptx prefetch_tensormaps"
 
 
 class PrefetchPassError(RuntimeError):
     pass
 
 
-_CUE = Cue(_HEADER, __file__)          # the header line that asks for this pass (ptx_cue)
-header, wanted, source_hash = _CUE.header, _CUE.wanted, _CUE.source_hash
+
+def source_hash() -> str:
+    """This pass's source, for the compile cache key of the kernels it rewrites."""
+    return file_hash(__file__)
 
 
 # the descriptor operand of a bulk tensor copy (load, multicast load, store, reduce, prefetch):

@@ -14,7 +14,7 @@ sit on the path to the first TMA load. Most are not needed:
 * after it, expect-tx and TMA copies on a barrier may come in any order: a copy that lands first takes
   the barrier's tx-count below zero, and the phase completes only once the arrival (which brings the
   expect-tx with it) and all the bytes are in, whichever came first. TMA multicast depends on the same
-  rule (a peer's copy may land before this CTA's expect-tx; ptx_cluster's kernels, verified on the
+  rule (a peer's copy may land before this CTA's expect-tx; cluster.py's kernels, verified on the
   H200, do that every k-step). Nothing in the span reads what the copies write (the consumers wait on
   the barriers after the warp roles start).
 
@@ -30,14 +30,15 @@ from __future__ import annotations
 
 import re
 
-from .ptx_cue import Cue
-from .ptx_scan import BARRIER, INSTR, barrier_args, is_plain, statements
-
-_HEADER = "// gluon.ptx lean_prologue"
+from . import file_hash
+from .scan import BARRIER, INSTR, barrier_args, is_plain, statements
 
 
-_CUE = Cue(_HEADER, __file__)          # the header line that asks for this pass (ptx_cue)
-header, wanted, source_hash = _CUE.header, _CUE.wanted, _CUE.source_hash
+
+
+def source_hash() -> str:
+    """This pass's source, for the compile cache key of the kernels it rewrites."""
+    return file_hash(__file__)
 
 
 def _memory_kind(op: str) -> str | None:

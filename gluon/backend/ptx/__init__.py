@@ -1,18 +1,34 @@
-"""The PTX passes a kernel's ABI asks for: which run, in which order, on Triton's PTX before ptxas, and
-what of them goes into the compile cache key.
+"""PTX post-passes: what Triton 3.6's TTGIR cannot say, added to the PTX Triton generates, before ptxas.
 
-The cluster pass (ptx_cluster: TMA multicast, cluster-wide arrives) runs for every kernel whose ABI has
+`cluster` (TMA multicast and cluster-wide arrives), `prefetch` (TMA descriptor prefetch), `prologue`
+(the prologue's redundant CTA barriers) and `release` (a warpgroup's stage release without a barrier)
+each rewrite one kernel's PTX; `params` and `scan` are what they share for reading it. This module says
+which run for a kernel, from its ABI, in which order, and what of them goes into the compile cache key.
+
+The cluster pass (cluster.py: TMA multicast, cluster-wide arrives) runs for every kernel whose ABI has
 `num_ctas > 1`; then the opt-in passes the ABI names (`KernelABI.ptx_passes`, set by `gl.set_<name>()`),
 in the order of `OPT_IN`. Each pass's source hash is part of the cache key of the kernels it rewrites,
 so changing a pass recompiles them.
 """
 from __future__ import annotations
 
+import functools
+import hashlib
+import pathlib
 from dataclasses import dataclass, field
 from typing import Callable
 
-from ..abi import KernelABI
-from . import ptx_cluster, ptx_prefetch, ptx_prologue, ptx_release
+from ...abi import KernelABI
+
+
+@functools.lru_cache(maxsize=None)
+def file_hash(path: str) -> str:
+    """sha256 (16 hex digits) of a pass module's source file: part of the cache key of the kernels it
+    rewrites, so editing a pass recompiles them."""
+    return hashlib.sha256(pathlib.Path(path).read_bytes()).hexdigest()[:16]
+
+
+from . import cluster as ptx_cluster, prefetch as ptx_prefetch, prologue as ptx_prologue, release as ptx_release  # noqa: E402
 
 # opt-in pass name (the kernel attribute and `gl.set_<name>`) -> (module, metadata key of what it did)
 OPT_IN = {

@@ -1,4 +1,4 @@
-"""A lowered kernel's ABI, read off its IR: one typed `KernelParam` per parameter, in TTGIR order.
+"""The lowered kernel's ABI, read off its IR: one typed `KernelParam` per parameter, in TTGIR order.
 
 The lowering prints the TTGIR signature from the same IR parameters (pointers, scalars, and each TMA
 descriptor followed by its shape and strides), so the two agree by construction; the compile step checks
@@ -6,12 +6,10 @@ the TMA boxes against what Triton's TMA code assumes.
 """
 from __future__ import annotations
 
-from ..abi import KernelABI, KernelParam, ParamKind
-from ..arch import tma_box_shape
-from ..ir import DescType, GluonError, Kernel, PointerType, ScalarType
-
-# the opt-in PTX passes a kernel asks for with gl.set_<name>() (kernel attrs), in the order they run
-OPT_IN_PTX_PASSES = ("tma_prefetch", "lean_prologue", "lean_release")
+from ...abi import KernelABI, KernelParam, ParamKind
+from ...arch import tma_box_shape
+from ...ir import DescType, GluonError, Kernel, PointerType, ScalarType
+from ..ptx import OPT_IN as OPT_IN_PTX_PASSES     # the passes a kernel asks for with gl.set_<name>() (kernel attrs)
 
 
 def kernel_abi(kernel: Kernel) -> KernelABI:
