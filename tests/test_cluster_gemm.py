@@ -8,10 +8,10 @@ import gluon.language as gl
 from gluon import SM90, DType, Layout, SwizzleMode, TensorRef, WarpRole, kernel
 from gluon.backend import ptx_cluster
 from gluon.backend.triton_compile import cache_key_parts, sass_instructions
-from gluon.dsl import mbarrier, smem, tma_load, warp_role
 from gluon.ir import GluonError
 from gluon.jit import run_passes
 from gluon.kernels.gemm_sm90 import DEFAULT_CONFIG, gemm_sm90, num_warps, stand_ins
+from gluon.language import mbarrier, smem, tma_load, warp_role
 
 # ------------------------------------------------------------------------------ the PTX pass
 

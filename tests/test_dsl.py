@@ -9,8 +9,8 @@ import pytest
 import gluon
 import gluon.language as gl
 from gluon import SM80, SM90, DType, Layout, SwizzleMode, TensorRef
-from gluon.dsl import PointerArg, ScalarArg, mbarrier, mfma, smem, tma_load, wgmma
 from gluon.ir import GluonError
+from gluon.language import PointerArg, ScalarArg, mbarrier, mfma, smem, tma_load, wgmma
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 HERE = os.path.abspath(__file__)
