@@ -80,7 +80,7 @@ def main() -> None:
             print(f"{form:>10} copy of {n} fp32: {'exact' if ok else 'WRONG'}")
         return
     from gluon.backend.machine_code import sass_instructions
-    from gluon.dsl import PointerArg
+    from gluon.language import PointerArg
     f32 = gl.float32
     for name, k, kw in (("simt", copy_kernel, dict(block=(4096,), XBLOCK=4096)),
                         ("explicit", copy_kernel_explicit, dict(XBLOCK=4096, VEC=4, NUM_WARPS=8)),
@@ -114,7 +114,7 @@ class _CopyTuning(TuningTemplate):
                 config.get("LOAD_CACHE", ""), config.get("STORE_CACHE", ""))
 
     def trace(self, config, shape, dtype, arch):
-        from gluon.dsl import PointerArg, ScalarArg
+        from gluon.language import PointerArg, ScalarArg
         xblock, nw, form, lc, sc = self._settings(config)
         (n,) = shape
         dt = gluon_dtype(dtype)

@@ -18,15 +18,14 @@ instruction summary (HGMMA, UTMALDG, ...).
 """
 import gluon.language as gl
 from gluon import SM90, Layout, SwizzleMode, WarpRole, kernel
-from gluon.dsl import (
+from gluon.language.control import for_range, warp_role
+from gluon.language.memory import smem
+from gluon.language.nvidia.hopper import (
     fence_async_shared,
-    for_range,
     mbarrier,
-    smem,
     tma_load,
     tma_store,
     tma_store_wait,
-    warp_role,
     wgmma,
     wgmma_wait,
 )

@@ -11,7 +11,7 @@
 
     copy_kernel[grid, (2048,)](dst, src, src.numel(), XBLOCK=2048)
 
-Pipeline: DSL trace (gluon.dsl, gluon.frontend) -> IR (gluon.ir) -> passes (gluon.passes) ->
+Pipeline: DSL trace (gluon.language, gluon.frontend) -> IR (gluon.ir) -> passes (gluon.passes) ->
 TTGIR (gluon.backend.lowering) -> Triton 3.6 binaries (gluon.backend.compile) ->
 launch (gluon.runtime); gluon.jit ties them together with a cache.
 """
@@ -19,7 +19,8 @@ from .version import __version__  # noqa: F401
 
 from .arch import CDNA3, SM80, SM90, SM100, Arch, current_arch  # noqa: E402,F401
 from . import jit as _jit_module  # noqa: E402,F401  (installs the launch hook; must precede the next line)
-from .dsl import jit, kernel  # noqa: E402,F401  (the decorator `gluon.jit`, not the module)
+from .language.kernel import jit, kernel  # noqa: E402,F401  (the decorator `gluon.jit`, not the module)
+from . import dsl  # noqa: E402,F401  (the compatibility module: `gluon.dsl.kernel` after `import gluon`)
 from .ir import GluonError  # noqa: E402,F401
 from .loader import load  # noqa: E402,F401  (gluon.load("gemm_sm90"): a built, tuned kernel)
 from .tuning.autotune import autotune  # noqa: E402,F401  (@gluon.autotune(configs=[...], key=[...]))

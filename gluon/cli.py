@@ -60,7 +60,7 @@ _ARG_RE = re.compile(r"^(?P<dtype>\w+)(\[(?P<shape>[^\]]*)\])?$")
 
 def parse_arg(name: str, spec: str):
     """`f16[M,K]` -> TensorRef, `ptr:f32` -> PointerArg, `i32` -> scalar, `desc:f16[128,64]` -> DescArg."""
-    from .dsl import DescArg, PointerArg, ScalarArg
+    from .language.kernel import DescArg, PointerArg, ScalarArg
     try:
         if spec.startswith("ptr:"):
             return PointerArg(DType.from_name(spec[4:]))

@@ -23,8 +23,10 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
-from . import dsl, ir
+from . import ir
 from .arch import Arch, arch_by_name, current_arch
+from .language import kernel as _language_kernel
+from .language.kernel import KernelTemplate, PointerArg, ScalarArg
 from .passes.layout_assign import assign_layouts
 from .passes.layout_check import check_layouts
 from .passes.pipeline import pipeline
@@ -166,20 +168,20 @@ def _arg_key(v) -> tuple:
     return ("?", type(v).__name__)
 
 
-def _stand_in(template: dsl.KernelTemplate, pname: str, v, key: tuple):
+def _stand_in(template: KernelTemplate, pname: str, v, key: tuple):
     """The trace-time stand-in for runtime argument `v` of parameter `pname`."""
     kind = key[0]
     if kind == "t":
         dt = _tensor_dtype(v)
         if template.simt:
-            return dsl.PointerArg(dt, 16 if key[2] else 1)
+            return PointerArg(dt, 16 if key[2] else 1)
         return TensorRef(pname, dt, shape=tuple(f"{pname}_shape{i}" for i in range(key[3])))
     if kind == "b":
-        return dsl.ScalarArg(DType.i1)
+        return ScalarArg(DType.i1)
     if kind == "i":
-        return dsl.ScalarArg(DType.i32 if key[2] else DType.i64, 16 if key[1] else 1)
+        return ScalarArg(DType.i32 if key[2] else DType.i64, 16 if key[1] else 1)
     if kind == "f":
-        return dsl.ScalarArg(DType.f32)
+        return ScalarArg(DType.f32)
     raise ir.GluonError(f"kernel {template.name}: argument '{pname}' is a {type(v).__name__}; pass a tensor, "
                         "an int, a float or a bool", template.loc)
 
@@ -187,7 +189,7 @@ def _stand_in(template: dsl.KernelTemplate, pname: str, v, key: tuple):
 class JITFunction:
     """Per-template specialization table (held on the template)."""
 
-    def __init__(self, template: dsl.KernelTemplate):
+    def __init__(self, template: KernelTemplate):
         self.template = template
         sig = template.signature.parameters
         self.runtime_params = [n for n in sig if n not in template.constexprs]
@@ -223,7 +225,7 @@ class JITFunction:
         return ck
 
 
-def _jit_of(template: dsl.KernelTemplate) -> JITFunction:
+def _jit_of(template: KernelTemplate) -> JITFunction:
     jf = getattr(template, "_jit", None)
     if jf is None:
         jf = template._jit = JITFunction(template)
@@ -235,7 +237,7 @@ class BoundLaunch:
 
     __slots__ = ("template", "jf", "grid", "block")
 
-    def __init__(self, template: dsl.KernelTemplate, launch):
+    def __init__(self, template: KernelTemplate, launch):
         self.template = template
         self.jf = _jit_of(template)
         if isinstance(launch, tuple) and len(launch) == 2 and isinstance(launch[1], (tuple, list)) \
@@ -276,12 +278,12 @@ class BoundLaunch:
             raise
 
 
-def compile(template: dsl.KernelTemplate, *args, arch: Arch | str | None = None, num_warps: int | None = None,
+def compile(template: KernelTemplate, *args, arch: Arch | str | None = None, num_warps: int | None = None,
             block: Sequence[int] | None = None, options: dict | None = None, cache=None, **kwargs) -> CompiledKernel:
     """Trace with stand-ins (as `template.trace`) and compile, without a GPU: for tests and ahead-of-time builds."""
     module = template.trace(*args, arch=arch, num_warps=num_warps, block=block, **kwargs)
     return compile_module(module, options=options, cache=cache)
 
 
-dsl._LAUNCH_HOOK = BoundLaunch
-dsl._COMPILE_HOOK = compile
+_language_kernel._LAUNCH_HOOK = BoundLaunch
+_language_kernel._COMPILE_HOOK = compile

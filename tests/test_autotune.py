@@ -13,7 +13,7 @@ pytest.importorskip("pyarrow")
 
 import gluon  # noqa: E402
 import gluon.language as gl  # noqa: E402
-from gluon.dsl import PointerArg, ScalarArg  # noqa: E402
+from gluon.language import PointerArg, ScalarArg  # noqa: E402
 
 
 @gluon.jit

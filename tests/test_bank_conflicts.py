@@ -7,10 +7,10 @@ import pytest
 import gluon.language as gl
 from gluon import SM80, DType, Layout, TensorRef, kernel
 from gluon import ir
-from gluon.dsl import smem
 from gluon.jit import run_passes
 from gluon.kernels.gemm_tile_sm90 import gemm_tile_sm90
 from gluon.kernels.tile_dots import mma_tile_sm80
+from gluon.language import smem
 from gluon.passes.bank_conflicts import (Access, GluonWarning, bank_conflict_degree, element_offset,
                                          suggest_swizzle, warp_access)
 from gluon.passes.layout_check import check_layouts

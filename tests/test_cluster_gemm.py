@@ -6,14 +6,14 @@ import pytest
 
 import gluon.language as gl
 from gluon import SM90, DType, Layout, SwizzleMode, TensorRef, WarpRole, kernel
-from gluon.backend.ptx import cluster as ptx_cluster
 from gluon.abi import KernelABI, KernelParam, ParamKind
 from gluon.backend.compile import cache_key_parts
 from gluon.backend.machine_code import sass_instructions
-from gluon.dsl import mbarrier, smem, tma_load, warp_role
+from gluon.backend.ptx import cluster as ptx_cluster
 from gluon.ir import GluonError
 from gluon.jit import run_passes
 from gluon.kernels.gemm_sm90 import DEFAULT_CONFIG, gemm_sm90, num_warps, stand_ins
+from gluon.language import mbarrier, smem, tma_load, warp_role
 
 # ------------------------------------------------------------------------------ the PTX pass
 

@@ -9,8 +9,8 @@ import pytest
 import gluon
 import gluon.language as gl
 from gluon import SM80, SM90, DType, Layout, SwizzleMode, TensorRef
-from gluon.dsl import PointerArg, ScalarArg, mbarrier, mfma, smem, tma_load, wgmma
 from gluon.ir import GluonError
+from gluon.language import PointerArg, ScalarArg, mbarrier, mfma, smem, tma_load, wgmma
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 HERE = os.path.abspath(__file__)
@@ -237,3 +237,19 @@ def test_sm90_builtins_say_the_arch_lacks_them(name, call):
 
     with pytest.raises(GluonError, match=rf"{name}\(\) is not available on sm80"):
         k.trace(TensorRef("A", DType.f16, shape=("M", "K")))
+
+
+def test_gluon_dsl_re_exports_the_language():
+    """`gluon.dsl`, where the language used to live (the seed's `from gluon.dsl import ...`), gives the very
+    objects of gluon.language: every builtin and class of the flat namespace, and the rest it had."""
+    import gluon.dsl as dsl
+    from gluon.language import kernel as kernel_module, memory, tracing
+
+    names = [n for n, v in vars(gl).items()
+             if not n.startswith("_") and getattr(v, "__module__", "").startswith("gluon.language.")]
+    assert len(names) > 60 and [n for n in names if getattr(dsl, n, None) is not getattr(gl, n)] == []
+    assert (dsl.kernel, dsl.jit, dsl.KernelTemplate) == (kernel_module.kernel, kernel_module.jit,
+                                                         kernel_module.KernelTemplate)
+    assert (dsl.GlobalTensor, dsl.PtrOffset, dsl.ArchError, dsl.UNDEF) == (memory.GlobalTensor, memory.PtrOffset,
+                                                                           tracing.ArchError, tracing.UNDEF)
+    assert gluon.dsl is dsl and gluon.kernel is dsl.kernel

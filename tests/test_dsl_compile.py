@@ -8,9 +8,9 @@ import pytest
 
 from gluon import DType, TensorRef
 from gluon.backend.machine_code import sass_instructions
-from gluon.dsl import PointerArg, ScalarArg
 from gluon.kernels.gemm_tile_sm90 import gemm_tile_sm90
 from gluon.kernels.tile_dots import mfma_tile_cdna3, mma_tile_sm80, tcgen05_tile_sm100
+from gluon.language import PointerArg, ScalarArg
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "examples"))
@@ -94,7 +94,7 @@ def test_another_process_reuses_the_disk_cache(tmp_path):
         import os
         os.environ["GLUON_COMPILE_ISOLATION"] = "inprocess"
         from gluon import DType
-        from gluon.dsl import PointerArg, ScalarArg
+        from gluon.language import PointerArg, ScalarArg
         from copy_kernel import copy_kernel
         ck = copy_kernel.compile(PointerArg(DType.f32), PointerArg(DType.f32), ScalarArg(DType.i32, 16),
                                  arch="sm90", block=(1024,), XBLOCK=1024)

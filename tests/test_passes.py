@@ -4,9 +4,9 @@ import pytest
 import gluon
 import gluon.language as gl
 from gluon import SM90, DType, Layout, SwizzleMode, TensorRef, WarpRole
-from gluon.dsl import PointerArg, mbarrier, smem, tma_load, warp_role, wgmma
 from gluon.ir import GluonError
 from gluon.jit import run_passes
+from gluon.language import PointerArg, mbarrier, smem, tma_load, warp_role, wgmma
 from gluon.passes.layout_assign import default_layout
 from gluon.types import BlockedLayout, SliceLayout
 

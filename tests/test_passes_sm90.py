@@ -12,7 +12,11 @@ import pytest
 import gluon.language as gl
 from gluon import SM90, DType, Layout, SwizzleMode, TensorRef, WarpRole, kernel
 from gluon.backend.machine_code import sass_instructions
-from gluon.dsl import (
+from gluon.ir import BarrierType, GluonError, SmemType
+from gluon.jit import PIPELINE, run_passes
+from gluon.kernels import gemm_tile_sm90 as gemm_tile_module
+from gluon.kernels.gemm_tile_sm90 import gemm_tile_sm90
+from gluon.language import (
     fence_async_shared,
     for_range,
     mbarrier,
@@ -24,10 +28,6 @@ from gluon.dsl import (
     wgmma,
     wgmma_wait,
 )
-from gluon.ir import BarrierType, GluonError, SmemType
-from gluon.jit import PIPELINE, run_passes
-from gluon.kernels import gemm_tile_sm90 as gemm_tile_module
-from gluon.kernels.gemm_tile_sm90 import gemm_tile_sm90
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "examples"))

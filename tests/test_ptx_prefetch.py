@@ -4,10 +4,10 @@ import pytest
 
 import gluon.language as gl
 from gluon import SM90, DType, Layout, SwizzleMode, TensorRef, kernel
-from gluon.backend.ptx import prefetch as ptx_prefetch
 from gluon.backend.machine_code import sass_instructions
-from gluon.dsl import mbarrier, smem, tma_load
+from gluon.backend.ptx import prefetch as ptx_prefetch
 from gluon.kernels.gemm_sm90 import DEFAULT_CONFIG, gemm_sm90, num_warps, stand_ins
+from gluon.language import mbarrier, smem, tma_load
 
 PTX = """
 .visible .entry k(

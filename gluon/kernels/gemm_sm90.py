@@ -91,8 +91,10 @@ from dataclasses import dataclass
 import gluon.language as gl
 import gluon
 from gluon import SM90, Layout, SwizzleMode, WarpRole, kernel
-from gluon.dsl import (fence_async_shared, mbarrier, smem, static_range, tma_load, tma_store, tma_store_wait, warp_role,
-                       wgmma, wgmma_wait)
+from gluon.language.control import static_range, warp_role
+from gluon.language.memory import smem
+from gluon.language.nvidia.hopper import (fence_async_shared, mbarrier, tma_load, tma_store, tma_store_wait, wgmma,
+                                          wgmma_wait)
 from gluon.types import SliceLayout
 
 
@@ -715,7 +717,7 @@ def stand_ins(dtype, out_dtype=None, splits: int = 1) -> tuple:
     The symbols are named as JITFunction.specialize names a launch's, so the TTGIR is what `launch`
     compiles (the tuner's traces hit the cache at launch)."""
     from gluon import DType, TensorRef
-    from gluon.dsl import ScalarArg
+    from gluon.language.kernel import ScalarArg
     refs = [TensorRef(n, d, shape=tuple(f"{n}_shape{i}" for i in range(r)))
             for n, d, r in (("A", dtype, 2), ("B", dtype, 2), ("C", out_dtype or dtype, 2), ("W", DType.f32, 1))]
     return (*refs, ScalarArg(DType.i32, 16 if splits % 16 == 0 else 1))

@@ -16,7 +16,9 @@ This is the spine's end-to-end check; the tuned, warp-specialized, persistent GE
 """
 import gluon.language as gl
 from gluon import SM90, Layout, SwizzleMode, kernel
-from gluon.dsl import fence_async_shared, mbarrier, smem, tma_load, tma_store, tma_store_wait, wgmma, wgmma_wait
+from gluon.language.memory import smem
+from gluon.language.nvidia.hopper import (fence_async_shared, mbarrier, tma_load, tma_store, tma_store_wait, wgmma,
+                                          wgmma_wait)
 
 
 @kernel(arch=SM90, num_warps=4)

@@ -2,8 +2,11 @@
 tcgen05 + tensor memory (SM100). `gluon selftest` and the tests compile them for their targets."""
 import gluon.language as gl
 from gluon import CDNA3, SM80, SM100, Layout, kernel
-from gluon.dsl import (cp_async, cp_async_commit, cp_async_wait, mbarrier, mfma, mma, smem,
-                       tcgen05_mma, tma_load, tmem_alloc, tmem_load)
+from gluon.language.amd.cdna3 import mfma
+from gluon.language.memory import smem
+from gluon.language.nvidia.ampere import cp_async, cp_async_commit, cp_async_wait, mma
+from gluon.language.nvidia.blackwell import tcgen05_mma, tmem_alloc, tmem_load
+from gluon.language.nvidia.hopper import mbarrier, tma_load
 
 
 @kernel(arch=SM80, num_warps=4)

@@ -107,7 +107,7 @@ class Autotuner:
                  rtol: float = 1e-2, atol: float = 0.0, restore_value: Sequence[str] = (),
                  results_root: str | None = "results", repeats: int = 1, warmup_ms: int = 25, rep_ms: int = 100,
                  verbose: bool = False, _timer: Callable | None = None):
-        from ..dsl import KernelTemplate
+        from ..language.kernel import KernelTemplate
         if isinstance(template, Autotuner):
             raise TypeError(f"{template.name}: @gluon.autotune is applied twice")
         if not isinstance(template, KernelTemplate):

@@ -65,7 +65,7 @@ class _FaultyCopyTuning(_copy._CopyTuning):
         fault = self._fault(config)
         if fault == "none":
             return super().trace(config, shape, dtype, arch)
-        from gluon.dsl import PointerArg, ScalarArg
+        from gluon.language import PointerArg, ScalarArg
         xblock, nw = self._settings(config)[:2]
         (n,) = shape
         dt = gluon_dtype(dtype)

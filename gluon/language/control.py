@@ -1,0 +1,357 @@
+"""Control flow and warp roles.
+
+Counted GPU loops (`Loop`, made by `range` / `for_range`; `static_range` unrolls at trace time),
+branches on GPU conditions (a scalar condition becomes an `if` op with then/else regions, a tile
+condition runs both sides with their memory effects masked per element), `_FrontendHelpers` (what
+Python `if` / `for` in a kernel body call once gluon.frontend has rewritten them) and `warp_role`
+(warp-specialized sections).
+"""
+from __future__ import annotations
+
+import builtins
+
+from .. import ir
+from ..types import DType, WarpRole
+from .core import Tensor, _to_tensor, cast, where
+from .memory import _Negated
+from .tracing import UndefinedValue, _Handle, _tr, _user_loc
+
+
+# ---------------------------------------------------------------------------------- control flow
+
+
+def _carry_type_ok(init, final) -> bool:
+    return isinstance(init, Tensor) and isinstance(final, Tensor) and init.type == final.type
+
+
+class Loop:
+    """A counted GPU loop: `for i in range(a, b, c)` (rewritten) or `with for_range(...) as i`."""
+
+    def __init__(self, start, end, step=1, name: str = "i"):
+        t = _tr()
+        self.t = t
+        self.loc = _user_loc()
+        bounds = []
+        for x in (start, end, step):
+            if isinstance(x, str):
+                x = t.dim(x)
+            x = cast(_to_tensor(x, DType.i32), DType.i32)
+            bounds.append(x)
+        self.op = t.emit("for", bounds, [], regions=[ir.Region()])
+        self.body = self.op.regions[0]
+        self.iv = Tensor(self.body.add_arg(ir.I32, name))
+        self.names: tuple[str, ...] = ()
+        self.inits: list = []
+        self.args: list = []          # block arg Tensor per name, or None when not a GPU value
+        self.finals: list | None = None
+        self._state = 0
+        self._results: tuple = ()
+
+    # python-local threading (driven by the frontend's rewrite)
+    def carry(self, names, values, live_in=None) -> None:
+        """Thread Python locals through the loop. Only names the body may read before writing
+        (`live_in`) are carried; the others are loop-local and undefined after the loop."""
+        live = set(names if live_in is None else live_in)
+        self.names, self.inits, self.live = tuple(names), list(values), live
+        self.args = [Tensor(self.body.add_arg(v.type, n)) if isinstance(v, Tensor) and n in live else None
+                     for n, v in zip(self.names, self.inits)]
+
+    @property
+    def carried(self) -> tuple:
+        return tuple(a if a is not None else v for a, v in zip(self.args, self.inits))
+
+    def end(self, finals) -> None:
+        self.finals = list(finals)
+
+    @property
+    def results(self) -> tuple:
+        return self._results
+
+    # context manager / one-shot iterator
+    def __enter__(self) -> Tensor:
+        self.t.b.push(self.body)
+        self._named_before = dict(self.t.named)
+        return self.iv
+
+    def __exit__(self, exc_type, exc, tb):
+        self.t.b.pop()
+        if exc_type is None:
+            self._finish()
+        return False
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        self._state += 1
+        if self._state == 1:
+            return self.__enter__()
+        self.__exit__(None, None, None)
+        raise StopIteration
+
+    def _finish(self) -> None:
+        t, body = self.t, self.body
+        yields: list[ir.Value] = []
+        inits: list[ir.Value] = []
+        keep_args: list[ir.Value] = [self.body.args[0]]
+        results_for: list = []
+        finals = self.finals if self.finals is not None else list(self.carried)
+        out = []
+        for name, init, arg, final in zip(self.names, self.inits, self.args, finals):
+            if arg is None and name not in self.live:      # loop-local temporary
+                out.append(init if final is init else UndefinedValue(name, self.loc))
+                continue
+            if arg is None:
+                if isinstance(final, Tensor):
+                    raise ir.GluonError(f"'{name}' is assigned a GPU value inside the loop but was "
+                                        f"{'undefined' if isinstance(init, UndefinedValue) else repr(init)} before it; "
+                                        "initialise it before the loop (e.g. with gl.zeros / gl.full)", self.loc)
+                # (a _Handle here is a Shared, Barrier or GlobalTensor: a Tensor was refused above)
+                if final is not init and not isinstance(init, UndefinedValue) and not isinstance(final, _Handle):
+                    if _is_number(init) or _is_number(final):
+                        raise ir.GluonError(f"Python number '{name}' changes inside a GPU loop; make it a GPU value "
+                                            "before the loop (gl.full((), value, dtype))", self.loc)
+                out.append(final if not isinstance(init, UndefinedValue) else UndefinedValue(name, self.loc))
+                continue
+            if final is arg:          # unchanged: drop the carry
+                body.replace_uses(arg.value, init.value)
+                out.append(init)
+                continue
+            if not _carry_type_ok(init, final):
+                raise ir.GluonError(f"loop-carried '{name}' changes type inside the loop: "
+                                    f"{init.type} before, {getattr(final, 'type', type(final).__name__)} after",
+                                    self.loc)
+            keep_args.append(arg.value)
+            inits.append(init.value)
+            yields.append(final.value)
+            results_for.append(len(out))
+            out.append(None)
+        # in-place named accumulators changed in the body (e.g. wgmma(..., "acc"))
+        named_results = []
+        for name, v in t.named.items():
+            before = self._named_before.get(name)
+            if before is v:
+                continue
+            init_v = before.value if before is not None else t.named_init.get(name)
+            if init_v is None or v.value.owner is None:
+                continue
+            arg = ir.Value(init_v.type, name, owner=body)
+            body.replace_uses(init_v, arg)
+            keep_args.append(arg)
+            inits.append(init_v)
+            yields.append(v.value)
+            named_results.append(name)
+        body.args = keep_args
+        t.b.push(body)
+        t.emit("yield", yields)
+        t.b.pop()
+        self.op.operands.extend(inits)
+        self.op.results = [ir.Value(v.type, getattr(v, "name", ""), owner=self.op) for v in inits]
+        it = iter(self.op.results)
+        for i in results_for:
+            out[i] = Tensor(next(it))
+        for name in named_results:
+            t.named[name] = Tensor(next(it))
+        self._results = tuple(out)
+
+
+def _is_number(x) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool)
+
+
+def range(*args, name: str = "i") -> Loop:  # noqa: A001 - the kernel-side `range`
+    """`for i in gl.range(a, b, c)`: a GPU loop (plain `range` in a kernel body means the same)."""
+    if len(args) == 1:
+        args = (0, args[0], 1)
+    elif len(args) == 2:
+        args = (args[0], args[1], 1)
+    return Loop(*args, name=name)
+
+
+def for_range(*args) -> Loop:
+    """`with for_range("k", 0, "K", 64) as k:` (the first argument optionally names the variable).
+
+    Bounds may be ints, GPU integers, or names of symbolic sizes ("K" becomes an i32 parameter)."""
+    name = "i"
+    if len(args) >= 3 and isinstance(args[0], str) and not isinstance(args[1], str):
+        name, args = args[0], args[1:]
+    if len(args) == 1:
+        args = (0, args[0])
+    return Loop(*args, name=name)
+
+
+def static_range(*args):
+    """A loop unrolled at trace time (bounds must be Python ints)."""
+    return builtins.range(*args)
+
+
+class _ScalarBranch:
+    def __init__(self, cond: Tensor, names, values):
+        t = _tr()
+        self.t, self.names, self.inits, self.loc = t, tuple(names), list(values), _user_loc()
+        if cond.dtype != DType.i1:
+            cond = cond != 0
+        self.op = t.emit("if", [cond], [], regions=[ir.Region(), ir.Region()])
+        self.then_vals: list = []
+        self.else_vals: list = []
+
+    def then_begin(self):
+        self.t.b.push(self.op.regions[0])
+        self.named_before = dict(self.t.named)
+
+    def then_end(self, values):
+        self.t.b.pop()
+        self.then_vals = list(values)
+        self.named_then = dict(self.t.named)
+        self.t.named = dict(self.named_before)
+
+    def else_begin(self):
+        self.t.b.push(self.op.regions[1])
+        return tuple(self.inits)
+
+    def else_end(self, values):
+        self.t.b.pop()
+        self.else_vals = list(values)
+        self._finish()
+
+    def _finish(self):
+        t = self.t
+        then_y, else_y, out, slots = [], [], [], []
+        for name, init, tv, ev in zip(self.names, self.inits, self.then_vals, self.else_vals):
+            if tv is ev:
+                out.append(tv)
+                continue
+            if isinstance(tv, Tensor) and isinstance(ev, Tensor) and tv.type == ev.type:
+                then_y.append(tv.value)
+                else_y.append(ev.value)
+                slots.append(len(out))
+                out.append(None)
+                continue
+            if _is_number(tv) or _is_number(ev):
+                raise ir.GluonError(f"'{name}' is a Python value changed under a GPU condition; make it a GPU value "
+                                    "before the branch", self.loc)
+            if isinstance(tv, Tensor) and isinstance(ev, Tensor):
+                raise ir.GluonError(f"'{name}' has type {tv.type} in the then-branch and {ev.type} in the else-branch",
+                                    self.loc)
+            out.append(UndefinedValue(name, self.loc))
+        named_names = []
+        for name in set(self.named_then) | set(t.named):
+            tv, ev = self.named_then.get(name), t.named.get(name)
+            if tv is ev or tv is None or ev is None:
+                continue
+            then_y.append(tv.value)
+            else_y.append(ev.value)
+            named_names.append(name)
+        for region, ys in zip(self.op.regions, (then_y, else_y)):
+            t.b.push(region)
+            t.emit("yield", ys)
+            t.b.pop()
+        self.op.results = [ir.Value(v.type, "", owner=self.op) for v in then_y]
+        it = iter(self.op.results)
+        for i in slots:
+            out[i] = Tensor(next(it))
+        for name in named_names:
+            t.named[name] = Tensor(next(it))
+        self.results = tuple(out)
+
+
+class _MaskedBranch:
+    """`if tile_cond:` — both sides run, memory effects masked per element; values merge with where()."""
+
+    def __init__(self, cond: Tensor, names, values):
+        self.t, self.cond, self.names, self.inits, self.loc = _tr(), cond, tuple(names), list(values), _user_loc()
+        if cond.dtype != DType.i1:
+            self.cond = cond != 0
+
+    def then_begin(self):
+        self.t.masks.append(self.cond)
+
+    def then_end(self, values):
+        self.t.masks.pop()
+        self.then_vals = list(values)
+
+    def else_begin(self):
+        self.t.masks.append(_Negated(self.cond))
+        return tuple(self.inits)
+
+    def else_end(self, values):
+        self.t.masks.pop()
+        out = []
+        for name, tv, ev in zip(self.names, self.then_vals, values):
+            if tv is ev:
+                out.append(tv)
+            elif isinstance(tv, Tensor) and isinstance(ev, Tensor):
+                if not tv.is_tile and not ev.is_tile:
+                    raise ir.GluonError(f"scalar '{name}' assigned under a per-thread condition; "
+                                        "use gl.where or make it a tile", self.loc)
+                out.append(where(self.cond, tv, ev))
+            else:
+                out.append(UndefinedValue(name, self.loc))
+        self.results = tuple(out)
+
+
+class _FrontendHelpers:
+    """What rewritten kernels call as `__gl__` (see gluon.frontend)."""
+
+    @staticmethod
+    def lookup(frame_locals: dict, name: str):
+        return frame_locals.get(name, UndefinedValue(name, None))
+
+    @staticmethod
+    def loop(bounds, names, values, live_in=None, **kw):
+        lp = range(*bounds, **kw)
+        lp.carry(names, values, live_in)
+        return lp
+
+    @staticmethod
+    def is_static(cond) -> bool:
+        return not isinstance(cond, Tensor)
+
+    @staticmethod
+    def branch(cond: Tensor, names, values):
+        if cond.is_tile:
+            return _MaskedBranch(cond, names, values)
+        return _ScalarBranch(cond, names, values)
+
+    @staticmethod
+    def frontend_error(msg: str, line: int):
+        return ir.GluonError(msg, _user_loc())
+
+
+# ---------------------------------------------------------------------------------- warp roles
+
+
+class warp_role:
+    """`with warp_role(WarpRole.PRODUCER, warp_range=(0, 3), registers=40):` — code for those warps only.
+
+    Consecutive warp_role blocks form one warp-specialized section; the role holding warp 0 runs as the
+    default partition."""
+
+    def __init__(self, role: WarpRole | str, warp_range: tuple[int, int], registers: int | None = None):
+        self.role = WarpRole(role) if not isinstance(role, WarpRole) else role
+        self.first, self.last = warp_range
+        self.registers = registers
+
+    def __enter__(self):
+        t = _tr()
+        t.require("warp_specialize", "warp_role")
+        ops = t.b.region.ops
+        ws = ops[-1] if ops and ops[-1].kind == "warp_specialize" and ops[-1].attrs.get("_open") else None
+        if ws is None:
+            ws = t.emit("warp_specialize", [], [], {"roles": [], "_open": True})
+        region = ir.Region()
+        ws.regions.append(region)
+        ws.attrs["roles"].append({"role": self.role.value, "warps": (self.first, self.last),
+                                  "registers": self.registers, "default": self.first == 0})
+        t.b.push(region)
+        t.role_regions.append((region, self.last - self.first + 1))
+        self._named_before = dict(t.named)
+        return self
+
+    def __exit__(self, exc_type, exc, tb):
+        t = _tr()
+        t.b.pop()
+        t.role_regions.pop()
+        # accumulators of one role are private to it
+        t.named = self._named_before
+        return False

@@ -1,0 +1,182 @@
+"""Kernels: `@kernel` (explicit form) and `@jit` (SIMT form) make a `KernelTemplate`.
+
+`KernelTemplate.trace(...)` binds the parameters (`TensorRef`s, the stand-ins `PointerArg` /
+`ScalarArg` / `DescArg`, a `DType`, constexpr values), runs the function as rewritten by
+gluon.frontend, and returns the verified IR module. Launching and compiling go through
+`_LAUNCH_HOOK` / `_COMPILE_HOOK`, which gluon.jit installs: the language never imports a backend.
+"""
+from __future__ import annotations
+
+import builtins
+import inspect
+from dataclasses import dataclass
+from typing import Callable, Sequence
+
+from .. import frontend, ir
+from ..arch import SM90, Arch, arch_by_name
+from ..types import DType, SwizzleMode, TensorRef
+from .control import _FrontendHelpers, _is_number
+from .core import Tensor, _is_constexpr_annotation, _py_dtype, constexpr
+from .memory import GlobalTensor, Pointer
+from .tracing import _TRACES, _Trace
+
+
+@dataclass(frozen=True)
+class PointerArg:
+    """Trace-time stand-in for a pointer argument of element type `dtype`."""
+
+    dtype: DType
+    divisibility: int = 16
+
+
+@dataclass(frozen=True)
+class ScalarArg:
+    dtype: DType = DType.i32
+    divisibility: int = 1
+
+
+@dataclass(frozen=True)
+class DescArg:
+    """Trace-time stand-in for a TMA-descriptor argument built by the host."""
+
+    dtype: DType
+    block_shape: tuple[int, ...]
+    swizzle: SwizzleMode = SwizzleMode.B128
+
+
+_LAUNCH_HOOK: Callable | None = None   # installed by gluon.jit
+_COMPILE_HOOK: Callable | None = None
+
+
+def _def_line(fn: Callable) -> int:
+    """The line of `def name(` (co_firstlineno points at the first decorator)."""
+    try:
+        lines, start = inspect.getsourcelines(fn)
+    except (OSError, TypeError):
+        return fn.__code__.co_firstlineno
+    for i, line in enumerate(lines):
+        if line.lstrip().startswith(("def ", "async def ")):
+            return start + i
+    return start
+
+
+class KernelTemplate:
+    """A decorated kernel function: `.trace(...)` gives its IR; `kernel[grid](...)` launches it."""
+
+    def __init__(self, fn: Callable, *, arch: Arch | str | None = None, num_warps: int = 4, simt: bool = False,
+                 name: str | None = None):
+        self.fn = fn
+        self.name = name or fn.__name__
+        self.arch = arch_by_name(arch) if isinstance(arch, str) else arch
+        self.num_warps = num_warps
+        self.simt = simt
+        self.signature = inspect.signature(fn)
+        self.constexprs = {n for n, p in self.signature.parameters.items()
+                           if _is_constexpr_annotation(p.annotation)}
+        self._traceable: Callable | None = None
+        self.loc = ir.Loc(inspect.getsourcefile(fn) or "?", _def_line(fn), fn.__name__)
+        self.__doc__ = fn.__doc__
+        self.__wrapped__ = fn
+
+    def __repr__(self) -> str:
+        return f"<gluon kernel {self.name} arch={self.arch} num_warps={self.num_warps}>"
+
+    @property
+    def traceable(self) -> Callable:
+        if self._traceable is None:
+            self._traceable = frontend.transform(self.fn, _FrontendHelpers)
+        return self._traceable
+
+    def trace(self, *args, arch: Arch | str | None = None, num_warps: int | None = None,
+              block: Sequence[int] | None = None, **kwargs) -> ir.Module:
+        """Trace with argument stand-ins: `TensorRef`s, `PointerArg`/`ScalarArg`/`DescArg`, a `DType`
+        (a scalar of that type) or Python values for constexpr parameters."""
+        arch = arch_by_name(arch) if isinstance(arch, str) else (arch or self.arch or SM90)
+        nw = num_warps or self.num_warps
+        try:
+            bound = self.signature.bind(*args, **kwargs)
+        except TypeError as e:
+            raise ir.GluonError(f"kernel {self.name}: {e}", self.loc) from None
+        bound.apply_defaults()
+        kernel = ir.Kernel(self.name, [], arch, nw, ir.Region(), {}, self.loc)
+        trace = _Trace(kernel, tuple(block) if block else None)
+        call_args = {}
+        for pname, val in bound.arguments.items():
+            call_args[pname] = self._bind_param(trace, pname, val)
+        _TRACES.append(trace)
+        try:
+            self.traceable(**call_args)
+        finally:
+            _TRACES.pop()
+        for ws in (op for op in kernel.walk() if op.kind == "warp_specialize"):
+            ws.attrs.pop("_open", None)
+        # symbolic dims go last, after the user's parameters
+        dims = [p for p in kernel.params if p.name in trace.dims]
+        kernel.params = [p for p in kernel.params if p.name not in trace.dims] + dims
+        module = ir.Module([kernel])
+        module.verify()
+        return module
+
+    def _bind_param(self, trace: _Trace, pname: str, val):
+        k = trace.kernel
+        loc = ir.Loc(self.loc.file, self.loc.line, self.name)
+        if pname in self.constexprs:
+            return val.value if isinstance(val, constexpr) else val
+        if isinstance(val, TensorRef):
+            v = ir.Value(ir.PointerType(val.dtype), pname)
+            k.params.append(ir.Param(pname, v, loc, divisibility=16))
+            g = GlobalTensor(val, v, trace)
+            trace.globals[pname] = g
+            trace.globals.setdefault(val.name, g)
+            return g
+        if isinstance(val, PointerArg):
+            v = ir.Value(ir.PointerType(val.dtype), pname)
+            k.params.append(ir.Param(pname, v, loc, divisibility=val.divisibility))
+            return Pointer(v)
+        if isinstance(val, DescArg):
+            v = ir.Value(ir.DescType(val.dtype, tuple(val.block_shape), val.swizzle), pname)
+            k.params.append(ir.Param(pname, v, loc))
+            ref = TensorRef(pname, val.dtype, shape=tuple(f"{pname}_dim{i}" for i in builtins.range(len(val.block_shape))))
+            g = GlobalTensor.__new__(GlobalTensor)
+            g.ref, g.value, g._trace, g.kind = ref, v, trace, "desc"
+            trace.globals[pname] = g
+            return g
+        if isinstance(val, (ScalarArg, DType)):
+            sa = val if isinstance(val, ScalarArg) else ScalarArg(val)
+            v = ir.Value(ir.ScalarType(sa.dtype), pname)
+            k.params.append(ir.Param(pname, v, loc, divisibility=sa.divisibility))
+            return Tensor(v)
+        if _is_number(val) or isinstance(val, bool):
+            v = ir.Value(ir.ScalarType(_py_dtype(val)), pname)
+            k.params.append(ir.Param(pname, v, loc))
+            return Tensor(v)
+        raise ir.GluonError(f"kernel {self.name}: cannot trace parameter '{pname}' from {type(val).__name__} "
+                            f"{val!r}; pass a TensorRef, PointerArg, ScalarArg, DescArg or a DType", self.loc)
+
+    def __getitem__(self, launch):
+        """`kernel[grid]` or `kernel[grid, block]` -> a callable that launches with the arguments."""
+        if _LAUNCH_HOOK is None:
+            raise RuntimeError("launching needs gluon.jit (import gluon)")
+        return _LAUNCH_HOOK(self, launch)
+
+    def compile(self, *args, **kwargs):
+        """Trace with stand-ins and compile (no GPU needed): see gluon.jit.compile."""
+        if _COMPILE_HOOK is None:
+            raise RuntimeError("compiling needs gluon.jit (import gluon)")
+        return _COMPILE_HOOK(self, *args, **kwargs)
+
+
+def kernel(fn: Callable | None = None, *, arch: Arch | str | None = None, num_warps: int = 4,
+           name: str | None = None):
+    """`@kernel(arch=SM90, num_warps=8)`: an explicit-form kernel (shared regions, barriers, roles)."""
+    def wrap(f):
+        return KernelTemplate(f, arch=arch, num_warps=num_warps, name=name)
+    return wrap(fn) if fn is not None else wrap
+
+
+def jit(fn: Callable | None = None, *, arch: Arch | str | None = None, num_warps: int = 4):
+    """`@gluon.jit`: a SIMT-style kernel launched as `k[grid, (BLOCK,)](args..., CONST=...)`; argument
+    types are taken from the call, constexpr parameters specialize the compiled binary."""
+    def wrap(f):
+        return KernelTemplate(f, arch=arch, num_warps=num_warps, simt=True)
+    return wrap(fn) if fn is not None else wrap
