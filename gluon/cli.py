@@ -201,7 +201,7 @@ def _spec_or_exit(path: str):
 
 
 def _check(args) -> int:
-    from .tuning.template import template_of
+    from .tuning.spec import template_of
     spec = _spec_or_exit(args.spec)
     try:
         template = template_of(spec)

@@ -408,7 +408,7 @@ def test_timed_runs_rotate_through_two_input_sets(tmp_path, env, monkeypatch):
     """Candidate and baseline each alternate between two input sets (seeds s and s+1) from run to run;
     the verified run uses the first; a set over 2 GiB is not doubled."""
     from gluon.tuning.measure import measure_job, rotation
-    from gluon.tuning.template import template_of
+    from gluon.tuning.spec import template_of
     spec = load(fake_spec(tmp_path))
     tpl = template_of(spec)
     seen = []

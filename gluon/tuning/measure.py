@@ -157,7 +157,7 @@ def rotating(fns: list[Callable[[], None]]) -> Callable[[], None]:
 def measure_job(job: dict, device, bench: Callable, synchronize: Callable[[], None]) -> dict:
     """Verify, then time one (config, shape, dtype) on `device`. bench(fn) -> [median, p10, p90] ms.
     The device-independent part of `measure_on_gpu` (the tests run it on the CPU with a fake bench)."""
-    from .template import template_of
+    from .spec import template_of
     template = template_of(job["spec"])
     shape, dtype, config = tuple(job["shape"]), job["dtype"], job["config"]
     inputs = template.make_inputs(shape, dtype, device, job.get("seed", 0))

@@ -133,7 +133,7 @@ def _md(v) -> str:
 
 def _templates(df, specs_dir):
     """spec name -> template object or None (spec file under specs_dir, else the row's template ref)."""
-    from .template import load_template_ref, template_of
+    from .template import load_template_ref
     specs = {}
     try:
         from .build import find_spec_files
@@ -146,6 +146,7 @@ def _templates(df, specs_dir):
         t = None
         if name in specs:
             try:
+                from .spec import template_of
                 t = template_of(specs[name])
             except Exception:                           # noqa: BLE001 - a template that does not import
                 t = None

@@ -29,7 +29,7 @@ the dotted field, the bad value, what is allowed, and a suggestion for typos:
 The loader's parts, each importing only those before it: spec_errors (SpecError, value formatting,
 suggestions), spec_files (reading TOML/YAML with line numbers, extends, hoisting), spec_sections (the
 [kernel] and [tuning] models, key names), spec_space (the search space's domains and constraints). This
-module holds the Spec model, load_spec, and the template a spec names (resolve_template).
+module holds the Spec model, load_spec, and the template a spec names (resolve_template, template_of).
 """
 from __future__ import annotations
 
@@ -79,9 +79,9 @@ from .spec_sections import (
     _unknown_key,
 )
 from .spec_space import _build_space, _check_constraints
-from .template import import_file
+from .template import import_file, load_template_ref
 
-__all__ = ["load_spec", "resolve_template", "SpecError", "Spec", "KernelSection", "TuningSettings",
+__all__ = ["load_spec", "resolve_template", "template_of", "SpecError", "Spec", "KernelSection", "TuningSettings",
            "ARCHS", "DTYPES", "SAMPLERS", "OBJECTIVES", "SCORINGS"]
 
 
@@ -387,3 +387,23 @@ def resolve_template(spec: Spec) -> Any:
         obj = getattr(obj, part)
     return obj
 
+
+_TEMPLATES: dict[tuple, Any] = {}
+
+
+def template_of(spec) -> Any:
+    """The spec's template: `resolve_template(spec)`, or for a stand-in spec the resolver does not take,
+    its `kernel.template` reference resolved next to its `source` (template.load_template_ref). Cached
+    per process."""
+    key = (spec.kernel.template, str(getattr(spec, "source", "")))
+    if key in _TEMPLATES:
+        return _TEMPLATES[key]
+    try:
+        obj = resolve_template(spec)
+    except (AttributeError, TypeError):       # a stand-in spec the real resolver does not take
+        obj = None
+    if obj is None:
+        src = getattr(spec, "source", None)
+        obj = load_template_ref(spec.kernel.template, Path(src).parent if src else None)
+    _TEMPLATES[key] = obj
+    return obj

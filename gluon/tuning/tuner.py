@@ -97,13 +97,9 @@ from pathlib import Path
 from .expand import CompilePool, Legality
 from .measure import DEFAULT_MEASURE, GpuWorker, default_environment
 from .results import ResultsStore, make_row
-from .template import H200_PEAK_BW, H200_PEAK_FLOPS, H200_SMS, shape_str, template_of
-
-try:
-    from .spec import SpecError
-except ImportError:                                   # pragma: no cover - spec.py ships with this module
-    class SpecError(ValueError):
-        pass
+from .spec import template_of
+from .spec_errors import SpecError
+from .template import H200_PEAK_BW, H200_PEAK_FLOPS, H200_SMS, shape_str
 
 
 def _spec_error(spec, field: str, problem: str, allowed: str = "") -> Exception:
