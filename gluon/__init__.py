@@ -15,7 +15,7 @@ Pipeline: DSL trace (gluon.dsl, gluon.frontend) -> IR (gluon.ir) -> passes (gluo
 TTGIR (gluon.backend.triton_lowering) -> Triton 3.6 binaries (gluon.backend.triton_compile) ->
 launch (gluon.runtime); gluon.jit ties them together with a cache.
 """
-__version__ = "0.1.0"
+from ._version import __version__  # noqa: F401
 
 from .arch import CDNA3, SM80, SM90, SM100, Arch, current_arch  # noqa: E402,F401
 from . import jit as _jit_module  # noqa: E402,F401  (installs the launch hook; must precede the next line)

@@ -40,6 +40,8 @@ import time
 import traceback
 from collections.abc import Callable
 
+from .._version import __version__
+
 DEFAULT_MEASURE = "gluon.tuning.measure:measure_on_gpu"
 
 
@@ -76,8 +78,7 @@ def _driver_version() -> str | None:
 
 def versions() -> dict:
     out = {}
-    import gluon
-    out["gluon"] = gluon.__version__
+    out["gluon"] = __version__
     try:
         import triton
         out["triton"] = triton.__version__
