@@ -77,7 +77,7 @@ def _with_tuning(spec, **kw):
 def _study(summary):
     import optuna
 
-    from gluon.tuning.tuner import journal_storage
+    from gluon.tuning.storage import journal_storage
     return optuna.load_study(study_name=summary.study_name, storage=journal_storage(summary.storage))
 
 

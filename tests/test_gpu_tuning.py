@@ -114,7 +114,7 @@ def test_oob_is_a_runtime_error_wrong_is_never_selected_and_the_study_goes_on(tm
     assert list(summary(df)["FAULT"]) == ["none"]
     import optuna
 
-    from gluon.tuning.tuner import journal_storage
+    from gluon.tuning.storage import journal_storage
     study = optuna.load_study(study_name=s.study_name, storage=journal_storage(s.storage))
     assert study.best_trial.user_attrs["config"]["FAULT"] == "none"
     complete = {t.user_attrs["config"]["FAULT"] for t in study.trials if t.state.name == "COMPLETE"}

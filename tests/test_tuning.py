@@ -196,7 +196,7 @@ def env(tmp_path, monkeypatch):
 def _study(tmp_path, summary):
     import optuna
 
-    from gluon.tuning.tuner import journal_storage
+    from gluon.tuning.storage import journal_storage
     return optuna.load_study(study_name=summary.study_name, storage=journal_storage(summary.storage))
 
 
@@ -642,7 +642,7 @@ def test_ctrl_c_leaves_a_resumable_study(tmp_path, env):
     assert p.returncode != 0 and "KeyboardInterrupt" in err and "resume" in err
     import optuna
 
-    from gluon.tuning.tuner import journal_storage
+    from gluon.tuning.storage import journal_storage
     name = next((tmp_path / "tuning").glob("*.log"))
     study = optuna.load_study(study_name=name.stem, storage=journal_storage(name))
     states = [t.state for t in study.trials]

@@ -244,13 +244,13 @@ def _open_study(study: str, tuning_root, storage):
     import optuna
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     if storage:
-        from .tuner import open_storage
+        from .storage import open_storage
         st, _ = open_storage(storage, study, tuning_root or "tuning")
         return optuna.load_study(study_name=study, storage=st)
     p = Path(tuning_root or "tuning") / f"{study}.log"
     if not p.is_file():
         return None
-    from .tuner import journal_storage
+    from .storage import journal_storage
     return optuna.load_study(study_name=study, storage=journal_storage(p))
 
 
