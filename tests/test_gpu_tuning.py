@@ -55,7 +55,7 @@ def _store(tmp_path):
 
 
 def _job(spec, fault, xblock=1024, seed=0):
-    """A job as the tuner sends it (gluon.tuning.tuner._Study._job), shorter timings."""
+    """A job as the tuner sends it (gluon.tuning.jobs._Jobs._measured), shorter timings."""
     config = {"XBLOCK": xblock, "NUM_WARPS": 4, "FAULT": fault}
     return {"spec": spec, "config": config, "config_id": spec.space.config_id(config),
             "shape": tuple(spec.shapes[0]), "dtype": "fp32", "arch": "sm90", "seed": seed, "rtol": 1e-2,

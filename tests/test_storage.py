@@ -39,7 +39,7 @@ def storage_url(request, tmp_path):
 
 
 def _counted(study):
-    from gluon.tuning.tuner import _Study
+    from gluon.tuning.study import _Study
     return [t for t in study.trials if _Study._counts(t)]
 
 

@@ -442,7 +442,7 @@ def test_timed_runs_rotate_through_two_input_sets(tmp_path, env, monkeypatch):
 
 
 def test_the_search_stops_early_enough_for_the_retiming_to_fit_the_time_limit():
-    from gluon.tuning.tuner import search_deadline_s
+    from gluon.tuning.study import search_deadline_s
     assert search_deadline_s(None, 3, 4, 3, 1000, 1) is None
     assert search_deadline_s(600, 0, 4, 3, 1000, 1) == 600
     # the GEMM spec's defaults: (3 + 1) x 4 jobs of 3 rounds x 2 sides x 1.05 s + 1 s, on one GPU / two
@@ -629,7 +629,7 @@ def test_kill_9_mid_study_resumes_without_remeasuring(tmp_path, env):
 
 
 def _counts(t):
-    from gluon.tuning.tuner import _Study
+    from gluon.tuning.study import _Study
     return _Study._counts(t)
 
 
