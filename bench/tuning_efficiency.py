@@ -77,13 +77,13 @@ def _with_tuning(spec, **kw):
 def _study(summary):
     import optuna
 
-    from gluon.tuning.tuner import journal_storage
+    from gluon.tuning.storage import journal_storage
     return optuna.load_study(study_name=summary.study_name, storage=journal_storage(summary.storage))
 
 
 def _evaluated(study):
     """Evaluated trials in order (the tuner's budget: COMPLETE, and PRUNED after legality), duplicates out."""
-    from gluon.tuning.tuner import _Study
+    from gluon.tuning.study import _Study
     return sorted((t for t in study.trials if _Study._counts(t)), key=lambda t: t.number)
 
 
@@ -112,6 +112,7 @@ def main() -> int:
               "(no GPU here; `gluon tune SPEC --dry-run` ranks configs without one)", file=sys.stderr)
         return 2
 
+    from gluon.tuning import study as study_mod
     from gluon.tuning import tuner as tuner_mod
     from gluon.tuning.spec import load_spec
     work = args.work or tempfile.mkdtemp(prefix="gluon-tuning-efficiency-")
@@ -155,14 +156,14 @@ def main() -> int:
         return (1.0 - v / exh_best) if maximize else (v / exh_best - 1.0)
 
     # 2. TPE per seed, reusing the grid's measurements through the shared results store
-    make_sampler = tuner_mod.make_sampler
+    make_sampler = study_mod.make_sampler          # where each study builds its sampler
     if args.startup is not None:
         def make_sampler_startup(s):
             if str(s.tuning.sampler) == "tpe":
                 return optuna.samplers.TPESampler(seed=s.tuning.seed, n_startup_trials=args.startup,
                                                     constant_liar=True)
             return make_sampler(s)
-        tuner_mod.make_sampler = make_sampler_startup
+        study_mod.make_sampler = make_sampler_startup
     seeds = [int(s) for s in args.seeds.split(",")]
     table = []
     try:
@@ -193,7 +194,7 @@ def main() -> int:
             print(f"seed {seed}: best {row['best_value']} gap {row['gap']} after {row['evaluated']} configs "
                   f"(measured {s.measured}, looked up {s.reused})", flush=True)
     finally:
-        tuner_mod.make_sampler = make_sampler
+        study_mod.make_sampler = make_sampler
 
     # 3. the table
     print()

@@ -21,7 +21,7 @@ import re
 import sys
 from typing import Any
 
-from . import __version__
+from .version import __version__
 from .arch import ALL_ARCHS, arch_by_name, current_arch
 from .ir import GluonError
 from .types import DType, TensorRef
@@ -201,7 +201,7 @@ def _spec_or_exit(path: str):
 
 
 def _check(args) -> int:
-    from .tuning.template import template_of
+    from .tuning.spec import template_of
     spec = _spec_or_exit(args.spec)
     try:
         template = template_of(spec)

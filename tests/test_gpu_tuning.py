@@ -55,7 +55,7 @@ def _store(tmp_path):
 
 
 def _job(spec, fault, xblock=1024, seed=0):
-    """A job as the tuner sends it (gluon.tuning.tuner._Study._job), shorter timings."""
+    """A job as the tuner sends it (gluon.tuning.jobs._Jobs._measured), shorter timings."""
     config = {"XBLOCK": xblock, "NUM_WARPS": 4, "FAULT": fault}
     return {"spec": spec, "config": config, "config_id": spec.space.config_id(config),
             "shape": tuple(spec.shapes[0]), "dtype": "fp32", "arch": "sm90", "seed": seed, "rtol": 1e-2,
@@ -114,7 +114,7 @@ def test_oob_is_a_runtime_error_wrong_is_never_selected_and_the_study_goes_on(tm
     assert list(summary(df)["FAULT"]) == ["none"]
     import optuna
 
-    from gluon.tuning.tuner import journal_storage
+    from gluon.tuning.storage import journal_storage
     study = optuna.load_study(study_name=s.study_name, storage=journal_storage(s.storage))
     assert study.best_trial.user_attrs["config"]["FAULT"] == "none"
     complete = {t.user_attrs["config"]["FAULT"] for t in study.trials if t.state.name == "COMPLETE"}

@@ -57,7 +57,7 @@ def _dry(store):
 
 def _stored_study(tuning):
     from optuna.distributions import CategoricalDistribution
-    from gluon.tuning.tuner import journal_storage
+    from gluon.tuning.storage import journal_storage
     st = optuna.create_study(study_name=STUDY, storage=journal_storage(tuning / f"{STUDY}.log"),
                              direction="maximize")
     dists = {"BLOCK_N": CategoricalDistribution([128, 256]), "STAGES": CategoricalDistribution([3, 4])}

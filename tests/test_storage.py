@@ -39,7 +39,7 @@ def storage_url(request, tmp_path):
 
 
 def _counted(study):
-    from gluon.tuning.tuner import _Study
+    from gluon.tuning.study import _Study
     return [t for t in study.trials if _Study._counts(t)]
 
 
@@ -64,7 +64,7 @@ def test_rdb_study_is_resumed_from_the_database(tmp_path, env, storage_url):
 
 
 def test_two_tuner_processes_on_one_rdb_study_never_measure_a_config_twice(tmp_path, env, storage_url):
-    from gluon.tuning.tuner import describe_storage_url
+    from gluon.tuning.storage import describe_storage_url
     url, name = storage_url
     spec = fake_spec(tmp_path, x=(1, 4), y=(1, 2, 3), sampler="random", trials=10, storage=url,  # tuning.storage
                      name=name)
@@ -100,7 +100,7 @@ def test_two_tuner_processes_on_one_rdb_study_never_measure_a_config_twice(tmp_p
 
 
 def test_storage_urls_are_masked_and_bad_ones_are_clear_errors(tmp_path):
-    from gluon.tuning.tuner import TuneError, describe_storage_url, open_storage
+    from gluon.tuning.storage import TuneError, describe_storage_url, open_storage
     assert describe_storage_url("postgresql://tuner:s3cret@db.example:5432/gluon") == \
         "postgresql://tuner:***@db.example:5432/gluon"
     with pytest.raises(TuneError) as ei:       # no driver installed, or nothing listening on port 1
@@ -113,7 +113,7 @@ def test_storage_urls_are_masked_and_bad_ones_are_clear_errors(tmp_path):
     with pytest.raises(TuneError, match="not a database URL"):
         open_storage("sqlite://x:y:z", "study", tmp_path)
     # a plain path is a journal file
-    from gluon.tuning.tuner import storage_claims
+    from gluon.tuning.storage import storage_claims
     st, desc = open_storage(str(tmp_path / "j" / "study.log"), "study", tmp_path / "tuning")
     assert isinstance(st, optuna.storages.JournalStorage) and desc.endswith("study.log")
     assert storage_claims(st, desc, "study", tmp_path / "tuning").path == str(tmp_path / "j" / ".study.log.claims.lock")

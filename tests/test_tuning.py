@@ -196,7 +196,7 @@ def env(tmp_path, monkeypatch):
 def _study(tmp_path, summary):
     import optuna
 
-    from gluon.tuning.tuner import journal_storage
+    from gluon.tuning.storage import journal_storage
     return optuna.load_study(study_name=summary.study_name, storage=journal_storage(summary.storage))
 
 
@@ -408,7 +408,7 @@ def test_timed_runs_rotate_through_two_input_sets(tmp_path, env, monkeypatch):
     """Candidate and baseline each alternate between two input sets (seeds s and s+1) from run to run;
     the verified run uses the first; a set over 2 GiB is not doubled."""
     from gluon.tuning.measure import measure_job, rotation
-    from gluon.tuning.template import template_of
+    from gluon.tuning.spec import template_of
     spec = load(fake_spec(tmp_path))
     tpl = template_of(spec)
     seen = []
@@ -442,7 +442,7 @@ def test_timed_runs_rotate_through_two_input_sets(tmp_path, env, monkeypatch):
 
 
 def test_the_search_stops_early_enough_for_the_retiming_to_fit_the_time_limit():
-    from gluon.tuning.tuner import search_deadline_s
+    from gluon.tuning.study import search_deadline_s
     assert search_deadline_s(None, 3, 4, 3, 1000, 1) is None
     assert search_deadline_s(600, 0, 4, 3, 1000, 1) == 600
     # the GEMM spec's defaults: (3 + 1) x 4 jobs of 3 rounds x 2 sides x 1.05 s + 1 s, on one GPU / two
@@ -629,7 +629,7 @@ def test_kill_9_mid_study_resumes_without_remeasuring(tmp_path, env):
 
 
 def _counts(t):
-    from gluon.tuning.tuner import _Study
+    from gluon.tuning.study import _Study
     return _Study._counts(t)
 
 
@@ -642,7 +642,7 @@ def test_ctrl_c_leaves_a_resumable_study(tmp_path, env):
     assert p.returncode != 0 and "KeyboardInterrupt" in err and "resume" in err
     import optuna
 
-    from gluon.tuning.tuner import journal_storage
+    from gluon.tuning.storage import journal_storage
     name = next((tmp_path / "tuning").glob("*.log"))
     study = optuna.load_study(study_name=name.stem, storage=journal_storage(name))
     states = [t.state for t in study.trials]

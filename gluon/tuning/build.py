@@ -63,7 +63,7 @@ def build_best(results_root: str | Path = "results", specs_dir: str | Path = "sp
                log: Callable[[str], None] = print) -> list[Path]:
     """Build every spec (or `names`) with results; returns the manifest paths written."""
     from .results import ResultsStore, summary
-    from .template import template_of
+    from .spec import template_of
     df = ResultsStore(results_root).read()
     if df.empty:
         raise BuildError(f"no tuning results under {results_root}/: run `gluon tune SPEC` first")

@@ -24,7 +24,6 @@ import time
 from dataclasses import dataclass
 
 from .. import ir
-from .template import template_of
 
 TRACE_LOCK = threading.RLock()
 
@@ -100,6 +99,7 @@ class Legality:
 def compile_config(spec, config: dict, shape, dtype: str, arch: str) -> dict:
     """Compile one config (in a pool process): a dict with status and, when ok, compile_s, registers,
     spills, shared_bytes."""
+    from .spec import template_of
     t0 = time.perf_counter()
     try:
         template = template_of(spec)

@@ -40,6 +40,8 @@ import time
 import traceback
 from collections.abc import Callable
 
+from ..version import __version__
+
 DEFAULT_MEASURE = "gluon.tuning.measure:measure_on_gpu"
 
 
@@ -76,8 +78,7 @@ def _driver_version() -> str | None:
 
 def versions() -> dict:
     out = {}
-    import gluon
-    out["gluon"] = gluon.__version__
+    out["gluon"] = __version__
     try:
         import triton
         out["triton"] = triton.__version__
@@ -157,7 +158,7 @@ def rotating(fns: list[Callable[[], None]]) -> Callable[[], None]:
 def measure_job(job: dict, device, bench: Callable, synchronize: Callable[[], None]) -> dict:
     """Verify, then time one (config, shape, dtype) on `device`. bench(fn) -> [median, p10, p90] ms.
     The device-independent part of `measure_on_gpu` (the tests run it on the CPU with a fake bench)."""
-    from .template import template_of
+    from .spec import template_of
     template = template_of(job["spec"])
     shape, dtype, config = tuple(job["shape"]), job["dtype"], job["config"]
     inputs = template.make_inputs(shape, dtype, device, job.get("seed", 0))

@@ -133,7 +133,7 @@ def _md(v) -> str:
 
 def _templates(df, specs_dir):
     """spec name -> template object or None (spec file under specs_dir, else the row's template ref)."""
-    from .template import load_template_ref, template_of
+    from .template import load_template_ref
     specs = {}
     try:
         from .build import find_spec_files
@@ -146,6 +146,7 @@ def _templates(df, specs_dir):
         t = None
         if name in specs:
             try:
+                from .spec import template_of
                 t = template_of(specs[name])
             except Exception:                           # noqa: BLE001 - a template that does not import
                 t = None
@@ -243,13 +244,13 @@ def _open_study(study: str, tuning_root, storage):
     import optuna
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     if storage:
-        from .tuner import open_storage
+        from .storage import open_storage
         st, _ = open_storage(storage, study, tuning_root or "tuning")
         return optuna.load_study(study_name=study, storage=st)
     p = Path(tuning_root or "tuning") / f"{study}.log"
     if not p.is_file():
         return None
-    from .tuner import journal_storage
+    from .storage import journal_storage
     return optuna.load_study(study_name=study, storage=journal_storage(p))
 
 

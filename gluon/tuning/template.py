@@ -283,26 +283,3 @@ def load_template_ref(ref: str, base_dir: str | Path | None = None):
     _LOADED[key] = obj
     return obj
 
-
-def template_of(spec):
-    """The spec's template: gluon.tuning.spec.resolve_template when that module is there, else the
-    spec's `kernel.template` reference resolved next to the spec file. Cached per process."""
-    key = (spec.kernel.template, str(getattr(spec, "source", "")))
-    if key in _LOADED:
-        return _LOADED[key]
-    try:
-        from .spec import resolve_template
-    except ImportError:
-        resolve_template = None
-    if resolve_template is not None:
-        try:
-            obj = resolve_template(spec)
-        except (AttributeError, TypeError):       # a stand-in spec the real resolver does not take
-            obj = None
-        if obj is not None:
-            _LOADED[key] = obj
-            return obj
-    src = getattr(spec, "source", None)
-    obj = load_template_ref(spec.kernel.template, Path(src).parent if src else None)
-    _LOADED[key] = obj
-    return obj

@@ -1,0 +1,235 @@
+"""One Optuna study of a `tune()` run (`_Study`; the module docstring of gluon.tuning.tuner describes the
+whole): its name, storage, sampler and budget; the results rows already recorded for it (`index`); at
+the start the RUNNING trials of dead tuners failed and interrupted configs re-enqueued (`_recover`), a
+fresh study seeded with the template's configs (`_enqueue_seeds`); then its parts run:
+
+    trials.py    the GPU threads' trial lifecycle (ask, claim, legality, measure, tell)
+    jobs.py      one (config, shape, dtype): looked up, or compiled and measured, and written
+    retime.py    the best configs re-timed at the end, and the summary's best
+    progress.py  the threads, and what the user sees meanwhile
+
+They share the study's state through it: `lock` guards the counters and the summary, `stop` ends every
+thread, `events` carries progress to the main thread."""
+from __future__ import annotations
+
+import math
+import os
+import queue
+import sys
+import threading
+import time
+import uuid
+
+from .jobs import FINAL, _Jobs
+from .progress import _Progress
+from .retime import _Retiming
+from .sampler import make_sampler
+from .settings import _t
+from .storage import open_storage, storage_claims, study_name_for
+from .trials import _ACTIVE_RUNS, _HOST, _owner_alive, _TrialLoop
+from .tune_summary import TuneSummary
+
+
+def search_deadline_s(time_limit, retime_top: int, cases: int, repeats: int, retime_round_ms: int,
+                      workers: int) -> float | None:
+    """Seconds after the start at which the search stops proposing, so that the re-timing that follows
+    ends within `time_limit`: the limit less the re-timing's estimated length (its `retime_top` configs
+    on every case plus up to one case winner per case, each job `repeats` rounds of both sides of
+    `retime_round_ms`, and a second for inputs and the check, spread over the workers); never less than
+    half the limit. None without a limit."""
+    if not time_limit:
+        return None
+    limit = float(time_limit)
+    if retime_top <= 0:
+        return limit
+    jobs = math.ceil((retime_top + 1) * cases / max(1, workers))
+    reserve = jobs * (repeats * 2 * (retime_round_ms / 1000 + 0.05) + 1.0)
+    return max(limit - reserve, limit / 2)
+
+
+class _Study:
+    """One Optuna study: its state, the start (recover, seeds), the run, and the summary."""
+
+    def __init__(self, tuner, workers, pool, env, shapes, dtypes, *, storage, tuning_root, trials,
+                 retime_top, lookahead: bool = True, seeds: bool = True):
+        import optuna
+        self.tn = tuner                                 # the _Tuner: spec, template, legality, store, rows
+        self.spec = tuner.spec
+        self.space = tuner.space
+        self.workers = workers
+        self.pool = pool
+        self.env = env
+        self.shapes, self.dtypes = shapes, dtypes
+        self.device = str(env.get("device") or "unknown")
+        self.name = study_name_for(self.spec, tuner.arch, self.device, shapes, dtypes, tuner.objective)
+        self.storage, self.storage_desc = open_storage(storage if storage is not None else _t(self.spec, "storage"),
+                                                       self.name, tuning_root)
+        self.claims = storage_claims(self.storage, self.storage_desc, self.name, tuning_root)
+        self.claim_path = self.claims.path          # None for a database-side lock
+        self.sampler = make_sampler(self.spec)
+        self.study = optuna.create_study(study_name=self.name, storage=self.storage, sampler=self.sampler,
+                                         direction="maximize" if tuner.maximize else "minimize",
+                                         load_if_exists=True)
+        self.budget = int(trials if trials is not None else _t(self.spec, "trials", 50))
+        self.retime_top = int(retime_top if retime_top is not None else _t(self.spec, "retime_top", 0))
+        self.trial_timeout = float(_t(self.spec, "trial_timeout_s", 600))
+        self.lookahead = bool(lookahead)
+        self.seeds = bool(seeds)
+        self.search_deadline = search_deadline_s(_t(self.spec, "time_limit_s", None), self.retime_top,
+                                                 len(shapes) * len(dtypes), int(_t(self.spec, "repeats", 3)),
+                                                 int(_t(self.spec, "retime_round_ms", 1000)), len(workers))
+        self.run_id = uuid.uuid4().hex[:12]
+        self.owner = {"host": _HOST, "pid": os.getpid(), "run": self.run_id}
+        _ACTIVE_RUNS.add(self.run_id)
+        self.lock = threading.Lock()
+        self.stop = threading.Event()
+        self.events: queue.Queue = queue.Queue()
+        self.stopped = ""
+        self.summary = TuneSummary(spec_name=self.spec.name, dry_run=False, results_root=tuner.results_root,
+                                   study_name=self.name, storage=self.storage_desc, device=self.device)
+        self.index = self._load_index()
+        try:
+            self.space_size = int(self.space.size())
+        except Exception:                               # noqa: BLE001
+            self.space_size = None
+        self.jobs = _Jobs(self)
+        self.loop = _TrialLoop(self)
+        self.retiming = _Retiming(self)
+        self.progress = _Progress(self)
+
+    # -- state from storage and results -------------------------------------------------------------
+    def _load_index(self) -> dict:
+        """(config_id, shape, dtype) -> row dict of finished jobs of this spec hash/arch/device."""
+        df = self.tn.store.read(self.spec.name)
+        idx: dict = {}
+        if len(df) == 0:
+            return idx
+        m = ((df["spec_hash"] == self.tn.spec_hash) & (df["arch"] == self.tn.arch) & (df["device"] == self.device)
+             & ~df["dry_run"].fillna(False).astype(bool) & ~df["retimed"].fillna(False).astype(bool)
+             & df["status"].isin(FINAL))
+        for r in df[m].to_dict("records"):
+            idx.setdefault((r["config_id"], r["shape"], r["dtype"]), r)
+        return idx
+
+    def trials(self, states=None):
+        return self.study.get_trials(deepcopy=False, states=states)
+
+    @staticmethod
+    def _counts(t) -> bool:
+        """Whether a trial counts toward the budget: COMPLETE, or PRUNED after legality; never a duplicate."""
+        from optuna.trial import TrialState
+        if "duplicate_of" in t.user_attrs:
+            return False
+        if t.state == TrialState.COMPLETE:
+            return True
+        return t.state == TrialState.PRUNED and t.user_attrs.get("status") not in (None, "pruned")
+
+    def counted(self) -> int:
+        return sum(1 for t in self.trials() if self._counts(t))
+
+    def exhausted(self) -> bool:
+        from optuna.trial import TrialState
+        if hasattr(self.sampler, "is_exhausted"):
+            try:
+                if self.sampler.is_exhausted(self.study):
+                    return True
+            except Exception:                           # noqa: BLE001
+                pass
+        if self.space_size is None:
+            return False
+        seen = {t.user_attrs.get("config_id") for t in self.trials((TrialState.COMPLETE, TrialState.PRUNED))
+                if t.user_attrs.get("in_space")}           # space.size() counts the configs that pass check
+        seen.discard(None)
+        return len(seen) >= self.space_size
+
+    def _enqueue_seeds(self) -> None:
+        """A fresh study starts from the template's hand-picked configs (those the space allows), so
+        the search begins at what is known to be good instead of at random samples."""
+        if not self.seeds or self.trials():
+            return
+        dists = self.space.distributions()
+        queued = []
+        for cfg in self.tn.template.seed_configs():
+            if set(self.space.params) - set(cfg):
+                continue                                 # the spec has a parameter the seed does not set
+            full = {k: cfg[k] for k in self.space.params}
+            if self.space.check(full) is None and full not in queued:    # seeds that differ only outside
+                queued.append(full)                                       # the spec's space are one config
+                self.study.enqueue_trial({k: v for k, v in full.items() if k in dists}, user_attrs={"seeded": True})
+
+    def _recover(self) -> None:
+        """Fail RUNNING trials of dead tuners on this host; re-enqueue interrupted configs."""
+        from optuna.trial import TrialState
+        now = time.time()
+        for t in self.trials((TrialState.RUNNING,)):
+            o = t.user_attrs.get("owner")
+            stale = (not _owner_alive(t)) if isinstance(o, dict) else (
+                t.datetime_start is not None and now - t.datetime_start.timestamp() > 120)
+            if stale:
+                try:
+                    self.study.tell(t.number, state=TrialState.FAIL)
+                except Exception:                       # noqa: BLE001 - finished meanwhile
+                    pass
+        trials = self.trials()
+        done = {t.user_attrs.get("config_id") for t in trials if t.state in (TrialState.COMPLETE, TrialState.PRUNED)}
+        waiting = set()
+        for t in trials:
+            if t.state == TrialState.WAITING:
+                fp = t.system_attrs.get("fixed_params")
+                if fp:
+                    try:
+                        import optuna
+                        full = self.space.suggest(optuna.trial.FixedTrial(dict(fp)))
+                        waiting.add(self.space.config_id(full))
+                    except Exception:                   # noqa: BLE001
+                        pass
+        for t in trials:
+            cid = t.user_attrs.get("config_id")
+            if (t.state == TrialState.FAIL and "duplicate_of" not in t.user_attrs and cid and t.params
+                    and cid not in done and cid not in waiting):
+                self.study.enqueue_trial(dict(t.params), user_attrs={"requeued_from": t.number})
+                waiting.add(cid)
+
+    # -- the run -------------------------------------------------------------------------------------
+    def run(self) -> TuneSummary:
+        try:
+            return self._run()
+        finally:
+            _ACTIVE_RUNS.discard(self.run_id)
+
+    def _run(self) -> TuneSummary:
+        self._recover()
+        self._enqueue_seeds()
+        self.t0 = time.monotonic()
+        start_counted = self.counted()
+        self.summary.trials = start_counted
+        if self.tn.progress:
+            self.progress.say_start(start_counted)
+        threads = self.progress.start(self.loop.thread, "tune-gpu")
+        try:
+            self.progress.wait(threads)
+            if self.loop.errors:
+                raise self.loop.errors[0]
+            self.retiming.retime()
+        except KeyboardInterrupt:
+            self.stop.set()
+            self.stopped = "interrupted"
+            for w in self.workers:
+                w.kill()
+            self.pool.close(kill=True)
+            for done in threads:
+                done.wait(30)
+            self.summary.interrupted = True
+            self._finish_counts()
+            print(f"\ninterrupted: {self.summary.new_trials} trials recorded in {self.storage_desc}, rows under "
+                  f"{self.tn.results_root}/; run the same command again to resume", file=sys.stderr, flush=True)
+            raise
+        self._finish_counts()
+        self.retiming.best()
+        if self.tn.progress:
+            self.tn._say(self.progress.final_message())
+        return self.summary
+
+    def _finish_counts(self) -> None:
+        self.summary.trials = self.counted()
+        self.summary.stopped = self.stopped or "trials"
