@@ -18,8 +18,7 @@ launch (gluon.runtime); gluon.jit ties them together with a cache.
 from .version import __version__  # noqa: F401
 
 from .arch import CDNA3, SM80, SM90, SM100, Arch, current_arch  # noqa: E402,F401
-from . import jit as _jit_module  # noqa: E402,F401  (installs the launch hook; must precede the next line)
-from .language.kernel import jit, kernel  # noqa: E402,F401  (the decorator `gluon.jit`, not the module)
+from .jit import jit, kernel  # noqa: E402,F401  (the decorators: `gluon.jit` is the decorator, not the module)
 from . import dsl  # noqa: E402,F401  (the compatibility module: `gluon.dsl.kernel` after `import gluon`)
 from .ir import GluonError  # noqa: E402,F401
 from .loader import load  # noqa: E402,F401  (gluon.load("gemm_sm90"): a built, tuned kernel)

@@ -14,7 +14,8 @@ from .language.core import (  # noqa: F401
     floor, full, log, log2, max, maximum, min, minimum, multiple_of, num_programs, program_id, rsqrt, sin, sqrt,
     sum, thread_id, where, zeros,
 )
-from .language.kernel import DescArg, KernelTemplate, PointerArg, ScalarArg, jit, kernel  # noqa: F401
+from .jit import jit, kernel  # noqa: F401
+from .language.kernel import DescArg, KernelTemplate, PointerArg, ScalarArg  # noqa: F401
 from .language.memory import (  # noqa: F401
     GlobalTensor, Pointer, PtrOffset, Shared, load, smem, store, thread_barrier,
 )

@@ -8,10 +8,12 @@
     warp_spec                     warp roles, warpgroups, register budgets,      passes/warp_spec.py
                                   barrier protocol (pairing, bytes, phases)
     smem_alloc                    offsets, reuse by liveness, capacity           passes/smem_alloc.py
-    then: backend/lowering (IR -> TTGIR text), backend/compile (TTGIR -> cubin/hsaco,
-    on-disk cache keyed by TTGIR hash, target, versions and options), runtime.Launcher (launch).
+    then: backend/lowering (IR -> TTGIR text and the kernel's ABI), backend/compile (TTGIR -> cubin/hsaco,
+    on-disk cache keyed by TTGIR hash, target, versions, options and the ABI's PTX passes),
+    runtime.Launcher (launch, planned from the ABI).
 
-`kernel[grid](args...)` specializes on argument dtypes, 16-byte alignment of pointers, divisibility of
+`@kernel` / `@jit` make a `JITKernel` (a language `KernelTemplate` that can launch). `kernel[grid](args...)`
+specializes on argument dtypes, 16-byte alignment of pointers, divisibility of
 integers by 16, constexpr values, the launch block and num_warps; each specialization is traced and
 compiled once per process (the binary once per machine, through the disk cache), then launched from an
 in-memory table, so a repeated launch costs a key computation and a dict lookup.
@@ -25,7 +27,6 @@ from typing import Any, Callable, Sequence
 
 from . import ir
 from .arch import Arch, arch_by_name, current_arch
-from .language import kernel as _language_kernel
 from .language.kernel import KernelTemplate, PointerArg, ScalarArg
 from .passes.layout_assign import assign_layouts
 from .passes.layout_check import check_layouts
@@ -34,7 +35,7 @@ from .passes.smem_alloc import allocate_shared
 from .passes.warp_spec import check_warp_roles
 from .abi import KernelABI, LoweredKernel
 from .runtime import Launcher, LaunchError
-from .types import DType, ParamSource, TensorRef
+from .types import DType, TensorRef
 
 PIPELINE: list[tuple[str, Callable[[ir.Kernel], ir.Kernel]]] = [
     ("layout_assign", assign_layouts),
@@ -138,12 +139,15 @@ def _is_tensor(v) -> bool:
 
 
 def _tensor_dtype(v) -> DType:
+    """Our dtype of a tensor argument (torch, or an object with `dtype` / `__cuda_array_interface__`)."""
     dt = getattr(v, "dtype", None)
     if dt is None:
         typestr = v.__cuda_array_interface__["typestr"]
-        return DType.from_name({"<f2": "f16", "<f4": "f32", "<f8": "f64", "<i4": "i32", "<i8": "i64", "|i1": "i8",
-                                "|u1": "u8", "<i2": "i16"}.get(typestr, typestr))
-    return DType.from_name(str(dt))
+        got = DType.from_typestr(typestr)
+        if got is None:
+            raise ValueError(f"__cuda_array_interface__ typestr {typestr!r} names no dtype a kernel takes")
+        return got
+    return DType.from_torch(dt) or DType.from_name(str(dt))
 
 
 def _data_ptr(v) -> int:
@@ -211,15 +215,6 @@ class JITFunction:
         if arch is None:
             raise ir.GluonError(f"kernel {t.name}: no GPU present to pick an arch; pass arch=", t.loc)
         module = t.trace(**stand_ins, **constexprs, arch=arch, num_warps=num_warps, block=block)
-        index = {p: i for i, p in enumerate(self.runtime_params)}
-        for prm in module.kernel.params:     # interim: until the trace records sources itself
-            if prm.name in index:
-                prm.source = ParamSource.arg(index[prm.name])
-            elif "_shape" in prm.name and prm.name.rsplit("_shape", 1)[0] in index:
-                base, axis = prm.name.rsplit("_shape", 1)
-                prm.source = ParamSource.dim(index[base], int(axis))
-            else:
-                prm.source = ParamSource.keyword(prm.name)
         ck = compile_module(module)
         self.cache[ck_key] = ck
         return ck
@@ -230,6 +225,36 @@ def _jit_of(template: KernelTemplate) -> JITFunction:
     if jf is None:
         jf = template._jit = JITFunction(template)
     return jf
+
+
+class JITKernel(KernelTemplate):
+    """A kernel the JIT launches: `kernel[grid](args...)` specializes on the call's arguments (dtypes,
+    alignment, divisibility, constexprs, block, warps), compiles once and launches; `kernel.compile(...)`
+    traces with stand-ins and compiles without a GPU."""
+
+    def __getitem__(self, launch) -> "BoundLaunch":
+        """`kernel[grid]` or `kernel[grid, block]` -> a callable that launches with the arguments."""
+        return BoundLaunch(self, launch)
+
+    def compile(self, *args, **kwargs) -> "CompiledKernel":
+        """Trace with stand-ins and compile (no GPU needed): see `gluon.jit.compile`."""
+        return compile(self, *args, **kwargs)
+
+
+def kernel(fn: Callable | None = None, *, arch: Arch | str | None = None, num_warps: int = 4,
+           name: str | None = None):
+    """`@kernel(arch=SM90, num_warps=8)`: an explicit-form kernel (shared regions, barriers, roles)."""
+    def wrap(f):
+        return JITKernel(f, arch=arch, num_warps=num_warps, name=name)
+    return wrap(fn) if fn is not None else wrap
+
+
+def jit(fn: Callable | None = None, *, arch: Arch | str | None = None, num_warps: int = 4):
+    """`@gluon.jit`: a SIMT-style kernel launched as `k[grid, (BLOCK,)](args..., CONST=...)`; argument
+    types are taken from the call, constexpr parameters specialize the compiled binary."""
+    def wrap(f):
+        return JITKernel(f, arch=arch, num_warps=num_warps, simt=True)
+    return wrap(fn) if fn is not None else wrap
 
 
 class BoundLaunch:
@@ -283,7 +308,3 @@ def compile(template: KernelTemplate, *args, arch: Arch | str | None = None, num
     """Trace with stand-ins (as `template.trace`) and compile, without a GPU: for tests and ahead-of-time builds."""
     module = template.trace(*args, arch=arch, num_warps=num_warps, block=block, **kwargs)
     return compile_module(module, options=options, cache=cache)
-
-
-_language_kernel._LAUNCH_HOOK = BoundLaunch
-_language_kernel._COMPILE_HOOK = compile

@@ -215,17 +215,17 @@ def _captured_launch_module(monkeypatch, template, args, constexprs, block, num_
     monkeypatch.setattr(jit, "compile_module", fake_compile)
     with pytest.raises(RuntimeError, match="captured"):
         jit._jit_of(template).specialize(args, constexprs, block, num_warps, SM90, {})
-    return jit.lower(jit.run_passes(seen[0])).ttgir
+    return jit.lower(jit.run_passes(seen[0]))
 
 
 def test_gemm_template_traces_what_the_launch_compiles(monkeypatch):
-    """template.compile (the compile pool) and launch() produce the same TTGIR: the GPU worker's launch
-    hits the disk cache the pool filled."""
+    """template.compile (the compile pool) and launch() produce the same TTGIR and ABI: the GPU worker's
+    launch hits the disk cache the pool filled."""
     from gluon.jit import lower
     from gluon.kernels.gemm_sm90 import TUNING, gemm_sm90, num_warps
     config = dict(BLOCK_M=128, BLOCK_N=256, BLOCK_K=64, SWIZZLE=128, STAGES=3, CONSUMER_WARPS=8, PRODUCER_WARPS=1,
                   PRODUCER_REGS=40, GROUP_M=8, EPILOGUE="tma")
-    mine = lower(TUNING.legality(config, (1024, 1024, 1024), "bf16", "sm90")).ttgir
+    mine = lower(TUNING.legality(config, (1024, 1024, 1024), "bf16", "sm90"))
     cfg = TUNING.kernel_config(config, "bf16")
     assert cfg["CONSUMER_WGS"] == 2 and "CONSUMER_WARPS" not in cfg
     a = torch.empty(64, 32, dtype=torch.bfloat16)
@@ -242,7 +242,7 @@ def test_copy_template_traces_what_the_launch_compiles(monkeypatch):
     spec = load_spec(os.path.join(REPO, "specs", "copy.toml"))
     t = resolve_template(spec)
     mod = sys.modules[type(t).__module__]
-    mine = lower(t.legality(dict(XBLOCK=2048, NUM_WARPS=8, FORM="simt"), (1 << 20,), "fp32", "sm90")).ttgir
+    mine = lower(t.legality(dict(XBLOCK=2048, NUM_WARPS=8, FORM="simt"), (1 << 20,), "fp32", "sm90"))
     x = torch.empty(1 << 10)
     launch = _captured_launch_module(monkeypatch, mod.copy_kernel, (x, x, 1 << 20), dict(XBLOCK=2048), (2048,), 8)
     assert mine == launch

@@ -2,7 +2,8 @@
 
 The language is an arch-neutral core, `tracing` (the trace state), `core` (`Tensor` and the builtins
 on it), `memory` (pointers, global tensors, shared memory), `control` (loops, branches, warp roles)
-and `kernel` (`@kernel`, `@jit`), plus one module per architecture: `gl.nvidia.ampere`,
+and `kernel` (the `KernelTemplate` a kernel function traces through; the decorators `@gluon.kernel` and
+`@gluon.jit` are gluon.jit's), plus one module per architecture: `gl.nvidia.ampere`,
 `gl.nvidia.hopper`, `gl.nvidia.blackwell`, `gl.amd.cdna3` (their MMA builtins share `dot`). Every
 builtin is also here, flat (`gl.wgmma`, `gl.tma_load`); dtypes are also exposed under their
 torch/numpy-style names (`gl.float16`, `gl.int32`) so kernels read like Triton's.

@@ -1,9 +1,11 @@
-"""Kernels: `@kernel` (explicit form) and `@jit` (SIMT form) make a `KernelTemplate`.
+"""A kernel function as the language sees it: a `KernelTemplate` that traces into IR.
 
 `KernelTemplate.trace(...)` binds the parameters (`TensorRef`s, the stand-ins `PointerArg` /
 `ScalarArg` / `DescArg`, a `DType`, constexpr values), runs the function as rewritten by
-gluon.frontend, and returns the verified IR module. Launching and compiling go through
-`_LAUNCH_HOOK` / `_COMPILE_HOOK`, which gluon.jit installs: the language never imports a backend.
+gluon.frontend, and returns the verified IR module. Each parameter records where a launch takes its
+value from (the caller's runtime argument i, dimension d of argument i, or a keyword), and the kernel
+the constexpr values it was traced with. The decorators `@gluon.kernel` / `@gluon.jit` (gluon/jit.py)
+make launchable templates; the language never imports a backend.
 """
 from __future__ import annotations
 
@@ -14,7 +16,7 @@ from typing import Callable, Sequence
 
 from .. import frontend, ir
 from ..arch import SM90, Arch, arch_by_name
-from ..types import DType, SwizzleMode, TensorRef
+from ..types import DType, ParamSource, SwizzleMode, TensorRef
 from .control import _FrontendHelpers, _is_number
 from .core import Tensor, _is_constexpr_annotation, _py_dtype, constexpr
 from .memory import GlobalTensor, Pointer
@@ -44,10 +46,6 @@ class DescArg:
     swizzle: SwizzleMode = SwizzleMode.B128
 
 
-_LAUNCH_HOOK: Callable | None = None   # installed by gluon.jit
-_COMPILE_HOOK: Callable | None = None
-
-
 def _def_line(fn: Callable) -> int:
     """The line of `def name(` (co_firstlineno points at the first decorator)."""
     try:
@@ -61,7 +59,7 @@ def _def_line(fn: Callable) -> int:
 
 
 class KernelTemplate:
-    """A decorated kernel function: `.trace(...)` gives its IR; `kernel[grid](...)` launches it."""
+    """A kernel function: `.trace(...)` gives its IR. (gluon.jit's `JITKernel` adds launching.)"""
 
     def __init__(self, fn: Callable, *, arch: Arch | str | None = None, num_warps: int = 4, simt: bool = False,
                  name: str | None = None):
@@ -101,8 +99,12 @@ class KernelTemplate:
         kernel = ir.Kernel(self.name, [], arch, nw, ir.Region(), {}, self.loc)
         trace = _Trace(kernel, tuple(block) if block else None)
         call_args = {}
+        runtime = [n for n in self.signature.parameters if n not in self.constexprs]
         for pname, val in bound.arguments.items():
-            call_args[pname] = self._bind_param(trace, pname, val)
+            index = runtime.index(pname) if pname in runtime else None
+            call_args[pname] = self._bind_param(trace, pname, val, index)
+            if pname in self.constexprs:
+                kernel.constexprs[pname] = call_args[pname]
         _TRACES.append(trace)
         try:
             self.traceable(**call_args)
@@ -117,66 +119,41 @@ class KernelTemplate:
         module.verify()
         return module
 
-    def _bind_param(self, trace: _Trace, pname: str, val):
+    def _bind_param(self, trace: _Trace, pname: str, val, index: int | None):
+        """The traced stand-in for parameter `pname` (the caller's runtime argument `index`), its IR
+        parameter appended to the kernel."""
         k = trace.kernel
         loc = ir.Loc(self.loc.file, self.loc.line, self.name)
         if pname in self.constexprs:
             return val.value if isinstance(val, constexpr) else val
+        src = ParamSource.arg(index)
         if isinstance(val, TensorRef):
             v = ir.Value(ir.PointerType(val.dtype), pname)
-            k.params.append(ir.Param(pname, v, loc, divisibility=16))
-            g = GlobalTensor(val, v, trace)
+            k.params.append(ir.Param(pname, v, loc, divisibility=16, source=src))
+            g = GlobalTensor(val, v, trace, index)
             trace.globals[pname] = g
             trace.globals.setdefault(val.name, g)
             return g
         if isinstance(val, PointerArg):
             v = ir.Value(ir.PointerType(val.dtype), pname)
-            k.params.append(ir.Param(pname, v, loc, divisibility=val.divisibility))
+            k.params.append(ir.Param(pname, v, loc, divisibility=val.divisibility, source=src))
             return Pointer(v)
         if isinstance(val, DescArg):
             v = ir.Value(ir.DescType(val.dtype, tuple(val.block_shape), val.swizzle), pname)
-            k.params.append(ir.Param(pname, v, loc))
+            k.params.append(ir.Param(pname, v, loc, source=src))
             ref = TensorRef(pname, val.dtype, shape=tuple(f"{pname}_dim{i}" for i in builtins.range(len(val.block_shape))))
-            g = GlobalTensor.__new__(GlobalTensor)
-            g.ref, g.value, g._trace, g.kind = ref, v, trace, "desc"
+            g = GlobalTensor(ref, v, trace, index)
+            g.kind = "desc"
             trace.globals[pname] = g
             return g
         if isinstance(val, (ScalarArg, DType)):
             sa = val if isinstance(val, ScalarArg) else ScalarArg(val)
             v = ir.Value(ir.ScalarType(sa.dtype), pname)
-            k.params.append(ir.Param(pname, v, loc, divisibility=sa.divisibility))
+            k.params.append(ir.Param(pname, v, loc, divisibility=sa.divisibility, source=src))
             return Tensor(v)
         if _is_number(val) or isinstance(val, bool):
             v = ir.Value(ir.ScalarType(_py_dtype(val)), pname)
-            k.params.append(ir.Param(pname, v, loc))
+            k.params.append(ir.Param(pname, v, loc, source=src))
             return Tensor(v)
         raise ir.GluonError(f"kernel {self.name}: cannot trace parameter '{pname}' from {type(val).__name__} "
                             f"{val!r}; pass a TensorRef, PointerArg, ScalarArg, DescArg or a DType", self.loc)
-
-    def __getitem__(self, launch):
-        """`kernel[grid]` or `kernel[grid, block]` -> a callable that launches with the arguments."""
-        if _LAUNCH_HOOK is None:
-            raise RuntimeError("launching needs gluon.jit (import gluon)")
-        return _LAUNCH_HOOK(self, launch)
-
-    def compile(self, *args, **kwargs):
-        """Trace with stand-ins and compile (no GPU needed): see gluon.jit.compile."""
-        if _COMPILE_HOOK is None:
-            raise RuntimeError("compiling needs gluon.jit (import gluon)")
-        return _COMPILE_HOOK(self, *args, **kwargs)
-
-
-def kernel(fn: Callable | None = None, *, arch: Arch | str | None = None, num_warps: int = 4,
-           name: str | None = None):
-    """`@kernel(arch=SM90, num_warps=8)`: an explicit-form kernel (shared regions, barriers, roles)."""
-    def wrap(f):
-        return KernelTemplate(f, arch=arch, num_warps=num_warps, name=name)
-    return wrap(fn) if fn is not None else wrap
-
-
-def jit(fn: Callable | None = None, *, arch: Arch | str | None = None, num_warps: int = 4):
-    """`@gluon.jit`: a SIMT-style kernel launched as `k[grid, (BLOCK,)](args..., CONST=...)`; argument
-    types are taken from the call, constexpr parameters specialize the compiled binary."""
-    def wrap(f):
-        return KernelTemplate(f, arch=arch, num_warps=num_warps, simt=True)
-    return wrap(fn) if fn is not None else wrap

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from .. import ir
-from ..types import DType, Layout, NVMMASharedLayout, SwizzleMode, TensorRef
+from ..types import DType, Layout, NVMMASharedLayout, ParamSource, SwizzleMode, TensorRef
 from .core import Tensor, _binary, _broadcast_to, _to_tensor, cast
 from .tracing import _Handle, _Trace, _tr, _user_loc
 
@@ -121,16 +121,19 @@ class GlobalTensor(_Handle):
     """A global tensor parameter bound from a `TensorRef`. Used with TMA it becomes a TMA descriptor
     parameter; used with loads/stores, a pointer parameter (row-major, strides from its shape)."""
 
-    def __init__(self, ref: TensorRef, value: ir.Value, trace: _Trace):
+    def __init__(self, ref: TensorRef, value: ir.Value, trace: _Trace, arg_index: int | None = None):
         self.ref = ref
         self.value = value
+        self.arg_index = arg_index      # the caller's argument it is bound from (its sizes come from there)
         self._trace = trace
         self.kind: str | None = None    # "pointer" | "desc"
 
     @property
     def shape(self) -> tuple:
         """Sizes: ints, or i32 parameters for symbolic dims (created when first used)."""
-        return tuple(self._trace.dim(d) if isinstance(d, str) else d for d in self.ref.shape)
+        idx = self.arg_index
+        return tuple(self._trace.dim(d, ParamSource.dim(idx, axis) if idx is not None else None) if isinstance(d, str)
+                     else d for axis, d in enumerate(self.ref.shape))
 
     name = property(lambda self: self.ref.name)
     dtype = property(lambda self: self.ref.dtype)

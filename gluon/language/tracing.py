@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 
 from .. import ir
 from ..arch import Arch
+from ..types import ParamSource
 
 if TYPE_CHECKING:
     from .core import Tensor
@@ -109,12 +110,13 @@ class _Trace:
             raise ArchError(f"{opname}() is not available on {self.arch.name} (the arch of kernel "
                             f"'{self.kernel.name}'); it needs an arch with '{family}'", _user_loc())
 
-    def dim(self, name: str) -> "Tensor":
-        """A symbolic size by name: an i32 kernel parameter, created on first use."""
+    def dim(self, name: str, source: ParamSource | None = None) -> "Tensor":
+        """A symbolic size by name: an i32 kernel parameter, created on first use. A launch takes its value
+        from `source` (a dimension of the argument whose `.shape` first named it), else by keyword."""
         if name not in self.dims:
             from .core import Tensor  # noqa: PLC0415  (core imports this module)
             v = ir.Value(ir.I32, name)
-            self.kernel.params.append(ir.Param(name, v, _user_loc()))
+            self.kernel.params.append(ir.Param(name, v, _user_loc(), source=source or ParamSource.keyword(name)))
             self.dims[name] = Tensor(v)
         return self.dims[name]
 
