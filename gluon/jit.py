@@ -26,14 +26,16 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
 from . import ir
+from .abi import KernelABI, LoweredKernel
 from .arch import Arch, arch_by_name, current_arch
+from .backend.compile import compile_kernel
+from .backend.lowering import lower_module
 from .language.kernel import KernelTemplate, PointerArg, ScalarArg
 from .passes.layout_assign import assign_layouts
 from .passes.layout_check import check_layouts
 from .passes.pipeline import pipeline
 from .passes.smem_alloc import allocate_shared
 from .passes.warp_spec import check_warp_roles
-from .abi import KernelABI, LoweredKernel
 from .runtime import Launcher, LaunchError
 from .types import DType, TensorRef
 
@@ -56,7 +58,6 @@ def run_passes(module: ir.Module) -> ir.Module:
 
 def lower(module: ir.Module) -> LoweredKernel:
     """The TTGIR text of the module's one kernel, and its ABI (passes run)."""
-    from .backend.lowering import lower_module
     return lower_module(module)
 
 
@@ -120,7 +121,6 @@ class CompiledKernel:
 
 def compile_module(module: ir.Module, *, options: dict | None = None, cache=None) -> CompiledKernel:
     """Passes -> TTGIR and ABI -> binary (disk-cached). Works without a GPU for every supported target."""
-    from .backend.compile import compile_kernel
     t0 = time.perf_counter()
     run_passes(module)
     t1 = time.perf_counter()

@@ -12,7 +12,7 @@ import builtins
 
 from .. import ir
 from ..types import DType, WarpRole
-from .core import Tensor, _to_tensor, cast, where
+from .core import Tensor, _to_tensor, cast, size, where
 from .memory import _Negated
 from .tracing import UndefinedValue, _Handle, _tr, _user_loc
 
@@ -34,7 +34,7 @@ class Loop:
         bounds = []
         for x in (start, end, step):
             if isinstance(x, str):
-                x = t.dim(x)
+                x = size(x)
             x = cast(_to_tensor(x, DType.i32), DType.i32)
             bounds.append(x)
         self.op = t.emit("for", bounds, [], regions=[ir.Region()])

@@ -11,7 +11,7 @@ import builtins
 from typing import Sequence
 
 from .. import ir
-from ..types import DType, Layout, SliceLayout
+from ..types import DType, Layout, ParamSource, SliceLayout
 from .tracing import UndefinedValue, _Handle, _tr, _user_loc
 
 
@@ -357,6 +357,15 @@ def full(shape: Sequence[int], value, dtype: DType, layout: Layout | None = None
 
 def zeros(shape, dtype: DType = DType.f32, layout: Layout | None = None) -> Tensor:
     return full(shape, 0, dtype, layout)
+
+
+def size(name: str, source: ParamSource | None = None) -> Tensor:
+    """The symbolic size `name`: an i32 kernel parameter, created on first use (`_Trace.dim`), one Tensor."""
+    t = _tr()
+    h = t.sizes.get(name)
+    if h is None:
+        h = t.sizes[name] = Tensor(t.dim(name, source))
+    return h
 
 
 def program_id(axis: int = 0) -> Tensor:

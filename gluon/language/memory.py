@@ -13,7 +13,7 @@ from typing import Sequence
 
 from .. import ir
 from ..types import DType, Layout, NVMMASharedLayout, ParamSource, SwizzleMode, TensorRef
-from .core import Tensor, _binary, _broadcast_to, _to_tensor, cast
+from .core import Tensor, _binary, _broadcast_to, _to_tensor, cast, size
 from .tracing import _Handle, _Trace, _tr, _user_loc
 
 
@@ -132,7 +132,7 @@ class GlobalTensor(_Handle):
     def shape(self) -> tuple:
         """Sizes: ints, or i32 parameters for symbolic dims (created when first used)."""
         idx = self.arg_index
-        return tuple(self._trace.dim(d, ParamSource.dim(idx, axis) if idx is not None else None) if isinstance(d, str)
+        return tuple(size(d, ParamSource.dim(idx, axis) if idx is not None else None) if isinstance(d, str)
                      else d for axis, d in enumerate(self.ref.shape))
 
     name = property(lambda self: self.ref.name)

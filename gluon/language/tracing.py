@@ -81,7 +81,8 @@ class _Trace:
         self.named: dict[str, Tensor] = {}
         self.named_init: dict[str, ir.Value] = {}
         self.masks: list[Tensor] = []
-        self.dims: dict[str, Tensor] = {}
+        self.dims: dict[str, ir.Value] = {}       # symbolic sizes (i32 parameters) by name
+        self.sizes: dict[str, "Tensor"] = {}      # ... and the one Tensor each (core.size)
         self.globals: dict[str, "GlobalTensor"] = {}
         self.role_regions: list[tuple[ir.Region, int]] = []   # (region, warps) of open warp roles
 
@@ -110,14 +111,14 @@ class _Trace:
             raise ArchError(f"{opname}() is not available on {self.arch.name} (the arch of kernel "
                             f"'{self.kernel.name}'); it needs an arch with '{family}'", _user_loc())
 
-    def dim(self, name: str, source: ParamSource | None = None) -> "Tensor":
-        """A symbolic size by name: an i32 kernel parameter, created on first use. A launch takes its value
-        from `source` (a dimension of the argument whose `.shape` first named it), else by keyword."""
+    def dim(self, name: str, source: ParamSource | None = None) -> ir.Value:
+        """A symbolic size by name: an i32 kernel parameter, created on first use (`core.size` wraps it).
+        A launch takes its value from `source` (a dimension of the argument whose `.shape` first named
+        it), else by keyword."""
         if name not in self.dims:
-            from .core import Tensor  # noqa: PLC0415  (core imports this module)
             v = ir.Value(ir.I32, name)
             self.kernel.params.append(ir.Param(name, v, _user_loc(), source=source or ParamSource.keyword(name)))
-            self.dims[name] = Tensor(v)
+            self.dims[name] = v
         return self.dims[name]
 
 

@@ -2,7 +2,7 @@
 
 `cluster` (TMA multicast and cluster-wide arrives), `prefetch` (TMA descriptor prefetch), `prologue`
 (the prologue's redundant CTA barriers) and `release` (a warpgroup's stage release without a barrier)
-each rewrite one kernel's PTX; `params` and `scan` are what they share for reading it. This module says
+each rewrite one kernel's PTX; `params`, `scan` and `hashing` are what they share. This module says
 which run for a kernel, from its ABI, in which order, and what of them goes into the compile cache key.
 
 The cluster pass (cluster.py: TMA multicast, cluster-wide arrives) runs for every kernel whose ABI has
@@ -12,23 +12,14 @@ so changing a pass recompiles them.
 """
 from __future__ import annotations
 
-import functools
-import hashlib
-import pathlib
 from dataclasses import dataclass, field
 from typing import Callable
 
 from ...abi import KernelABI
-
-
-@functools.lru_cache(maxsize=None)
-def file_hash(path: str) -> str:
-    """sha256 (16 hex digits) of a pass module's source file: part of the cache key of the kernels it
-    rewrites, so editing a pass recompiles them."""
-    return hashlib.sha256(pathlib.Path(path).read_bytes()).hexdigest()[:16]
-
-
-from . import cluster as ptx_cluster, prefetch as ptx_prefetch, prologue as ptx_prologue, release as ptx_release  # noqa: E402
+from . import cluster as ptx_cluster
+from . import prefetch as ptx_prefetch
+from . import prologue as ptx_prologue
+from . import release as ptx_release
 
 # opt-in pass name (the kernel attribute and `gl.set_<name>`) -> (module, metadata key of what it did)
 OPT_IN = {

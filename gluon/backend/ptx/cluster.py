@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import re
 
-from . import file_hash
+from .hashing import file_hash
 from .params import param_registers
 
 # an arrive count no real arrive uses; the lowering writes it for arrive(cluster=True)

@@ -13,9 +13,8 @@ from __future__ import annotations
 
 import re
 
-from . import file_hash
+from .hashing import file_hash
 from .params import param_registers
-
 
 
 class PrefetchPassError(RuntimeError):

@@ -30,10 +30,8 @@ from __future__ import annotations
 
 import re
 
-from . import file_hash
+from .hashing import file_hash
 from .scan import BARRIER, INSTR, barrier_args, is_plain, statements
-
-
 
 
 def source_hash() -> str:

@@ -28,9 +28,8 @@ it (`gl.set_lean_release()`); where nothing matches, the pass says so (`skipped`
 """
 from __future__ import annotations
 
-from . import file_hash
+from .hashing import file_hash
 from .scan import BARRIER, barrier_args, is_plain, statements
-
 
 
 def source_hash() -> str:
