@@ -139,8 +139,8 @@ class DType(enum.Enum):
         key = str(name).replace("torch.", "").replace("numpy.", "")
         if key in DType.__members__:
             return DType[key]
-        if key in _ALIASES:
-            return _ALIASES[key]
+        if key in DTYPE_ALIASES:
+            return DTYPE_ALIASES[key]
         raise ValueError(f"unknown dtype {name!r}; known: {', '.join(DType.__members__)}")
 
     @staticmethod
@@ -166,8 +166,8 @@ _INFO = {
     DType.u16: _Names("uint16", "uint16", "u16", 1, "u2", None),
     DType.u32: _Names("uint32", "uint32", "u32", 2, "u4", None),
     DType.u64: _Names("uint64", "uint64", "u64", 4, "u8", None),
-    DType.f8e4m3: _Names("float8_e4m3fn", None, "fp8e4nv", 0, None, None, scalar=False),
-    DType.f8e5m2: _Names("float8_e5m2", None, "fp8e5", 0, None, None, scalar=False),
+    DType.f8e4m3: _Names("float8_e4m3fn", None, "fp8e4nv", 0, None, "fp8e4m3", scalar=False),
+    DType.f8e5m2: _Names("float8_e5m2", None, "fp8e5", 0, None, "fp8e5m2", scalar=False),
     DType.f16: _Names("float16", "float16", "fp16", 6, "f2", "fp16"),
     DType.bf16: _Names("bfloat16", None, "bf16", 10, None, "bf16"),
     DType.f32: _Names("float32", "float32", "fp32", 7, "f4", "fp32"),
@@ -177,14 +177,15 @@ _INFO = {
 _FLOAT_MAX = {DType.f8e4m3: 448.0, DType.f8e5m2: 57344.0, DType.f16: 65504.0,
               DType.bf16: 3.3895313892515355e38, DType.f32: 3.4028234663852886e38, DType.f64: math.inf}
 
-_ALIASES: dict[str, DType] = {
+#: Other names of our dtypes (torch, numpy, Triton, the tuner's, C-style), for DType.from_name.
+DTYPE_ALIASES: dict[str, DType] = {
     "half": DType.f16, "float": DType.f32, "double": DType.f64, "int": DType.i32, "long": DType.i64,
     "int1": DType.i1, "f8e4m3fn": DType.f8e4m3,
 }
 for _dt, _n in _INFO.items():
     for _alias in (_n.torch, _n.numpy, _n.triton, _n.tuner):
         if _alias is not None:
-            _ALIASES.setdefault(_alias, _dt)
+            DTYPE_ALIASES.setdefault(_alias, _dt)
 _BY_TYPESTR = {n.typestr: dt for dt, n in _INFO.items() if n.typestr is not None}
 
 _TORCH: dict = {}
@@ -210,5 +211,6 @@ def _from_torch() -> dict:
     return _FROM_TORCH
 
 
-#: The dtypes the tuner and the specs know, by their names.
-TUNER_DTYPES: dict[str, DType] = {n.tuner: dt for dt, n in _INFO.items() if n.tuner is not None}
+#: The dtypes the specs and the tuner name, by those names ("fp16", "bf16", "fp32", "fp8e4m3", "fp8e5m2").
+TUNER_DTYPES: dict[str, DType] = {dt.tuner_name: dt for dt in (DType.f16, DType.bf16, DType.f32, DType.f8e4m3,
+                                                                 DType.f8e5m2)}

@@ -10,11 +10,12 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, field_validator
 
+from ..dtypes import DTYPE_ALIASES, TUNER_DTYPES
 from .spec_errors import SpecError, _fmt, _Problem, _suggest
 from .spec_files import _Tree
 
 ARCHS = ("sm80", "sm90", "sm100", "cdna3")
-DTYPES = ("fp16", "bf16", "fp32", "fp8e4m3", "fp8e5m2")
+DTYPES = tuple(TUNER_DTYPES)       # fp16 bf16 fp32 fp8e4m3 fp8e5m2, the dtype table's tuner names
 SAMPLERS = ("tpe", "grid", "random", "cmaes", "gp")
 OBJECTIVES = ("geomean_ratio", "min_time")
 SCORINGS = ("geomean", "per_shape")
@@ -23,10 +24,12 @@ _ARCH_ALIASES = {"sm_80": "sm80", "a100": "sm80", "ampere": "sm80", "sm_90": "sm
                  "sm90a": "sm90", "h100": "sm90", "h200": "sm90", "hopper": "sm90", "sm_100": "sm100",
                  "sm100a": "sm100", "b200": "sm100", "blackwell": "sm100", "gfx942": "cdna3", "mi300": "cdna3",
                  "mi300x": "cdna3", "cdna": "cdna3"}
-_DTYPE_ALIASES = {"f16": "fp16", "half": "fp16", "float16": "fp16", "bfloat16": "bf16", "bfloat": "bf16",
-                  "f32": "fp32", "float": "fp32", "float32": "fp32", "tf32": "fp32", "e4m3": "fp8e4m3",
-                  "fp8": "fp8e4m3", "float8_e4m3fn": "fp8e4m3", "float8e4m3": "fp8e4m3", "f8e4m3": "fp8e4m3",
-                  "e5m2": "fp8e5m2", "float8_e5m2": "fp8e5m2", "float8e5m2": "fp8e5m2", "f8e5m2": "fp8e5m2"}
+# a spec's dtype written in another vocabulary (f16, half, float16, float8_e4m3fn, ...) -> the name it means,
+# from the dtype table, plus the spellings no vocabulary uses
+_DTYPE_ALIASES = {**{alias: dt.tuner_name for alias, dt in DTYPE_ALIASES.items() if dt.tuner_name},
+                  **{dt.name: dt.tuner_name for dt in TUNER_DTYPES.values()},
+                  "bfloat": "bf16", "tf32": "fp32", "e4m3": "fp8e4m3", "fp8": "fp8e4m3", "float8e4m3": "fp8e4m3",
+                  "e5m2": "fp8e5m2", "float8e5m2": "fp8e5m2"}
 _SAMPLER_ALIASES = {"cma": "cmaes", "cma-es": "cmaes", "cma_es": "cmaes", "bayesian": "gp", "bo": "gp",
                     "gaussian": "gp", "exhaustive": "grid", "brute": "grid", "rand": "random", "tpe_sampler": "tpe"}
 _OBJECTIVE_ALIASES = {"geomean": "geomean_ratio", "ratio": "geomean_ratio", "speedup": "geomean_ratio",

@@ -36,11 +36,10 @@ from pathlib import Path
 from typing import Any
 
 from .. import ir
-from ..types import DType
+from ..dtypes import TUNER_DTYPES, DType
 
+# the dtypes a template takes unless it says otherwise (the spec may name every one of TUNER_DTYPES)
 DTYPE_NAMES = ("fp16", "bf16", "fp32")
-_GLUON_DTYPES = {"fp16": DType.f16, "bf16": DType.bf16, "fp32": DType.f32}
-_SIZES = {"fp16": 2, "bf16": 2, "fp32": 4}
 
 # H200 SXM peaks used by the dry run's model (dense fp16/bf16 tensor-core flop/s, HBM3e bytes/s).
 H200_PEAK_FLOPS = 989e12
@@ -50,26 +49,25 @@ H200_SMS = 132
 
 def gluon_dtype(name: str) -> DType:
     try:
-        return _GLUON_DTYPES[name]
+        return TUNER_DTYPES[name]
     except KeyError:
         raise ir.GluonError(f"unknown dtype {name!r}; the tuner knows {', '.join(DTYPE_NAMES)}") from None
 
 
-_TORCH_NAMES = {"torch.float16": "fp16", "torch.bfloat16": "bf16", "torch.float32": "fp32"}
-
-
 def dtype_name(torch_dtype_) -> str:
     """The tuner's name ("fp16", ...) of a torch dtype; KeyError for dtypes the tuner does not know."""
-    return _TORCH_NAMES[str(torch_dtype_)]
+    dt = DType.from_torch(torch_dtype_)
+    if dt is None or dt.tuner_name is None:
+        raise KeyError(str(torch_dtype_))
+    return dt.tuner_name
 
 
 def torch_dtype(name: str):
-    import torch
-    return {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32}[name]
+    return TUNER_DTYPES[name].torch
 
 
 def element_size(name: str) -> int:
-    return _SIZES[name]
+    return TUNER_DTYPES[name].bytes
 
 
 def shape_str(shape) -> str:
