@@ -41,25 +41,29 @@ def copy_kernel_persistent(dst_ptr, src_ptr, n_elements, XBLOCK: gl.constexpr):
 
 
 def copy(dst, src, xblock: int = 1024, num_warps: int = 4, form: str = "simt", load_cache: str = "",
-         store_cache: str = ""):
-    """dst[:] = src[:] with one of the kernels: form = simt | explicit | persistent.
+         store_cache: str = "", kernel=None):
+    """dst[:] = src[:] with one of the kernels: form = simt | explicit | persistent. `kernel`: that kernel
+    already compiled for these settings (a `gluon.jit.CompiledKernel`, e.g. the tuner's), launched as it is.
 
     The defaults (1024 elements, 4 warps: two 16-byte vectors per thread for fp32) measured fastest on
     the H200 (docs/PERF.md)."""
     n = src.numel()
     grid = (gl.cdiv(n, xblock),)
-    if form == "explicit":
-        copy_kernel_explicit[grid](dst, src, n, XBLOCK=xblock, VEC=16 // src.element_size(), NUM_WARPS=num_warps,
-                                   LOAD_CACHE=load_cache, STORE_CACHE=store_cache, num_warps=num_warps)
-    elif form == "persistent":
+    if form not in ("simt", "explicit", "persistent"):
+        raise ValueError(f"form must be simt, explicit or persistent, not {form!r}")
+    if form == "persistent":
         import torch
         sms = torch.cuda.get_device_properties(src.device).multi_processor_count
         grid = (min(grid[0], sms * max(1, 64 // num_warps)),)
+    if kernel is not None:
+        kernel(grid, dst, src, n)
+    elif form == "explicit":
+        copy_kernel_explicit[grid](dst, src, n, XBLOCK=xblock, VEC=16 // src.element_size(), NUM_WARPS=num_warps,
+                                   LOAD_CACHE=load_cache, STORE_CACHE=store_cache, num_warps=num_warps)
+    elif form == "persistent":
         copy_kernel_persistent[grid, (xblock,)](dst, src, n, XBLOCK=xblock, num_warps=num_warps)
-    elif form == "simt":
-        copy_kernel[grid, (xblock,)](dst, src, n, XBLOCK=xblock, num_warps=num_warps)
     else:
-        raise ValueError(f"form must be simt, explicit or persistent, not {form!r}")
+        copy_kernel[grid, (xblock,)](dst, src, n, XBLOCK=xblock, num_warps=num_warps)
     return dst
 
 
@@ -143,9 +147,9 @@ class _CopyTuning(TuningTemplate):
         src = torch.randn(n, device=device, generator=g, dtype=torch.float32).to(torch_dtype(dtype))
         return {"src": src, "out": torch.empty_like(src), "base_out": torch.empty_like(src)}
 
-    def run(self, inputs, config):
+    def run(self, inputs, config, kernel=None):
         xblock, nw, form, lc, sc = self._settings(config)
-        copy(inputs["out"], inputs["src"], xblock, nw, form, lc, sc)
+        copy(inputs["out"], inputs["src"], xblock, nw, form, lc, sc, kernel=kernel)
 
     def reference(self, inputs):
         return inputs["src"]                       # exact: the check widens chunks to fp64

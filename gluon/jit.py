@@ -28,8 +28,10 @@ from typing import Any, Callable, Sequence
 from . import ir
 from .abi import KernelABI, LoweredKernel
 from .arch import Arch, arch_by_name, current_arch
+from .backend.binary import Binary
 from .backend.compile import compile_kernel
 from .backend.lowering import lower_module
+from .cache import default_cache
 from .language.kernel import KernelTemplate, PointerArg, ScalarArg
 from .passes.layout_assign import assign_layouts
 from .passes.layout_check import check_layouts
@@ -63,9 +65,10 @@ def lower(module: ir.Module) -> LoweredKernel:
 
 @dataclass
 class CompiledKernel:
-    """A compiled specialization: its IR, TTGIR and ABI, binary, and how to launch it."""
+    """A compiled specialization: its IR (None for one loaded from the cache by `load_compiled`), TTGIR and
+    ABI, binary, and how to launch it."""
 
-    module: ir.Module
+    module: ir.Module | None
     lowered: LoweredKernel
     binary: Any                       # gluon.backend.binary.Binary
     timings: dict = field(default_factory=dict)
@@ -113,7 +116,7 @@ class CompiledKernel:
         try:
             return self.abi.bind(args, kwargs)
         except TypeError as e:
-            raise ir.GluonError(str(e), self.kernel.loc) from None
+            raise ir.GluonError(str(e), self.module.kernel.loc if self.module is not None else None) from None
 
     def __call__(self, grid, *args, stream=None, meta: dict | None = None, **sizes):
         return self.launcher(grid, *self.launch_args(args, sizes), stream=stream, **(meta or {}))
@@ -129,6 +132,22 @@ def compile_module(module: ir.Module, *, options: dict | None = None, cache=None
     binary = compile_kernel(lowered, options=options, cache=cache)
     t3 = time.perf_counter()
     return CompiledKernel(module, lowered, binary, {"passes_s": t1 - t0, "lower_s": t2 - t1, "compile_s": t3 - t2})
+
+
+def load_compiled(cache_key: str, abi: KernelABI | dict | None = None, cache=None) -> CompiledKernel:
+    """A kernel compiled earlier, from the kernel cache by its key, ready to launch without tracing (the
+    tuner's GPU worker runs what its compile pool built). `abi` is the kernel's ABI (or its JSON), else the
+    one the cache entry recorded."""
+    cache = cache if cache is not None else default_cache()
+    path = cache.get(cache_key)
+    if path is None:
+        raise LookupError(f"no compiled kernel {cache_key} in the kernel cache {cache.root}")
+    if isinstance(abi, dict):
+        abi = KernelABI.from_json(abi)
+    binary = Binary.load(path, key=cache_key, abi=abi)
+    if binary.abi is None:
+        raise LookupError(f"compiled kernel {cache_key} has no ABI: it cannot be launched")
+    return CompiledKernel(None, LoweredKernel(str(binary.asm.get("ttgir", "")), binary.abi), binary)
 
 
 # ------------------------------------------------------------------------------ specialization

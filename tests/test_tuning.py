@@ -58,12 +58,16 @@ class FakeTemplate(TuningTemplate):
             raise GluonError(f"kernel fake needs {config['X']} KiB of shared memory, more than the {limit} KiB "
                              "a block may use")
 
-    def compile(self, config, shape, dtype, arch):
+    def lower(self, config, shape, dtype, arch):
+        self.legality(config, shape, dtype, arch)
+        return SimpleNamespace(X=config["X"])            # what the pool builds (picklable), not a real kernel
+
+    def build(self, lowered):
         log = os.environ.get("FAKE_TUNE_COMPILE_LOG")
         if log:
             with open(log, "a") as f:
-                f.write(json.dumps({"X": config["X"], "t": time.time()}) + "\n")
-        return SimpleNamespace(registers=32 + config["X"], spills=0, shared_bytes=1024 * config["X"])
+                f.write(json.dumps({"X": lowered.X, "t": time.time()}) + "\n")
+        return SimpleNamespace(registers=32 + lowered.X, spills=0, shared_bytes=1024 * lowered.X, key=None)
 
     def make_inputs(self, shape, dtype, device, seed):
         g = torch.Generator().manual_seed(seed)
@@ -234,6 +238,45 @@ def test_gemm_template_traces_what_the_launch_compiles(monkeypatch):
                                      num_warps(cfg))
     assert mine == launch
     assert TUNING.flops((2, 3, 4)) == 48 and TUNING.bytes((2, 3, 4), "fp16") == 2 * (8 + 12 + 6)
+
+
+def test_the_gpu_worker_launches_the_pools_binary_without_tracing(tmp_path, monkeypatch):
+    """The tuner traces a job once (its legality check lowers it), the compile pool builds that lowered
+    kernel without a trace, and the GPU worker launches the binary from the cache by its key: nothing in
+    the pool or the worker traces the kernel again (the launch is emulated on CPU tensors)."""
+    import gluon.jit as _  # noqa: F401
+    from gluon.language.kernel import KernelTemplate
+    from gluon.tuning.expand import Legality, compile_lowered
+    from gluon.tuning.measure import measure_job
+    from gluon.tuning.spec import load_spec, template_of
+    jit = sys.modules["gluon.jit"]
+    monkeypatch.setenv("GLUON_CACHE_DIR", str(tmp_path / "cache"))
+    spec = load_spec(os.path.join(REPO, "specs", "copy.toml"))
+    template = template_of(spec)
+    cfg = dict(XBLOCK=1024, NUM_WARPS=4, FORM="simt")
+    cid = spec.space.config_id(cfg)
+    legality = Legality(spec, template, "sm90")
+    assert legality.one(cfg, cid, (4096,), "fp32").ok
+    lowered = legality.lowered(cfg, cid, (4096,), "fp32")
+
+    traced = []
+    real_trace = KernelTemplate.trace
+    monkeypatch.setattr(KernelTemplate, "trace", lambda self, *a, **k: (traced.append(self.name),
+                                                                        real_trace(self, *a, **k))[1])
+    comp = compile_lowered(spec, lowered)                          # what a pool process runs
+    assert comp["status"] == "ok" and comp["cache_key"] and comp["registers"] > 0
+
+    launched = []
+
+    def fake_call(self, grid, *args, **kw):
+        launched.append((self.binary.key, self.module, grid))
+        args[0].copy_(args[1])
+    monkeypatch.setattr(jit.CompiledKernel, "__call__", fake_call)
+    job = {"spec": spec, "config": cfg, "config_id": cid, "shape": (4096,), "dtype": "fp32", "repeats": 1,
+           "kernel": {"cache_key": comp["cache_key"], "abi": lowered.abi.to_json()}}
+    res = measure_job(job, "cpu", lambda fn: (fn(), [1.0, 0.9, 1.1])[1], lambda: None)
+    assert res["status"] == "ok" and traced == []
+    assert launched[0] == (comp["cache_key"], None, (4,))            # the pool's binary, no IR: not traced
 
 
 def test_copy_template_traces_what_the_launch_compiles(monkeypatch):

@@ -6,10 +6,13 @@
   registers, warp roles, layouts) for every (shape, dtype) of the spec, cached by
   `template.legality_key`. A GluonError prunes the config with the diagnostic as the reason. Tracing
   is not thread-safe (the DSL keeps a trace stack), so legality checks of all threads share a lock.
-* `compile_config(spec, config, shape, dtype, arch)`: a top-level function run in the compile pool
-  (a `concurrent.futures.ProcessPoolExecutor`, "spawn" processes that resolve the template from the
-  pickled spec): status ok with compile_s / registers / spills / shared_bytes, or compile_error with
-  the first lines of the compiler's message. `CompilePool.compile` waits `compile_timeout_s`; past it
+  A legal config's lowered kernel (TTGIR + ABI, `template.lower`) is kept by `template.compile_key`
+  (`Legality.lowered`): the tuner traces each (config, shape, dtype) once, and hands that to the pool.
+* `compile_lowered(spec, lowered)`: a top-level function run in the compile pool (a
+  `concurrent.futures.ProcessPoolExecutor` of "spawn" processes, which get the pickled spec and lowered
+  kernel and call `template.build`: no trace): status ok with compile_s / registers / spills /
+  shared_bytes and the binary's cache key (the GPU worker loads it from the cache), or compile_error
+  with the first lines of the compiler's message. `CompilePool.compile` waits `compile_timeout_s`; past it
   the pool's processes (and the compiler processes they forked: each pool process leads its own
   process group) are killed, the pool is replaced and the config gets status timeout.
 """
@@ -24,6 +27,7 @@ import time
 from dataclasses import dataclass
 
 from .. import ir
+from ..abi import LoweredKernel
 
 TRACE_LOCK = threading.RLock()
 
@@ -62,6 +66,7 @@ class Legality:
     def __init__(self, spec, template, arch: str):
         self.spec, self.template, self.arch = spec, template, arch
         self._cache: dict[tuple, Verdict] = {}
+        self._lowered: dict[tuple, LoweredKernel] = {}
 
     def verdict(self, config: dict, config_id: str, shapes=None, dtypes=None) -> Verdict:
         try:
@@ -83,7 +88,8 @@ class Legality:
             v = self._cache.get(key)
             if v is None:
                 try:
-                    self.template.legality(config, shape, dtype, self.arch)
+                    lowered = self.template.lower(config, shape, dtype, self.arch)
+                    self._lowered[self.template.compile_key(config_id, shape, dtype, self.arch)] = lowered
                     v = Verdict("ok")
                 except (ir.GluonError, ValueError) as e:
                     v = Verdict("pruned", error_reason(e), shape, dtype)
@@ -92,26 +98,33 @@ class Legality:
                 self._cache[key] = v
         return v
 
+    def lowered(self, config: dict, config_id: str, shape: tuple, dtype: str) -> LoweredKernel:
+        """The legal config's lowered kernel for this job: the one its legality check traced, or (a job
+        whose compile key its check did not cover) traced now. GluonError if the config is not legal."""
+        ckey = self.template.compile_key(config_id, tuple(shape), dtype, self.arch)
+        with TRACE_LOCK:
+            lk = self._lowered.get(ckey)
+            if lk is None:
+                lk = self._lowered[ckey] = self.template.lower(config, tuple(shape), dtype, self.arch)
+        return lk
 
 # ------------------------------------------------------------------------------------- compiling
 
 
-def compile_config(spec, config: dict, shape, dtype: str, arch: str) -> dict:
-    """Compile one config (in a pool process): a dict with status and, when ok, compile_s, registers,
-    spills, shared_bytes."""
+def compile_lowered(spec, lowered: LoweredKernel) -> dict:
+    """Compile one lowered kernel (in a pool process) with the spec's template: a dict with status and, when
+    ok, compile_s, registers, spills, shared_bytes and cache_key (where the binary is in the kernel cache)."""
     from .spec import template_of
     t0 = time.perf_counter()
     try:
-        template = template_of(spec)
-        with TRACE_LOCK:
-            ck = template.compile(config, tuple(shape), dtype, arch)
+        b = template_of(spec).build(lowered)
     except ir.GluonError as e:
         return {"status": "pruned", "reason": error_reason(e), "compile_s": time.perf_counter() - t0}
     except Exception as e:                              # noqa: BLE001 - CompileError and the like
         return {"status": "compile_error", "reason": first_lines(f"{type(e).__name__}: {e}"),
                 "compile_s": time.perf_counter() - t0}
-    return {"status": "ok", "compile_s": time.perf_counter() - t0, "registers": int(ck.registers),
-            "spills": int(ck.spills), "shared_bytes": int(ck.shared_bytes)}
+    return {"status": "ok", "compile_s": time.perf_counter() - t0, "registers": int(b.registers),
+            "spills": int(b.spills), "shared_bytes": int(b.shared_bytes), "cache_key": getattr(b, "key", None)}
 
 
 def child_process_setup(parent_pid: int) -> None:
@@ -161,7 +174,7 @@ class _Done:
 
 
 class CompilePool:
-    """A process pool for `compile_config` with a per-config timeout (thread-safe). workers=0 compiles
+    """A process pool for `compile_lowered` with a per-kernel timeout (thread-safe). workers=0 compiles
     in the calling process, without a timeout (for tests and debugging)."""
 
     def __init__(self, workers: int | None = None, timeout_s: float = 600.0, context: str = "spawn"):
@@ -197,12 +210,12 @@ class CompilePool:
                     pass
         pool.shutdown(wait=False, cancel_futures=True)
 
-    def submit(self, spec, config, shape, dtype, arch) -> tuple:
+    def submit(self, spec, lowered: LoweredKernel) -> tuple:
         if self.workers == 0:
-            return None, _Done(compile_config(spec, config, tuple(shape), dtype, arch))
+            return None, _Done(compile_lowered(spec, lowered))
         try:
             pool = self._get()
-            return pool, pool.submit(compile_config, spec, config, tuple(shape), dtype, arch)
+            return pool, pool.submit(compile_lowered, spec, lowered)
         except (cf.process.BrokenProcessPool, RuntimeError) as e:      # closed, or shut down under us
             return None, _Done({"status": "compile_error", "reason": f"compile pool unavailable: {e}",
                                 "_broken": True})
@@ -222,13 +235,13 @@ class CompilePool:
                 self._kill(pool)
             return {"status": "compile_error", "reason": f"compile process died: {e}", "_broken": True}
 
-    def compile(self, spec, config, shape, dtype, arch, timeout_s: float | None = None) -> dict:
+    def compile(self, spec, lowered: LoweredKernel, timeout_s: float | None = None) -> dict:
         t0 = time.monotonic()
-        r = self.wait(self.submit(spec, config, shape, dtype, arch), timeout_s)
+        r = self.wait(self.submit(spec, lowered), timeout_s)
         if r.get("_broken") and not self._closed:  # another config's timeout killed the pool: once more
             left = (self.timeout_s if timeout_s is None else timeout_s) - (time.monotonic() - t0)
             if left > 0:
-                r = self.wait(self.submit(spec, config, shape, dtype, arch), left)
+                r = self.wait(self.submit(spec, lowered), left)
         r.pop("_broken", None)
         return r
 

@@ -52,7 +52,7 @@ class _Jobs:
                     continue
                 ckey = st.tn.template.compile_key(cid, shape, dtype, arch)
                 if ckey not in self.compiled and ckey not in self.compiling:
-                    self.compiling[ckey] = st.pool.submit(st.spec, config, shape, dtype, arch)
+                    self.compiling[ckey] = st.pool.submit(st.spec, st.tn.legality.lowered(config, cid, shape, dtype))
 
     def run(self, trial, worker, config, cid, shape, dtype, retime: bool = False) -> dict | None:
         """One (config, shape, dtype): looked up, or compiled + measured and written. None if interrupted.
@@ -63,14 +63,17 @@ class _Jobs:
             with st.lock:
                 st.summary.reused += 1
             return st.index[key]
-        comp = self._compiled(config, shape, dtype, st.tn.template.compile_key(cid, shape, dtype, st.tn.arch))
+        lowered = st.tn.legality.lowered(config, cid, shape, dtype)
+        comp = self._compiled(lowered, st.tn.template.compile_key(cid, shape, dtype, st.tn.arch))
         if comp is None:
             return None
         cinfo = {k: comp.get(k) for k in ("compile_s", "registers", "spills", "shared_bytes")}
         if comp["status"] != "ok":
             res = {"status": comp["status"], "reason": comp.get("reason")}
         else:
-            res = self._measured(trial, worker, config, cid, shape, dtype, retime)
+            abi = getattr(lowered, "abi", None)
+            res = self._measured(trial, worker, config, cid, shape, dtype, retime,
+                                 {"cache_key": comp.get("cache_key"), "abi": abi.to_json() if abi else None})
             if res is None:
                 return None
         res = dict(res)
@@ -90,7 +93,7 @@ class _Jobs:
             st.index[key] = row
         return row
 
-    def _compiled(self, config, shape, dtype, ckey) -> dict | None:
+    def _compiled(self, lowered, ckey) -> dict | None:
         """The compile result of a job: kept, started by `precompile`, or compiled now. None if stopped."""
         st = self.st
         comp = self.compiled.get(ckey)
@@ -98,15 +101,16 @@ class _Jobs:
             handle = self.compiling.pop(ckey, None)
             comp = st.pool.wait(handle) if handle is not None else None
             if (comp is None or comp.get("_broken")) and not st.stop.is_set():
-                comp = st.pool.compile(st.spec, config, shape, dtype, st.tn.arch)   # (its pool was replaced)
+                comp = st.pool.compile(st.spec, lowered)   # (its pool was replaced)
             if st.stop.is_set():
                 return None
             comp.pop("_broken", None)
             self.compiled[ckey] = comp
         return comp
 
-    def _measured(self, trial, worker, config, cid, shape, dtype, retime: bool) -> dict | None:
-        """The GPU worker's result for a compiled job. None if stopped meanwhile."""
+    def _measured(self, trial, worker, config, cid, shape, dtype, retime: bool, kernel: dict) -> dict | None:
+        """The GPU worker's result for a compiled job (`kernel`: where its binary is and its ABI, so the
+        worker launches it without tracing). None if stopped meanwhile."""
         st = self.st
         spec = st.spec
         job = {"spec": spec, "config": config, "config_id": cid, "shape": tuple(shape), "dtype": dtype,
@@ -116,7 +120,7 @@ class _Jobs:
                "repeats": int(_t(spec, "repeats", 3)),
                "rep_ms": int(_t(spec, "retime_round_ms", 1000) if retime else _t(spec, "round_ms", 100)),
                "baseline": _t(spec, "baseline", "torch") not in (False, "none", ""),
-               "purpose": "retime" if retime else "trial", "device_index": worker.device_index}
+               "purpose": "retime" if retime else "trial", "device_index": worker.device_index, "kernel": kernel}
         res = worker.run(job, st.trial_timeout)
         if st.stop.is_set():
             return None

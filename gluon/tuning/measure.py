@@ -29,6 +29,7 @@ and exit by themselves when the tuner process disappears (kill -9).
 from __future__ import annotations
 
 import functools
+import inspect
 import importlib
 import multiprocessing
 import multiprocessing.connection
@@ -155,15 +156,25 @@ def rotating(fns: list[Callable[[], None]]) -> Callable[[], None]:
     return run
 
 
+def _runner(template, kernel: dict | None) -> Callable:
+    """`template.run`, launching the kernel the compile pool built (`kernel`: its cache key and ABI,
+    `template.load`) when the template takes one, so this process traces nothing; a template whose `run`
+    has no `kernel` parameter runs as it always did."""
+    if not kernel or not kernel.get("cache_key") or "kernel" not in inspect.signature(template.run).parameters:
+        return template.run
+    return functools.partial(template.run, kernel=template.load(kernel))
+
+
 def measure_job(job: dict, device, bench: Callable, synchronize: Callable[[], None]) -> dict:
     """Verify, then time one (config, shape, dtype) on `device`. bench(fn) -> [median, p10, p90] ms.
     The device-independent part of `measure_on_gpu` (the tests run it on the CPU with a fake bench)."""
     from .spec import template_of
     template = template_of(job["spec"])
     shape, dtype, config = tuple(job["shape"]), job["dtype"], job["config"]
+    run = _runner(template, job.get("kernel"))
     inputs = template.make_inputs(shape, dtype, device, job.get("seed", 0))
     template.poison(inputs)
-    template.run(inputs, config)
+    run(inputs, config)
     synchronize()
     ok, max_err, why = template.check(template.output(inputs), template.reference(inputs),
                                       float(job.get("rtol", 1e-2)), float(job.get("atol", 0.0)))
@@ -171,7 +182,7 @@ def measure_job(job: dict, device, bench: Callable, synchronize: Callable[[], No
         return {"status": "wrong_result", "reason": why, "max_err": max_err}
     sets = [inputs] + [template.make_inputs(shape, dtype, device, job.get("seed", 0) + 1 + i)
                        for i in range(rotation(template.bytes(shape, dtype), job.get("rotate")) - 1)]
-    cand = rotating([functools.partial(template.run, x, config) for x in sets])
+    cand = rotating([functools.partial(run, x, config) for x in sets])
     base = rotating([template.baseline(x) for x in sets]) if job.get("baseline", True) else None
     c_rounds, b_rounds = alternate_rounds(cand, base, max(1, int(job.get("repeats", 3))), bench)
     ratios = [b[0] / c[0] for c, b in zip(c_rounds, b_rounds)]

@@ -1,18 +1,22 @@
 """What a kernel module exposes to the tuner as `TUNING`: how a config becomes a kernel, and how to check
 and time it.
 
-A template is a `TuningTemplate` subclass instance (see the end of `gluon/kernels/gemm_sm90.py` and of
+A template is a `TuningTemplate` subclass instance (see gluon/tuning/templates/ and the end of
 `examples/copy_kernel.py`). The tuner calls, per (config, shape, dtype):
 
     legality(config, shape, dtype, arch) -> ir.Module   trace with stand-ins + gluon.jit.run_passes: shared
                                                         memory, registers, warp roles and layouts are
                                                         checked without a GPU; raises gluon.ir.GluonError
                                                         with the reason (the config is then pruned)
-    compile(config, shape, dtype, arch) -> CompiledKernel   the same trace compiled (no GPU; the compile pool
-                                                        calls it, so the launch later hits the disk cache)
+    lower(config, shape, dtype, arch) -> LoweredKernel  that module's TTGIR and ABI: the tuner's one trace of
+                                                        the job, which the compile pool compiles and the GPU
+                                                        worker launches (`run(..., kernel=)`)
+    build(lowered) -> Binary                            compile it (in the compile pool: no trace there)
+    load({"cache_key", "abi"}) -> CompiledKernel        that binary from the kernel cache (in the GPU worker)
+    compile(config, shape, dtype, arch) -> CompiledKernel   trace and compile in this process (gluon check)
     make_inputs(shape, dtype, device, seed) -> dict     fresh random operands (never zeros) and outputs
     poison(inputs)                                      fill the outputs with NaN
-    run(inputs, config)                                 one launch
+    run(inputs, config, kernel=None)                    one launch (of `kernel`, the prebuilt binary, if given)
     output(inputs) / reference(inputs)                  the result and an fp32/fp64 torch reference
     check(out, ref, rtol, atol) -> (ok, max_err, why)   no NaN (every element written), error within tolerance
     baseline(inputs) -> callable                        the vendor baseline (torch.matmul, dst.copy_(src))
@@ -36,7 +40,10 @@ from pathlib import Path
 from typing import Any
 
 from .. import ir
+from ..abi import LoweredKernel
 from ..dtypes import TUNER_DTYPES, DType
+from ..backend.compile import compile_kernel
+from ..jit import CompiledKernel, compile_module, load_compiled, lower, run_passes
 
 # the dtypes a template takes unless it says otherwise (the spec may name every one of TUNER_DTYPES)
 DTYPE_NAMES = ("fp16", "bf16", "fp32")
@@ -119,23 +126,37 @@ class TuningTemplate:
     def legality(self, config: dict, shape, dtype: str, arch: str) -> ir.Module:
         """Trace and run the passes (layouts, pipeline, warp roles, shared memory): the module, or
         GluonError with the reason the config cannot work."""
-        from ..jit import run_passes
         self.check_config(config, shape, dtype, arch)
         return run_passes(self.trace(config, shape, dtype, arch))
+
+    def lower(self, config: dict, shape, dtype: str, arch: str) -> LoweredKernel:
+        """The legal config's TTGIR and ABI, what the compile pool compiles and the GPU worker launches (the
+        tuner traces each (config, shape, dtype) once, here). Raises GluonError as `legality` does."""
+        return lower(self.legality(config, shape, dtype, arch))
+
+    def build(self, lowered: LoweredKernel):
+        """Compile what `lower` returned (the compile pool calls it): a binary with `registers`, `spills`,
+        `shared_bytes` and its cache `key`."""
+        return compile_kernel(lowered)
+
+    def load(self, kernel: dict) -> CompiledKernel:
+        """The binary `build` made, from the kernel cache (`kernel`: its cache_key and ABI), ready to launch
+        without tracing: what the GPU worker hands `run`."""
+        return load_compiled(kernel["cache_key"], kernel.get("abi"))
 
     def legality_key(self, config_id: str, shape, dtype: str, arch: str) -> tuple:
         """Configs with equal keys get the same verdict (the tuner caches it). Kernels whose trace does
         not depend on the shape drop it."""
         return (config_id, tuple(shape), dtype, arch)
 
-    def compile(self, config: dict, shape, dtype: str, arch: str):
+    def compile(self, config: dict, shape, dtype: str, arch: str) -> CompiledKernel:
         """Trace, passes, TTGIR, Triton binary (disk-cached): a gluon.jit.CompiledKernel. No GPU needed.
         The trace is the one the launch makes (same stand-ins), so the launch hits the disk cache."""
-        from ..jit import compile_module
         self.check_config(config, shape, dtype, arch)
         return compile_module(self.trace(config, shape, dtype, arch))
 
     def compile_key(self, config_id: str, shape, dtype: str, arch: str) -> tuple:
+        """Configs with equal keys compile to the same kernel (the tuner lowers and compiles it once)."""
         return self.legality_key(config_id, shape, dtype, arch)
 
     # -- on the GPU ---------------------------------------------------------------------------------------
@@ -163,7 +184,10 @@ class TuningTemplate:
         """The user-call arguments (as `call` takes them after config) held in `make_inputs`' dict."""
         raise NotImplementedError
 
-    def run(self, inputs: dict, config: dict) -> None:
+    def run(self, inputs: dict, config: dict, kernel: CompiledKernel | None = None) -> None:
+        """One launch of `config` on `inputs`. The tuner's GPU worker passes `kernel`, the binary the compile
+        pool built from this process's trace (`lower`); a template that takes it launches that instead of
+        tracing again (one whose `run` has no `kernel` parameter is called without it)."""
         raise NotImplementedError
 
     def output(self, inputs: dict):

@@ -252,7 +252,8 @@ class _Tuner:
         if compiles > 0 and legal:
             timeout = float(_t(self.spec, "compile_timeout_s", 600))
             with CompilePool(self.compile_workers, timeout) as pool:
-                handles = [(c, pool.submit(self.spec, c["config"], self.shapes[0], self.dtypes[0], self.arch))
+                handles = [(c, pool.submit(self.spec, self.legality.lowered(c["config"], c["config_id"],
+                                                                            self.shapes[0], self.dtypes[0])))
                            for c in legal[:compiles]]
                 for c, h in handles:
                     compiled[c["config_id"]] = pool.wait(h)
