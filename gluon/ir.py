@@ -308,18 +308,31 @@ class Builder:
 
 @dataclass(frozen=True)
 class OpDef:
+    """What every layer may know about an op kind without a table of its own: its arch op family, its
+    verifier, and its traits. `pure`: no memory or synchronization effect (a pass may clone, recompute or
+    drop it; the lowering may re-materialize it in a warp partition). `same_layout`: its result tile is in
+    the layout of its tile operands (the layout pass propagates through it)."""
+
     kind: str
     doc: str
     family: str                              # arch op family (gluon.arch) that must support it
     verify: Callable[[Op], str | None] | None = None   # returns an error message or None
     terminator: bool = False
+    pure: bool = False
+    same_layout: bool = False
 
 
 OPS: dict[str, OpDef] = {}
 
 
-def _register(kind: str, doc: str, family: str = "arith", verify=None, terminator=False) -> None:
-    OPS[kind] = OpDef(kind, doc, family, verify, terminator)
+def _register(kind: str, doc: str, family: str = "arith", verify=None, terminator=False, *, pure=False,
+              same_layout=False) -> None:
+    OPS[kind] = OpDef(kind, doc, family, verify, terminator, pure, same_layout)
+
+
+def kinds(trait: str) -> frozenset[str]:
+    """The op kinds with `trait` ("pure", "same_layout")."""
+    return frozenset(k for k, d in OPS.items() if getattr(d, trait))
 
 
 def _same_types(op: Op) -> str | None:
@@ -389,24 +402,30 @@ def _verify_smem_alloc(op: Op) -> str | None:
     return None
 
 
-_register("program_id", "the program (block) index along attrs['axis']", "program_id")
-_register("num_programs", "the grid size along attrs['axis']", "program_id")
-_register("constant", "attrs['value'] as a scalar, or splatted over a tile")
-_register("binary", "elementwise attrs['op'] (add sub mul div floordiv rem and or xor shl shr min max) on two same-typed values", verify=_same_types)
-_register("cmp", "elementwise comparison attrs['pred'] (lt le gt ge eq ne) -> i1", verify=_same_types)
-_register("unary", "elementwise attrs['op'] (neg not exp exp2 log log2 sqrt rsqrt abs sin cos)")
-_register("cast", "convert element type (result type says to what)")
-_register("select", "elementwise cond ? a : b")
+_register("program_id", "the program (block) index along attrs['axis']", "program_id", pure=True)
+_register("num_programs", "the grid size along attrs['axis']", "program_id", pure=True)
+_register("constant", "attrs['value'] as a scalar, or splatted over a tile", pure=True)
+_register("binary", "elementwise attrs['op'] (add sub mul div floordiv rem and or xor shl shr min max) on two same-typed values",
+          verify=_same_types, pure=True, same_layout=True)
+_register("cmp", "elementwise comparison attrs['pred'] (lt le gt ge eq ne) -> i1",
+          verify=_same_types, pure=True, same_layout=True)
+_register("unary", "elementwise attrs['op'] (neg not exp exp2 log log2 sqrt rsqrt abs sin cos)",
+          pure=True, same_layout=True)
+_register("cast", "convert element type (result type says to what)", pure=True, same_layout=True)
+_register("select", "elementwise cond ? a : b", pure=True, same_layout=True)
+_register("fma", "elementwise a * b + c rounded once (floats; three same-typed values)", verify=_same_types, pure=True,
+          same_layout=True)
 _register("splat", "broadcast a scalar over a tile")
 _register("arange", "tile [attrs['start'], attrs['end']) of i32")
 _register("expand_dims", "insert a size-1 dimension at attrs['axis']")
-_register("broadcast", "broadcast size-1 dimensions to the result shape")
+_register("broadcast", "broadcast size-1 dimensions to the result shape", same_layout=True)
 _register("convert_layout", "move a tile to another register layout", "convert_layout")
 _register("split_cols", "a WGMMA accumulator tile's left and right column halves (two results; the halves are "
           "subsets of each thread's registers, nothing moves)", verify=_verify_split_cols)
 _register("reduce", "reduce a tile along attrs['axis'] with attrs['op'] (sum max min)", "reduce")
-_register("load", "masked global load: ptr + offsets (mask, other optional; attrs has_mask/has_other)", "load")
-_register("store", "masked global store: ptr + offsets <- value (mask optional)", "store")
+_register("load", "masked global load: ptr + offsets (mask, other optional; attrs has_mask/has_other)", "load",
+          same_layout=True)
+_register("store", "masked global store: ptr + offsets <- value (mask optional)", "store", same_layout=True)
 _register("smem_alloc", "allocate a shared region (attrs name); optional initial tile operand", "smem", _verify_smem_alloc)
 _register("smem_index", "view one stage of a multi-stage shared region", "smem")
 _register("smem_load", "load a shared tile into registers", "smem")
@@ -428,13 +447,14 @@ _register("thread_barrier", "block-wide barrier (bar.sync)", "thread_barrier")
 _register("cluster_rank", "this CTA's rank in its thread-block cluster (i32 scalar)", "cluster")
 _register("cluster_sync", "every thread of every CTA in the cluster meets here; mbarrier inits before it are visible "
           "cluster-wide after it", "cluster")
-_register("cp_async", "cp.async global -> shared: (ptr, offsets, dst, mask?)", "cp_async")
+_register("cp_async", "cp.async global -> shared: (ptr, offsets, dst, mask?)", "cp_async", same_layout=True)
 _register("cp_async_commit", "close a cp.async group", "cp_async")
 _register("cp_async_wait", "wait until at most attrs['num'] cp.async groups are pending", "cp_async")
-_register("mma", "Ampere tensor-core dot (HMMA): (a, b, acc) register operands", "mma", _verify_dot)
-_register("mfma", "CDNA matrix-core dot (MFMA): (a, b, acc) register operands", "mfma", _verify_dot)
-_register("wgmma", "Hopper warpgroup dot: (a smem|tile, b smem, acc) -> acc; attrs is_async", "wgmma", _verify_dot)
-_register("wgmma_wait", "wait for async wgmma: (acc, *deps) -> acc; attrs pendings", "wgmma")
+_register("mma", "Ampere tensor-core dot (HMMA): (a, b, acc) register operands", "mma", _verify_dot, same_layout=True)
+_register("mfma", "CDNA matrix-core dot (MFMA): (a, b, acc) register operands", "mfma", _verify_dot, same_layout=True)
+_register("wgmma", "Hopper warpgroup dot: (a smem|tile, b smem, acc) -> acc; attrs is_async", "wgmma", _verify_dot,
+          same_layout=True)
+_register("wgmma_wait", "wait for async wgmma: (acc, *deps) -> acc; attrs pendings", "wgmma", same_layout=True)
 _register("tmem_alloc", "allocate tensor memory for an accumulator", "tmem")
 _register("tmem_load", "tensor memory -> registers", "tmem")
 _register("tcgen05_mma", "Blackwell MMA: (a smem, b smem, d tmem, bar); attrs use_acc", "tcgen05", _verify_dot)

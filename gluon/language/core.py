@@ -296,6 +296,17 @@ def where(cond, a, b) -> Tensor:
     return Tensor(_tr().emit("select", [cond, a, b], [a.type]).result)
 
 
+def fma(a, b, c) -> Tensor:
+    """a * b + c with a single rounding (the hardware's fused multiply-add: FFMA, HFMA2), elementwise on
+    floats. The operands broadcast and promote as for `a * b + c`."""
+    a, b = _operands(a, b)
+    a, c = _operands(a, c)
+    b, c = _operands(b, c)
+    if not a.dtype.is_float:
+        raise ir.GluonError(f"fma needs floating-point operands, got {a.dtype.name}; write a * b + c", _user_loc())
+    return Tensor(_tr().emit("fma", [a, b, c], [a.type]).result)
+
+
 def _reduce(x: Tensor, axis: int | None, op: str) -> Tensor:
     _tr().require("reduce", op)
     if axis is None:

@@ -17,7 +17,7 @@ from typing import Any
 
 from .. import ir
 
-PURE = frozenset({"constant", "binary", "cmp", "unary", "cast", "select", "program_id", "num_programs"})
+PURE = ir.kinds("pure")      # no memory or synchronization effect: may be cloned, recomputed, dropped
 VIEWS = frozenset({"smem_index", "smem_trans", "smem_reinterpret", "barrier_index"})
 
 

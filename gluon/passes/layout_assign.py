@@ -23,8 +23,7 @@ import math
 from .. import ir
 from ..types import BlockedLayout, Layout, SliceLayout
 
-_SAME = {"binary", "cmp", "unary", "cast", "select", "broadcast", "load", "store", "cp_async", "wgmma",
-         "wgmma_wait", "mma", "mfma"}
+_SAME = ir.kinds("same_layout")      # result tile in its tile operands' layout
 
 
 class _UF:

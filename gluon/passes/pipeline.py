@@ -35,11 +35,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from .. import ir
-from .analysis import alloc_name, clone_op, const_value, expr_key, root_of, sites
+from .analysis import PURE, alloc_name, clone_op, const_value, expr_key, root_of, sites
 
 _STAGE_USERS = {"tma_load", "tma_store", "smem_load", "smem_store", "wgmma", "wgmma_wait", "cp_async",
                 "tcgen05_mma", "barrier_expect", "barrier_arrive", "barrier_wait"}
-_SLICE_KINDS = {"constant", "binary", "cmp", "unary", "cast", "select", "program_id", "num_programs"}
+_SLICE_KINDS = PURE           # what a stage index may be computed from (cloned into the producer)
 
 
 def pipeline(kernel: ir.Kernel) -> ir.Kernel:

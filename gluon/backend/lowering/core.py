@@ -208,6 +208,12 @@ def _like(t, dtype: DType):
     return ScalarType(dtype)
 
 
+@rule("fma")
+def lower_fma(lw: KernelLowering, op: Op) -> None:
+    a, b, c = (lw.ref(v) for v in op.operands)
+    lw.emit(f"{lw.define(op.result)} = math.fma {a}, {b}, {c} : {lw.ty(op.result.type)}")
+
+
 @rule("select")
 def lower_select(lw: KernelLowering, op: Op) -> None:
     c, a, b = op.operands
