@@ -206,43 +206,6 @@ def test_lean_prologue_gives_the_same_bits_every_launch(M, N, K):
             assert torch.equal(c, first)
 
 
-@pytest.mark.parametrize("b_kmajor", [False, True])
-@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
-@pytest.mark.parametrize("M,N,K,cfg,splits", [
-    (4096, 4096, 4096, {}, None),                              # choose_config's pick: several tiles per program
-    (2048, 4096, 512, {}, None),                               # short tiles: the release across tiles
-    (2048, 2048, 64, dict(DEFAULT_CONFIG), None),              # one k-step: only the release after the tile
-    (1536, 2816, 1000, {"CLUSTER_M": 1}, None),                # K tail, edges
-    (3000, 2000, 1504, {"CLUSTER_M": 1}, None),                # multiples of no tile
-    (1000, 1000, 1000, dict(DEFAULT_CONFIG), None),            # 128x256 tiles past every edge
-    (256, 512, 4096, dict(DEFAULT_CONFIG), 3),                 # split-K: fp32 partials
-], ids=["4096", "2048x4096x512", "2048x2048x64", "1536x2816x1000", "3000x2000x1504", "1000", "splitk3"])
-def test_lean_release_gemm_matches_fp64_reference(M, N, K, cfg, splits, dtype, b_kmajor):
-    """LEAN_RELEASE: SPLIT_WGS warpgroups wait for and release their stages without a warpgroup barrier
-    (backend/ptx_release.py)."""
-    assert_ws_gemm(M, N, K, dict(cfg, SPLIT_WGS=True, LEAN_RELEASE=True), in_dtype=dtype, out_dtype=dtype,
-                   b_kmajor=b_kmajor, splits=splits, rounds=3)
-
-
-@pytest.mark.parametrize("M,N,K", [(4096, 4096, 1024), (2048, 4096, 4096)])
-def test_lean_release_gives_the_same_bits_every_launch(M, N, K):
-    """A stage released before every warp of its warpgroup finished reading it would be refilled under
-    a running WGMMA and show as a launch that differs: 50 launches on the same inputs, each output
-    poisoned first, all bit-identical to the first, which matches fp64 (and to the kernel with the
-    barriers, which computes in the same order)."""
-    from gluon.kernels.gemm_sm90 import launch
-    a = torch.randn(M, K, device="cuda", dtype=torch.float16)
-    b = torch.randn(K, N, device="cuda", dtype=torch.float16)
-    barriers = torch.full((M, N), float("nan"), device="cuda", dtype=torch.float16)
-    launch(a, b, barriers, dict(SPLIT_WGS=True))
-    ref = a.double() @ b.double()
-    assert ((barriers.double() - ref).norm() / ref.norm()).item() < 1e-2
-    for _ in range(50):
-        c = torch.full((M, N), float("nan"), device="cuda", dtype=torch.float16)
-        launch(a, b, c, dict(SPLIT_WGS=True, LEAN_RELEASE=True))
-        assert torch.equal(c, barriers)
-
-
 ZIGZAG_CONFIGS = [
     {},                                                   # choose_config's pick (SPLIT_WGS: several tiles per program)
     dict(DEFAULT_CONFIG),                                 # cooperative, early loads

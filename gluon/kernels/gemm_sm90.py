@@ -68,12 +68,6 @@ small ones per warpgroup and writes each with its own TMA store (the store of on
 staged): 32 KiB of staging instead of 64 at 128x256, so STAGES=4 fits. Verified on the H200 (120 GPU
 cases) but slower than one staging tile (docs/PERF.md, ninth session: with 4 stages -2% at 8192^3 and
 4096^3, with 3 stages -0.7 to -1.2%), so nothing chooses it.
-LEAN_RELEASE=True (with SPLIT_WGS, no cluster or ping-pong) drops the 128-thread barrier Triton puts
-before each warpgroup's stage wait and before its one-thread release after `wgmma.wait_group` (the PTX
-pass backend/ptx_release.py; CUTLASS's and cuBLAS's consumers release that way). Verified on the H200
-(30 GPU tests, 100 bit-identical launches) but slower in steady state (8192^3 1.020/1.019x cuBLAS
-against 1.029/1.025x with the barriers, 4096^3 -0.4..-0.5%; docs/PERF.md, eighth session): the
-barrier is not what separates the kernels. Off by default.
 K_ZIGZAG=True makes each program load the K slices of its odd units top down (the producer alone: the
 consumers sum the stages in the order they arrive). The programs' i-th units run together as wave i, and
 with grouped order consecutive waves share their A rows; a wave that starts where the last one ended
@@ -178,9 +172,8 @@ def gemm_sm90(A, B, C, W, SPLITS,
               CLUSTER_M: gl.constexpr = 1, PINGPONG: gl.constexpr = False, CLUSTER_N: gl.constexpr = 1,
               TMA_PREFETCH: gl.constexpr = False, N_MULTIPLE_16: gl.constexpr = False,
               EARLY_LOADS: gl.constexpr = False, LEAN_PROLOGUE: gl.constexpr = False,
-              LEAN_RELEASE: gl.constexpr = False, K_ZIGZAG: gl.constexpr = False):
-    for key, value in (("EARLY_LOADS", EARLY_LOADS), ("LEAN_PROLOGUE", LEAN_PROLOGUE), ("LEAN_RELEASE", LEAN_RELEASE),
-                       ("K_ZIGZAG", K_ZIGZAG)):
+              K_ZIGZAG: gl.constexpr = False):
+    for key, value in (("EARLY_LOADS", EARLY_LOADS), ("LEAN_PROLOGUE", LEAN_PROLOGUE), ("K_ZIGZAG", K_ZIGZAG)):
         if value not in (True, False):
             raise gluon.GluonError(f"{key}={value!r}: the kernel takes True or False (launch and the tuner "
                                    "resolve 'auto' with resolve_auto)")
@@ -201,12 +194,6 @@ def gemm_sm90(A, B, C, W, SPLITS,
             raise gluon.GluonError("LEAN_PROLOGUE is verified for the cooperative kernel without clusters, ping-pong "
                                    "or the ring epilogue; use LEAN_PROLOGUE=False (or 'auto') with those")
         gl.set_lean_prologue()
-    if LEAN_RELEASE:    # no warpgroup barrier before each stage wait and release (backend/ptx_release.py)
-        if not (SPLIT_WGS and CONSUMER_WGS > 1 and CL == 1 and not PINGPONG):
-            raise gluon.GluonError("LEAN_RELEASE is for SPLIT_WGS consumer warpgroups without clusters or ping-pong "
-                                   "(each warpgroup releases the stages only its own WGMMAs read); set SPLIT_WGS=True "
-                                   "and CLUSTER_M=CLUSTER_N=1, or LEAN_RELEASE=False")
-        gl.set_lean_release()
     M = C.shape[0]
     N = C.shape[1]
     K = A.shape[1]

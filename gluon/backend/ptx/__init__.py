@@ -1,8 +1,7 @@
 """PTX post-passes: what Triton 3.6's TTGIR cannot say, added to the PTX Triton generates, before ptxas.
 
-`cluster` (TMA multicast and cluster-wide arrives), `prefetch` (TMA descriptor prefetch), `prologue`
-(the prologue's redundant CTA barriers) and `release` (a warpgroup's stage release without a barrier)
-each rewrite one kernel's PTX; `params` and `scan` are what they share for reading it. This module says
+`cluster` (TMA multicast and cluster-wide arrives), `prefetch` (TMA descriptor prefetch) and `prologue`
+(the prologue's redundant CTA barriers) each rewrite one kernel's PTX; `params` and `scan` are what they share for reading it. This module says
 which run for a kernel, from its ABI, in which order, and what of them goes into the compile cache key.
 
 The cluster pass (cluster.py: TMA multicast, cluster-wide arrives) runs for every kernel whose ABI has
@@ -28,13 +27,12 @@ def file_hash(path: str) -> str:
     return hashlib.sha256(pathlib.Path(path).read_bytes()).hexdigest()[:16]
 
 
-from . import cluster as ptx_cluster, prefetch as ptx_prefetch, prologue as ptx_prologue, release as ptx_release  # noqa: E402
+from . import cluster as ptx_cluster, prefetch as ptx_prefetch, prologue as ptx_prologue  # noqa: E402
 
 # opt-in pass name (the kernel attribute and `gl.set_<name>`) -> (module, metadata key of what it did)
 OPT_IN = {
     "tma_prefetch": (ptx_prefetch, "gluon_prefetch"),
     "lean_prologue": (ptx_prologue, "gluon_prologue"),
-    "lean_release": (ptx_release, "gluon_release"),
 }
 
 
