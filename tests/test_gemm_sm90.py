@@ -126,7 +126,7 @@ def test_coalesced_epilogue_machine_code():
     assert plain["STG.E.128"] == 0                       # N unknown: the row starts are not known aligned
     with pytest.raises(GluonError, match="EPILOGUE='coalesced' has not run in a cluster"):
         gemm_sm90.trace(*refs, num_warps=num_warps(base), **dict(base, CLUSTER_M=2))
-    with pytest.raises(GluonError, match="EPILOGUE='dma': use 'tma', 'ring', 'coalesced', 'direct' or 'subtiled'"):
+    with pytest.raises(GluonError, match="EPILOGUE='dma': use 'tma', 'ring', 'coalesced' or 'direct'"):
         gemm_sm90.trace(*refs, num_warps=num_warps(base), **dict(base, EPILOGUE="dma"))
 
 

@@ -227,28 +227,6 @@ def test_k_zigzag_gemm_matches_fp64_reference(M, N, K, splits, dtype, b_kmajor, 
                    splits=splits, rounds=3)
 
 
-SUBTILED_CONFIGS = [
-    dict(DEFAULT_CONFIG, EPILOGUE="subtiled", SPLIT_WGS=True, STAGES=4),     # the 4th stage it makes room for
-    dict(DEFAULT_CONFIG, EPILOGUE="subtiled", SPLIT_WGS=True),
-    dict(DEFAULT_CONFIG, EPILOGUE="subtiled", STAGES=4),                     # cooperative: 128-row accumulator
-    dict(DEFAULT_CONFIG, EPILOGUE="subtiled", BLOCK_N=128, STAGES=5),        # two subtiles
-    dict(DEFAULT_CONFIG, EPILOGUE="subtiled", CLUSTER_M=2, SPLIT_WGS=True),  # in a cluster
-]
-
-
-@pytest.mark.parametrize("cfg", SUBTILED_CONFIGS, ids=lambda c: f"BN={c['BLOCK_N']},st={c['STAGES']},split="
-                         f"{c['SPLIT_WGS']},cl={c['CLUSTER_M']}")
-@pytest.mark.parametrize("b_kmajor", [False, True])
-@pytest.mark.parametrize("in_dtype,out_dtype", [(torch.float16, torch.float16), (torch.bfloat16, torch.bfloat16),
-                                                (torch.float16, torch.float32)])
-@pytest.mark.parametrize("M,N,K", [(2048, 4096, 512), (1000, 1000, 1000), (333, 200, 136), (1536, 2816, 1000)])
-def test_subtiled_epilogue_gemm_matches_fp64_reference(M, N, K, in_dtype, out_dtype, b_kmajor, cfg):
-    """EPILOGUE="subtiled": the accumulator split into column subtiles (gl.split_cols), each through one of
-    two small staging buffers and its own TMA store; several tiles per program (the buffers' reuse across
-    tiles), edges past M and N (TMA clips), K tails, an fp32 output (32-column subtiles)."""
-    assert_ws_gemm(M, N, K, cfg, in_dtype=in_dtype, out_dtype=out_dtype, b_kmajor=b_kmajor, rounds=3)
-
-
 CLUSTER_CONFIGS = [
     dict(DEFAULT_CONFIG, CLUSTER_M=2),                    # 2-CTA clusters, B multicast
     dict(DEFAULT_CONFIG, CLUSTER_M=2, SPLIT_WGS=True),

@@ -62,12 +62,6 @@ early load (11 of them with three early stages; the PTX pass backend/ptx_prologu
 inits need). Verified on the H200 (the 30 lean_prologue GPU tests, 50 bit-identical launches): +1 to
 +2.5% with one k-step, -0.7 to +0.9% at one wave (within the noise). LEAN_PROLOGUE="auto" (the
 default) turns it on where EARLY_LOADS could be, the family it was verified in.
-EPILOGUE="subtiled" splits each consumer warpgroup's accumulator into 128-byte-wide column subtiles
-(`gl.split_cols`, free: a subset of each thread's registers), stages subtile j in buffer j % 2 of two
-small ones per warpgroup and writes each with its own TMA store (the store of one runs while the next is
-staged): 32 KiB of staging instead of 64 at 128x256, so STAGES=4 fits. Verified on the H200 (120 GPU
-cases) but slower than one staging tile (docs/PERF.md, ninth session: with 4 stages -2% at 8192^3 and
-4096^3, with 3 stages -0.7 to -1.2%), so nothing chooses it.
 K_ZIGZAG=True makes each program load the K slices of its odd units top down (the producer alone: the
 consumers sum the stages in the order they arrive). The programs' i-th units run together as wave i, and
 with grouped order consecutive waves share their A rows; a wave that starts where the last one ended
@@ -143,20 +137,6 @@ def _tile_indices(off_m, off_n, ROWS: int, COLS: int, layout, M, N):
     return rows, cols, (rows[:, None] < M) & (cols[None, :] < N)
 
 
-def _store_subtiles(C, bufs, acc, off_m, off_n, PARTS: int, SUB_N: int):
-    """The accumulator as PARTS column subtiles of SUB_N columns, left to right, each converted, staged
-    in buffer j % 2 of `bufs` and written by its own TMA store, so one subtile's store runs while the
-    next is staged."""
-    parts = [acc]
-    while len(parts) < PARTS:
-        parts = [half for p in parts for half in gl.split_cols(p)]
-    for j in static_range(PARTS):
-        tma_store_wait(1)                   # the store two subtiles back (same buffer) has read it
-        bufs[j % 2].store(parts[j].to(C.dtype))
-        fence_async_shared()
-        tma_store(C, (off_m, off_n + j * SUB_N), bufs[j % 2])
-
-
 def _unit_k_steps(unit, SPLITS, k_per_split, k_tiles):
     """How many k-steps work unit `unit` has (its K slice; the last slice may be short or empty)."""
     k_lo, k_hi = _k_slice(unit % SPLITS, k_per_split, k_tiles)
@@ -228,8 +208,8 @@ def gemm_sm90(A, B, C, W, SPLITS,
     empty = mbarrier(count=A_RINGS * CL, name="empty", stages=STAGES)
     if PINGPONG:    # turn[g]: warpgroup g may start its next mainloop (the other finished issuing its own)
         turn = mbarrier(count=1, name="turn", stages=2)
-    if EPILOGUE not in ("tma", "ring", "coalesced", "direct", "subtiled"):
-        raise gluon.GluonError(f"EPILOGUE={EPILOGUE!r}: use 'tma', 'ring', 'coalesced', 'direct' or 'subtiled'")
+    if EPILOGUE not in ("tma", "ring", "coalesced", "direct"):
+        raise gluon.GluonError(f"EPILOGUE={EPILOGUE!r}: use 'tma', 'ring', 'coalesced' or 'direct'")
     if EPILOGUE == "coalesced" and CL > 1:
         raise gluon.GluonError("EPILOGUE='coalesced' has not run in a cluster (CLUSTER_M/CLUSTER_N > 1) on a GPU "
                                "yet; use EPILOGUE='tma' there")
@@ -257,20 +237,6 @@ def gemm_sm90(A, B, C, W, SPLITS,
         c_tiles = [a_rings[g].reinterpret((RM, BLOCK_N), stages=ring_bytes // c_bytes, dtype=C.dtype)
                    for g in range(ROLES)]
         c_free = [mbarrier(count=1, name=f"c_free{g}" if ROLES > 1 else "c_free") for g in range(ROLES)]
-    elif EPILOGUE == "subtiled":
-        # the output in column subtiles of 128 bytes a row (64 16-bit or 32 fp32 elements), each staged in
-        # one of two small buffers per role and written by its own TMA store while the next is staged:
-        # 2 x 8 KiB per 64-row role instead of a 32 KiB tile, which leaves room for a 4th 128x256x64 stage
-        SUB_N = 1024 // C.dtype.bits
-        PARTS = BLOCK_N // SUB_N
-        if PINGPONG or RM != 16 * RW or BLOCK_N % SUB_N or PARTS & (PARTS - 1) or PARTS < 2:
-            raise gluon.GluonError(f"EPILOGUE='subtiled' splits each consumer warpgroup's 64-row accumulator into "
-                                   f"{SUB_N}-column parts: it needs 64 rows per consumer warpgroup (BLOCK_M = 64 x "
-                                   f"CONSUMER_WGS, not ping-pong) and BLOCK_N a power-of-two multiple (>= 2) of "
-                                   f"{SUB_N}; got BLOCK_M={BLOCK_M}, CONSUMER_WGS={CONSUMER_WGS}, BLOCK_N={BLOCK_N}"
-                                   + (", PINGPONG" if PINGPONG else "") + "; use EPILOGUE='tma'")
-        c_tiles = [smem(C.dtype, Layout.swizzled(RM, SUB_N, SwizzleMode.B128), stages=2,
-                        name=f"c_sub{g}" if ROLES > 1 else "c_sub") for g in range(ROLES)]
     stage_bytes = A_RINGS * a_rings[0].nbytes + b_s.nbytes
 
     # work unit = (a cluster's tiles: CLUSTER_M stacked along M or CLUSTER_N side by side along N, K
@@ -363,8 +329,6 @@ def gemm_sm90(A, B, C, W, SPLITS,
                     gl.store(W + ((split * M + rows[:, None]) * N + cols[None, :]), acc, mask=mask)
                 elif EPILOGUE == "direct":
                     gl.store(C + (rows[:, None] * N + cols[None, :]), acc.to(C.dtype), mask=mask)
-                elif EPILOGUE == "subtiled":        # column subtiles through two small buffers, a TMA store each
-                    _store_subtiles(C, c_tiles[g], acc, off_m, off_n, PARTS, SUB_N)
                 elif EPILOGUE == "coalesced":       # staged in shared memory, read back row-contiguous and
                     c_s = c_tiles[g]                # written with 16-byte stores by every consumer thread
                     c_s.store(acc.to(C.dtype))
@@ -382,7 +346,7 @@ def gemm_sm90(A, B, C, W, SPLITS,
                         tma_store_wait(0)           # read: the producer may refill the ring
                 if EPILOGUE == "ring":
                     c_free[g].arrive()
-            if EPILOGUE in ("tma", "subtiled"):
+            if EPILOGUE == "tma":
                 tma_store_wait(0)
 
     CW = 4 * CONSUMER_WGS
