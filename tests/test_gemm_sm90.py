@@ -149,7 +149,6 @@ def test_ring_epilogue_machine_code(variant):
     (dict(STAGES=3), DType.f16, r"128x256 f16 output tile \(65536 bytes\) must fit a whole number of times in the "
                                 r"A ring \(3 stages of 128x64 f16 = 49152 bytes\); use STAGES=4 or EPILOGUE='tma'"),
     (dict(STAGES=4), DType.f32, r"128x256 f32 output tile \(131072 bytes\).*use STAGES=8"),
-    (dict(STAGES=4, PINGPONG=True, BLOCK_N=128), DType.f16, r"PINGPONG's warpgroups share one ring: use EPILOGUE='tma'"),
 ])
 def test_ring_epilogue_errors_say_what_fits(kw, out, match):
     cfg = _cfg(EPILOGUE="ring", **kw)
@@ -205,17 +204,6 @@ def test_example_reports_bad_configs_with_exit_code_2():
     assert out.returncode == 2 and "give --b-col-major" in out.stderr
 
 
-def test_example_takes_every_kernel_config_key():
-    """Keys outside DEFAULT_CONFIG (PINGPONG, CLUSTER_N) are kernel parameters too."""
-    out = _example("--set", "PINGPONG=True", "--set", "BLOCK_N=128", "--set", "STAGES=5", "--set", "CONSUMER_REGS=232")
-    assert out.returncode == 0, out.stderr
-    assert "PINGPONG=True" in out.stdout and "UTMASTG x2" in out.stdout        # each warpgroup stores its tiles
-    out = _example("--set", "CLUSTER_N=2")
-    assert out.returncode == 0, out.stderr
-    # at the example's shape each consumer warpgroup has its own A ring (SPLIT_WGS): two multicast loads
-    assert "clusters of 2" in out.stdout and "UTMALDG.2D.MULTICAST x2" in out.stdout
-
-
 def test_repeated_launches_reuse_the_compiled_kernel(monkeypatch):
     """launch() keeps the compiled specialization in its plan (no per-call specialization lookup), keyed
     by everything the specialization depends on: fp16 and bf16 (same width) get different kernels.
@@ -244,27 +232,6 @@ def test_repeated_launches_reuse_the_compiled_kernel(monkeypatch):
     assert len(g._PLANS) == 2
     p16, p_bf16 = g._PLANS.values()
     assert p16.ck is not p_bf16.ck and len(backend.calls) == 3
-
-
-@pytest.mark.parametrize("variant", [dict(BLOCK_N=128, STAGES=5), dict(BLOCK_M=64, BLOCK_N=256, STAGES=4),
-                                     dict(BLOCK_N=128, STAGES=4, CLUSTER_M=2)])
-def test_pingpong_machine_code(variant):
-    """Two consumer warpgroups with whole tiles of their own: each issues its tile's WGMMAs and stores
-    its own staging tile; one A ring in turn; the ring and two staging tiles fit 227 KiB."""
-    cfg = _cfg(PINGPONG=True, CONSUMER_REGS=232, **variant)
-    ck = gemm_sm90.compile(*stand_ins(DType.f16), num_warps=num_warps(cfg), **cfg)
-    ops = sass_instructions(ck.sass())
-    per_k = cfg["BLOCK_M"] // 64 * (cfg["BLOCK_K"] // 16)          # m64 instructions x k16 steps per tile
-    assert ops[f"HGMMA.64x{cfg['BLOCK_N']}x16.F32"] == 2 * per_k    # both warpgroups
-    assert ops["UTMASTG.2D"] == 2 and ck.spills == 0 and ck.shared_bytes <= 227 * 1024
-    allocs = {op.attrs["name"] for op in _passes(PINGPONG=True, CONSUMER_REGS=232, **variant).kernel.walk()
-              if op.kind in ("smem_alloc", "barrier_alloc")}
-    assert allocs == {"a_ring", "b_ring", "ready", "empty", "turn", "c_tile0", "c_tile1"}
-
-
-def test_pingpong_needs_two_warpgroups():
-    with pytest.raises(GluonError, match="PINGPONG needs CONSUMER_WGS=2"):
-        _passes(PINGPONG=True, CONSUMER_WGS=1, BLOCK_N=128)
 
 
 def test_forced_splits_leave_no_empty_k_slice(monkeypatch):
@@ -314,7 +281,7 @@ def test_early_loads_issue_the_first_stages_before_the_warp_roles(variant):
     assert ck.spills == 0 and sass_instructions(ck.sass())["HGMMA.64x256x16.F32"] >= 4
 
 
-@pytest.mark.parametrize("cfg", [dict(CLUSTER_M=2), dict(PINGPONG=True, BLOCK_N=128), dict(EPILOGUE="ring", STAGES=4)])
+@pytest.mark.parametrize("cfg", [dict(CLUSTER_M=2), dict(EPILOGUE="ring", STAGES=4)])
 def test_early_loads_refuses_what_it_does_not_handle(cfg):
     cfg = dict(_cfg(**cfg), EARLY_LOADS=True)
     with pytest.raises(GluonError, match="EARLY_LOADS is written for the cooperative kernel"):
@@ -325,7 +292,7 @@ def test_early_loads_auto_is_on_where_the_kernel_has_it():
     assert resolve_config(2048, 2048, 2048, 132, 2)["EARLY_LOADS"] is True
     assert resolve_config(1000, 1000, 1000, 132, 2)["EARLY_LOADS"] is True              # small tiles
     assert resolve_config(4000, 3000, 5000, 132, 2, pitch_aligned=False)["EARLY_LOADS"] is False   # a cluster
-    for cfg in (dict(CLUSTER_M=2), dict(CLUSTER_N=2), dict(PINGPONG=True), dict(EPILOGUE="ring", STAGES=4)):
+    for cfg in (dict(CLUSTER_M=2), dict(CLUSTER_N=2), dict(EPILOGUE="ring", STAGES=4)):
         assert resolve_config(2048, 2048, 2048, 132, 2, config=cfg)["EARLY_LOADS"] is False, cfg
     assert resolve_config(2048, 2048, 2048, 132, 2, config=dict(EARLY_LOADS=False))["EARLY_LOADS"] is False
     assert resolve_auto(dict(DEFAULT_CONFIG, EARLY_LOADS="auto"), 2)["EARLY_LOADS"] is True

@@ -210,11 +210,10 @@ ZIGZAG_CONFIGS = [
     {},                                                   # choose_config's pick (SPLIT_WGS: several tiles per program)
     dict(DEFAULT_CONFIG),                                 # cooperative, early loads
     dict(DEFAULT_CONFIG, CLUSTER_M=2, SPLIT_WGS=True),    # both CTAs of a cluster load their parts of one k-step
-    dict(DEFAULT_CONFIG, PINGPONG=True, BLOCK_N=128, STAGES=5, CONSUMER_REGS=232),   # units alternate warpgroups
 ]
 
 
-@pytest.mark.parametrize("cfg", ZIGZAG_CONFIGS, ids=["auto", "cooperative", "cluster", "pingpong"])
+@pytest.mark.parametrize("cfg", ZIGZAG_CONFIGS, ids=["auto", "cooperative", "cluster"])
 @pytest.mark.parametrize("b_kmajor", [False, True])
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
 @pytest.mark.parametrize("M,N,K,splits", [(4096, 4096, 1024, None), (2048, 4096, 512, None), (3000, 2000, 1504, None),
@@ -222,7 +221,7 @@ ZIGZAG_CONFIGS = [
 def test_k_zigzag_gemm_matches_fp64_reference(M, N, K, splits, dtype, b_kmajor, cfg):
     """K_ZIGZAG: a program's odd units load their K slice top down (the consumers sum the stages in the
     order they arrive): several units per program, K tails (the short last k-step loaded first), split-K
-    slices of unequal length, clusters, ping-pong."""
+    slices of unequal length, clusters."""
     assert_ws_gemm(M, N, K, dict(cfg, K_ZIGZAG=True), in_dtype=dtype, out_dtype=dtype, b_kmajor=b_kmajor,
                    splits=splits, rounds=3)
 
@@ -312,24 +311,6 @@ def test_ring_epilogue_gemm_matches_fp64_reference(M, N, K, splits, dtype, b_kma
 def test_cluster_gemm_split_k(M, N, K, splits):
     """Both CTAs of a cluster take the same K slice of their two tiles; fp32 partials, then the reduce."""
     assert_ws_gemm(M, N, K, dict(DEFAULT_CONFIG, CLUSTER_M=2), in_dtype=torch.bfloat16, splits=splits)
-
-
-PINGPONG_CONFIGS = [
-    dict(DEFAULT_CONFIG, PINGPONG=True, BLOCK_N=128, STAGES=5, CONSUMER_REGS=232),
-    dict(DEFAULT_CONFIG, PINGPONG=True, BLOCK_M=64, BLOCK_N=256, STAGES=4, CONSUMER_REGS=232),
-    dict(DEFAULT_CONFIG, PINGPONG=True, BLOCK_N=128, STAGES=4, CONSUMER_REGS=232, CLUSTER_M=2),
-]
-
-
-@pytest.mark.parametrize("cfg", PINGPONG_CONFIGS, ids=lambda c: f"{c['BLOCK_M']}x{c['BLOCK_N']},cl={c['CLUSTER_M']}")
-@pytest.mark.parametrize("b_kmajor", [False, True])
-@pytest.mark.parametrize("splits", [None, 3])
-@pytest.mark.parametrize("M,N,K", [(1024, 1024, 1024), (1000, 1000, 1000), (333, 200, 136), (2048, 4096, 512),
-                                   (640, 768, 4000)])
-def test_pingpong_gemm_matches_fp64_reference(M, N, K, splits, b_kmajor, cfg):
-    """Ping-pong consumers: the two warpgroups take alternate tiles (odd and even counts per program),
-    one ring in turn, K slices of different lengths (split-K), clusters."""
-    assert_ws_gemm(M, N, K, cfg, b_kmajor=b_kmajor, splits=splits)
 
 
 @pytest.mark.parametrize("M,N,K", [(1024, 1024, 1024), (1000, 1000, 1000)])

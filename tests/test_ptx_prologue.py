@@ -106,13 +106,12 @@ def test_gemm_prologue_loses_its_barriers_and_nothing_else(variant, removed):
 
 def test_auto_turns_it_on_where_it_was_verified():
     assert resolve_auto(dict(DEFAULT_CONFIG), 2)["LEAN_PROLOGUE"] is True
-    for off in (dict(CLUSTER_M=2), dict(PINGPONG=True), dict(EPILOGUE="ring")):
+    for off in (dict(CLUSTER_M=2), dict(EPILOGUE="ring")):
         assert resolve_auto(dict(DEFAULT_CONFIG, **off), 2)["LEAN_PROLOGUE"] is False, off
     assert resolve_auto(dict(DEFAULT_CONFIG, LEAN_PROLOGUE=False), 2)["LEAN_PROLOGUE"] is False
 
 
-@pytest.mark.parametrize("variant", [dict(CLUSTER_M=2), dict(PINGPONG=True), dict(EPILOGUE="ring")],
-                         ids=["cluster", "pingpong", "ring"])
+@pytest.mark.parametrize("variant", [dict(CLUSTER_M=2), dict(EPILOGUE="ring")], ids=["cluster", "ring"])
 def test_refused_outside_the_verified_kernels(variant):
     cfg = dict(DEFAULT_CONFIG, EARLY_LOADS=False, LEAN_PROLOGUE=True, **variant)
     with pytest.raises(GluonError, match="LEAN_PROLOGUE is verified for the cooperative kernel"):

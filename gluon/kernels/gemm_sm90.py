@@ -35,11 +35,6 @@ row-major tensors; docs/CLUSTERS.md). CLUSTER_N=2 is the transpose: two CTAs sid
 share their A rows, each loads half of every A ring and multicasts it. Verified on the H200 (156 GPU
 cases with the B64/B32 swizzles), but slower than no cluster at one-wave and larger shapes (0.98-0.99x
 of it with 128x256 tiles, 0.90-0.97x with 256x128; docs/PERF.md), so `choose_config` does not use it.
-PINGPONG=True (with CONSUMER_WGS=2) makes the two consumer warpgroups take whole BLOCK_M x BLOCK_N tiles
-in turn (CUTLASS's ping-pong): they share one ring, a `turn` barrier pair orders their mainloops, so
-one warpgroup's epilogue runs during the other's mainloop. Verified on the H200 (60 GPU cases), but
-slower than the cooperative form everywhere measured (0.92-0.98x of it, docs/PERF.md): each warpgroup
-reads its own B tile for half the FLOPs, and these GEMMs are power-bound, so it is off by default.
 EPILOGUE="ring" stages each consumer role's output tile in its own A ring instead of a separate region,
 which leaves room for a 4th stage of 128x256x64; the producer then waits (`c_free`) until the TMA
 stores have read the rings before it loads a program's next unit, so it is for problems where every
@@ -56,7 +51,7 @@ the fixed cost per launch. Measured on the H200 (docs/PERF.md): about 0.4 us les
 +1.5% at one wave (2048^3, 2048x2048x4096, 1536x2816x2048), +3 to +5% with one k-step, within the
 noise at 4096^3 and 8192^3.
 EARLY_LOADS="auto" (the default `launch` and the tuner use) turns it on wherever the kernel has it:
-no cluster, no ping-pong, not the ring epilogue.
+no cluster, not the ring epilogue.
 LEAN_PROLOGUE=True drops the CTA barriers Triton's Membar puts between the barrier inits and around each
 early load (11 of them with three early stages; the PTX pass backend/ptx_prologue.py keeps the one the
 inits need). Verified on the H200 (the 30 lean_prologue GPU tests, 50 bit-identical launches): +1 to
@@ -137,19 +132,13 @@ def _tile_indices(off_m, off_n, ROWS: int, COLS: int, layout, M, N):
     return rows, cols, (rows[:, None] < M) & (cols[None, :] < N)
 
 
-def _unit_k_steps(unit, SPLITS, k_per_split, k_tiles):
-    """How many k-steps work unit `unit` has (its K slice; the last slice may be short or empty)."""
-    k_lo, k_hi = _k_slice(unit % SPLITS, k_per_split, k_tiles)
-    return gl.maximum(k_hi - k_lo, 0)
-
-
 @kernel(arch=SM90, num_warps=9)
 def gemm_sm90(A, B, C, W, SPLITS,
               BLOCK_M: gl.constexpr = 128, BLOCK_N: gl.constexpr = 256, BLOCK_K: gl.constexpr = 64,
               STAGES: gl.constexpr = 3, GROUP_M: gl.constexpr = 8, CONSUMER_WGS: gl.constexpr = 2,
               PRODUCER_REGS: gl.constexpr = 40, SWIZZLE: gl.constexpr = 128, EPILOGUE: gl.constexpr = "tma",
               B_KMAJOR: gl.constexpr = False, SPLIT_WGS: gl.constexpr = False, CONSUMER_REGS: gl.constexpr = 216,
-              CLUSTER_M: gl.constexpr = 1, PINGPONG: gl.constexpr = False, CLUSTER_N: gl.constexpr = 1,
+              CLUSTER_M: gl.constexpr = 1, CLUSTER_N: gl.constexpr = 1,
               TMA_PREFETCH: gl.constexpr = False, N_MULTIPLE_16: gl.constexpr = False,
               EARLY_LOADS: gl.constexpr = False, LEAN_PROLOGUE: gl.constexpr = False,
               K_ZIGZAG: gl.constexpr = False):
@@ -157,22 +146,20 @@ def gemm_sm90(A, B, C, W, SPLITS,
         if value not in (True, False):
             raise gluon.GluonError(f"{key}={value!r}: the kernel takes True or False (launch and the tuner "
                                    "resolve 'auto' with resolve_auto)")
-    if PINGPONG and CONSUMER_WGS != 2:
-        raise gluon.GluonError(f"PINGPONG needs CONSUMER_WGS=2 (two warpgroups taking turns), not {CONSUMER_WGS}")
     if CLUSTER_M > 1 and CLUSTER_N > 1:
         raise gluon.GluonError(f"CLUSTER_M={CLUSTER_M} and CLUSTER_N={CLUSTER_N}: clusters run along M (sharing B) or "
                                "along N (sharing A), not both; set one of them to 1")
     CL = CLUSTER_M * CLUSTER_N                  # CTAs per cluster
     # the family EARLY_LOADS and LEAN_PROLOGUE are written and verified for (early_loads_fit on the host)
-    PLAIN = CL == 1 and not PINGPONG and EPILOGUE != "ring"
+    PLAIN = CL == 1 and EPILOGUE != "ring"
     if CL > 1:
         gl.set_cluster(CL)
     if TMA_PREFETCH:    # the A, B and C descriptors into the descriptor cache at kernel start
         gl.set_tma_prefetch()
     if LEAN_PROLOGUE:   # no CTA barrier between the barrier inits and the EARLY_LOADS (backend/ptx_prologue.py)
         if not PLAIN:
-            raise gluon.GluonError("LEAN_PROLOGUE is verified for the cooperative kernel without clusters, ping-pong "
-                                   "or the ring epilogue; use LEAN_PROLOGUE=False (or 'auto') with those")
+            raise gluon.GluonError("LEAN_PROLOGUE is verified for the cooperative kernel without clusters or the "
+                                   "ring epilogue; use LEAN_PROLOGUE=False (or 'auto') with those")
         gl.set_lean_prologue()
     M = C.shape[0]
     N = C.shape[1]
@@ -181,14 +168,12 @@ def gemm_sm90(A, B, C, W, SPLITS,
         gl.multiple_of(N, 16)
     sw = SwizzleMode(SWIZZLE)
     # consumer roles: one for all warpgroups (cooperative), or with SPLIT_WGS one per warpgroup, each with
-    # its own ring of A rows, staging tile and arrive on `empty`, so they never wait for each other; or
-    # with PINGPONG one per warpgroup, each with whole BLOCK_M x BLOCK_N tiles of its own, alternating
-    ROLES = CONSUMER_WGS if (SPLIT_WGS or PINGPONG) else 1
+    # its own ring of A rows, staging tile and arrive on `empty`, so they never wait for each other
+    ROLES = CONSUMER_WGS if SPLIT_WGS else 1
     RW = 4 * CONSUMER_WGS // ROLES              # warps per consumer role
-    RM = BLOCK_M if PINGPONG else BLOCK_M // ROLES     # accumulator rows per consumer role
-    A_RINGS = 1 if PINGPONG else ROLES          # ping-pong roles take turns on one ring
-    a_rings = [smem(A.dtype, Layout.swizzled(RM, BLOCK_K, sw), name=f"a_ring{g}" if A_RINGS > 1 else "a_ring",
-                    stages=STAGES) for g in range(A_RINGS)]
+    RM = BLOCK_M // ROLES                       # accumulator rows per consumer role
+    a_rings = [smem(A.dtype, Layout.swizzled(RM, BLOCK_K, sw), name=f"a_ring{g}" if ROLES > 1 else "a_ring",
+                    stages=STAGES) for g in range(ROLES)]
     if B_KMAJOR:
         b_s = smem(B.dtype, Layout.swizzled(BLOCK_N, BLOCK_K, sw), name="b_ring", stages=STAGES)
     else:
@@ -205,9 +190,7 @@ def gemm_sm90(A, B, C, W, SPLITS,
     ready = mbarrier(count=1, name="ready", stages=STAGES)
     # a slot is free once every consumer role of every CTA of the cluster is done with it: in a cluster
     # the other CTAs' producers multicast their part of B (CLUSTER_M) or of A (CLUSTER_N) into it too
-    empty = mbarrier(count=A_RINGS * CL, name="empty", stages=STAGES)
-    if PINGPONG:    # turn[g]: warpgroup g may start its next mainloop (the other finished issuing its own)
-        turn = mbarrier(count=1, name="turn", stages=2)
+    empty = mbarrier(count=ROLES * CL, name="empty", stages=STAGES)
     if EPILOGUE not in ("tma", "ring", "coalesced", "direct"):
         raise gluon.GluonError(f"EPILOGUE={EPILOGUE!r}: use 'tma', 'ring', 'coalesced' or 'direct'")
     if EPILOGUE == "coalesced" and CL > 1:
@@ -221,9 +204,6 @@ def gemm_sm90(A, B, C, W, SPLITS,
         # the output tile staged in the role's own A ring (no staging region: a 4th stage fits instead);
         # the producer loads nothing into the rings of a program's next unit before `c_free` says the
         # TMA stores have read them, so it pays only where each program has one unit
-        if PINGPONG:
-            raise gluon.GluonError("EPILOGUE='ring' stages each consumer role's output in its own A ring; PINGPONG's "
-                                   "warpgroups share one ring: use EPILOGUE='tma'")
         if CLUSTER_N > 1:
             raise gluon.GluonError("EPILOGUE='ring' stages the output in the A ring, which the other CTAs of a "
                                    f"CLUSTER_N={CLUSTER_N} cluster fill by multicast: use EPILOGUE='tma'")
@@ -237,7 +217,7 @@ def gemm_sm90(A, B, C, W, SPLITS,
         c_tiles = [a_rings[g].reinterpret((RM, BLOCK_N), stages=ring_bytes // c_bytes, dtype=C.dtype)
                    for g in range(ROLES)]
         c_free = [mbarrier(count=1, name=f"c_free{g}" if ROLES > 1 else "c_free") for g in range(ROLES)]
-    stage_bytes = A_RINGS * a_rings[0].nbytes + b_s.nbytes
+    stage_bytes = ROLES * a_rings[0].nbytes + b_s.nbytes
 
     # work unit = (a cluster's tiles: CLUSTER_M stacked along M or CLUSTER_N side by side along N, K
     # slice); a cluster's CTAs take the tiles of one unit, which share their B columns (CLUSTER_M) or
@@ -264,8 +244,8 @@ def gemm_sm90(A, B, C, W, SPLITS,
         # starts the producer's partition only after the barrier inits and two register hand-overs, so
         # the first TMA loads (the DRAM round trip every program waits for) leave that much earlier
         if not PLAIN:
-            raise gluon.GluonError("EARLY_LOADS is written for the cooperative kernel without clusters, ping-pong or the "
-                                   "ring epilogue; use EARLY_LOADS=False (or 'auto') with those")
+            raise gluon.GluonError("EARLY_LOADS is written for the cooperative kernel without clusters or the ring "
+                                   "epilogue; use EARLY_LOADS=False (or 'auto') with those")
         row0, col0 = _tile_coords(first_tile // SPLITS, num_rows, num_cols, GROUP_ROWS)
         k_lo0, k_hi0 = _k_slice(first_tile % SPLITS, k_per_split, k_tiles)
         early = gl.where(first_tile < num_units, gl.minimum(gl.maximum(k_hi0 - k_lo0, 0), STAGES), 0)
@@ -280,32 +260,19 @@ def gemm_sm90(A, B, C, W, SPLITS,
                        registers=CONSUMER_REGS if g > 0 else None):
             if CL > 1:
                 gl.cluster_sync()                   # the other CTAs' barriers are initialised
-            a_s = a_rings[0 if PINGPONG else g]
+            a_s = a_rings[g]
             acc_layout = Layout.wgmma((RW, 1), instr_n=BLOCK_N, operand_dtype=A.dtype)
             if EPILOGUE == "coalesced":     # 16 bytes per thread, a warp's threads along one row
                 vec = 128 // C.dtype.bits
                 tpw_n = min(32, BLOCK_N // vec)
                 out_layout = Layout.blocked([1, vec], [32 // tpw_n, tpw_n], [RW, 1], [1, 0])
             cnt = gl.full((), 0, gl.int32)
-            if PINGPONG:
-                # warpgroup g takes this program's units g, g + 2, ...; the ring holds every unit's
-                # stages in order, so warpgroup 1 starts past unit 0's and skips the other's each time
-                if g == 1:
-                    cnt = cnt + _unit_k_steps(first_tile, SPLITS, k_per_split, k_tiles)
-                turns = gl.full((), 0, gl.int32)
-                unit_lo = first_tile + g * tile_step
-                unit_step = tile_step * ROLES
-            else:
-                unit_lo = first_tile
-                unit_step = tile_step
-            for unit in range(unit_lo, num_units, unit_step):
+            for unit in range(first_tile, num_units, tile_step):
                 split = unit % SPLITS
                 row, col = _tile_coords(unit // SPLITS, num_rows, num_cols, GROUP_ROWS)
                 pid_m, pid_n = _cta_tile(row, col, rank, CLUSTER_M, CLUSTER_N)
                 k_lo, k_hi = _k_slice(split, k_per_split, k_tiles)
                 acc = gl.zeros((RM, BLOCK_N), gl.float32, layout=acc_layout)
-                if PINGPONG:    # wait for the other warpgroup's mainloop (warpgroup 0 goes first)
-                    turn[g].wait(((turns & 1) ^ 1) if g == 0 else (turns & 1))
                 for kk in range(k_lo, k_hi):
                     s = cnt % STAGES
                     ready[s].wait((cnt // STAGES) & 1)
@@ -315,14 +282,9 @@ def gemm_sm90(A, B, C, W, SPLITS,
                     if kk > k_lo:                   # the previous WGMMA is done: release its stage
                         empty[(cnt + (STAGES - 1)) % STAGES].arrive(cluster=CL > 1)
                     cnt = cnt + 1
-                if PINGPONG:    # all issued: the other warpgroup's mainloop may start during this epilogue
-                    turn[1 - g].arrive()
                 acc = wgmma_wait(acc, pendings=0)
                 empty[(cnt + (STAGES - 1)) % STAGES].arrive(cluster=CL > 1)
-                if PINGPONG:
-                    cnt = cnt + _unit_k_steps(unit + tile_step, SPLITS, k_per_split, k_tiles)
-                    turns = turns + 1
-                off_m = pid_m * BLOCK_M + (0 if PINGPONG else g * RM)
+                off_m = pid_m * BLOCK_M + g * RM
                 off_n = pid_n * BLOCK_N
                 rows, cols, mask = _tile_indices(off_m, off_n, RM, BLOCK_N, acc_layout, M, N)
                 if SPLITS > 1:                      # split-K: fp32 partial tile into the workspace
@@ -596,9 +558,9 @@ def launch(a, b, c, config: dict | None = None, b_kmajor: bool = False, splits: 
 
 
 def early_loads_fit(cfg: dict) -> bool:
-    """Whether the kernel has EARLY_LOADS and LEAN_PROLOGUE for this config: not in clusters, ping-pong or
-    the ring epilogue."""
-    return cluster_size(cfg) == 1 and not cfg.get("PINGPONG") and cfg["EPILOGUE"] != "ring"
+    """Whether the kernel has EARLY_LOADS and LEAN_PROLOGUE for this config: not in clusters or the ring
+    epilogue."""
+    return cluster_size(cfg) == 1 and cfg["EPILOGUE"] != "ring"
 
 
 def resolve_auto(cfg: dict, out_size: int) -> dict:
