@@ -292,7 +292,7 @@ def test_early_loads_auto_is_on_where_the_kernel_has_it():
     assert resolve_config(2048, 2048, 2048, 132, 2)["EARLY_LOADS"] is True
     assert resolve_config(1000, 1000, 1000, 132, 2)["EARLY_LOADS"] is True              # small tiles
     assert resolve_config(4000, 3000, 5000, 132, 2, pitch_aligned=False)["EARLY_LOADS"] is False   # a cluster
-    for cfg in (dict(CLUSTER_M=2), dict(CLUSTER_N=2), dict(EPILOGUE="ring", STAGES=4)):
+    for cfg in (dict(CLUSTER_M=2), dict(EPILOGUE="ring", STAGES=4)):
         assert resolve_config(2048, 2048, 2048, 132, 2, config=cfg)["EARLY_LOADS"] is False, cfg
     assert resolve_config(2048, 2048, 2048, 132, 2, config=dict(EARLY_LOADS=False))["EARLY_LOADS"] is False
     assert resolve_auto(dict(DEFAULT_CONFIG, EARLY_LOADS="auto"), 2)["EARLY_LOADS"] is True

@@ -268,25 +268,6 @@ def test_fp32_output_tma_epilogue_matches_fp64_reference(M, N, K, splits, in_dty
     assert_ws_gemm(M, N, K, cfg, in_dtype=in_dtype, out_dtype=torch.float32, b_kmajor=b_kmajor, splits=splits)
 
 
-CLUSTER_N_CONFIGS = [
-    dict(DEFAULT_CONFIG, CLUSTER_N=2),                    # 2-CTA clusters along N, A multicast
-    dict(DEFAULT_CONFIG, CLUSTER_N=2, SPLIT_WGS=True),
-    dict(DEFAULT_CONFIG, CLUSTER_N=2, BLOCK_N=128, STAGES=4),
-    dict(DEFAULT_CONFIG, CLUSTER_N=2, BLOCK_M=256, BLOCK_N=128),    # 256x128: each CTA multicasts 128 A rows
-]
-
-
-@pytest.mark.parametrize("cfg", CLUSTER_N_CONFIGS,
-                         ids=lambda c: f"{c['BLOCK_M']}x{c['BLOCK_N']},split={c['SPLIT_WGS']},st={c['STAGES']}")
-@pytest.mark.parametrize("b_kmajor", [False, True])
-@pytest.mark.parametrize("in_dtype,out_dtype", [(torch.float16, torch.float16), (torch.bfloat16, torch.float32)])
-@pytest.mark.parametrize("M,N,K,splits", EDGE_SPLITK_SHAPES)
-def test_cluster_along_n_gemm_matches_fp64_reference(M, N, K, splits, in_dtype, out_dtype, b_kmajor, cfg):
-    """Clusters of 2 CTAs along N, each loading half of the shared A rows and multicasting them: odd
-    column counts (the second CTA of the last cluster is past N), K tails, split-K, column-major B."""
-    assert_ws_gemm(M, N, K, cfg, in_dtype=in_dtype, out_dtype=out_dtype, b_kmajor=b_kmajor, splits=splits)
-
-
 RING_CONFIGS = [
     dict(DEFAULT_CONFIG, STAGES=4, EPILOGUE="ring"),
     dict(DEFAULT_CONFIG, STAGES=4, EPILOGUE="ring", SPLIT_WGS=True),

@@ -31,10 +31,7 @@ the consumers of both CTAs released it (`arrive(cluster=True)`; the producer dra
 exiting so no remote arrive is left in flight). Triton 3.6 has no multicast TMA, so the backend's PTX
 pass adds it (gluon/backend/ptx_cluster.py, docs/CLUSTERS.md). `choose_config` uses it for rows that
 are not 128-byte aligned, where it measured faster (it is also cuBLAS's recipe at 2048^3, seen from
-row-major tensors; docs/CLUSTERS.md). CLUSTER_N=2 is the transpose: two CTAs side by side along N
-share their A rows, each loads half of every A ring and multicasts it. Verified on the H200 (156 GPU
-cases with the B64/B32 swizzles), but slower than no cluster at one-wave and larger shapes (0.98-0.99x
-of it with 128x256 tiles, 0.90-0.97x with 256x128; docs/PERF.md), so `choose_config` does not use it.
+row-major tensors; docs/CLUSTERS.md).
 EPILOGUE="ring" stages each consumer role's output tile in its own A ring instead of a separate region,
 which leaves room for a 4th stage of 128x256x64; the producer then waits (`c_free`) until the TMA
 stores have read the rings before it loads a program's next unit, so it is for problems where every
@@ -97,26 +94,19 @@ def _k_slice(split, k_per_split, k_tiles):
     return k_lo, gl.minimum(k_lo + k_per_split, k_tiles)
 
 
-def _cta_tile(row, col, rank, CLUSTER_M: int, CLUSTER_N: int):
+def _cta_tile(row, col, rank, CLUSTER_M: int):
     """(pid_m, pid_n) of cluster rank `rank` in the cluster tile (row, col): clusters of CLUSTER_M tiles
-    stacked along M, or of CLUSTER_N side by side along N."""
-    if CLUSTER_N > 1:
-        return row, col * CLUSTER_N + rank
+    stacked along M."""
     return row * CLUSTER_M + rank, col
 
 
-def _load_stage(a_rings, a_parts, b_s, b_parts, s, A, B, bar, off_m, off_n, kk, rank, RM: int, RM_PART: int,
-                BN_PART: int, BLOCK_K: int, CLUSTER_M: int, CLUSTER_N: int, B_KMAJOR: bool):
+def _load_stage(a_rings, b_s, b_parts, s, A, B, bar, off_m, off_n, kk, rank, RM: int, BN_PART: int, BLOCK_K: int,
+                CLUSTER_M: int, B_KMAJOR: bool):
     """Stage `s` of the A rings and the B ring for k-step `kk`, completing on `bar`: all of it, or in a
-    cluster this CTA's part of the shared tile (RM_PART rows of each A ring in a CLUSTER_N cluster,
-    BN_PART columns of B in a CLUSTER_M one; `a_parts` / `b_parts` are the rings split into those
-    parts), multicast into every CTA of the cluster."""
+    CLUSTER_M cluster this CTA's BN_PART columns of the shared B tile (`b_parts`: the B ring split into
+    those parts), multicast into every CTA of the cluster."""
     for g in static_range(len(a_rings)):
-        if CLUSTER_N > 1:
-            tma_load(a_parts[g][s * CLUSTER_N + rank], A, (off_m + g * RM + rank * RM_PART, kk * BLOCK_K), bar,
-                     multicast=True)
-        else:
-            tma_load(a_rings[g][s], A, (off_m + g * RM, kk * BLOCK_K), bar)
+        tma_load(a_rings[g][s], A, (off_m + g * RM, kk * BLOCK_K), bar)
     if CLUSTER_M > 1:
         dst, n = b_parts[s * CLUSTER_M + rank], off_n + rank * BN_PART
     else:
@@ -138,7 +128,7 @@ def gemm_sm90(A, B, C, W, SPLITS,
               STAGES: gl.constexpr = 3, GROUP_M: gl.constexpr = 8, CONSUMER_WGS: gl.constexpr = 2,
               PRODUCER_REGS: gl.constexpr = 40, SWIZZLE: gl.constexpr = 128, EPILOGUE: gl.constexpr = "tma",
               B_KMAJOR: gl.constexpr = False, SPLIT_WGS: gl.constexpr = False, CONSUMER_REGS: gl.constexpr = 216,
-              CLUSTER_M: gl.constexpr = 1, CLUSTER_N: gl.constexpr = 1,
+              CLUSTER_M: gl.constexpr = 1,
               TMA_PREFETCH: gl.constexpr = False, N_MULTIPLE_16: gl.constexpr = False,
               EARLY_LOADS: gl.constexpr = False, LEAN_PROLOGUE: gl.constexpr = False,
               K_ZIGZAG: gl.constexpr = False):
@@ -146,10 +136,7 @@ def gemm_sm90(A, B, C, W, SPLITS,
         if value not in (True, False):
             raise gluon.GluonError(f"{key}={value!r}: the kernel takes True or False (launch and the tuner "
                                    "resolve 'auto' with resolve_auto)")
-    if CLUSTER_M > 1 and CLUSTER_N > 1:
-        raise gluon.GluonError(f"CLUSTER_M={CLUSTER_M} and CLUSTER_N={CLUSTER_N}: clusters run along M (sharing B) or "
-                               "along N (sharing A), not both; set one of them to 1")
-    CL = CLUSTER_M * CLUSTER_N                  # CTAs per cluster
+    CL = CLUSTER_M                              # CTAs per cluster
     # the family EARLY_LOADS and LEAN_PROLOGUE are written and verified for (early_loads_fit on the host)
     PLAIN = CL == 1 and EPILOGUE != "ring"
     if CL > 1:
@@ -181,20 +168,14 @@ def gemm_sm90(A, B, C, W, SPLITS,
     if CLUSTER_M > 1:   # B stage s as CLUSTER_M parts along N, back to back: part r is what CTA r loads
         b_parts = b_s.reinterpret((BLOCK_N // CLUSTER_M, BLOCK_K) if B_KMAJOR else (BLOCK_K, BLOCK_N // CLUSTER_M),
                                   stages=STAGES * CLUSTER_M)
-    RM_PART = RM // CLUSTER_N                   # the rows of an A ring one CTA of a CLUSTER_N cluster loads
-    if CLUSTER_N > 1:   # A stage s as CLUSTER_N parts of RM_PART rows, back to back: part r is CTA r's
-        if RM_PART % 8:
-            raise gluon.GluonError(f"CLUSTER_N={CLUSTER_N}: each CTA loads {RM_PART} of the A ring's {RM} rows, which "
-                                   "must be whole 8-row swizzle atoms; use a larger BLOCK_M or CLUSTER_N=1")
-        a_parts = [ring.reinterpret((RM_PART, BLOCK_K), stages=STAGES * CLUSTER_N) for ring in a_rings]
     ready = mbarrier(count=1, name="ready", stages=STAGES)
     # a slot is free once every consumer role of every CTA of the cluster is done with it: in a cluster
-    # the other CTAs' producers multicast their part of B (CLUSTER_M) or of A (CLUSTER_N) into it too
+    # the other CTAs' producers multicast their part of B into it too
     empty = mbarrier(count=ROLES * CL, name="empty", stages=STAGES)
     if EPILOGUE not in ("tma", "ring", "coalesced", "direct"):
         raise gluon.GluonError(f"EPILOGUE={EPILOGUE!r}: use 'tma', 'ring', 'coalesced' or 'direct'")
     if EPILOGUE == "coalesced" and CL > 1:
-        raise gluon.GluonError("EPILOGUE='coalesced' has not run in a cluster (CLUSTER_M/CLUSTER_N > 1) on a GPU "
+        raise gluon.GluonError("EPILOGUE='coalesced' has not run in a cluster (CLUSTER_M > 1) on a GPU "
                                "yet; use EPILOGUE='tma' there")
     c_tiles = []
     if EPILOGUE in ("tma", "coalesced"):
@@ -204,9 +185,6 @@ def gemm_sm90(A, B, C, W, SPLITS,
         # the output tile staged in the role's own A ring (no staging region: a 4th stage fits instead);
         # the producer loads nothing into the rings of a program's next unit before `c_free` says the
         # TMA stores have read them, so it pays only where each program has one unit
-        if CLUSTER_N > 1:
-            raise gluon.GluonError("EPILOGUE='ring' stages the output in the A ring, which the other CTAs of a "
-                                   f"CLUSTER_N={CLUSTER_N} cluster fill by multicast: use EPILOGUE='tma'")
         ring_bytes = STAGES * a_rings[0].nbytes
         c_bytes = RM * BLOCK_N * C.dtype.bits // 8
         if ring_bytes % c_bytes:
@@ -219,13 +197,13 @@ def gemm_sm90(A, B, C, W, SPLITS,
         c_free = [mbarrier(count=1, name=f"c_free{g}" if ROLES > 1 else "c_free") for g in range(ROLES)]
     stage_bytes = ROLES * a_rings[0].nbytes + b_s.nbytes
 
-    # work unit = (a cluster's tiles: CLUSTER_M stacked along M or CLUSTER_N side by side along N, K
-    # slice); a cluster's CTAs take the tiles of one unit, which share their B columns (CLUSTER_M) or
-    # their A rows (CLUSTER_N): each CTA loads 1/CL of the shared tile and multicasts it
+    # work unit = (a cluster's tiles: CLUSTER_M stacked along M, K slice); a cluster's CTAs take the
+    # tiles of one unit, which share their B columns: each CTA loads 1/CL of the shared tile and
+    # multicasts it
     num_pid_m = gl.cdiv(M, BLOCK_M)
     num_pid_n = gl.cdiv(N, BLOCK_N)
     num_rows = gl.cdiv(num_pid_m, CLUSTER_M)       # rows of cluster tiles
-    num_cols = gl.cdiv(num_pid_n, CLUSTER_N) if CLUSTER_N > 1 else num_pid_n   # columns of cluster tiles
+    num_cols = num_pid_n                           # columns of cluster tiles
     k_tiles = gl.cdiv(K, BLOCK_K)
     k_per_split = gl.cdiv(k_tiles, SPLITS)
     num_units = num_rows * num_cols * SPLITS
@@ -252,8 +230,8 @@ def gemm_sm90(A, B, C, W, SPLITS,
         for i in static_range(STAGES):
             if i < early:
                 ready[i].expect(stage_bytes)
-                _load_stage(a_rings, None, b_s, None, i, A, B, ready[i], row0 * BLOCK_M, col0 * BLOCK_N, k_lo0 + i, 0,
-                            RM, RM, BLOCK_N, BLOCK_K, 1, 1, B_KMAJOR)
+                _load_stage(a_rings, b_s, None, i, A, B, ready[i], row0 * BLOCK_M, col0 * BLOCK_N, k_lo0 + i, 0, RM,
+                            BLOCK_N, BLOCK_K, 1, B_KMAJOR)
 
     for g in static_range(ROLES):
         with warp_role(WarpRole.CONSUMER, warp_range=(g * RW, g * RW + RW - 1),
@@ -270,7 +248,7 @@ def gemm_sm90(A, B, C, W, SPLITS,
             for unit in range(first_tile, num_units, tile_step):
                 split = unit % SPLITS
                 row, col = _tile_coords(unit // SPLITS, num_rows, num_cols, GROUP_ROWS)
-                pid_m, pid_n = _cta_tile(row, col, rank, CLUSTER_M, CLUSTER_N)
+                pid_m, pid_n = _cta_tile(row, col, rank, CLUSTER_M)
                 k_lo, k_hi = _k_slice(split, k_per_split, k_tiles)
                 acc = gl.zeros((RM, BLOCK_N), gl.float32, layout=acc_layout)
                 for kk in range(k_lo, k_hi):
@@ -335,7 +313,7 @@ def gemm_sm90(A, B, C, W, SPLITS,
                 done = done + 1
             split = unit % SPLITS
             row, col = _tile_coords(unit // SPLITS, num_rows, num_cols, GROUP_ROWS)
-            pid_m, pid_n = _cta_tile(row, col, rank, CLUSTER_M, CLUSTER_N)
+            pid_m, pid_n = _cta_tile(row, col, rank, CLUSTER_M)
             off_m = pid_m * BLOCK_M
             off_n = pid_n * BLOCK_N
             k_lo, k_hi = _k_slice(split, k_per_split, k_tiles)
@@ -352,11 +330,9 @@ def gemm_sm90(A, B, C, W, SPLITS,
                     k_at = kk
                 empty[s].wait(((cnt // STAGES) & 1) ^ 1)   # fresh barriers pass phase 1 at once
                 ready[s].expect(stage_bytes)
-                # in a cluster, this CTA's part of the shared tile (A rows along N, B columns along M),
-                # multicast into every CTA of the cluster
-                _load_stage(a_rings, a_parts if CLUSTER_N > 1 else None, b_s, b_parts if CLUSTER_M > 1 else None, s,
-                            A, B, ready[s], off_m, off_n, k_at, rank, RM, RM_PART, BN_PART, BLOCK_K, CLUSTER_M,
-                            CLUSTER_N, B_KMAJOR)
+                # in a cluster, this CTA's part of the shared B tile, multicast into every CTA of the cluster
+                _load_stage(a_rings, b_s, b_parts if CLUSTER_M > 1 else None, s, A, B, ready[s], off_m, off_n, k_at,
+                            rank, RM, BN_PART, BLOCK_K, CLUSTER_M, B_KMAJOR)
                 cnt = cnt + 1
         if CL > 1:
             # drain: wait until both CTAs' consumers have released every slot, so no remote arrive is
@@ -397,14 +373,13 @@ def tiles(M: int, N: int, config: dict) -> int:
 
 
 def units(M: int, N: int, config: dict, splits: int = 1) -> int:
-    """Units of work of the persistent grid: a cluster's tiles (CLUSTER_M stacked along M, or CLUSTER_N
-    side by side along N), times the K slices."""
-    return (gl.cdiv(gl.cdiv(M, config["BLOCK_M"]), config.get("CLUSTER_M", 1))
-            * gl.cdiv(gl.cdiv(N, config["BLOCK_N"]), config.get("CLUSTER_N", 1)) * splits)
+    """Units of work of the persistent grid: a cluster's tiles (CLUSTER_M stacked along M), times the K
+    slices."""
+    return gl.cdiv(gl.cdiv(M, config["BLOCK_M"]), config.get("CLUSTER_M", 1)) * gl.cdiv(N, config["BLOCK_N"]) * splits
 
 
 def cluster_size(config: dict) -> int:
-    return config.get("CLUSTER_M", 1) * config.get("CLUSTER_N", 1)
+    return config.get("CLUSTER_M", 1)
 
 
 def choose_config(M: int, N: int, K: int, num_sms: int, pitch_aligned: bool = True, out_size: int = 2) -> dict:
@@ -648,7 +623,7 @@ class _GemmSM90Tuning(TuningTemplate):
     consumers are Triton's default partition and get what setmaxnreg leaves) unless SPLIT_WGS, where it
     is the second warpgroup's budget, SPLIT_K ("auto"/0 = the
     split_k heuristic, else forced), EPILOGUE "auto" resolved as `launch` does; the rest (BLOCK_M,
-    BLOCK_N, BLOCK_K, STAGES, GROUP_M, SWIZZLE, EPILOGUE, PRODUCER_REGS, CLUSTER_M/N, EARLY_LOADS, K_ZIGZAG) are the
+    BLOCK_N, BLOCK_K, STAGES, GROUP_M, SWIZZLE, EPILOGUE, PRODUCER_REGS, CLUSTER_M, EARLY_LOADS, K_ZIGZAG) are the
     kernel's constexprs, with the "auto" values resolved as `launch` resolves them.
     Output dtype = input dtype; B is [K, N] row-major."""
 
@@ -657,7 +632,7 @@ class _GemmSM90Tuning(TuningTemplate):
     dtypes = ("fp16", "bf16")
     params = ("BLOCK_M", "BLOCK_N", "BLOCK_K", "STAGES", "GROUP_M", "SWIZZLE", "EPILOGUE", "CONSUMER_WARPS",
               "CONSUMER_REGS", "PRODUCER_WARPS", "PRODUCER_REGS", "CONSUMER_WGS", "SPLIT_K", "SPLIT_WGS", "CLUSTER_M",
-              "CLUSTER_N", "EARLY_LOADS", "LEAN_PROLOGUE", "K_ZIGZAG")
+              "EARLY_LOADS", "LEAN_PROLOGUE", "K_ZIGZAG")
 
     def kernel_config(self, config: dict, dtype: str) -> dict:
         cfg = {k: v for k, v in config.items()
