@@ -144,8 +144,8 @@ def test_reinterpret_checks_the_byte_count():
 
 @pytest.mark.parametrize("b_kmajor", [False, True])
 def test_cluster_gemm_machine_code(b_kmajor):
-    cfg = dict(DEFAULT_CONFIG, EPILOGUE="tma", CLUSTER_M=2, B_KMAJOR=b_kmajor)
-    ck = gemm_sm90.compile(*stand_ins(DType.f16), num_warps=num_warps(cfg), **cfg)
+    cfg = DEFAULT_CONFIG.replace(EPILOGUE="tma", CLUSTER_M=2).resolve(2)
+    ck = gemm_sm90.compile(*stand_ins(DType.f16), num_warps=num_warps(cfg), CFG=cfg, B_KMAJOR=b_kmajor)
     md = ck.binary.metadata
     assert md["num_ctas"] == 2                           # Triton's launcher: grid[0] * 2 CTAs, clusters of 2
     assert md["gluon_cluster"] == {"num_ctas": 2, "multicast_copies": {"B": 1}, "cluster_arrives": 2}
@@ -162,14 +162,14 @@ def test_cluster_gemm_machine_code(b_kmajor):
 
 
 def test_cluster_tiles_and_grid_along_m():
-    from gluon.kernels.gemm_sm90 import _cta_tile
+    from gluon.kernels.gemm_sm90.kernel import _cta_tile
     assert [_cta_tile(3, 5, r, 2) for r in (0, 1)] == [(6, 5), (7, 5)]      # stacked along M
 
 
 def test_cluster_gemm_rejects_b_parts_narrower_than_the_swizzle():
-    cfg = dict(DEFAULT_CONFIG, EPILOGUE="tma", CLUSTER_M=2, BLOCK_N=64, CONSUMER_WGS=1)
+    cfg = DEFAULT_CONFIG.replace(EPILOGUE="tma", CLUSTER_M=2, BLOCK_N=64, CONSUMER_WGS=1).resolve(2)
     with pytest.raises(GluonError, match=r"CLUSTER_M=2 with BLOCK_N=64: each CTA loads 32 columns of B \(64 bytes\)"):
-        gemm_sm90.trace(*stand_ins(DType.f16), num_warps=num_warps(cfg), **cfg)
+        gemm_sm90.trace(*stand_ins(DType.f16), num_warps=num_warps(cfg), CFG=cfg)
 
 
 def test_cluster_rank_compiles_to_the_special_register():

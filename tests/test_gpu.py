@@ -11,7 +11,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(
 
 from copy_kernel import copy  # noqa: E402
 
-from gluon.kernels.gemm_sm90 import DEFAULT_CONFIG  # noqa: E402
+from gluon.kernels.gemm_sm90 import DEFAULT_CONFIG, GemmConfig  # noqa: E402
 from gluon.kernels.gemm_tile_sm90 import gemm_tile_sm90, grid  # noqa: E402
 from gluon.runtime import LaunchError  # noqa: E402
 
@@ -58,8 +58,9 @@ def gemm_errors(run, M, N, K, in_dtype=torch.float16, out_dtype=None, b_kmajor=F
 
 
 def assert_ws_gemm(M, N, K, cfg, in_dtype=torch.float16, out_dtype=None, b_kmajor=False, splits=None, rounds=2):
-    """The persistent kernel (gemm_sm90.launch) with `cfg` and `splits` within 1e-2 of fp64 on `rounds` fresh
-    inputs (gemm_errors: poisoned output, every element written)."""
+    """The persistent kernel (gemm_sm90.launch) with `cfg` (a dict of overrides of choose_config's pick, or a
+    whole GemmConfig) and `splits` within 1e-2 of fp64 on `rounds` fresh inputs (gemm_errors: poisoned output,
+    every element written)."""
     from gluon.kernels.gemm_sm90 import launch
     errs = gemm_errors(lambda a, b, c: launch(a, b, c, cfg, b_kmajor=b_kmajor, splits=splits), M, N, K, in_dtype,
                        out_dtype, b_kmajor, rounds)
@@ -113,11 +114,24 @@ def test_copy_accepts_cuda_array_interface_objects():
     assert bool((dst == src).all())
 
 
+def _with(cfg, **kw):
+    """`cfg` (a dict of overrides, or a GemmConfig) with `kw` on top."""
+    return cfg.replace(**kw) if isinstance(cfg, GemmConfig) else dict(cfg, **kw)
+
+
+def _name(cfg) -> str:
+    """A test id: a dict's items, or DEFAULT_CONFIG and the fields a GemmConfig changes."""
+    if isinstance(cfg, GemmConfig):
+        return ",".join(["DEFAULT_CONFIG"] + [f"{k}={v}" for k, v in cfg.to_dict().items()
+                                              if v != getattr(DEFAULT_CONFIG, k)])
+    return ",".join(f"{k}={v}" for k, v in cfg.items()) or "auto"
+
+
 WS_CONFIGS = [
     {},                                                   # choose_config: the tiles picked by problem size
-    dict(DEFAULT_CONFIG),                                 # everywhere: 128x256x64, 3 stages, 2 WGs
+    DEFAULT_CONFIG,                                       # everywhere: 128x256x64, 3 stages, 2 WGs
     {"SPLIT_WGS": True},                                  # one role per consumer warpgroup (choose_config: several tiles per program)
-    dict(DEFAULT_CONFIG, SPLIT_WGS=True),
+    DEFAULT_CONFIG.replace(SPLIT_WGS=True),
     {"EPILOGUE": "direct", "STAGES": 4},
     {"CONSUMER_WGS": 1, "BLOCK_N": 128, "STAGES": 4},
     {"BLOCK_M": 64, "BLOCK_N": 64, "STAGES": 6, "CONSUMER_WGS": 1},     # SMALL_CONFIGS
@@ -125,11 +139,11 @@ WS_CONFIGS = [
     {"SWIZZLE": 64, "BLOCK_K": 32, "STAGES": 4},          # the other swizzle widths (B64, B32)
     {"SWIZZLE": 32, "BLOCK_K": 16, "STAGES": 6},
     {"TMA_PREFETCH": True},                               # descriptors prefetched at kernel start
-    dict(DEFAULT_CONFIG, TMA_PREFETCH=True, SPLIT_WGS=True),
+    DEFAULT_CONFIG.replace(TMA_PREFETCH=True, SPLIT_WGS=True),
 ]
 
 
-@pytest.mark.parametrize("cfg", WS_CONFIGS, ids=lambda c: ",".join(f"{k}={v}" for k, v in c.items()) or "auto")
+@pytest.mark.parametrize("cfg", WS_CONFIGS, ids=_name)
 @pytest.mark.parametrize("in_dtype,out_dtype", [(torch.float16, torch.float16), (torch.bfloat16, torch.bfloat16),
                                                 (torch.float16, torch.float32)])
 @pytest.mark.parametrize("M,N,K", [(1024, 1024, 1024), (1000, 1000, 1000), (333, 200, 136), (128, 8192, 8192),
@@ -162,11 +176,11 @@ def test_coalesced_epilogue_gemm_matches_fp64_reference(M, N, K, cfg, dtype, b_k
     (2048, 4096, 512, {}, None),                               # several units per program
     (2048, 4096, 512, {"SPLIT_WGS": True}, None),
     (1000, 1000, 1000, {}, None),                              # small tiles, edges
-    (256, 512, 4096, dict(DEFAULT_CONFIG), 3),                 # split-K: the first unit's K slice
+    (256, 512, 4096, DEFAULT_CONFIG, 3),                       # split-K: the first unit's K slice
 ], ids=["2048", "2048x2048x64", "1536x2816x1000", "2048x4096x512", "split_wgs", "1000", "splitk3"])
 def test_early_loads_gemm_matches_fp64_reference(M, N, K, cfg, splits, dtype, b_kmajor):
     """EARLY_LOADS: the first unit's first stages loaded by the default warps before the warp roles."""
-    assert_ws_gemm(M, N, K, dict(cfg, EARLY_LOADS=True), in_dtype=dtype, out_dtype=dtype, b_kmajor=b_kmajor,
+    assert_ws_gemm(M, N, K, _with(cfg, EARLY_LOADS=True), in_dtype=dtype, out_dtype=dtype, b_kmajor=b_kmajor,
                    splits=splits)
 
 
@@ -179,11 +193,11 @@ def test_early_loads_gemm_matches_fp64_reference(M, N, K, cfg, splits, dtype, b_
     (2048, 4096, 512, {"EARLY_LOADS": False}, None),           # the inits alone
     (2048, 4096, 512, {"SPLIT_WGS": True}, None),
     (1000, 1000, 1000, {}, None),                              # small tiles: 6 early stages, 128-thread barriers
-    (256, 512, 4096, dict(DEFAULT_CONFIG), 3),                 # split-K
+    (256, 512, 4096, DEFAULT_CONFIG, 3),                       # split-K
 ], ids=["2048", "2048x2048x64", "1536x2816x1000", "inits_only", "split_wgs", "1000", "splitk3"])
 def test_lean_prologue_gemm_matches_fp64_reference(M, N, K, cfg, splits, dtype, b_kmajor):
     """LEAN_PROLOGUE: the prologue's CTA barriers dropped by backend/ptx_prologue.py but the one the inits need."""
-    assert_ws_gemm(M, N, K, dict(cfg, LEAN_PROLOGUE=True), in_dtype=dtype, out_dtype=dtype, b_kmajor=b_kmajor,
+    assert_ws_gemm(M, N, K, _with(cfg, LEAN_PROLOGUE=True), in_dtype=dtype, out_dtype=dtype, b_kmajor=b_kmajor,
                    splits=splits)
 
 
@@ -208,8 +222,8 @@ def test_lean_prologue_gives_the_same_bits_every_launch(M, N, K):
 
 ZIGZAG_CONFIGS = [
     {},                                                   # choose_config's pick (SPLIT_WGS: several tiles per program)
-    dict(DEFAULT_CONFIG),                                 # cooperative, early loads
-    dict(DEFAULT_CONFIG, CLUSTER_M=2, SPLIT_WGS=True),    # both CTAs of a cluster load their parts of one k-step
+    DEFAULT_CONFIG,                                       # cooperative, early loads
+    DEFAULT_CONFIG.replace(CLUSTER_M=2, SPLIT_WGS=True),  # both CTAs of a cluster load their parts of one k-step
 ]
 
 
@@ -222,20 +236,20 @@ def test_k_zigzag_gemm_matches_fp64_reference(M, N, K, splits, dtype, b_kmajor, 
     """K_ZIGZAG: a program's odd units load their K slice top down (the consumers sum the stages in the
     order they arrive): several units per program, K tails (the short last k-step loaded first), split-K
     slices of unequal length, clusters."""
-    assert_ws_gemm(M, N, K, dict(cfg, K_ZIGZAG=True), in_dtype=dtype, out_dtype=dtype, b_kmajor=b_kmajor,
+    assert_ws_gemm(M, N, K, _with(cfg, K_ZIGZAG=True), in_dtype=dtype, out_dtype=dtype, b_kmajor=b_kmajor,
                    splits=splits, rounds=3)
 
 
 CLUSTER_CONFIGS = [
-    dict(DEFAULT_CONFIG, CLUSTER_M=2),                    # 2-CTA clusters, B multicast
-    dict(DEFAULT_CONFIG, CLUSTER_M=2, SPLIT_WGS=True),
-    dict(DEFAULT_CONFIG, CLUSTER_M=2, TMA_PREFETCH=True),  # both PTX passes
-    dict(DEFAULT_CONFIG, CLUSTER_M=2, BLOCK_N=128, STAGES=4, EPILOGUE="direct"),
+    DEFAULT_CONFIG.replace(CLUSTER_M=2),                    # 2-CTA clusters, B multicast
+    DEFAULT_CONFIG.replace(CLUSTER_M=2, SPLIT_WGS=True),
+    DEFAULT_CONFIG.replace(CLUSTER_M=2, TMA_PREFETCH=True),  # both PTX passes
+    DEFAULT_CONFIG.replace(CLUSTER_M=2, BLOCK_N=128, STAGES=4, EPILOGUE="direct"),
 ]
 
 
-@pytest.mark.parametrize("cfg", CLUSTER_CONFIGS, ids=lambda c: f"BN={c['BLOCK_N']},split={c['SPLIT_WGS']}"
-                         + (",TMA_PREFETCH" if c.get("TMA_PREFETCH") else ""))
+@pytest.mark.parametrize("cfg", CLUSTER_CONFIGS, ids=lambda c: f"BN={c.BLOCK_N},split={c.SPLIT_WGS}"
+                         + (",TMA_PREFETCH" if c.TMA_PREFETCH else ""))
 @pytest.mark.parametrize("b_kmajor", [False, True])
 @pytest.mark.parametrize("in_dtype,out_dtype", [(torch.float16, torch.float16), (torch.bfloat16, torch.float32)])
 @pytest.mark.parametrize("M,N,K", [(1024, 1024, 1024), (1000, 1000, 1000), (333, 200, 136), (2048, 4096, 512),
@@ -253,12 +267,12 @@ EDGE_SPLITK_SHAPES = [(1024, 1024, 1024, None), (1000, 1000, 1000, None), (333, 
 
 
 FP32_OUT_CONFIGS = [
-    dict(DEFAULT_CONFIG, EPILOGUE="tma", STAGES=2),              # the 128 KiB fp32 tile staged beside 2 stages
-    dict(DEFAULT_CONFIG, BLOCK_N=128, EPILOGUE="tma", STAGES=4),  # 128x128: a 64 KiB fp32 staging tile
+    DEFAULT_CONFIG.replace(EPILOGUE="tma", STAGES=2),              # the 128 KiB fp32 tile staged beside 2 stages
+    DEFAULT_CONFIG.replace(BLOCK_N=128, EPILOGUE="tma", STAGES=4),  # 128x128: a 64 KiB fp32 staging tile
 ]
 
 
-@pytest.mark.parametrize("cfg", FP32_OUT_CONFIGS, ids=lambda c: f"128x{c['BLOCK_N']},st={c['STAGES']}")
+@pytest.mark.parametrize("cfg", FP32_OUT_CONFIGS, ids=lambda c: f"128x{c.BLOCK_N},st={c.STAGES}")
 @pytest.mark.parametrize("b_kmajor", [False, True])
 @pytest.mark.parametrize("in_dtype", [torch.float16, torch.bfloat16])
 @pytest.mark.parametrize("M,N,K,splits", EDGE_SPLITK_SHAPES)
@@ -269,14 +283,14 @@ def test_fp32_output_tma_epilogue_matches_fp64_reference(M, N, K, splits, in_dty
 
 
 RING_CONFIGS = [
-    dict(DEFAULT_CONFIG, STAGES=4, EPILOGUE="ring"),
-    dict(DEFAULT_CONFIG, STAGES=4, EPILOGUE="ring", SPLIT_WGS=True),
-    dict(DEFAULT_CONFIG, STAGES=4, EPILOGUE="ring", CLUSTER_M=2),
-    dict(DEFAULT_CONFIG, STAGES=4, EPILOGUE="ring", CONSUMER_WGS=1, BLOCK_N=128),   # two output tiles fit the ring
+    DEFAULT_CONFIG.replace(STAGES=4, EPILOGUE="ring"),
+    DEFAULT_CONFIG.replace(STAGES=4, EPILOGUE="ring", SPLIT_WGS=True),
+    DEFAULT_CONFIG.replace(STAGES=4, EPILOGUE="ring", CLUSTER_M=2),
+    DEFAULT_CONFIG.replace(STAGES=4, EPILOGUE="ring", CONSUMER_WGS=1, BLOCK_N=128),   # two output tiles fit the ring
 ]
 
 
-@pytest.mark.parametrize("cfg", RING_CONFIGS, ids=lambda c: f"BN={c['BLOCK_N']},split={c['SPLIT_WGS']},cl={c['CLUSTER_M']}")
+@pytest.mark.parametrize("cfg", RING_CONFIGS, ids=lambda c: f"BN={c.BLOCK_N},split={c.SPLIT_WGS},cl={c.CLUSTER_M}")
 @pytest.mark.parametrize("b_kmajor", [False, True])
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
 @pytest.mark.parametrize("M,N,K,splits", [(2048, 2048, 2048, None), (1000, 1000, 1000, None), (333, 200, 136, None),
@@ -291,7 +305,7 @@ def test_ring_epilogue_gemm_matches_fp64_reference(M, N, K, splits, dtype, b_kma
 @pytest.mark.parametrize("M,N,K", [(256, 512, 4096), (200, 300, 1000)])
 def test_cluster_gemm_split_k(M, N, K, splits):
     """Both CTAs of a cluster take the same K slice of their two tiles; fp32 partials, then the reduce."""
-    assert_ws_gemm(M, N, K, dict(DEFAULT_CONFIG, CLUSTER_M=2), in_dtype=torch.bfloat16, splits=splits)
+    assert_ws_gemm(M, N, K, DEFAULT_CONFIG.replace(CLUSTER_M=2), in_dtype=torch.bfloat16, splits=splits)
 
 
 @pytest.mark.parametrize("M,N,K", [(1024, 1024, 1024), (1000, 1000, 1000)])

@@ -28,7 +28,7 @@ def test_shipped_specs_load():
     assert copy.source == (SPECS / "copy.toml").resolve()
 
     gemm = load_spec(SPECS / "gemm_sm90.toml")
-    assert gemm.name == "gemm_sm90" and gemm.kernel.template == "gluon.kernels.gemm_sm90:TUNING"
+    assert gemm.name == "gemm_sm90" and gemm.kernel.template == "gluon.tuning.templates.gemm_sm90:TUNING"
     assert gemm.dtypes == ["fp16", "bf16"]
     assert gemm.shapes == [(8192, 8192, 8192), (4096, 4096, 4096)]
     p = gemm.space.params
@@ -572,10 +572,10 @@ BAD = [
     ("bad-parameter-name", {"s.toml": K + "[tiles]\nBLOCK-M = 64\n"}, "s.toml", 8, "tiles.BLOCK-M",
      ["'BLOCK-M' is not a valid parameter name; did you mean 'BLOCK_M'?"]),
     ("section-not-a-table", {"s.toml": "tiles = 5\n" + K}, "s.toml", 1, "tiles", ["5 is not a table"]),
-    ("template-without-attr", {"s.toml": K.replace("pkg.mod:TUNING", "gluon.kernels.gemm_sm90")}, "s.toml", 3,
-     "kernel.template", ["'gluon.kernels.gemm_sm90' is not a template reference",
-                         "did you mean 'gluon.kernels.gemm_sm90:TUNING'?",
-                         "allowed: 'package.module:ATTR' or 'path/to/file.py:ATTR'"]),
+    ("template-without-attr", {"s.toml": K.replace("pkg.mod:TUNING", "gluon.tuning.templates.gemm_sm90")}, "s.toml",
+     3, "kernel.template", ["'gluon.tuning.templates.gemm_sm90' is not a template reference",
+                            "did you mean 'gluon.tuning.templates.gemm_sm90:TUNING'?",
+                            "allowed: 'package.module:ATTR' or 'path/to/file.py:ATTR'"]),
     ("template-garbage", {"s.yaml": Y.replace("pkg.mod:TUNING", "'a b c'")}, "s.yaml", 3, "kernel.template",
      ["'a b c' is not a template reference; allowed: 'package.module:ATTR'"]),
     ("kernel-key-typo", {"s.toml": K.replace("arch =", "arc =")}, "s.toml", 4, "kernel.arc",

@@ -1,8 +1,8 @@
 """What a kernel module exposes to the tuner as `TUNING`: how a config becomes a kernel, and how to check
 and time it.
 
-A template is a `TuningTemplate` subclass instance (see the end of `gluon/kernels/gemm_sm90.py` and of
-`examples/copy_kernel.py`). The tuner calls, per (config, shape, dtype):
+A template is a `TuningTemplate` subclass instance (see `gluon/tuning/templates/gemm_sm90.py` and the end
+of `examples/copy_kernel.py`). The tuner calls, per (config, shape, dtype):
 
     legality(config, shape, dtype, arch) -> ir.Module   trace with stand-ins + gluon.jit.run_passes: shared
                                                         memory, registers, warp roles and layouts are
