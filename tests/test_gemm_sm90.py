@@ -332,3 +332,18 @@ def test_gemm_config_errors_name_the_field(kw, match):
     assert GemmConfig(SPLIT_WGS=1, CONSUMER_REGS=232).SPLIT_WGS is True        # `--set SPLIT_WGS=1`
     resolved = _cfg()
     assert resolved.resolve(2) is resolved and DEFAULT_CONFIG.resolve(2) != DEFAULT_CONFIG     # resolved once
+
+
+def test_kernels_never_import_the_tuner():
+    """gluon/kernels/ imports the DSL and the JIT, never gluon.tuning nor the package root (whose import
+    pulls the tuner in): the tuner's adapters import the kernels, not the other way round."""
+    import ast
+    import pathlib
+    root = pathlib.Path(__file__).resolve().parent.parent / "gluon" / "kernels"
+    bad = []
+    for f in sorted(root.rglob("*.py")):
+        for node in ast.walk(ast.parse(f.read_text())):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
+                [node.module or ""] if isinstance(node, ast.ImportFrom) and not node.level else []
+            bad += [f"{f.relative_to(root)}: {n}" for n in names if n == "gluon" or n.startswith("gluon.tuning")]
+    assert not bad, bad

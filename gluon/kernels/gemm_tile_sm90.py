@@ -15,10 +15,12 @@ TMA zero-fills reads past the edges and clips writes, so any M, N, K works (K ta
 This is the spine's end-to-end check; the tuned, warp-specialized, persistent GEMM is another kernel.
 """
 import gluon.language as gl
-from gluon import SM90, Layout, SwizzleMode, kernel
+from gluon.arch import SM90
+from gluon.jit import kernel
 from gluon.language.memory import smem
 from gluon.language.nvidia.hopper import (fence_async_shared, mbarrier, tma_load, tma_store, tma_store_wait, wgmma,
                                           wgmma_wait)
+from gluon.types import Layout, SwizzleMode
 
 
 @kernel(arch=SM90, num_warps=4)

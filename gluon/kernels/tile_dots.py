@@ -1,12 +1,14 @@
 """Single-tile dot kernels, one per matrix-unit family: HMMA via cp.async + ldmatrix (SM80), MFMA (CDNA3),
 tcgen05 + tensor memory (SM100). `gluon selftest` and the tests compile them for their targets."""
 import gluon.language as gl
-from gluon import CDNA3, SM80, SM100, Layout, kernel
+from gluon.arch import CDNA3, SM80, SM100
+from gluon.jit import kernel
 from gluon.language.amd.cdna3 import mfma
 from gluon.language.memory import smem
 from gluon.language.nvidia.ampere import cp_async, cp_async_commit, cp_async_wait, mma
 from gluon.language.nvidia.blackwell import tcgen05_mma, tmem_alloc, tmem_load
 from gluon.language.nvidia.hopper import mbarrier, tma_load
+from gluon.types import Layout
 
 
 @kernel(arch=SM80, num_warps=4)
