@@ -224,10 +224,11 @@ ZIGZAG_CONFIGS = [
     {},                                                   # choose_config's pick (SPLIT_WGS: several tiles per program)
     DEFAULT_CONFIG,                                       # cooperative, early loads
     DEFAULT_CONFIG.replace(CLUSTER_M=2, SPLIT_WGS=True),  # both CTAs of a cluster load their parts of one k-step
+    DEFAULT_CONFIG.replace(STAGES=4, EPILOGUE="ring"),    # the producer waits for c_free between units
 ]
 
 
-@pytest.mark.parametrize("cfg", ZIGZAG_CONFIGS, ids=["auto", "cooperative", "cluster"])
+@pytest.mark.parametrize("cfg", ZIGZAG_CONFIGS, ids=["auto", "cooperative", "cluster", "ring"])
 @pytest.mark.parametrize("b_kmajor", [False, True])
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
 @pytest.mark.parametrize("M,N,K,splits", [(4096, 4096, 1024, None), (2048, 4096, 512, None), (3000, 2000, 1504, None),
@@ -235,7 +236,7 @@ ZIGZAG_CONFIGS = [
 def test_k_zigzag_gemm_matches_fp64_reference(M, N, K, splits, dtype, b_kmajor, cfg):
     """K_ZIGZAG: a program's odd units load their K slice top down (the consumers sum the stages in the
     order they arrive): several units per program, K tails (the short last k-step loaded first), split-K
-    slices of unequal length, clusters."""
+    slices of unequal length, clusters, the ring epilogue."""
     assert_ws_gemm(M, N, K, _with(cfg, K_ZIGZAG=True), in_dtype=dtype, out_dtype=dtype, b_kmajor=b_kmajor,
                    splits=splits, rounds=3)
 
