@@ -42,7 +42,7 @@ GEMM_SMALL = textwrap.dedent("""
     # gemm_sm90 reduced to 2 x 2 x 2 x 2 = 16 configs, for bench/tuning_efficiency.py
     [kernel]
     name = "gemm_sm90_small"
-    template = "gluon.kernels.gemm_sm90:TUNING"
+    template = "gluon.tuning.templates.gemm_sm90:TUNING"
     arch = "sm90"
     dtypes = ["fp16"]
     shapes = [[4096, 4096, 4096], [2048, 2048, 2048]]

@@ -4,15 +4,16 @@
     python examples/gemm_kernel.py --shape 4000x3000x5000 --dtype bf16 --set CLUSTER_M=2 --set STAGES=3
     python examples/gemm_kernel.py --b-col-major --out-dtype fp32 --set SPLIT_WGS=1
 
-The kernel is written in the DSL in gluon/kernels/gemm_sm90.py (persistent, warp-specialized: a TMA
+The kernel is written in the DSL in gluon/kernels/gemm_sm90/ (persistent, warp-specialized: a TMA
 producer warp and cooperative WGMMA consumer warpgroups on mbarrier rings, optional 2-CTA clusters
-with TMA multicast); `gluon tune specs/gemm_sm90.toml` searches its parameters. With a GPU this script
+with TMA multicast); `--set KEY=VALUE` overrides a field of its GemmConfig (config.py says what each
+does), and `gluon tune specs/gemm_sm90.toml` searches them. With a GPU this script
 checks the result against an fp64 product of the same inputs (output poisoned with NaN first) and
 times it against torch.matmul (cuBLAS), L2 flushed, median of CUDA events. Without one it compiles the
 config for sm_90 and prints what the machine code holds: registers, spills, shared memory, and the
 HGMMA / TMA / setmaxnreg instructions. A config the passes reject (shared memory over capacity, a
 register budget, a warp role off a warpgroup boundary, a swizzle that does not fit BLOCK_K) is
-reported with the pass's message and exit code 2.
+reported with the pass's message (or GemmConfig's, for a value the field does not take) and exit code 2.
 """
 from __future__ import annotations
 
@@ -53,8 +54,8 @@ def parse_args(argv=None) -> argparse.Namespace:
         if not sep or not key:
             p.error(f"--set {kv!r}: expected KEY=VALUE")
         overrides[key.strip()] = _value(val.strip())
-    from gluon.kernels.gemm_sm90 import gemm_sm90
-    keys = sorted(gemm_sm90.constexprs - {"B_KMAJOR"})       # B's layout is --b-col-major
+    from gluon.kernels.gemm_sm90 import FIELDS
+    keys = sorted(FIELDS)                                   # B's layout is --b-col-major
     if "B_KMAJOR" in overrides:
         p.error("--set B_KMAJOR: B's layout is an operand property here; give --b-col-major for a [N, K] B")
     for key in sorted(set(overrides) - set(keys)):
@@ -66,7 +67,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     return args
 
 
-def resolved_config(args, num_sms: int = 132) -> dict:
+def resolved_config(args, num_sms: int = 132):
     """The config `launch` would use for dense operands of this shape (choose_config clusters rows that
     do not start on 128-byte boundaries), the overrides on top."""
     from gluon.kernels.gemm_sm90 import resolve_config
@@ -81,11 +82,11 @@ def describe(args) -> int:
     from gluon import DType, GluonError
     from gluon.backend.machine_code import sass_instructions
     from gluon.kernels.gemm_sm90 import gemm_sm90, num_warps, stand_ins
-    cfg = resolved_config(args)
     refs = stand_ins(DType.from_name(DTYPES[args.dtype]), DType.from_name(DTYPES[args.out_dtype]))
-    print("config:", ", ".join(f"{k}={v}" for k, v in cfg.items()))
     try:
-        ck = gemm_sm90.compile(*refs, num_warps=num_warps(cfg), B_KMAJOR=args.b_col_major, **cfg)
+        cfg = resolved_config(args)
+        print("config:", cfg.describe())
+        ck = gemm_sm90.compile(*refs, num_warps=num_warps(cfg), CFG=cfg, B_KMAJOR=args.b_col_major)
     except GluonError as e:
         print(f"rejected before compilation: {e}", file=sys.stderr)
         return 2
@@ -110,9 +111,9 @@ def run(args) -> int:
     b = torch.randn(N, K, device="cuda", dtype=tdt[args.dtype]) if args.b_col_major else \
         torch.randn(K, N, device="cuda", dtype=tdt[args.dtype])
     c = torch.full((M, N), float("nan"), device="cuda", dtype=tdt[args.out_dtype])
-    cfg = resolved_config(args, torch.cuda.get_device_properties(0).multi_processor_count)
-    print("config:", ", ".join(f"{k}={v}" for k, v in cfg.items()))
     try:
+        cfg = resolved_config(args, torch.cuda.get_device_properties(0).multi_processor_count)
+        print("config:", cfg.describe())
         launch(a, b, c, args.overrides or None, b_kmajor=args.b_col_major)
     except GluonError as e:
         print(f"rejected before compilation: {e}", file=sys.stderr)

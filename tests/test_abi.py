@@ -8,7 +8,7 @@ from gluon import SM90, DType, Layout, SwizzleMode, TensorRef, kernel
 from gluon.abi import KernelABI, ParamKind
 from gluon.ir import GluonError
 from gluon.jit import lower, run_passes
-from gluon.kernels.gemm_sm90 import DEFAULT_CONFIG, gemm_sm90, num_warps, resolve_auto, stand_ins
+from gluon.kernels.gemm_sm90 import DEFAULT_CONFIG, gemm_sm90, num_warps, stand_ins
 from gluon.language import DescArg, ScalarArg, mbarrier, smem, tma_load, warp_role
 from gluon.types import ParamSource, SourceKind, WarpRole
 
@@ -87,8 +87,8 @@ def test_a_launch_without_a_keyword_size_names_it():
 def test_the_gemm_asks_for_its_cluster_and_ptx_passes_in_its_abi(cfg, ctas, passes, multicast):
     """No comment cue in the TTGIR: the compile step reads the cluster size, the multicast descriptors and
     the PTX passes from the ABI (and keys its cache on them)."""
-    c = resolve_auto(dict(DEFAULT_CONFIG, **cfg), 2)
-    lowered = lower(run_passes(gemm_sm90.trace(*stand_ins(DType.f16), num_warps=num_warps(c), **c)))
+    c = DEFAULT_CONFIG.replace(**cfg).resolve(2)
+    lowered = lower(run_passes(gemm_sm90.trace(*stand_ins(DType.f16), num_warps=num_warps(c), CFG=c)))
     abi = lowered.abi
     assert (abi.num_ctas, abi.ptx_passes) == (ctas, passes)
     assert tuple(p.name for p in abi.runtime_params if p.multicast) == multicast

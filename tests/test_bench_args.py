@@ -8,8 +8,8 @@ from bench.gemm import _kernels, _parse_configs, _split_names  # noqa: E402
 
 
 def test_configs_parse_ints_booleans_and_strings():
-    assert _parse_configs(";SPLIT_WGS=False,BLOCK_N=128,EPILOGUE=direct;PINGPONG=True") == [
-        {}, {"SPLIT_WGS": False, "BLOCK_N": 128, "EPILOGUE": "direct"}, {"PINGPONG": True}]
+    assert _parse_configs(";SPLIT_WGS=False,BLOCK_N=128,EPILOGUE=direct;K_ZIGZAG=True") == [
+        {}, {"SPLIT_WGS": False, "BLOCK_N": 128, "EPILOGUE": "direct"}, {"K_ZIGZAG": True}]
 
 
 def test_kernel_names_carry_their_configs():

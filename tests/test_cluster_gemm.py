@@ -1,7 +1,6 @@
 """Thread-block clusters with TMA multicast, on the CPU: the PTX cluster pass (gluon/backend/ptx/cluster.py),
 the DSL's cluster builtins and their errors, the barrier checks that count multicast bytes, and the
-machine code of the GEMM with CLUSTER_M=2 (and CLUSTER_N=2). The CLUSTER_M and CLUSTER_N kernels run
-on the H200 in tests/test_gpu.py."""
+machine code of the GEMM with CLUSTER_M=2. The CLUSTER_M kernels run on the H200 in tests/test_gpu.py."""
 import pytest
 
 import gluon.language as gl
@@ -145,8 +144,8 @@ def test_reinterpret_checks_the_byte_count():
 
 @pytest.mark.parametrize("b_kmajor", [False, True])
 def test_cluster_gemm_machine_code(b_kmajor):
-    cfg = dict(DEFAULT_CONFIG, EPILOGUE="tma", CLUSTER_M=2, B_KMAJOR=b_kmajor)
-    ck = gemm_sm90.compile(*stand_ins(DType.f16), num_warps=num_warps(cfg), **cfg)
+    cfg = DEFAULT_CONFIG.replace(EPILOGUE="tma", CLUSTER_M=2).resolve(2)
+    ck = gemm_sm90.compile(*stand_ins(DType.f16), num_warps=num_warps(cfg), CFG=cfg, B_KMAJOR=b_kmajor)
     md = ck.binary.metadata
     assert md["num_ctas"] == 2                           # Triton's launcher: grid[0] * 2 CTAs, clusters of 2
     assert md["gluon_cluster"] == {"num_ctas": 2, "multicast_copies": {"B": 1}, "cluster_arrives": 2}
@@ -162,48 +161,15 @@ def test_cluster_gemm_machine_code(b_kmajor):
     assert ck.binary.num_warps == 12                     # 8 consumer warps + a whole producer warpgroup
 
 
-@pytest.mark.parametrize("variant", [dict(), dict(B_KMAJOR=True), dict(SPLIT_WGS=True), dict(BLOCK_N=128, STAGES=4)],
-                         ids=["coop", "b_kmajor", "split_wgs", "128x128"])
-def test_cluster_along_n_multicasts_a(variant):
-    """CLUSTER_N=2: two CTAs side by side along N share their A rows; each loads half of every A ring
-    (one multicast load per ring) and all of its own B (plain)."""
-    cfg = dict(DEFAULT_CONFIG, EPILOGUE="tma", CLUSTER_N=2, **variant)
-    rings = 2 if cfg["SPLIT_WGS"] else 1
-    ck = gemm_sm90.compile(*stand_ins(DType.f16), num_warps=num_warps(cfg), **cfg)
-    md = ck.binary.metadata
-    assert md["num_ctas"] == 2
-    assert md["gluon_cluster"] == {"num_ctas": 2, "multicast_copies": {"A": rings}, "cluster_arrives": 2 * rings}
-    ops = sass_instructions(ck.sass())
-    assert ops["UTMALDG.2D.MULTICAST"] == rings and ops["UTMALDG.2D"] - ops["UTMALDG.2D.MULTICAST"] >= 1
-    assert ops["UCGABAR_ARV"] == ops["UCGABAR_WAIT"] == 1 + rings       # cluster_sync in every role
-    assert ops["MEMBAR.ALL.GPU"] == 1 + rings and ck.spills == 0 and ck.shared_bytes <= 227 * 1024
-    assert ck.binary.num_warps == 12
-
-
-def test_cluster_tiles_and_grid_along_n():
-    from gluon.kernels.gemm_sm90 import _cta_tile, grid, units
-    assert [_cta_tile(3, 5, r, 1, 2) for r in (0, 1)] == [(3, 10), (3, 11)]     # side by side along N
-    assert [_cta_tile(3, 5, r, 2, 1) for r in (0, 1)] == [(6, 5), (7, 5)]      # stacked along M
-    cfg = dict(DEFAULT_CONFIG, CLUSTER_N=2)
-    assert units(640, 768, cfg) == 5 * 2                  # 3 tile columns -> 2 cluster columns, the last half empty
-    assert grid(8192, 8192, cfg, 132) == (66,)            # 66 clusters of 2 CTAs
-    assert num_warps(cfg) == 12
-
-
-@pytest.mark.parametrize("cfg,match", [
-    (dict(CLUSTER_M=2, CLUSTER_N=2), r"clusters run along M \(sharing B\) or along N \(sharing A\), not both"),
-    (dict(CLUSTER_N=2, EPILOGUE="ring", STAGES=4), r"which the other CTAs of a CLUSTER_N=2 cluster fill by multicast"),
-])
-def test_cluster_along_n_errors(cfg, match):
-    cfg = dict(DEFAULT_CONFIG, **dict(dict(EPILOGUE="tma"), **cfg))
-    with pytest.raises(GluonError, match=match):
-        gemm_sm90.trace(*stand_ins(DType.f16), num_warps=num_warps(cfg), **cfg)
+def test_cluster_tiles_and_grid_along_m():
+    from gluon.kernels.gemm_sm90.kernel import _cta_tile
+    assert [_cta_tile(3, 5, r, 2) for r in (0, 1)] == [(6, 5), (7, 5)]      # stacked along M
 
 
 def test_cluster_gemm_rejects_b_parts_narrower_than_the_swizzle():
-    cfg = dict(DEFAULT_CONFIG, EPILOGUE="tma", CLUSTER_M=2, BLOCK_N=64, CONSUMER_WGS=1)
+    cfg = DEFAULT_CONFIG.replace(EPILOGUE="tma", CLUSTER_M=2, BLOCK_N=64, CONSUMER_WGS=1).resolve(2)
     with pytest.raises(GluonError, match=r"CLUSTER_M=2 with BLOCK_N=64: each CTA loads 32 columns of B \(64 bytes\)"):
-        gemm_sm90.trace(*stand_ins(DType.f16), num_warps=num_warps(cfg), **cfg)
+        gemm_sm90.trace(*stand_ins(DType.f16), num_warps=num_warps(cfg), CFG=cfg)
 
 
 def test_cluster_rank_compiles_to_the_special_register():

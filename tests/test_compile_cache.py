@@ -181,7 +181,7 @@ def test_second_process_gets_a_hit(tmp_path):
     assert out["td"] == b.metadata["tensordesc_meta"] and out["kname"] == "tma_wgmma_kernel"
 
 
-@pytest.mark.parametrize("name", ["tma_prefetch", "lean_prologue", "lean_release"])
+@pytest.mark.parametrize("name", ["tma_prefetch", "lean_prologue"])
 def test_an_opt_in_ptx_pass_is_asked_for_by_the_abi_and_keys_the_cache(name):
     """A kernel asks for a PTX pass in its ABI; the pass's source hash is then part of the cache key
     (editing the pass recompiles those kernels), and absent otherwise; an unknown pass is refused."""

@@ -226,7 +226,6 @@ def test_multiple_of_errors(hint, match):
 @pytest.mark.parametrize("name,call", [
     ("set_tma_prefetch", lambda: gl.set_tma_prefetch()),
     ("set_lean_prologue", lambda: gl.set_lean_prologue()),
-    ("set_lean_release", lambda: gl.set_lean_release()),
     ("split_cols", lambda: gl.split_cols(gl.zeros((64, 64), gl.float32, layout=Layout.mma((4, 1))))),
 ])
 def test_sm90_builtins_say_the_arch_lacks_them(name, call):

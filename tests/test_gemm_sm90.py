@@ -1,5 +1,6 @@
 """The persistent warp-specialized SM90 GEMM template, compiled without a GPU: machine code of the
 chosen config, variants, and the errors bad configs get before any compilation."""
+import importlib
 import os
 
 import pytest
@@ -8,20 +9,20 @@ from gluon import DType
 from gluon.backend.machine_code import sass_instructions
 from gluon.ir import GluonError
 from gluon.jit import run_passes
-from gluon.kernels.gemm_sm90 import (DEFAULT_CONFIG, FP32_OUT_CONFIG, SMALL_CONFIGS, choose_config, gemm_sm90,
-                                     num_warps, resolve_auto, resolve_config, split_k, stand_ins)
+from gluon.kernels.gemm_sm90 import (DEFAULT_CONFIG, FP32_OUT_CONFIG, SMALL_CONFIGS, GemmConfig, choose_config,
+                                     gemm_sm90, num_warps, resolve_config, split_k, stand_ins)
 
 
 def _cfg(**kw):
     """DEFAULT_CONFIG with `kw` on top, its "auto" values resolved as launch does for a 2-byte output."""
-    return resolve_auto(dict(DEFAULT_CONFIG, **kw), 2)
+    return DEFAULT_CONFIG.replace(**kw).resolve(2)
 
 
 @pytest.mark.parametrize("dtype", [DType.f16, DType.bf16])
 def test_chosen_config_sass_has_hgmma_utmaldg_setmaxnreg_and_no_spills(dtype):
     cfg = resolve_config(8192, 8192, 8192, 132, 2)         # what launch runs at 8192^3 on an H200
-    assert cfg["EARLY_LOADS"] and cfg["EPILOGUE"] == "tma" and cfg["SPLIT_WGS"]
-    ck = gemm_sm90.compile(*stand_ins(dtype), num_warps=num_warps(cfg), **cfg)
+    assert cfg.EARLY_LOADS and cfg.EPILOGUE == "tma" and cfg.SPLIT_WGS
+    ck = gemm_sm90.compile(*stand_ins(dtype), num_warps=num_warps(cfg), CFG=cfg)
     ops = sass_instructions(ck.sass())
     assert ops["HGMMA.64x256x16.F32"] >= 4            # 2 warpgroups x (64-row halves) of the 128x256 tile
     assert ops["UTMALDG.2D"] >= 3 and ops["UTMASTG.2D"] >= 2   # SPLIT_WGS: an A load and a store per warpgroup
@@ -34,15 +35,17 @@ def test_chosen_config_sass_has_hgmma_utmaldg_setmaxnreg_and_no_spills(dtype):
 @pytest.mark.parametrize("variant", [dict(B_KMAJOR=True), dict(EPILOGUE="direct", STAGES=4), dict(SPLIT_WGS=True),
                                      dict(CONSUMER_WGS=1, BLOCK_N=128, STAGES=4), dict(SWIZZLE=64, BLOCK_K=32)])
 def test_variants_compile_to_hgmma(variant):
+    variant = dict(variant)
+    b_kmajor = variant.pop("B_KMAJOR", False)
     cfg = _cfg(**variant)
-    ck = gemm_sm90.compile(*stand_ins(DType.f16), num_warps=num_warps(cfg), **cfg)
+    ck = gemm_sm90.compile(*stand_ins(DType.f16), num_warps=num_warps(cfg), CFG=cfg, B_KMAJOR=b_kmajor)
     ops = sass_instructions(ck.sass())
     assert ops["HGMMA"] >= 1 and ops["UTMALDG"] >= 1
 
 
 def _passes(**kw):
     cfg = _cfg(**kw)
-    return run_passes(gemm_sm90.trace(*stand_ins(DType.f16), num_warps=num_warps(cfg), **cfg))
+    return run_passes(gemm_sm90.trace(*stand_ins(DType.f16), num_warps=num_warps(cfg), CFG=cfg))
 
 
 def test_too_many_stages_lists_every_region():
@@ -76,58 +79,59 @@ def test_split_k_heuristic():
 def test_choose_config_picks_tiles_by_problem_size():
     def tile(M, N, K):
         c = choose_config(M, N, K, 132)
-        return c["BLOCK_M"], c["BLOCK_N"], c["CONSUMER_WGS"]
+        return c.BLOCK_M, c.BLOCK_N, c.CONSUMER_WGS
     assert tile(8192, 8192, 8192) == (128, 256, 2)
     assert tile(2048, 2048, 2048) == (128, 256, 2)      # 128 tiles of 128x256: a wave, give or take 10%
     assert tile(4000, 3000, 5000) == (128, 256, 2)
     assert tile(128, 8192, 8192) == (128, 64, 1)        # 32 big tiles; 128 of 128x64 fill one wave
     assert tile(1000, 1000, 1000) == (128, 64, 1)       # 64x64 would make 256 tiles: two waves
     assert tile(333, 200, 136) == (64, 64, 1)           # 24 tiles of 64x64, the most parallel
-    assert choose_config(64, 64, 64, 132) is not choose_config(64, 64, 64, 132)   # callers may edit it
+    with pytest.raises(AttributeError):                # frozen: a caller edits a copy (GemmConfig.replace)
+        choose_config(64, 64, 64, 132).STAGES = 4
     # rows that do not start on 128-byte boundaries: the large tiles run in 2-CTA multicast clusters
-    assert choose_config(4000, 3000, 5000, 132)["CLUSTER_M"] == 1
-    assert choose_config(4000, 3000, 5000, 132, pitch_aligned=False)["CLUSTER_M"] == 2
-    assert choose_config(1000, 1000, 1000, 132, pitch_aligned=False).get("CLUSTER_M", 1) == 1
+    assert choose_config(4000, 3000, 5000, 132).CLUSTER_M == 1
+    assert choose_config(4000, 3000, 5000, 132, pitch_aligned=False).CLUSTER_M == 2
+    assert choose_config(1000, 1000, 1000, 132, pitch_aligned=False).CLUSTER_M == 1
 
 
 def test_an_fp32_output_gets_128x128_tiles_that_compile_without_spills():
     for shape in ((8192, 8192, 8192), (2048, 2048, 2048), (4000, 3000, 5000)):
         assert choose_config(*shape, 132, pitch_aligned=shape[2] % 64 == 0, out_size=4) == FP32_OUT_CONFIG
     assert choose_config(1000, 1000, 1000, 132, out_size=4) in SMALL_CONFIGS       # under a wave: as before
-    cfg = resolve_auto(dict(FP32_OUT_CONFIG), 4)
-    k = gemm_sm90.compile(*stand_ins(DType.f16, DType.f32), num_warps=num_warps(cfg), **cfg)
+    cfg = FP32_OUT_CONFIG.resolve(4)
+    k = gemm_sm90.compile(*stand_ins(DType.f16, DType.f32), num_warps=num_warps(cfg), CFG=cfg)
     assert k.spills == 0
 
 
 def test_choose_config_uses_the_coalesced_epilogue_where_each_program_has_one_tile():
-    assert choose_config(2048, 2048, 2048, 132)["EPILOGUE"] == "coalesced"       # 128 tiles, one each
-    assert choose_config(1536, 2816, 2048, 132)["EPILOGUE"] == "coalesced"       # 132 tiles
-    assert choose_config(4096, 4096, 4096, 132)["EPILOGUE"] == "auto"            # several tiles per program
+    assert choose_config(2048, 2048, 2048, 132).EPILOGUE == "coalesced"       # 128 tiles, one each
+    assert choose_config(1536, 2816, 2048, 132).EPILOGUE == "coalesced"       # 132 tiles
+    assert choose_config(4096, 4096, 4096, 132).EPILOGUE == "auto"            # several tiles per program
     # each consumer warpgroup its own role where programs have several tiles, not at one wave
-    assert [choose_config(*s, 132).get("SPLIT_WGS") for s in ((4096, 4096, 4096), (8192, 8192, 8192),
+    assert [choose_config(*s, 132).SPLIT_WGS for s in ((4096, 4096, 4096), (8192, 8192, 8192),
             (4000, 3000, 5000), (2048, 2048, 2048), (1536, 2816, 2048), (128, 8192, 8192))] == [True] * 3 + [False] * 3
     # and there odd units load K top down, for L2 reuse between waves
-    zigzag = [choose_config(*s, 132).get("K_ZIGZAG", False) for s in ((4096, 4096, 4096), (2048, 2048, 2048))]
+    zigzag = [choose_config(*s, 132).K_ZIGZAG for s in ((4096, 4096, 4096), (2048, 2048, 2048))]
     assert zigzag == [True, False]
-    assert choose_config(4000, 3000, 5000, 132, pitch_aligned=False)["SPLIT_WGS"]    # clustered too
-    assert not choose_config(8192, 8192, 8192, 132, out_size=4)["SPLIT_WGS"]        # fp32: FP32_OUT_CONFIG
-    assert choose_config(2048, 2040, 2048, 132)["EPILOGUE"] == "auto"            # rows not 16-element multiples
-    assert choose_config(2048, 2048, 2048, 132, out_size=4)["EPILOGUE"] == "tma"    # fp32: 128x128, 64 KB staging
-    assert choose_config(2048, 2048, 2048, 132, pitch_aligned=False)["EPILOGUE"] == "auto"
+    assert choose_config(4000, 3000, 5000, 132, pitch_aligned=False).SPLIT_WGS    # clustered too
+    assert not choose_config(8192, 8192, 8192, 132, out_size=4).SPLIT_WGS        # fp32: FP32_OUT_CONFIG
+    assert choose_config(2048, 2040, 2048, 132).EPILOGUE == "auto"            # rows not 16-element multiples
+    assert choose_config(2048, 2048, 2048, 132, out_size=4).EPILOGUE == "tma"    # fp32: 128x128, 64 KB staging
+    assert choose_config(2048, 2048, 2048, 132, pitch_aligned=False).EPILOGUE == "auto"
 
 
 def test_coalesced_epilogue_machine_code():
-    base = dict(DEFAULT_CONFIG, EPILOGUE="coalesced")
+    base = DEFAULT_CONFIG.replace(EPILOGUE="coalesced", EARLY_LOADS=False, LEAN_PROLOGUE=False)
     refs = stand_ins(DType.f16)
-    vec = sass_instructions(gemm_sm90.compile(*refs, num_warps=num_warps(base), **dict(base, N_MULTIPLE_16=True)).sass())
+    vec = sass_instructions(gemm_sm90.compile(*refs, num_warps=num_warps(base), CFG=base, N_MULTIPLE_16=True).sass())
     assert vec["STG.E.128"] == 16 and vec["LDS.128"] == 16 and vec["STSM.16.M88.4"] == 16   # 16 B per store
     assert vec["UTMASTG"] == 0 and vec["HGMMA.64x256x16.F32"] >= 4
-    plain = sass_instructions(gemm_sm90.compile(*refs, num_warps=num_warps(base), **base).sass())
+    plain = sass_instructions(gemm_sm90.compile(*refs, num_warps=num_warps(base), CFG=base).sass())
     assert plain["STG.E.128"] == 0                       # N unknown: the row starts are not known aligned
     with pytest.raises(GluonError, match="EPILOGUE='coalesced' has not run in a cluster"):
-        gemm_sm90.trace(*refs, num_warps=num_warps(base), **dict(base, CLUSTER_M=2))
-    with pytest.raises(GluonError, match="EPILOGUE='dma': use 'tma', 'ring', 'coalesced', 'direct' or 'subtiled'"):
-        gemm_sm90.trace(*refs, num_warps=num_warps(base), **dict(base, EPILOGUE="dma"))
+        base.replace(CLUSTER_M=2)
+    with pytest.raises(GluonError, match="EPILOGUE='dma': use 'tma', 'ring', 'coalesced' or 'direct'"):
+        base.replace(EPILOGUE="dma")
 
 
 @pytest.mark.parametrize("variant", [dict(), dict(SPLIT_WGS=True), dict(CLUSTER_M=2), dict(CONSUMER_WGS=1, BLOCK_N=128)])
@@ -135,32 +139,31 @@ def test_ring_epilogue_machine_code(variant):
     """EPILOGUE="ring": no staging region (the 4-stage ring and barriers alone, under 227 KiB), a TMA
     store per consumer role, and the `c_free` barrier the producer waits on before a next unit."""
     cfg = _cfg(STAGES=4, EPILOGUE="ring", **variant)
-    ck = gemm_sm90.compile(*stand_ins(DType.f16), num_warps=num_warps(cfg), **cfg)
+    ck = gemm_sm90.compile(*stand_ins(DType.f16), num_warps=num_warps(cfg), CFG=cfg)
     ops = sass_instructions(ck.sass())
-    assert ops["UTMASTG.2D"] == (2 if cfg["SPLIT_WGS"] else 1) and ops["HGMMA"] >= 1 and ck.spills == 0
+    assert ops["UTMASTG.2D"] == (2 if cfg.SPLIT_WGS else 1) and ops["HGMMA"] >= 1 and ck.spills == 0
     assert ck.shared_bytes <= 227 * 1024
     names = {o.attrs.get("name") for o in _passes(STAGES=4, EPILOGUE="ring", **variant).kernel.walk()
              if o.kind in ("smem_alloc", "barrier_alloc")}
     assert not any(n.startswith("c_tile") for n in names)
-    assert {"c_free0", "c_free1"} <= names if cfg["SPLIT_WGS"] else "c_free" in names
+    assert {"c_free0", "c_free1"} <= names if cfg.SPLIT_WGS else "c_free" in names
 
 
 @pytest.mark.parametrize("kw,out,match", [
     (dict(STAGES=3), DType.f16, r"128x256 f16 output tile \(65536 bytes\) must fit a whole number of times in the "
                                 r"A ring \(3 stages of 128x64 f16 = 49152 bytes\); use STAGES=4 or EPILOGUE='tma'"),
     (dict(STAGES=4), DType.f32, r"128x256 f32 output tile \(131072 bytes\).*use STAGES=8"),
-    (dict(STAGES=4, PINGPONG=True, BLOCK_N=128), DType.f16, r"PINGPONG's warpgroups share one ring: use EPILOGUE='tma'"),
 ])
 def test_ring_epilogue_errors_say_what_fits(kw, out, match):
     cfg = _cfg(EPILOGUE="ring", **kw)
     with pytest.raises(GluonError, match=match):
-        gemm_sm90.trace(*stand_ins(DType.f16, out), num_warps=num_warps(cfg), **cfg)
+        gemm_sm90.trace(*stand_ins(DType.f16, out), num_warps=num_warps(cfg), CFG=cfg)
 
 
-@pytest.mark.parametrize("cfg", SMALL_CONFIGS, ids=lambda c: f"{c['BLOCK_M']}x{c['BLOCK_N']}")
+@pytest.mark.parametrize("cfg", SMALL_CONFIGS, ids=lambda c: f"{c.BLOCK_M}x{c.BLOCK_N}")
 def test_small_configs_compile_without_spills(cfg):
-    cfg = _cfg(**cfg)
-    ck = gemm_sm90.compile(*stand_ins(DType.f16), num_warps=num_warps(cfg), **cfg)
+    cfg = cfg.resolve(2)
+    ck = gemm_sm90.compile(*stand_ins(DType.f16), num_warps=num_warps(cfg), CFG=cfg)
     ops = sass_instructions(ck.sass())
     assert ops["HGMMA"] >= 1 and ops["UTMALDG.2D"] >= 2 and ck.spills == 0
     assert ck.binary.num_warps == 8                    # 4 consumer warps + the producer's warpgroup
@@ -205,17 +208,6 @@ def test_example_reports_bad_configs_with_exit_code_2():
     assert out.returncode == 2 and "give --b-col-major" in out.stderr
 
 
-def test_example_takes_every_kernel_config_key():
-    """Keys outside DEFAULT_CONFIG (PINGPONG, CLUSTER_N) are kernel parameters too."""
-    out = _example("--set", "PINGPONG=True", "--set", "BLOCK_N=128", "--set", "STAGES=5", "--set", "CONSUMER_REGS=232")
-    assert out.returncode == 0, out.stderr
-    assert "PINGPONG=True" in out.stdout and "UTMASTG x2" in out.stdout        # each warpgroup stores its tiles
-    out = _example("--set", "CLUSTER_N=2")
-    assert out.returncode == 0, out.stderr
-    # at the example's shape each consumer warpgroup has its own A ring (SPLIT_WGS): two multicast loads
-    assert "clusters of 2" in out.stdout and "UTMALDG.2D.MULTICAST x2" in out.stdout
-
-
 def test_repeated_launches_reuse_the_compiled_kernel(monkeypatch):
     """launch() keeps the compiled specialization in its plan (no per-call specialization lookup), keyed
     by everything the specialization depends on: fp16 and bf16 (same width) get different kernels.
@@ -224,8 +216,8 @@ def test_repeated_launches_reuse_the_compiled_kernel(monkeypatch):
     import torch
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     from test_runtime import FakeBackend
-    import gluon.kernels.gemm_sm90 as g
     import gluon.runtime.cuda as rt_cuda
+    g = importlib.import_module("gluon.kernels.gemm_sm90.launch")      # (the attribute .launch is the function)
     backend = FakeBackend(device_type="cpu")
     monkeypatch.setattr(rt_cuda, "DEFAULT_BACKEND", backend)
     monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
@@ -246,30 +238,9 @@ def test_repeated_launches_reuse_the_compiled_kernel(monkeypatch):
     assert p16.ck is not p_bf16.ck and len(backend.calls) == 3
 
 
-@pytest.mark.parametrize("variant", [dict(BLOCK_N=128, STAGES=5), dict(BLOCK_M=64, BLOCK_N=256, STAGES=4),
-                                     dict(BLOCK_N=128, STAGES=4, CLUSTER_M=2)])
-def test_pingpong_machine_code(variant):
-    """Two consumer warpgroups with whole tiles of their own: each issues its tile's WGMMAs and stores
-    its own staging tile; one A ring in turn; the ring and two staging tiles fit 227 KiB."""
-    cfg = _cfg(PINGPONG=True, CONSUMER_REGS=232, **variant)
-    ck = gemm_sm90.compile(*stand_ins(DType.f16), num_warps=num_warps(cfg), **cfg)
-    ops = sass_instructions(ck.sass())
-    per_k = cfg["BLOCK_M"] // 64 * (cfg["BLOCK_K"] // 16)          # m64 instructions x k16 steps per tile
-    assert ops[f"HGMMA.64x{cfg['BLOCK_N']}x16.F32"] == 2 * per_k    # both warpgroups
-    assert ops["UTMASTG.2D"] == 2 and ck.spills == 0 and ck.shared_bytes <= 227 * 1024
-    allocs = {op.attrs["name"] for op in _passes(PINGPONG=True, CONSUMER_REGS=232, **variant).kernel.walk()
-              if op.kind in ("smem_alloc", "barrier_alloc")}
-    assert allocs == {"a_ring", "b_ring", "ready", "empty", "turn", "c_tile0", "c_tile1"}
-
-
-def test_pingpong_needs_two_warpgroups():
-    with pytest.raises(GluonError, match="PINGPONG needs CONSUMER_WGS=2"):
-        _passes(PINGPONG=True, CONSUMER_WGS=1, BLOCK_N=128)
-
-
 def test_forced_splits_leave_no_empty_k_slice(monkeypatch):
     """splits=5 over 16 k-steps would give slices 4, 4, 4, 4, 0; the plan uses 4 slices of 4."""
-    import gluon.kernels.gemm_sm90 as g
+    g = importlib.import_module("gluon.kernels.gemm_sm90.launch")
     monkeypatch.setattr(g, "_SMS", {0: 132})
 
     class T:
@@ -301,41 +272,78 @@ def test_tile_kernel_launch_takes_any_config_key(monkeypatch):
 @pytest.mark.parametrize("variant", [dict(), dict(SPLIT_WGS=True), dict(B_KMAJOR=True), dict(EPILOGUE="coalesced")],
                          ids=["coop", "split_wgs", "b_kmajor", "coalesced"])
 def test_early_loads_issue_the_first_stages_before_the_warp_roles(variant):
-    cfg = dict(_cfg(**variant), EARLY_LOADS=True)
-    cfg.setdefault("B_KMAJOR", False)
-    module = run_passes(gemm_sm90.trace(*stand_ins(DType.f16), num_warps=num_warps(cfg), **cfg))
+    variant = dict(variant)
+    b_kmajor = variant.pop("B_KMAJOR", False)
+    cfg = _cfg(**variant).replace(EARLY_LOADS=True)
+    module = run_passes(gemm_sm90.trace(*stand_ins(DType.f16), num_warps=num_warps(cfg), CFG=cfg, B_KMAJOR=b_kmajor))
     from gluon.backend.lowering import lower_module
     text = lower_module(module).ttgir
     head, roles = text.split("ttg.warp_specialize", 1)
-    rings = 2 if cfg["SPLIT_WGS"] else 1
-    assert head.count("ttng.barrier_expect") == cfg["STAGES"]                         # one per stage
-    assert head.count("ttng.async_tma_copy_global_to_local") == cfg["STAGES"] * (rings + 1)   # A rings + B
-    ck = gemm_sm90.compile(*stand_ins(DType.f16), num_warps=num_warps(cfg), **cfg)
+    rings = 2 if cfg.SPLIT_WGS else 1
+    assert head.count("ttng.barrier_expect") == cfg.STAGES                            # one per stage
+    assert head.count("ttng.async_tma_copy_global_to_local") == cfg.STAGES * (rings + 1)   # A rings + B
+    ck = gemm_sm90.compile(*stand_ins(DType.f16), num_warps=num_warps(cfg), CFG=cfg, B_KMAJOR=b_kmajor)
     assert ck.spills == 0 and sass_instructions(ck.sass())["HGMMA.64x256x16.F32"] >= 4
 
 
-@pytest.mark.parametrize("cfg", [dict(CLUSTER_M=2), dict(PINGPONG=True, BLOCK_N=128), dict(EPILOGUE="ring", STAGES=4)])
+@pytest.mark.parametrize("cfg", [dict(CLUSTER_M=2), dict(EPILOGUE="ring", STAGES=4)])
 def test_early_loads_refuses_what_it_does_not_handle(cfg):
-    cfg = dict(_cfg(**cfg), EARLY_LOADS=True)
+    cfg = _cfg(**cfg)
     with pytest.raises(GluonError, match="EARLY_LOADS is written for the cooperative kernel"):
-        gemm_sm90.trace(*stand_ins(DType.f16), num_warps=num_warps(cfg), **cfg)
+        cfg.replace(EARLY_LOADS=True)
 
 
 def test_early_loads_auto_is_on_where_the_kernel_has_it():
-    assert resolve_config(2048, 2048, 2048, 132, 2)["EARLY_LOADS"] is True
-    assert resolve_config(1000, 1000, 1000, 132, 2)["EARLY_LOADS"] is True              # small tiles
-    assert resolve_config(4000, 3000, 5000, 132, 2, pitch_aligned=False)["EARLY_LOADS"] is False   # a cluster
-    for cfg in (dict(CLUSTER_M=2), dict(CLUSTER_N=2), dict(PINGPONG=True), dict(EPILOGUE="ring", STAGES=4)):
-        assert resolve_config(2048, 2048, 2048, 132, 2, config=cfg)["EARLY_LOADS"] is False, cfg
-    assert resolve_config(2048, 2048, 2048, 132, 2, config=dict(EARLY_LOADS=False))["EARLY_LOADS"] is False
-    assert resolve_auto(dict(DEFAULT_CONFIG, EARLY_LOADS="auto"), 2)["EARLY_LOADS"] is True
+    assert resolve_config(2048, 2048, 2048, 132, 2).EARLY_LOADS is True
+    assert resolve_config(1000, 1000, 1000, 132, 2).EARLY_LOADS is True              # small tiles
+    assert resolve_config(4000, 3000, 5000, 132, 2, pitch_aligned=False).EARLY_LOADS is False   # a cluster
+    for cfg in (dict(CLUSTER_M=2, EPILOGUE="tma"), dict(EPILOGUE="ring", STAGES=4)):
+        assert resolve_config(2048, 2048, 2048, 132, 2, config=cfg).EARLY_LOADS is False, cfg
+    with pytest.raises(GluonError, match="EPILOGUE='coalesced' has not run in a cluster"):    # choose_config's
+        resolve_config(2048, 2048, 2048, 132, 2, config=dict(CLUSTER_M=2))                  # one-wave epilogue
+    assert resolve_config(2048, 2048, 2048, 132, 2, config=dict(EARLY_LOADS=False)).EARLY_LOADS is False
+    assert DEFAULT_CONFIG.replace(EARLY_LOADS="auto").resolve(2).EARLY_LOADS is True
     # the tuner's configs resolve the same way
-    from gluon.kernels.gemm_sm90 import TUNING
-    assert TUNING.kernel_config(dict(CLUSTER_M=2), "fp16")["EARLY_LOADS"] is False
-    assert TUNING.kernel_config(dict(STAGES=4), "fp16")["EARLY_LOADS"] is True
+    from gluon.tuning.templates.gemm_sm90 import TUNING
+    assert TUNING.kernel_config(dict(CLUSTER_M=2), "fp16").EARLY_LOADS is False
+    assert TUNING.kernel_config(dict(STAGES=4), "fp16").EARLY_LOADS is True
 
 
 def test_early_loads_auto_reaching_the_kernel_is_an_error():
-    cfg = dict(_cfg(), EARLY_LOADS="auto")
+    cfg = _cfg().replace(EARLY_LOADS="auto")
     with pytest.raises(GluonError, match="the kernel takes True or False"):
-        gemm_sm90.trace(*stand_ins(DType.f16), num_warps=num_warps(cfg), **cfg)
+        gemm_sm90.trace(*stand_ins(DType.f16), num_warps=num_warps(cfg), CFG=cfg)
+
+
+@pytest.mark.parametrize("kw,match", [
+    (dict(STAGSE=4), r"GemmConfig has no field 'STAGSE' \(did you mean STAGES\?\)"),
+    (dict(STAGES="4"), r"GemmConfig STAGES='4': takes a positive int"),
+    (dict(SWIZZLE=96), r"GemmConfig SWIZZLE=96: takes one of 0, 32, 64, 128"),
+    (dict(K_ZIGZAG="auto"), r"GemmConfig K_ZIGZAG='auto': takes True or False"),
+    (dict(EARLY_LOADS="yes"), r"GemmConfig EARLY_LOADS='yes': takes True, False or 'auto'"),
+    (dict(LEAN_PROLOGUE=True, EPILOGUE="ring"), r"LEAN_PROLOGUE is verified for the cooperative kernel without "
+                                                r"clusters or the ring epilogue \(EPILOGUE='ring'\)"),
+    (dict(CONSUMER_REGS=232), r"GemmConfig CONSUMER_REGS=232: .* with SPLIT_WGS=True"),
+])
+def test_gemm_config_errors_name_the_field(kw, match):
+    """A bad config is refused when it is made, with the field and what it takes."""
+    with pytest.raises(GluonError, match=match):
+        DEFAULT_CONFIG.replace(**kw)
+    assert GemmConfig(SPLIT_WGS=1, CONSUMER_REGS=232).SPLIT_WGS is True        # `--set SPLIT_WGS=1`
+    resolved = _cfg()
+    assert resolved.resolve(2) is resolved and DEFAULT_CONFIG.resolve(2) != DEFAULT_CONFIG     # resolved once
+
+
+def test_kernels_never_import_the_tuner():
+    """gluon/kernels/ imports the DSL and the JIT, never gluon.tuning nor the package root (whose import
+    pulls the tuner in): the tuner's adapters import the kernels, not the other way round."""
+    import ast
+    import pathlib
+    root = pathlib.Path(__file__).resolve().parent.parent / "gluon" / "kernels"
+    bad = []
+    for f in sorted(root.rglob("*.py")):
+        for node in ast.walk(ast.parse(f.read_text())):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
+                [node.module or ""] if isinstance(node, ast.ImportFrom) and not node.level else []
+            bad += [f"{f.relative_to(root)}: {n}" for n in names if n == "gluon" or n.startswith("gluon.tuning")]
+    assert not bad, bad

@@ -55,15 +55,15 @@ def test_errors_say_what_is_missing():
 
 @pytest.mark.parametrize("extra", [{}, {"CLUSTER_M": 2}], ids=["plain", "cluster"])
 def test_gemm_machine_code_prefetches_a_b_and_c(extra):
-    cfg = dict(DEFAULT_CONFIG, EPILOGUE="tma", TMA_PREFETCH=True, **extra)
-    ck = gemm_sm90.compile(*stand_ins(DType.f16), num_warps=num_warps(cfg), **cfg)
+    cfg = DEFAULT_CONFIG.replace(EPILOGUE="tma", TMA_PREFETCH=True, EARLY_LOADS=False, LEAN_PROLOGUE=False, **extra)
+    ck = gemm_sm90.compile(*stand_ins(DType.f16), num_warps=num_warps(cfg), CFG=cfg)
     assert len(ck.binary.metadata["gluon_prefetch"]["prefetched"]) == 3      # A, B (loads) and C (store)
     ops = sass_instructions(ck.sass())
     assert ops["UTMACCTL.PF"] == 3
     assert ops["HGMMA.64x256x16.F32"] >= 4 and ck.spills == 0
     if extra:                                    # both PTX passes ran: the multicast is still there
         assert ops["UTMALDG.2D.MULTICAST"] == 1
-    off = gemm_sm90.compile(*stand_ins(DType.f16), num_warps=num_warps(cfg), **dict(cfg, TMA_PREFETCH=False))
+    off = gemm_sm90.compile(*stand_ins(DType.f16), num_warps=num_warps(cfg), CFG=cfg.replace(TMA_PREFETCH=False))
     assert sass_instructions(off.sass())["UTMACCTL.PF"] == 0 and "gluon_prefetch" not in off.binary.metadata
 
 

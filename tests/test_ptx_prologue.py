@@ -7,7 +7,7 @@ from gluon import DType
 from gluon.backend.ptx import prologue as ptx_prologue
 from gluon.backend.machine_code import sass_instructions
 from gluon.ir import GluonError
-from gluon.kernels.gemm_sm90 import DEFAULT_CONFIG, compile_variant, gemm_sm90, num_warps, resolve_auto, stand_ins
+from gluon.kernels.gemm_sm90 import DEFAULT_CONFIG, compile_variant, gemm_sm90, stand_ins
 
 # the shape of Triton 3.6's default-partition prologue with two barrier inits and one early stage
 # (A loaded by warp 0, B by warps 0-3), then the warp-specialize entry
@@ -105,20 +105,19 @@ def test_gemm_prologue_loses_its_barriers_and_nothing_else(variant, removed):
 
 
 def test_auto_turns_it_on_where_it_was_verified():
-    assert resolve_auto(dict(DEFAULT_CONFIG), 2)["LEAN_PROLOGUE"] is True
-    for off in (dict(CLUSTER_M=2), dict(PINGPONG=True), dict(EPILOGUE="ring")):
-        assert resolve_auto(dict(DEFAULT_CONFIG, **off), 2)["LEAN_PROLOGUE"] is False, off
-    assert resolve_auto(dict(DEFAULT_CONFIG, LEAN_PROLOGUE=False), 2)["LEAN_PROLOGUE"] is False
+    assert DEFAULT_CONFIG.resolve(2).LEAN_PROLOGUE is True
+    for off in (dict(CLUSTER_M=2), dict(EPILOGUE="ring")):
+        assert DEFAULT_CONFIG.replace(**off).resolve(2).LEAN_PROLOGUE is False, off
+    assert DEFAULT_CONFIG.replace(LEAN_PROLOGUE=False).resolve(2).LEAN_PROLOGUE is False
 
 
-@pytest.mark.parametrize("variant", [dict(CLUSTER_M=2), dict(PINGPONG=True), dict(EPILOGUE="ring")],
-                         ids=["cluster", "pingpong", "ring"])
+@pytest.mark.parametrize("variant", [dict(CLUSTER_M=2), dict(EPILOGUE="ring")], ids=["cluster", "ring"])
 def test_refused_outside_the_verified_kernels(variant):
-    cfg = dict(DEFAULT_CONFIG, EARLY_LOADS=False, LEAN_PROLOGUE=True, **variant)
     with pytest.raises(GluonError, match="LEAN_PROLOGUE is verified for the cooperative kernel"):
-        gemm_sm90.trace(*stand_ins(DType.f16), num_warps=num_warps(cfg), **cfg)
+        DEFAULT_CONFIG.replace(EARLY_LOADS=False, LEAN_PROLOGUE=True, **variant)
 
 
 def test_unresolved_auto_is_refused():
     with pytest.raises(GluonError, match=r"LEAN_PROLOGUE='auto': the kernel takes True or False"):
-        gemm_sm90.trace(*stand_ins(DType.f16), num_warps=9, **dict(DEFAULT_CONFIG, EPILOGUE="tma", LEAN_PROLOGUE="auto"))
+        gemm_sm90.trace(*stand_ins(DType.f16), num_warps=9,
+                        CFG=DEFAULT_CONFIG.replace(EPILOGUE="tma", EARLY_LOADS=False, LEAN_PROLOGUE="auto"))

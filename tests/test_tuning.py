@@ -226,15 +226,16 @@ def test_gemm_template_traces_what_the_launch_compiles(monkeypatch):
     """template.compile (the compile pool) and launch() produce the same TTGIR and ABI: the GPU worker's
     launch hits the disk cache the pool filled."""
     from gluon.jit import lower
-    from gluon.kernels.gemm_sm90 import TUNING, gemm_sm90, num_warps
+    from gluon.kernels.gemm_sm90 import gemm_sm90, num_warps
+    from gluon.tuning.templates.gemm_sm90 import TUNING
     config = dict(BLOCK_M=128, BLOCK_N=256, BLOCK_K=64, SWIZZLE=128, STAGES=3, CONSUMER_WARPS=8, PRODUCER_WARPS=1,
                   PRODUCER_REGS=40, GROUP_M=8, EPILOGUE="tma")
     mine = lower(TUNING.legality(config, (1024, 1024, 1024), "bf16", "sm90"))
     cfg = TUNING.kernel_config(config, "bf16")
-    assert cfg["CONSUMER_WGS"] == 2 and "CONSUMER_WARPS" not in cfg
+    assert cfg.CONSUMER_WGS == 2 and not hasattr(cfg, "CONSUMER_WARPS")
     a = torch.empty(64, 32, dtype=torch.bfloat16)
     w = torch.empty(16, dtype=torch.float32)
-    launch = _captured_launch_module(monkeypatch, gemm_sm90, (a, a, a, w, 1), dict(B_KMAJOR=False, **cfg), None,
+    launch = _captured_launch_module(monkeypatch, gemm_sm90, (a, a, a, w, 1), dict(CFG=cfg, B_KMAJOR=False), None,
                                      num_warps(cfg))
     assert mine == launch
     assert TUNING.flops((2, 3, 4)) == 48 and TUNING.bytes((2, 3, 4), "fp16") == 2 * (8 + 12 + 6)
@@ -293,7 +294,7 @@ def test_copy_template_traces_what_the_launch_compiles(monkeypatch):
 
 
 def test_gemm_template_rejects_configs_with_reasons():
-    from gluon.kernels.gemm_sm90 import TUNING
+    from gluon.tuning.templates.gemm_sm90 import TUNING
     base = dict(BLOCK_M=128, BLOCK_N=256, BLOCK_K=64, STAGES=3, CONSUMER_WARPS=8, PRODUCER_WARPS=1, EPILOGUE="tma")
     for bad, msg in ((dict(STAGES=5), "more than the 227.0 KiB"), (dict(CONSUMER_WARPS=6), "multiple of 4"),
                      (dict(PRODUCER_WARPS=2), "one producer warp"), (dict(CONSUMER_REGS=232), "CONSUMER_REGS"),
@@ -361,7 +362,7 @@ def test_dry_run_gemm_prunes_too_many_stages(tmp_path):
     spec.write_text(textwrap.dedent("""
         [kernel]
         name = "gemm_small"
-        template = "gluon.kernels.gemm_sm90:TUNING"
+        template = "gluon.tuning.templates.gemm_sm90:TUNING"
         arch = "sm90"
         dtypes = ["fp16"]
         shapes = [[4096, 4096, 4096], [1000, 1000, 1000]]
@@ -744,7 +745,7 @@ def test_seeds_false_leaves_the_hand_picked_configs_out(tmp_path, env, monkeypat
 
 
 def test_gemm_seed_is_a_valid_config_of_the_shipped_spec():
-    from gluon.kernels.gemm_sm90 import TUNING
+    from gluon.tuning.templates.gemm_sm90 import TUNING
     spec = load(os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "specs", "gemm_sm90.toml"))
     seeds = TUNING.seed_configs()
     for seed in seeds:

@@ -1,9 +1,9 @@
 """PTX post-passes: what Triton 3.6's TTGIR cannot say, added to the PTX Triton generates, before ptxas.
 
-`cluster` (TMA multicast and cluster-wide arrives), `prefetch` (TMA descriptor prefetch), `prologue`
-(the prologue's redundant CTA barriers) and `release` (a warpgroup's stage release without a barrier)
-each rewrite one kernel's PTX; `params`, `scan` and `hashing` are what they share. This module says
-which run for a kernel, from its ABI, in which order, and what of them goes into the compile cache key.
+`cluster` (TMA multicast and cluster-wide arrives), `prefetch` (TMA descriptor prefetch) and `prologue`
+(the prologue's redundant CTA barriers) each rewrite one kernel's PTX; `params`, `scan` and `hashing` are
+what they share. This module says which run for a kernel, from its ABI, in which order, and what of them
+goes into the compile cache key.
 
 The cluster pass (cluster.py: TMA multicast, cluster-wide arrives) runs for every kernel whose ABI has
 `num_ctas > 1`; then the opt-in passes the ABI names (`KernelABI.ptx_passes`, set by `gl.set_<name>()`),
@@ -19,13 +19,11 @@ from ...abi import KernelABI
 from . import cluster as ptx_cluster
 from . import prefetch as ptx_prefetch
 from . import prologue as ptx_prologue
-from . import release as ptx_release
 
 # opt-in pass name (the kernel attribute and `gl.set_<name>`) -> (module, metadata key of what it did)
 OPT_IN = {
     "tma_prefetch": (ptx_prefetch, "gluon_prefetch"),
     "lean_prologue": (ptx_prologue, "gluon_prologue"),
-    "lean_release": (ptx_release, "gluon_release"),
 }
 
 

@@ -1,4 +1,4 @@
-"""Reading Triton's PTX line by line, for the PTX post-passes (prologue.py, release.py).
+"""Reading Triton's PTX line by line, for the PTX post-passes (prologue.py).
 
 Triton prints one instruction per line; the passes only need to tell labels, instructions (with their
 predicate, opcode and operands), barriers and side-effect-free arithmetic apart, and to skip what is

@@ -4,7 +4,7 @@ mbarriers (`mbarrier`, `Barrier`, `barrier_expect` / `barrier_arrive` / `barrier
 (`set_cluster`, `cluster_rank`, `cluster_sync`), TMA copies (`tma_load`, `tma_store`,
 `tma_store_wait`, `fence_async_shared`), WGMMA (`wgmma`, `wgmma_wait`, `split_cols`), and the
 builtins that opt a kernel into one of the backend's PTX passes (`set_tma_prefetch`,
-`set_lean_prologue`, `set_lean_release`). Each checks that the kernel's arch has the feature, so on
+`set_lean_prologue`). Each checks that the kernel's arch has the feature, so on
 another arch it is an `ArchError` at the user's line. Blackwell keeps all of them but WGMMA; its
 tcgen05 MMA completes on these mbarriers.
 """
@@ -283,11 +283,3 @@ def set_lean_prologue(enabled: bool = True) -> None:
     and leaves it as it was otherwise. The kernel promises its prologue's TMA loads fill distinct buffers."""
     _opt_into_ptx_pass("lean_prologue", "tma", enabled)
 
-
-def set_lean_release(enabled: bool = True) -> None:
-    """Let each consumer warpgroup wait for a stage and release it without a barrier of its warps: the
-    PTX pass `backend/ptx_release.py` drops the 128-thread `bar.sync` Triton puts before every stage
-    wait and before every single-thread arrive that follows `wgmma.wait_group` (CUTLASS's consumers
-    release from one thread per warpgroup on the same rule). The kernel promises that every partition
-    whose barriers count 128 threads is one warpgroup releasing stages only its own WGMMAs read."""
-    _opt_into_ptx_pass("lean_release", "wgmma", enabled)

@@ -1,0 +1,21 @@
+"""The SM90 GEMM: persistent, warp-specialized, TMA + WGMMA on mbarrier rings, with its host side.
+
+    c = launch(a, b, c)                                   # the config choose_config picks for the problem
+    launch(a, b, c, {"STAGES": 4, "EPILOGUE": "direct"})  # its fields overridden
+    launch(a, b, c, GemmConfig(BLOCK_N=128), splits=2)    # a whole config, 2 K slices
+
+* config.py: `GemmConfig` (the knobs, checked when made; "auto" values resolved once per problem by
+  `GemmConfig.resolve`), DEFAULT_CONFIG / FP32_OUT_CONFIG / SMALL_CONFIGS, `choose_config`, `split_k`,
+  tile and unit counts, `num_warps`, `grid`.
+* kernel.py: the `@kernel` `gemm_sm90(A, B, C, W, SPLITS, CFG=<resolved GemmConfig>, B_KMAJOR,
+  N_MULTIPLE_16)` and its device-side helpers.
+* launch.py: `launch`, its plan cache, padding of operands TMA cannot describe, the split-K workspace and
+  `splitk_reduce`; `compile_variant` and `stand_ins` compile without a GPU.
+
+The tuner's adapter is gluon/tuning/templates/gemm_sm90.py (`gluon tune specs/gemm_sm90.toml`). What was
+measured, and the variants measured slower and removed: docs/PERF.md.
+"""
+from .config import (AUTO, DEFAULT_CONFIG, EPILOGUES, FIELDS, FP32_OUT_CONFIG, SMALL_CONFIGS, GemmConfig,  # noqa: F401
+                     choose_config, grid, kernel_config, num_warps, resolve_config, split_k, tiles, to_config, units)
+from .kernel import gemm_sm90  # noqa: F401
+from .launch import compile_variant, launch, splitk_reduce, stand_ins  # noqa: F401

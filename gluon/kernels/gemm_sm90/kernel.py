@@ -1,0 +1,283 @@
+"""The SM90 GEMM kernel: persistent, warp-specialized, TMA + WGMMA on mbarrier rings, explicitly synchronized.
+
+C[M, N] = A[M, K] @ B (B is [K, N] row-major, or [N, K] with B_KMAJOR, i.e. a column-major B), fp16 or
+bf16 inputs, fp32 accumulation, fp16/bf16/fp32 output, under one resolved `GemmConfig` (config.py says
+what each knob does). Roles:
+
+* consumers: CONSUMER_WGS warpgroups (warps 0 .. 4*CONSUMER_WGS-1, Triton's default partition) share
+  one BLOCK_M x BLOCK_N accumulator (cooperative: warpgroup g owns rows g*64 ...). For each tile they
+  wait `ready[s]`, issue an async WGMMA on stage s, retire the previous one and release its stage on
+  `empty`, then run the epilogue. With SPLIT_WGS each warpgroup is its own role (the second a worker
+  partition with CONSUMER_REGS registers) with its own ring of A rows and staging tile, and `empty`
+  counts one arrive per warpgroup (Triton's arrive lowering syncs the whole partition first).
+* producer: one warp (warp 4*CONSUMER_WGS; a warpgroup in a cluster) with PRODUCER_REGS registers,
+  waiting `empty[s]` and refilling stage s with TMA loads that complete on `ready[s]`.
+
+Both roles walk the same persistent sequence of work units (a cluster's tiles and a K slice): program
+p takes units p, p + P, p + 2P, ... in grouped order (GROUP_M rows of tiles share their B columns in
+L2). One ring counter per role runs across units, so stage indices and phases continue from unit to
+unit. TMA zero-fills reads past the edges and clips writes, so any M, N, K works (row strides must be
+16-byte aligned, which TMA requires).
+
+In a CLUSTER_M cluster the CTAs take vertically adjacent tiles, which share their B tile: each loads
+its part with a multicast TMA load into all, a ring slot is free when the consumers of every CTA
+released it (`arrive(cluster=True)`), and the producer drains the ring before exiting so no remote
+arrive is left in flight. Measurements: docs/PERF.md.
+"""
+import gluon.language as gl
+from gluon.arch import SM90
+from gluon.ir import GluonError
+from gluon.jit import kernel
+from gluon.language.control import static_range, warp_role
+from gluon.language.memory import smem
+from gluon.language.nvidia.hopper import (fence_async_shared, mbarrier, tma_load, tma_store, tma_store_wait, wgmma,
+                                          wgmma_wait)
+from gluon.types import Layout, SliceLayout, SwizzleMode, WarpRole
+
+from .config import kernel_config
+
+
+def _tile_coords(tile, num_pid_m, num_pid_n, GROUP_M: int):
+    """Grouped rasterization: walk GROUP_M tile rows down a column band before moving right."""
+    in_group = GROUP_M * num_pid_n
+    first_m = (tile // in_group) * GROUP_M
+    rows = gl.minimum(num_pid_m - first_m, GROUP_M)
+    pid_m = first_m + (tile % in_group) % rows
+    pid_n = (tile % in_group) // rows
+    return pid_m, pid_n
+
+
+def _k_slice(split, k_per_split, k_tiles):
+    """[k_lo, k_hi): the k-steps of K slice `split` (the last slice may be short)."""
+    k_lo = split * k_per_split
+    return k_lo, gl.minimum(k_lo + k_per_split, k_tiles)
+
+
+def _cta_tile(row, col, rank, CLUSTER_M: int):
+    """(pid_m, pid_n) of cluster rank `rank` in the cluster tile (row, col): clusters of CLUSTER_M tiles
+    stacked along M."""
+    return row * CLUSTER_M + rank, col
+
+
+def _load_stage(a_rings, b_s, b_parts, s, A, B, bar, off_m, off_n, kk, rank, RM: int, BN_PART: int, BLOCK_K: int,
+                CLUSTER_M: int, B_KMAJOR: bool):
+    """Stage `s` of the A rings and the B ring for k-step `kk`, completing on `bar`: all of it, or in a
+    CLUSTER_M cluster this CTA's BN_PART columns of the shared B tile (`b_parts`: the B ring split into
+    those parts), multicast into every CTA of the cluster."""
+    for g in static_range(len(a_rings)):
+        tma_load(a_rings[g][s], A, (off_m + g * RM, kk * BLOCK_K), bar)
+    if CLUSTER_M > 1:
+        dst, n = b_parts[s * CLUSTER_M + rank], off_n + rank * BN_PART
+    else:
+        dst, n = b_s[s], off_n
+    tma_load(dst, B, (n, kk * BLOCK_K) if B_KMAJOR else (kk * BLOCK_K, n), bar, multicast=CLUSTER_M > 1)
+
+
+def _tile_indices(off_m, off_n, ROWS: int, COLS: int, layout, M, N):
+    """Row and column indices of the ROWS x COLS output tile at (off_m, off_n) in register `layout`,
+    and the mask of its elements inside the M x N output."""
+    rows = off_m + gl.arange(0, ROWS, layout=SliceLayout(1, layout))
+    cols = off_n + gl.arange(0, COLS, layout=SliceLayout(0, layout))
+    return rows, cols, (rows[:, None] < M) & (cols[None, :] < N)
+
+
+@kernel(arch=SM90, num_warps=9)
+def gemm_sm90(A, B, C, W, SPLITS, CFG: gl.constexpr, B_KMAJOR: gl.constexpr = False,
+              N_MULTIPLE_16: gl.constexpr = False):
+    """C = A @ B under the resolved GemmConfig `CFG`, in SPLITS K slices (fp32 partials into the
+    workspace W when SPLITS > 1); B is [N, K] with B_KMAJOR; N_MULTIPLE_16 is the launch's promise that
+    N is a multiple of 16 (the coalesced epilogue's stores then vectorize)."""
+    kernel_config(CFG)
+    CL = CFG.CLUSTER_M                          # CTAs per cluster
+    if CL > 1:
+        gl.set_cluster(CL)
+    if CFG.TMA_PREFETCH:    # the A, B and C descriptors into the descriptor cache at kernel start
+        gl.set_tma_prefetch()
+    if CFG.LEAN_PROLOGUE:   # no CTA barrier between the barrier inits and the EARLY_LOADS (backend/ptx/prologue.py)
+        gl.set_lean_prologue()
+    M = C.shape[0]
+    N = C.shape[1]
+    K = A.shape[1]
+    if N_MULTIPLE_16:   # set by launch when it holds: the coalesced epilogue's row starts are 16-element aligned
+        gl.multiple_of(N, 16)
+    sw = SwizzleMode(CFG.SWIZZLE)
+    # consumer roles: one for all warpgroups (cooperative), or with SPLIT_WGS one per warpgroup, each with
+    # its own ring of A rows, staging tile and arrive on `empty`, so they never wait for each other
+    ROLES = CFG.CONSUMER_WGS if CFG.SPLIT_WGS else 1
+    RW = 4 * CFG.CONSUMER_WGS // ROLES          # warps per consumer role
+    RM = CFG.BLOCK_M // ROLES                   # accumulator rows per consumer role
+    a_rings = [smem(A.dtype, Layout.swizzled(RM, CFG.BLOCK_K, sw), name=f"a_ring{g}" if ROLES > 1 else "a_ring",
+                    stages=CFG.STAGES) for g in range(ROLES)]
+    if B_KMAJOR:
+        b_s = smem(B.dtype, Layout.swizzled(CFG.BLOCK_N, CFG.BLOCK_K, sw), name="b_ring", stages=CFG.STAGES)
+    else:
+        b_s = smem(B.dtype, Layout.swizzled(CFG.BLOCK_K, CFG.BLOCK_N, sw), name="b_ring", stages=CFG.STAGES)
+    BN_PART = CFG.BLOCK_N // CL                 # the B columns one CTA of a cluster loads
+    if CL > 1:          # B stage s as CL parts along N, back to back: part r is what CTA r loads
+        b_parts = b_s.reinterpret((BN_PART, CFG.BLOCK_K) if B_KMAJOR else (CFG.BLOCK_K, BN_PART),
+                                  stages=CFG.STAGES * CL)
+    ready = mbarrier(count=1, name="ready", stages=CFG.STAGES)
+    # a slot is free once every consumer role of every CTA of the cluster is done with it: in a cluster
+    # the other CTAs' producers multicast their part of B into it too
+    empty = mbarrier(count=ROLES * CL, name="empty", stages=CFG.STAGES)
+    EPILOGUE = CFG.EPILOGUE
+    c_tiles = []
+    if EPILOGUE in ("tma", "coalesced"):
+        c_tiles = [smem(C.dtype, Layout.swizzled(RM, CFG.BLOCK_N, SwizzleMode.B128),
+                        name=f"c_tile{g}" if ROLES > 1 else "c_tile") for g in range(ROLES)]
+    elif EPILOGUE == "ring":
+        # the output tile staged in the role's own A ring (no staging region: a 4th stage fits instead);
+        # the producer loads nothing into the rings of a program's next unit before `c_free` says the
+        # TMA stores have read them, so it pays only where each program has one unit
+        ring_bytes = CFG.STAGES * a_rings[0].nbytes
+        c_bytes = RM * CFG.BLOCK_N * C.dtype.bits // 8
+        if ring_bytes % c_bytes:
+            fits = next(n for n in range(1, 64) if n * a_rings[0].nbytes % c_bytes == 0)
+            raise GluonError(f"EPILOGUE='ring': the {RM}x{CFG.BLOCK_N} {C.dtype.name} output tile ({c_bytes} bytes) "
+                             f"must fit a whole number of times in the A ring ({CFG.STAGES} stages of "
+                             f"{RM}x{CFG.BLOCK_K} {A.dtype.name} = {ring_bytes} bytes); use STAGES={fits} or "
+                             "EPILOGUE='tma'")
+        c_tiles = [a_rings[g].reinterpret((RM, CFG.BLOCK_N), stages=ring_bytes // c_bytes, dtype=C.dtype)
+                   for g in range(ROLES)]
+        c_free = [mbarrier(count=1, name=f"c_free{g}" if ROLES > 1 else "c_free") for g in range(ROLES)]
+    stage_bytes = ROLES * a_rings[0].nbytes + b_s.nbytes
+
+    # work unit = (a cluster's tiles: CL stacked along M, K slice); a cluster's CTAs take the tiles of
+    # one unit, which share their B columns: each CTA loads 1/CL of the shared tile and multicasts it
+    num_pid_m = gl.cdiv(M, CFG.BLOCK_M)
+    num_pid_n = gl.cdiv(N, CFG.BLOCK_N)
+    num_rows = gl.cdiv(num_pid_m, CL)           # rows of cluster tiles
+    num_cols = num_pid_n                        # columns of cluster tiles
+    k_tiles = gl.cdiv(K, CFG.BLOCK_K)
+    k_per_split = gl.cdiv(k_tiles, SPLITS)
+    num_units = num_rows * num_cols * SPLITS
+    first_tile = gl.program_id(0) // CL         # this cluster's first unit
+    tile_step = gl.num_programs(0) // CL        # the number of clusters
+    rank = gl.program_id(0) % CL                # == cluster_rank(): clusters run along x
+    GROUP_ROWS = max(CFG.GROUP_M // CL, 1)
+    if CL > 1 and not B_KMAJOR and BN_PART * B.dtype.bits // 8 % CFG.SWIZZLE:
+        raise GluonError(f"CLUSTER_M={CL} with BLOCK_N={CFG.BLOCK_N}: each CTA loads {BN_PART} columns of B "
+                         f"({BN_PART * B.dtype.bits // 8} bytes), which must be whole {CFG.SWIZZLE}-byte swizzle "
+                         f"rows; use BLOCK_N >= {CL * CFG.SWIZZLE * 8 // B.dtype.bits} or CLUSTER_M=1")
+
+    if CFG.EARLY_LOADS:
+        # the first unit's first stages, loaded by the default warps before the warp roles start: Triton
+        # starts the producer's partition only after the barrier inits and two register hand-overs, so
+        # the first TMA loads (the DRAM round trip every program waits for) leave that much earlier
+        row0, col0 = _tile_coords(first_tile // SPLITS, num_rows, num_cols, GROUP_ROWS)
+        k_lo0, k_hi0 = _k_slice(first_tile % SPLITS, k_per_split, k_tiles)
+        early = gl.where(first_tile < num_units, gl.minimum(gl.maximum(k_hi0 - k_lo0, 0), CFG.STAGES), 0)
+        for i in static_range(CFG.STAGES):
+            if i < early:
+                ready[i].expect(stage_bytes)
+                _load_stage(a_rings, b_s, None, i, A, B, ready[i], row0 * CFG.BLOCK_M, col0 * CFG.BLOCK_N, k_lo0 + i,
+                            0, RM, CFG.BLOCK_N, CFG.BLOCK_K, 1, B_KMAJOR)
+
+    for g in static_range(ROLES):
+        with warp_role(WarpRole.CONSUMER, warp_range=(g * RW, g * RW + RW - 1),
+                       registers=CFG.CONSUMER_REGS if g > 0 else None):
+            if CL > 1:
+                gl.cluster_sync()                   # the other CTAs' barriers are initialised
+            a_s = a_rings[g]
+            acc_layout = Layout.wgmma((RW, 1), instr_n=CFG.BLOCK_N, operand_dtype=A.dtype)
+            if EPILOGUE == "coalesced":     # 16 bytes per thread, a warp's threads along one row
+                vec = 128 // C.dtype.bits
+                tpw_n = min(32, CFG.BLOCK_N // vec)
+                out_layout = Layout.blocked([1, vec], [32 // tpw_n, tpw_n], [RW, 1], [1, 0])
+            cnt = gl.full((), 0, gl.int32)
+            for unit in range(first_tile, num_units, tile_step):
+                split = unit % SPLITS
+                row, col = _tile_coords(unit // SPLITS, num_rows, num_cols, GROUP_ROWS)
+                pid_m, pid_n = _cta_tile(row, col, rank, CL)
+                k_lo, k_hi = _k_slice(split, k_per_split, k_tiles)
+                acc = gl.zeros((RM, CFG.BLOCK_N), gl.float32, layout=acc_layout)
+                for kk in range(k_lo, k_hi):
+                    s = cnt % CFG.STAGES
+                    ready[s].wait((cnt // CFG.STAGES) & 1)
+                    b_op = b_s[s].T if B_KMAJOR else b_s[s]
+                    acc = wgmma(a_s[s], b_op, acc, wait=False)
+                    acc = wgmma_wait(acc, a_s[s], b_s[s], pendings=1)
+                    if kk > k_lo:                   # the previous WGMMA is done: release its stage
+                        empty[(cnt + (CFG.STAGES - 1)) % CFG.STAGES].arrive(cluster=CL > 1)
+                    cnt = cnt + 1
+                acc = wgmma_wait(acc, pendings=0)
+                empty[(cnt + (CFG.STAGES - 1)) % CFG.STAGES].arrive(cluster=CL > 1)
+                off_m = pid_m * CFG.BLOCK_M + g * RM
+                off_n = pid_n * CFG.BLOCK_N
+                rows, cols, mask = _tile_indices(off_m, off_n, RM, CFG.BLOCK_N, acc_layout, M, N)
+                if SPLITS > 1:                      # split-K: fp32 partial tile into the workspace
+                    gl.store(W + ((split * M + rows[:, None]) * N + cols[None, :]), acc, mask=mask)
+                elif EPILOGUE == "direct":
+                    gl.store(C + (rows[:, None] * N + cols[None, :]), acc.to(C.dtype), mask=mask)
+                elif EPILOGUE == "coalesced":       # staged in shared memory, read back row-contiguous and
+                    c_s = c_tiles[g]                # written with 16-byte stores by every consumer thread
+                    c_s.store(acc.to(C.dtype))
+                    out = c_s.load(layout=out_layout)
+                    orows, ocols, omask = _tile_indices(off_m, off_n, RM, CFG.BLOCK_N, out_layout, M, N)
+                    gl.store(C + (orows[:, None] * N + ocols[None, :]), out, mask=omask)
+                else:                               # staged in shared memory, written by a TMA store
+                    c_s = c_tiles[g][0] if c_tiles[g].stages > 1 else c_tiles[g]
+                    if EPILOGUE == "tma":
+                        tma_store_wait(0)           # the previous tile's store has read c_tile
+                    c_s.store(acc.to(C.dtype))
+                    fence_async_shared()
+                    tma_store(C, (off_m, off_n), c_s)
+                    if EPILOGUE == "ring":
+                        tma_store_wait(0)           # read: the producer may refill the ring
+                if EPILOGUE == "ring":
+                    c_free[g].arrive()
+            if EPILOGUE == "tma":
+                tma_store_wait(0)
+
+    CW = 4 * CFG.CONSUMER_WGS
+    # in a cluster the producer is a whole warpgroup: every warp of the block must reach cluster_sync,
+    # and Triton's padding warps (a 1-warp role is padded to 4) never run role code
+    PW = 4 if CL > 1 else 1
+    with warp_role(WarpRole.PRODUCER, warp_range=(CW, CW + PW - 1), registers=CFG.PRODUCER_REGS):
+        if CL > 1:
+            gl.cluster_sync()
+        cnt = gl.full((), 0, gl.int32)
+        if CFG.EARLY_LOADS:
+            cnt = cnt + early                       # the prologue filled slots 0 .. early - 1 (phase 0)
+        if EPILOGUE == "ring":
+            done = gl.full((), 0, gl.int32)         # units loaded so far
+        if CFG.K_ZIGZAG:
+            odd = gl.full((), 0, gl.int32)          # this unit is the program's 2nd, 4th, ...
+            k_top = gl.full((), -1, gl.int32)       # k_lo + k_hi - 1 on those, else -1
+            k_at = gl.full((), 0, gl.int32)         # the k-step loaded
+        for unit in range(first_tile, num_units, tile_step):
+            if EPILOGUE == "ring":
+                if done > 0:                        # the consumers' stores have read their rings
+                    for g in static_range(ROLES):
+                        c_free[g].wait((done - 1) & 1)
+                done = done + 1
+            split = unit % SPLITS
+            row, col = _tile_coords(unit // SPLITS, num_rows, num_cols, GROUP_ROWS)
+            pid_m, pid_n = _cta_tile(row, col, rank, CL)
+            off_m = pid_m * CFG.BLOCK_M
+            off_n = pid_n * CFG.BLOCK_N
+            k_lo, k_hi = _k_slice(split, k_per_split, k_tiles)
+            if CFG.K_ZIGZAG:                        # odd units of this program walk their K slice downward
+                k_top = gl.where(odd == 1, k_lo + k_hi - 1, -1)
+                odd = 1 - odd
+            if CFG.EARLY_LOADS:                     # the first unit's first k-steps are loaded already
+                k_lo = k_lo + gl.where(unit == first_tile, early, 0)
+            for kk in range(k_lo, k_hi):
+                s = cnt % CFG.STAGES
+                if CFG.K_ZIGZAG:
+                    k_at = gl.where(k_top >= 0, k_top - kk, kk)
+                else:
+                    k_at = kk
+                empty[s].wait(((cnt // CFG.STAGES) & 1) ^ 1)   # fresh barriers pass phase 1 at once
+                ready[s].expect(stage_bytes)
+                # in a cluster, this CTA's part of the shared B tile, multicast into every CTA of the cluster
+                _load_stage(a_rings, b_s, b_parts if CL > 1 else None, s, A, B, ready[s], off_m, off_n, k_at, rank,
+                            RM, BN_PART, CFG.BLOCK_K, CL, B_KMAJOR)
+                cnt = cnt + 1
+        if CL > 1:
+            # drain: wait until both CTAs' consumers have released every slot, so no remote arrive is
+            # still on its way to this block's barriers when it exits
+            for i in static_range(CFG.STAGES):
+                s = cnt % CFG.STAGES
+                empty[s].wait(((cnt // CFG.STAGES) & 1) ^ 1)
+                cnt = cnt + 1

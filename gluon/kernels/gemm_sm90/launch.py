@@ -1,0 +1,159 @@
+"""Launching the SM90 GEMM on torch tensors: `launch`, its plan cache, operand padding, split-K.
+
+A launch of a problem it has seen costs one dict lookup (the plan: resolved config, split count, grid,
+the compiled specialization) and the compiled kernel's launcher. Operands whose strides TMA cannot
+describe are copied into zero-padded aligned buffers first; a split-K launch writes fp32 partials into a
+per-(device, stream) workspace that `splitk_reduce` sums into C. `compile_variant` and `stand_ins`
+compile the kernel without tensors (no GPU needed).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Mapping
+
+import gluon.language as gl
+from gluon.dtypes import DType
+from gluon.jit import jit
+from gluon.language.kernel import ScalarArg
+from gluon.types import TensorRef
+
+from .config import DEFAULT_CONFIG, GemmConfig, grid, num_warps, resolve_config, split_k, to_config
+from .kernel import gemm_sm90
+
+_SMS: dict[int, int] = {}
+_WORKSPACE: dict[tuple, object] = {}
+_PLANS: dict[tuple, "_Plan"] = {}
+
+
+@jit
+def splitk_reduce(c_ptr, w_ptr, numel, SPLITS, XBLOCK: gl.constexpr):
+    """c = sum over the SPLITS fp32 partial products in w (split-major), cast to c's dtype."""
+    idx = gl.program_id(0) * XBLOCK + gl.thread_id(0)
+    if idx < numel:
+        acc = w_ptr[idx]
+        for s in range(1, SPLITS):
+            acc = acc + w_ptr[s * numel + idx]
+        c_ptr[idx] = acc
+
+
+def _tma_ready(t, strides: tuple | None = None) -> bool:
+    """TMA needs a 16-byte aligned base, unit last stride and 16-byte multiple other strides."""
+    es = t.element_size()
+    st = t.stride() if strides is None else strides
+    return st[-1] == 1 and t.data_ptr() % 16 == 0 and all(x * es % 16 == 0 for x in st[:-1])
+
+
+@dataclass
+class _Plan:
+    """What a launch of one problem needs besides the operands (see `_plan`)."""
+    bound: object                   # gemm_sm90[grid]
+    dev: int
+    splits: int
+    kw: dict                        # the constexprs (CFG, B_KMAJOR, N_MULTIPLE_16) and num_warps
+    ck: object = None               # the compiled specialization, after the first launch
+
+
+def _padded(t, rows: int, cols: int):
+    import torch
+    out = torch.zeros(rows, cols, device=t.device, dtype=t.dtype)
+    out[: t.shape[0], : t.shape[1]] = t
+    return out
+
+
+def launch(a, b, c, config: GemmConfig | Mapping | None = None, b_kmajor: bool = False, splits: int | None = None):
+    """c = a @ b with the persistent kernel (b is [K, N], or [N, K] when b_kmajor). `choose_config` picks
+    the tiles by problem size; `config` is a dict overriding any of its fields, or a whole GemmConfig.
+    `splits` overrides the split-K heuristic (1 disables it).
+
+    Operands whose strides TMA cannot describe (a row of K or N elements that is not a multiple of
+    16 bytes, or a misaligned base) are copied into zero-padded aligned buffers first: exact, but it
+    costs a copy, so aligned inputs are the fast path."""
+    sa, sb = a.stride(), b.stride()
+    if not (_tma_ready(a, sa) and _tma_ready(b, sb) and _tma_ready(c)):
+        align = 16 // a.element_size()
+        M, K = a.shape
+        N = c.shape[1]
+        Kp, Np = -(-K // align) * align, -(-N // (16 // c.element_size())) * (16 // c.element_size())
+        Np = max(Np, -(-N // align) * align)
+        a2 = _padded(a, M, Kp)
+        b2 = _padded(b, Np, Kp) if b_kmajor else _padded(b, Kp, Np)
+        c2 = c if (Np == N and _tma_ready(c)) else c.new_empty(M, Np)
+        launch(a2, b2, c2, config, b_kmajor, splits)
+        if c2 is not c:
+            c.copy_(c2[:, :N])
+        return c
+    M, N = c.shape
+    K = a.shape[1]
+    es = a.element_size()
+    aligned = sa[0] * es % 128 == 0 and sb[0] * es % 128 == 0
+    # everything the plan and the kernel's specialization depend on (the operands are TMA-ready, so
+    # 16-byte aligned): repeated launches of one problem take the cached compiled kernel directly
+    plan_key = (a.get_device(), M, N, K, a.dtype, b.dtype, c.dtype, b_kmajor, splits, aligned,
+                config if isinstance(config, GemmConfig) else tuple(sorted(config.items())) if config else ())
+    plan = _PLANS.get(plan_key)
+    if plan is None:
+        plan = _PLANS[plan_key] = _plan(a, c, M, N, K, config, b_kmajor, splits, aligned)
+    S = plan.splits
+    if S > 1:                       # one fp32 workspace per (device, stream): same-stream launches run in order
+        import torch
+        w = _workspace((plan.dev, torch.cuda.current_stream(plan.dev).cuda_stream), S * M * N, a.device)
+    else:
+        w = _workspace((plan.dev, None), 16, a.device)       # unused by the kernel when S == 1
+    if plan.ck is None:
+        plan.ck = plan.bound.compiled(a, b, c, w, S, **plan.kw)
+    ck = plan.ck
+    ck.launcher(plan.bound.grid, *ck.launch_args((a, b, c, w, S), {}))
+    if S > 1:
+        splitk_reduce[(gl.cdiv(M * N, 1024),), (1024,)](c, w, M * N, S, XBLOCK=1024, num_warps=4)
+    return c
+
+
+def _plan(a, c, M: int, N: int, K: int, config: GemmConfig | Mapping | None, b_kmajor: bool, splits: int | None,
+          pitch_aligned: bool = True):
+    """What a launch of this problem needs besides the operands: resolved config, split count, grid,
+    fp32 workspace. Computed once per (device, sizes, output width, config) and kept in _PLANS, so a
+    repeated launch costs a dict lookup here."""
+    import torch
+    dev = a.device.index if a.device.index is not None else torch.cuda.current_device()
+    if dev not in _SMS:
+        _SMS[dev] = torch.cuda.get_device_properties(dev).multi_processor_count
+    cfg = resolve_config(M, N, K, _SMS[dev], c.element_size(), pitch_aligned, config)
+    S = split_k(M, N, K, cfg, _SMS[dev]) if splits is None else splits
+    # no empty K slice: the kernel's consumers release a stage after every unit, so a unit without
+    # k-steps would release one it never took (e.g. splits=5 over 16 k-steps: 4, 4, 4, 4, 0)
+    k_tiles = gl.cdiv(K, cfg.BLOCK_K)
+    S = max(1, gl.cdiv(k_tiles, gl.cdiv(k_tiles, max(S, 1))))
+    bound = gemm_sm90[grid(M, N, cfg, _SMS[dev], S)]
+    kw = dict(CFG=cfg, B_KMAJOR=b_kmajor, num_warps=num_warps(cfg))
+    if cfg.EPILOGUE == "coalesced" and N % 16 == 0:     # its 16-byte stores need 16-element rows
+        kw["N_MULTIPLE_16"] = True
+    return _Plan(bound, dev, S, kw)
+
+
+def _workspace(key: tuple, numel: int, device):
+    """The split-K fp32 workspace of a (device, stream): one buffer, grown to the largest request."""
+    w = _WORKSPACE.get(key)
+    if w is None or w.numel() < numel:
+        import torch
+        w = _WORKSPACE[key] = torch.empty(numel, device=device, dtype=torch.float32)
+    return w
+
+
+def compile_variant(dtype=None, out_dtype=None, B_KMAJOR: bool = False, **overrides):
+    """DEFAULT_CONFIG with `overrides` (GemmConfig fields), its "auto" values resolved as `launch`
+    resolves them for the output type, compiled without tensors (`stand_ins`, no GPU needed; fp16
+    inputs unless `dtype`): a variant's machine code, registers and shared memory."""
+    dtype = dtype or DType.f16
+    cfg = to_config(overrides, DEFAULT_CONFIG).resolve((out_dtype or dtype).bits // 8)
+    return gemm_sm90.compile(*stand_ins(dtype, out_dtype), num_warps=num_warps(cfg), CFG=cfg, B_KMAJOR=B_KMAJOR)
+
+
+def stand_ins(dtype, out_dtype=None, splits: int = 1) -> tuple:
+    """What `gemm_sm90.trace` / `.compile` take for (A, B, C, W, SPLITS) without tensors: A, B and C of
+    `dtype` (C of `out_dtype` if given; B [K, N] or [N, K] alike, its sizes are symbols), the fp32
+    split-K workspace, and SPLITS with the divisibility a launch with `splits` K slices specializes on.
+    The symbols are named as JITFunction.specialize names a launch's, so the TTGIR is what `launch`
+    compiles (the tuner's traces hit the cache at launch)."""
+    refs = [TensorRef(n, d, shape=tuple(f"{n}_shape{i}" for i in range(r)))
+            for n, d, r in (("A", dtype, 2), ("B", dtype, 2), ("C", out_dtype or dtype, 2), ("W", DType.f32, 1))]
+    return (*refs, ScalarArg(DType.i32, 16 if splits % 16 == 0 else 1))

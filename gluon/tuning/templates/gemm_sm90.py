@@ -1,0 +1,175 @@
+"""`gemm_sm90` (gluon/kernels/gemm_sm90/) for the tuner: `TUNING`, named by specs/gemm_sm90.toml.
+
+A spec's config is a dict in the spec's names; `kernel_config` maps it to a `GemmConfig` once, in one
+place: CONSUMER_WARPS -> CONSUMER_WGS = warps // 4; PRODUCER_WARPS must be 1 (one producer warp);
+CONSUMER_REGS left out, "auto" or 0 keeps the default (the second warpgroup's budget, with SPLIT_WGS);
+SPLIT_K ("auto"/0 = the split_k heuristic, else forced) is the launch's `splits`; the rest are
+GemmConfig fields (BLOCK_M, BLOCK_N, BLOCK_K, STAGES, GROUP_M, SWIZZLE, EPILOGUE, PRODUCER_REGS,
+SPLIT_WGS, CLUSTER_M, EARLY_LOADS, LEAN_PROLOGUE, K_ZIGZAG) on top of DEFAULT_CONFIG, with the "auto"
+values resolved as `launch` resolves them. GemmConfig checks the knobs, the compiler passes the rest
+(shared memory, registers, warp roles, layouts). Output dtype = input dtype; B is [K, N] row-major.
+"""
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+import gluon.kernels.gemm_sm90 as _kernel_package
+from gluon.ir import GluonError
+from gluon.kernels.gemm_sm90 import (DEFAULT_CONFIG, GemmConfig, gemm_sm90, launch, num_warps, split_k, stand_ins,
+                                     tiles)
+from gluon.tuning.template import (H200_PEAK_BW, H200_PEAK_FLOPS, H200_SMS, TuningTemplate, dtype_name, element_size,
+                                   gluon_dtype, torch_dtype, waves_efficiency)
+
+_SPEC_NAMES = ("CONSUMER_WARPS", "CONSUMER_REGS", "PRODUCER_WARPS", "SPLIT_K")
+_KERNEL_DIR = Path(_kernel_package.__file__).parent
+
+
+def _auto(v) -> bool:
+    return v in (None, "auto", 0)
+
+
+class _GemmSM90Tuning(TuningTemplate):
+    name = "gemm_sm90"
+    dims = ("M", "N", "K")
+    dtypes = ("fp16", "bf16")
+    params = ("BLOCK_M", "BLOCK_N", "BLOCK_K", "STAGES", "GROUP_M", "SWIZZLE", "EPILOGUE", "CONSUMER_WARPS",
+              "CONSUMER_REGS", "PRODUCER_WARPS", "PRODUCER_REGS", "CONSUMER_WGS", "SPLIT_K", "SPLIT_WGS", "CLUSTER_M",
+              "EARLY_LOADS", "LEAN_PROLOGUE", "K_ZIGZAG")
+
+    def __init__(self):
+        self._runs: dict[tuple, tuple[GemmConfig, int | None]] = {}      # run(): (config, dtype) -> launch args
+
+    def source_hash(self) -> str:
+        """sha256 (16 hex digits) of this adapter and of the kernel package it drives: rows of an edited
+        kernel are not mistaken for the current one's."""
+        h = hashlib.sha256(Path(__file__).read_bytes())
+        for f in sorted(_KERNEL_DIR.glob("*.py")):
+            h.update(f.name.encode() + b"\0" + f.read_bytes())
+        return h.hexdigest()[:16]
+
+    # -- the spec's names -> GemmConfig -------------------------------------------------------------------
+    def knobs(self, config: dict) -> GemmConfig:
+        """The spec's config as a GemmConfig, "auto" values not yet resolved."""
+        kw = {k: v for k, v in config.items() if k not in _SPEC_NAMES}
+        if "CONSUMER_WARPS" in config:
+            w = int(config["CONSUMER_WARPS"])
+            if w <= 0 or w % 4:
+                raise GluonError(f"CONSUMER_WARPS={w}: the consumers issue WGMMA, which needs whole "
+                                 "warpgroups (a multiple of 4 warps)")
+            kw["CONSUMER_WGS"] = w // 4
+        pw = config.get("PRODUCER_WARPS", 1)
+        if int(pw) != 1:
+            raise GluonError(f"PRODUCER_WARPS={pw}: gemm_sm90 has one producer warp")
+        if not _auto(config.get("CONSUMER_REGS")):
+            kw["CONSUMER_REGS"] = int(config["CONSUMER_REGS"])   # GemmConfig: only with SPLIT_WGS
+        return DEFAULT_CONFIG.replace(**kw)
+
+    def kernel_config(self, config: dict, dtype: str) -> GemmConfig:
+        """The GemmConfig the kernel runs for this spec config and dtype (its "auto" values resolved)."""
+        return self.knobs(config).resolve(element_size(dtype))
+
+    def splits(self, config: dict, shape, num_sms: int = H200_SMS) -> int:
+        s = config.get("SPLIT_K", "auto")
+        if _auto(s):
+            M, N, K = shape
+            return split_k(M, N, K, self.knobs(config), num_sms)
+        return int(s)
+
+    # -- without a GPU ---------------------------------------------------------------------------------
+    def trace(self, config, shape, dtype, arch):
+        if str(arch) != "sm90":
+            raise GluonError(f"gemm_sm90 runs on sm90 (WGMMA + TMA), not {arch}")
+        cfg = self.kernel_config(config, dtype)
+        S = self.splits(config, shape)
+        return gemm_sm90.trace(*stand_ins(gluon_dtype(dtype), splits=S), arch=arch, num_warps=num_warps(cfg),
+                               CFG=cfg, B_KMAJOR=False)
+
+    def legality_key(self, config_id, shape, dtype, arch):
+        return (config_id, dtype, arch)            # the trace has symbolic sizes
+
+    def compile_key(self, config_id, shape, dtype, arch):
+        return (config_id, dtype, arch)            # (a SPLITS of 16 specializes once more, at launch)
+
+    # -- on the GPU -------------------------------------------------------------------------------------
+    def make_inputs(self, shape, dtype, device, seed):
+        import torch
+        M, N, K = shape
+        g = torch.Generator(device=device)
+        g.manual_seed(int(seed))
+        dt = torch_dtype(dtype)
+        a = torch.randn(M, K, device=device, generator=g, dtype=torch.float32).to(dt)
+        b = torch.randn(K, N, device=device, generator=g, dtype=torch.float32).to(dt)
+        return {"a": a, "b": b, "out": torch.empty(M, N, device=device, dtype=dt),
+                "base_out": torch.empty(M, N, device=device, dtype=dt)}
+
+    def run(self, inputs, config):
+        out = inputs["out"]
+        key = (tuple(sorted(config.items())), out.dtype)
+        args = self._runs.get(key)
+        if args is None:                           # the mapping once per config, not per timed launch
+            s = config.get("SPLIT_K", "auto")
+            args = self._runs[key] = (self.kernel_config(config, dtype_name(out.dtype)), None if _auto(s) else int(s))
+        launch(inputs["a"], inputs["b"], out, args[0], splits=args[1])
+
+    def reference(self, inputs):
+        return inputs["a"].double() @ inputs["b"].double()
+
+    def seed_configs(self):
+        """What choose_config runs where programs have several tiles (DEFAULT_CONFIG with SPLIT_WGS and
+        K_ZIGZAG: 1.01-1.04x cuBLAS at 4096^3-8192^3 on the H200, docs/PERF.md), then without K_ZIGZAG,
+        then the cooperative form, in the spec's names."""
+        d = DEFAULT_CONFIG
+        cfg = dict(BLOCK_M=d.BLOCK_M, BLOCK_N=d.BLOCK_N, BLOCK_K=d.BLOCK_K, STAGES=d.STAGES, GROUP_M=d.GROUP_M,
+                   PRODUCER_REGS=d.PRODUCER_REGS, SWIZZLE=d.SWIZZLE, EPILOGUE="tma", SPLIT_WGS=d.SPLIT_WGS,
+                   CONSUMER_REGS=d.CONSUMER_REGS, CLUSTER_M=d.CLUSTER_M, CONSUMER_WARPS=4 * d.CONSUMER_WGS,
+                   PRODUCER_WARPS=1, K_ZIGZAG=False)
+        return [dict(cfg, SPLIT_WGS=True, K_ZIGZAG=True), dict(cfg, SPLIT_WGS=True), cfg]
+
+    def shape_of(self, a, b, out=None):
+        return (a.shape[0], b.shape[1], a.shape[1])
+
+    def call(self, config, a, b, out=None):
+        """c = a @ b (a [M, K], b [K, N] row-major, one dtype); `out` is written when given."""
+        import torch
+        if out is None:
+            out = torch.empty(a.shape[0], b.shape[1], device=a.device, dtype=a.dtype)
+        self.run({"a": a, "b": b, "out": out}, config)
+        return out
+
+    def call_args(self, inputs):
+        return inputs["a"], inputs["b"]
+
+    def baseline(self, inputs):
+        import torch
+        a, b, o = inputs["a"], inputs["b"], inputs["base_out"]
+        return lambda: torch.matmul(a, b, out=o)
+
+    # -- models ---------------------------------------------------------------------------------------
+    def flops(self, shape):
+        M, N, K = shape
+        return 2.0 * M * N * K
+
+    def bytes(self, shape, dtype):
+        M, N, K = shape
+        return float(element_size(dtype) * (M * K + K * N + M * N))
+
+    def model_s(self, config, shape, dtype, peak_flops=H200_PEAK_FLOPS, peak_bw=H200_PEAK_BW, num_sms=H200_SMS):
+        """Roofline penalized by quantization: tile padding of M, N, K, the idle part of the last wave
+        of (tile, K-slice) units, L2->SM operand traffic of the tile shape, and the split-K workspace."""
+        M, N, K = shape
+        cfg = self.knobs(config)
+        BM, BN, BK = cfg.BLOCK_M, cfg.BLOCK_N, cfg.BLOCK_K
+        tm, tn, tk = -(-M // BM), -(-N // BN), -(-K // BK)
+        S = self.splits(config, shape, num_sms)
+        pad = (M * N * K) / (tm * BM * tn * BN * tk * BK)
+        waves = waves_efficiency(tiles(M, N, cfg) * S, num_sms)
+        compute = self.flops(shape) / peak_flops / (pad * waves)
+        es = element_size(dtype)
+        dram = self.bytes(shape, dtype) / peak_bw
+        l2 = (tm * BM * tn * BN * tk * BK) * es * (1.0 / BM + 1.0 / BN) / (2.5 * peak_bw)
+        workspace = (2.0 * S * M * N * 4 / peak_bw) if S > 1 else 0.0
+        return max(compute, dram, l2) + workspace
+
+
+TUNING = _GemmSM90Tuning()
