@@ -280,6 +280,35 @@ def test_the_gpu_worker_launches_the_pools_binary_without_tracing(tmp_path, monk
     assert launched[0] == (comp["cache_key"], None, (4,))            # the pool's binary, no IR: not traced
 
 
+def test_the_gemm_template_launches_the_given_kernel_without_tracing(tmp_path, monkeypatch):
+    """TUNING.run(..., kernel=K) launches K (the pool's binary, loaded by key) through the plan's grid and
+    splits, and traces nothing (a fake GPU backend records the launch; CPU tensors)."""
+    sys.path.insert(0, TESTS)
+    from test_runtime import FakeBackend
+    import gluon.kernels.gemm_sm90.host as gemm_launch
+    import gluon.runtime.cuda as rt_cuda
+    from gluon.language.kernel import KernelTemplate
+    from gluon.tuning.templates.gemm_sm90 import TUNING
+    monkeypatch.setenv("GLUON_CACHE_DIR", str(tmp_path))
+    backend = FakeBackend(device_type="cpu")
+    monkeypatch.setattr(rt_cuda, "DEFAULT_BACKEND", backend)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    monkeypatch.setattr(gemm_launch, "_PLANS", {})
+    monkeypatch.setattr(gemm_launch, "_SMS", {0: 132})
+    monkeypatch.setattr(gemm_launch, "_WORKSPACE", {(0, None): torch.empty(16)})
+    config = dict(BLOCK_M=128, BLOCK_N=256, BLOCK_K=64, SWIZZLE=128, STAGES=3, CONSUMER_WARPS=8, PRODUCER_WARPS=1,
+                  PRODUCER_REGS=40, GROUP_M=8, EPILOGUE="tma")
+    lowered = TUNING.lower(config, (1024, 2048, 512), "fp16", "sm90")
+    kernel = TUNING.load({"cache_key": TUNING.build(lowered).key, "abi": lowered.abi.to_json()})
+    monkeypatch.setattr(KernelTemplate, "trace", lambda *a, **k: pytest.fail("traced on the GPU worker"))
+    inputs = {"a": torch.randn(1024, 512).half(), "b": torch.randn(512, 2048).half(),
+              "out": torch.empty(1024, 2048).half()}
+    TUNING.run(inputs, config, kernel=kernel)
+    assert len(backend.calls) == 1 and kernel.module is None
+    assert backend.calls[0][:3] == (64, 1, 1)                   # 8 x 8 tiles, one per program
+    assert sorted(backend.calls[0][-3:]) == [512, 1024, 2048]  # M, N, K from the tensors' shapes
+
+
 def test_copy_template_traces_what_the_launch_compiles(monkeypatch):
     from gluon.jit import lower
     from gluon.tuning.spec import load_spec, resolve_template

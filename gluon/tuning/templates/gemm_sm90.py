@@ -89,7 +89,10 @@ class _GemmSM90Tuning(TuningTemplate):
         return (config_id, dtype, arch)            # the trace has symbolic sizes
 
     def compile_key(self, config_id, shape, dtype, arch):
-        return (config_id, dtype, arch)            # (a SPLITS of 16 specializes once more, at launch)
+        # one binary per (config, dtype): the trace has symbolic sizes; SPLITS is traced with the
+        # divisibility of the first shape's split count (a launch through `launch` alone would specialize
+        # a split count of 16 once more)
+        return (config_id, dtype, arch)
 
     # -- on the GPU -------------------------------------------------------------------------------------
     def make_inputs(self, shape, dtype, device, seed):
@@ -103,14 +106,15 @@ class _GemmSM90Tuning(TuningTemplate):
         return {"a": a, "b": b, "out": torch.empty(M, N, device=device, dtype=dt),
                 "base_out": torch.empty(M, N, device=device, dtype=dt)}
 
-    def run(self, inputs, config):
+    def run(self, inputs, config, kernel=None):
+        """One launch; `kernel` (the binary the tuner's pool built from `trace`) is launched as it is."""
         out = inputs["out"]
         key = (tuple(sorted(config.items())), out.dtype)
         args = self._runs.get(key)
         if args is None:                           # the mapping once per config, not per timed launch
             s = config.get("SPLIT_K", "auto")
             args = self._runs[key] = (self.kernel_config(config, dtype_name(out.dtype)), None if _auto(s) else int(s))
-        launch(inputs["a"], inputs["b"], out, args[0], splits=args[1])
+        launch(inputs["a"], inputs["b"], out, args[0], splits=args[1], compiled=kernel)
 
     def reference(self, inputs):
         return inputs["a"].double() @ inputs["b"].double()

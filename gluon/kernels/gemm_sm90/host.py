@@ -1,4 +1,4 @@
-"""Launching the SM90 GEMM on torch tensors: `launch`, its plan cache, operand padding, split-K.
+"""The SM90 GEMM's host side: `launch` on torch tensors, its plan cache, operand padding, split-K.
 
 A launch of a problem it has seen costs one dict lookup (the plan: resolved config, split count, grid,
 the compiled specialization) and the compiled kernel's launcher. Operands whose strides TMA cannot
@@ -60,10 +60,13 @@ def _padded(t, rows: int, cols: int):
     return out
 
 
-def launch(a, b, c, config: GemmConfig | Mapping | None = None, b_kmajor: bool = False, splits: int | None = None):
+def launch(a, b, c, config: GemmConfig | Mapping | None = None, b_kmajor: bool = False, splits: int | None = None,
+           compiled=None):
     """c = a @ b with the persistent kernel (b is [K, N], or [N, K] when b_kmajor). `choose_config` picks
     the tiles by problem size; `config` is a dict overriding any of its fields, or a whole GemmConfig.
-    `splits` overrides the split-K heuristic (1 disables it).
+    `splits` overrides the split-K heuristic (1 disables it). `compiled`: the kernel already compiled for
+    this config (a gluon.jit.CompiledKernel, e.g. the one the tuner's pool built), launched instead of
+    specializing here.
 
     Operands whose strides TMA cannot describe (a row of K or N elements that is not a multiple of
     16 bytes, or a misaligned base) are copied into zero-padded aligned buffers first: exact, but it
@@ -78,7 +81,7 @@ def launch(a, b, c, config: GemmConfig | Mapping | None = None, b_kmajor: bool =
         a2 = _padded(a, M, Kp)
         b2 = _padded(b, Np, Kp) if b_kmajor else _padded(b, Kp, Np)
         c2 = c if (Np == N and _tma_ready(c)) else c.new_empty(M, Np)
-        launch(a2, b2, c2, config, b_kmajor, splits)
+        launch(a2, b2, c2, config, b_kmajor, splits, compiled)
         if c2 is not c:
             c.copy_(c2[:, :N])
         return c
@@ -99,9 +102,11 @@ def launch(a, b, c, config: GemmConfig | Mapping | None = None, b_kmajor: bool =
         w = _workspace((plan.dev, torch.cuda.current_stream(plan.dev).cuda_stream), S * M * N, a.device)
     else:
         w = _workspace((plan.dev, None), 16, a.device)       # unused by the kernel when S == 1
-    if plan.ck is None:
-        plan.ck = plan.bound.compiled(a, b, c, w, S, **plan.kw)
-    ck = plan.ck
+    ck = compiled
+    if ck is None:
+        if plan.ck is None:
+            plan.ck = plan.bound.compiled(a, b, c, w, S, **plan.kw)
+        ck = plan.ck
     ck.launcher(plan.bound.grid, *ck.launch_args((a, b, c, w, S), {}))
     if S > 1:
         splitk_reduce[(gl.cdiv(M * N, 1024),), (1024,)](c, w, M * N, S, XBLOCK=1024, num_warps=4)
