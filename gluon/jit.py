@@ -76,6 +76,9 @@ class CompiledKernel:
 
     @property
     def kernel(self) -> ir.Kernel:
+        if self.module is None:
+            raise AttributeError(f"kernel {self.abi.name} was loaded from the kernel cache and has no IR; its ABI "
+                                 "(.abi) and binary (.binary) say what it is")
         return self.module.kernel
 
     @property

@@ -545,6 +545,8 @@ def test_tma_rules():
 
 
 def test_launcher_refuses_what_it_cannot_launch():
+    with pytest.raises(LaunchError, match=r"has no kernel ABI .*pass Launcher\(binary, abi\)"):
+        Launcher(fake_binary(), backend=FakeBackend())
     with pytest.raises(LaunchError, match="CUDA binaries only"):
         Launcher(fake_binary(target=("hip", "gfx942", 64)), abi(COPY_ARGS, target=("hip", "gfx942", 64)),
                  backend=FakeBackend())

@@ -120,12 +120,6 @@ class Binary:
             return int(res.get("local_bytes", 0))
         return int(res.get("vgpr_spill_count") or 0) + int(res.get("sgpr_spill_count") or 0)
 
-    @property
-    def tensordesc_meta(self) -> list[dict]:
-        """Per ``!tt.tensordesc`` argument, in order: swizzle, elem_size, elem_type,
-        block_size (the TMA box), fp4_padded -- what ``fill_tma_descriptor`` needs."""
-        return self.metadata.get("tensordesc_meta") or []
-
     # -- SASS ------------------------------------------------------------------------
     def sass(self) -> str:
         """SASS text (CUDA only), disassembled with the cuobjdump in the Triton wheel

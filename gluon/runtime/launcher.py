@@ -109,7 +109,10 @@ class Launcher:
 
     def __init__(self, binary: Any, abi: KernelABI | None = None, *, backend: Any = None):
         self.binary = binary
-        self.abi = abi if abi is not None else binary.abi
+        self.abi = abi if abi is not None else getattr(binary, "abi", None)
+        if self.abi is None:
+            raise LaunchError(f"binary {getattr(binary, 'name', '?')} has no kernel ABI (raw TTGIR compiled without "
+                              "one): pass Launcher(binary, abi)")
         self.kernel_name = self.abi.name
         self.source = self.abi.loc
         self._backend = backend if backend is not None else cuda.DEFAULT_BACKEND
