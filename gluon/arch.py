@@ -132,8 +132,8 @@ def tma_box_problem(box, elem_bytes: int, swizzle_bytes: int) -> str | None:
         return f"box dimensions must be in 1..{TMA_MAX_BOX}, got box {box}"
     inner = box[-1] * elem_bytes
     if swizzle_bytes and inner > swizzle_bytes:
-        return (f"the inner box dimension is {inner} bytes, more than the {swizzle_bytes}-byte "
-                f"swizzle width (box {box})")
+        return (f"the inner box dimension is {inner} bytes, wider than the {swizzle_bytes}-byte swizzle "
+                f"(box {box})")
     if inner % 16:
         return f"the inner box dimension is {inner} bytes; TMA needs a multiple of 16 (box {box})"
     return None

@@ -189,6 +189,21 @@ def test_tma_box_wider_than_swizzle_is_rejected_by_layout_check():
     assert f"test_dsl.py:{_line_of('box=(64, 128))')}" in msg
 
 
+@gluon.kernel(arch=SM90, num_warps=4)
+def narrow_tma_box(A):
+    a = smem(DType.f16, Layout.swizzled(64, 64, SwizzleMode.NONE), name="a")
+    bar = mbarrier(name="bar")
+    tma_load(a, A, (0, 0), bar, box=(64, 4))
+
+
+def test_tma_box_rules_are_the_hardwares_one_rule():
+    """The layout pass checks a declared box with arch.tma_box_problem, the rule the ABI and the runtime use:
+    an 8-byte inner box (4 f16, no swizzle) is refused before the GPU, where cuTensorMapEncodeTiled would."""
+    from gluon.jit import run_passes
+    with pytest.raises(GluonError, match=r"TMA box \(64, 4\) .*8 bytes; TMA needs a multiple of 16"):
+        run_passes(narrow_tma_box.trace(TensorRef("A", DType.f16, shape=("M", "K"))))
+
+
 def test_builtin_outside_kernel():
     with pytest.raises(GluonError, match="inside a kernel"):
         gl.program_id(0)

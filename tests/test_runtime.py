@@ -203,7 +203,7 @@ def test_kernel_param_validates():
         KernelParam("x", ParamKind.TENSORDESC, DType.f16, block_shape=(64, 64), swizzle_bytes=48, box=(64, 64))
     with pytest.raises(ABIError, match="box None does not match block_shape"):
         KernelParam("x", ParamKind.TENSORDESC, DType.f16, block_shape=(64, 64))
-    with pytest.raises(ABIError, match="more than the 32-byte swizzle"):
+    with pytest.raises(ABIError, match="wider than the 32-byte swizzle"):
         KernelParam("x", ParamKind.TENSORDESC, DType.f16, block_shape=(64, 32), swizzle_bytes=32, box=(64, 32))
     with pytest.raises(ABIError, match="1..256"):
         KernelParam("x", ParamKind.TENSORDESC, DType.f16, block_shape=(512, 32), box=(512, 32))

@@ -3,7 +3,8 @@
 Checks what the hardware requires of layouts before any compilation:
 * NVMMA-swizzled shared tiles: the contiguous dimension spans a whole number of swizzle rows
   (a 128-byte swizzle needs rows of 128 bytes: BLOCK_K = 64 for f16).
-* TMA: a declared box fits the swizzle (inner box bytes <= swizzle width), each box dim <= 256.
+* TMA: a declared box follows the hardware's rules (arch.tma_box_problem: each dimension in 1..256, the
+  inner bytes a multiple of 16 and within the swizzle width) and tiles its shared tile.
 * WGMMA: operands in NVMMA shared layouts (A may be in registers), the accumulator in the WGMMA
   (nvidia_mma v3) layout, M a multiple of 64, N a multiple of 8, and an accumulator that fits the
   register file of its warpgroups.
@@ -15,6 +16,7 @@ Checks what the hardware requires of layouts before any compilation:
 from __future__ import annotations
 
 from .. import ir
+from ..arch import tma_box_problem
 from ..types import (DotOperandLayout, MFMALayout, MMALayout, NVMMASharedLayout, SwizzleMode)
 from .bank_conflicts import report_bank_conflicts
 from .common import walk_with_warps
@@ -53,18 +55,19 @@ def _check_nvmma_tile(t: ir.SmemType, op: ir.Op, name: str) -> None:
 
 
 def _check_box(op: ir.Op) -> None:
+    """A declared box: the hardware's rules (arch.tma_box_problem, the one statement of them), and it tiles
+    the shared tile."""
     box = tuple(op.attrs["box"])
     dst = op.operands[1].type
     sw = dst.layout.swizzle
-    inner_bytes = box[-1] * dst.dtype.bits // 8
-    if any(b > 256 or b <= 0 for b in box):
-        raise ir.GluonError(f"TMA box {box}: every dimension must be in 1..256", op.loc)
-    if sw != SwizzleMode.NONE and inner_bytes > sw.bytes:
-        most = sw.bytes * 8 // dst.dtype.bits
-        raise ir.GluonError(
-            f"TMA box {box} has an inner dimension of {box[-1]} x {dst.dtype.name} = {inner_bytes} bytes, wider than "
-            f"the {sw.bytes}-byte swizzle of its shared tile; the inner box dimension can be at most {most} "
-            f"(the {dst.shape} tile is then moved in {-(-dst.shape[-1] // most)} boxes)", op.loc)
+    problem = tma_box_problem(box, dst.dtype.bytes, sw.bytes)
+    if problem is not None:
+        hint = ""
+        if sw != SwizzleMode.NONE and box[-1] * dst.dtype.bytes > sw.bytes:
+            most = sw.bytes // dst.dtype.bytes
+            hint = (f"; the inner box dimension can be at most {most} {dst.dtype.name} (the {dst.shape} tile is then "
+                    f"moved in {-(-dst.shape[-1] // most)} boxes)")
+        raise ir.GluonError(f"TMA box {box} of shared tile {dst.shape} {dst.dtype.name}: {problem}{hint}", op.loc)
     if any(t % b for t, b in zip(dst.shape, box)):
         raise ir.GluonError(f"TMA box {box} does not tile the shared tile {dst.shape}", op.loc)
 
