@@ -106,6 +106,7 @@ def main() -> int:
 
     from bench.triton_matmul import best_config as triton_config
     from bench.triton_matmul import matmul as triton_matmul
+    from gluon.dtypes import DType
     from gluon.runtime import LaunchError
     kernels = _kernels(_parse_configs(args.ws_configs) if args.ws_configs else [{}],
                        _parse_configs(args.tile_configs) if args.tile_configs else [{}])
@@ -113,7 +114,7 @@ def main() -> int:
     unknown = [n for n in names if n not in kernels]
     if unknown:
         p.error(f"unknown kernels {unknown}: known are {list(kernels)} (a ws[...] name must match a --ws-configs entry)")
-    dts = {"fp16": torch.float16, "bf16": torch.bfloat16}
+    dts = {n: DType.from_name(n).torch for n in ("fp16", "bf16")}
     rows = []
     meta = dict(environment(), complete=False)     # --json is rewritten (atomically) after every row
     for shape in args.shapes.split(","):

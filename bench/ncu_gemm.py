@@ -35,10 +35,11 @@ def main() -> int:
 
     from bench.gemm import _parse_configs
     from bench.triton_matmul import _matmul
+    from gluon.dtypes import DType
     from gluon.kernels.gemm_sm90 import launch
 
     M, N, K = (int(x) for x in args.shape.lower().split("x"))
-    dt = {"fp16": torch.float16, "bf16": torch.bfloat16}[args.dtype]
+    dt = DType.from_name(args.dtype).torch
     a = torch.randn(M, K, device="cuda", dtype=dt)
     b = torch.randn(K, N, device="cuda", dtype=dt)
     ref = a.double() @ b.double()

@@ -93,9 +93,10 @@ def main() -> int:
     import torch
 
     from bench.gemm import _parse_configs, config_name
+    from gluon.dtypes import DType
     from gluon.kernels.gemm_sm90 import launch
     gpu = int(os.environ.get("CUDA_VISIBLE_DEVICES", "0").split(",")[0] or 0)
-    dts = {"fp16": torch.float16, "bf16": torch.bfloat16}
+    dts = {n: DType.from_name(n).torch for n in ("fp16", "bf16")}
     rows = []
     for shape in args.shapes.split(","):
         M, N, K = map(int, shape.split("x"))

@@ -21,7 +21,7 @@ import argparse
 import difflib
 import sys
 
-DTYPES = {"fp16": "f16", "bf16": "bf16", "fp32": "f32"}
+DTYPES = ("fp16", "bf16", "fp32")       # C's dtypes; A and B take the 16-bit ones (gluon.dtypes names them)
 
 
 def _value(text: str):
@@ -82,7 +82,7 @@ def describe(args) -> int:
     from gluon import DType, GluonError
     from gluon.backend.machine_code import sass_instructions
     from gluon.kernels.gemm_sm90 import gemm_sm90, num_warps, stand_ins
-    refs = stand_ins(DType.from_name(DTYPES[args.dtype]), DType.from_name(DTYPES[args.out_dtype]))
+    refs = stand_ins(DType.from_name(args.dtype), DType.from_name(args.out_dtype))
     try:
         cfg = resolved_config(args)
         print("config:", cfg.describe())
@@ -105,12 +105,13 @@ def run(args) -> int:
 
     from gluon import GluonError
     from gluon.kernels.gemm_sm90 import launch
-    tdt = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32}
+    from gluon.dtypes import DType
+    in_dt, out_dt = DType.from_name(args.dtype).torch, DType.from_name(args.out_dtype).torch
     M, N, K = args.M, args.N, args.K
-    a = torch.randn(M, K, device="cuda", dtype=tdt[args.dtype])
-    b = torch.randn(N, K, device="cuda", dtype=tdt[args.dtype]) if args.b_col_major else \
-        torch.randn(K, N, device="cuda", dtype=tdt[args.dtype])
-    c = torch.full((M, N), float("nan"), device="cuda", dtype=tdt[args.out_dtype])
+    a = torch.randn(M, K, device="cuda", dtype=in_dt)
+    b = torch.randn(N, K, device="cuda", dtype=in_dt) if args.b_col_major else \
+        torch.randn(K, N, device="cuda", dtype=in_dt)
+    c = torch.full((M, N), float("nan"), device="cuda", dtype=out_dt)
     try:
         cfg = resolved_config(args, torch.cuda.get_device_properties(0).multi_processor_count)
         print("config:", cfg.describe())
