@@ -68,7 +68,10 @@ class Legality:
         self._cache: dict[tuple, Verdict] = {}
         self._lowered: dict[tuple, LoweredKernel] = {}
 
-    def verdict(self, config: dict, config_id: str, shapes=None, dtypes=None) -> Verdict:
+    def verdict(self, config: dict, config_id: str, shapes=None, dtypes=None, lower: bool = True) -> Verdict:
+        """The config's verdict over the shapes and dtypes. `lower`: keep each legal job's lowered kernel for
+        the compile (a study compiles every legal config it checks; a dry run compiles a sample and asks
+        for the verdicts alone)."""
         try:
             why = self.spec.space.check(config)
         except Exception as e:                          # noqa: BLE001 - a verdict, not a crash
@@ -77,19 +80,22 @@ class Legality:
             return Verdict("pruned", f"space: {why}")
         for shape in (shapes if shapes is not None else self.spec.shapes):
             for dtype in (dtypes if dtypes is not None else self.spec.dtypes):
-                v = self.one(config, config_id, tuple(shape), dtype)
+                v = self.one(config, config_id, tuple(shape), dtype, lower)
                 if not v.ok:
                     return v
         return Verdict("ok")
 
-    def one(self, config: dict, config_id: str, shape: tuple, dtype: str) -> Verdict:
+    def one(self, config: dict, config_id: str, shape: tuple, dtype: str, lower: bool = True) -> Verdict:
         key = self.template.legality_key(config_id, shape, dtype, self.arch)
         with TRACE_LOCK:
             v = self._cache.get(key)
             if v is None:
                 try:
-                    lowered = self.template.lower(config, shape, dtype, self.arch)
-                    self._lowered[self.template.compile_key(config_id, shape, dtype, self.arch)] = lowered
+                    if lower:
+                        lowered = self.template.lower(config, shape, dtype, self.arch)
+                        self._lowered[self.template.compile_key(config_id, shape, dtype, self.arch)] = lowered
+                    else:
+                        self.template.legality(config, shape, dtype, self.arch)
                     v = Verdict("ok")
                 except (ir.GluonError, ValueError) as e:
                     v = Verdict("pruned", error_reason(e), shape, dtype)

@@ -233,7 +233,7 @@ class _Tuner:
         pruned_rows, legal = [], []
         for cfg in configs:
             cid = self.space.config_id(cfg)
-            v = self.legality.verdict(cfg, cid)
+            v = self.legality.verdict(cfg, cid, lower=False)      # its compiled sample is lowered below
             if not v.ok:
                 pruned_rows.append(self._row(env=env, config=cfg, config_id=cid, shape=v.shape or self.shapes[0],
                                              dtype=v.dtype or self.dtypes[0], status=v.status, reason=v.reason,
