@@ -18,7 +18,7 @@ import enum
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
-from .arch import tma_box_problem
+from .arch import TMA_SWIZZLE_MODE, tma_box_problem
 from .dtypes import DType
 from .types import ParamSource, SourceKind
 
@@ -32,9 +32,6 @@ class ParamKind(enum.Enum):
     SCALAR = "scalar"            # a Python number
     TENSORDESC = "tensordesc"    # a TMA descriptor the launcher builds from a tensor
     CONSTEXPR = "constexpr"      # a compile-time value: specialized into the binary, not passed
-
-
-_SWIZZLES = (0, 32, 64, 128)
 
 
 @dataclass(frozen=True)
@@ -77,7 +74,7 @@ class KernelParam:
                 raise ABIError(f"parameter {self.name!r}: a TMA descriptor needs a block_shape of rank 1..5, "
                                f"got {self.block_shape!r}")
             object.__setattr__(self, "block_shape", tuple(int(b) for b in self.block_shape))
-            if self.swizzle_bytes not in _SWIZZLES:
+            if self.swizzle_bytes not in TMA_SWIZZLE_MODE:
                 raise ABIError(f"parameter {self.name!r}: swizzle_bytes must be 0, 32, 64 or 128, "
                                f"got {self.swizzle_bytes!r}")
             if self.box is None or len(self.box) != len(self.block_shape):

@@ -104,6 +104,8 @@ def current_arch() -> Arch | None:
 # with them.
 
 TMA_MAX_BOX = 256       # elements per box dimension (cuTensorMapEncodeTiled)
+# swizzle width in bytes -> its CUtensorMapSwizzle value (what Triton's descriptor metadata records)
+TMA_SWIZZLE_MODE = {0: 0, 32: 1, 64: 2, 128: 3}
 
 
 def tma_box_shape(block_shape, elem_bytes: int, swizzle_bytes: int) -> tuple[int, ...]:

@@ -28,6 +28,7 @@ import traceback
 import warnings
 
 from ..abi import KernelABI, ParamKind
+from ..arch import TMA_SWIZZLE_MODE
 from ..cache import KernelCache
 from ..version import __version__
 from . import ptx
@@ -382,7 +383,7 @@ def _check_descriptors(abi: KernelABI, meta: list) -> None:
     if len(meta) != len(descs):
         raise _StageError("parse", f"the kernel ABI has {len(descs)} TMA descriptors, Triton's metadata "
                                    f"{len(meta)}")
-    swizzle_bytes = {0: 0, 1: 32, 2: 64, 3: 128}
+    swizzle_bytes = {mode: b for b, mode in TMA_SWIZZLE_MODE.items()}
     for p, m in zip(descs, meta):
         got = (tuple(int(b) for b in m["block_size"]), swizzle_bytes.get(int(m["swizzle"])), int(m["elem_size"]))
         want = (p.box, p.swizzle_bytes, p.dtype.bytes)

@@ -11,11 +11,10 @@ import collections
 import threading
 from typing import Any, Sequence
 
-from ..arch import tma_box_problem, tma_box_shape
+from ..arch import TMA_SWIZZLE_MODE, tma_box_problem, tma_box_shape
 from ..dtypes import DType
 from .errors import LaunchError
 
-SWIZZLE_MODE = {0: 0, 32: 1, 64: 2, 128: 3}          # bytes -> CUtensorMapSwizzle
 
 # Triton's device-side TMA element-type enum -> CUtensorMapDataType (the host enum that
 # cuTensorMapEncodeTiled takes); copied from TMA_DTYPE_DEVICE_TO_HOST in triton 3.6's
@@ -159,7 +158,7 @@ def make_tensor_descriptor(tensor: Any, block_shape: Sequence[int], swizzle_byte
     block_shape = tuple(int(b) for b in block_shape)
     shape = tuple(tensor.shape)
     strides = tuple(tensor.stride())
-    if swizzle_bytes not in SWIZZLE_MODE:
+    if swizzle_bytes not in TMA_SWIZZLE_MODE:
         raise LaunchError(f"swizzle_bytes must be 0, 32, 64 or 128, got {swizzle_bytes!r}")
     if len(block_shape) != len(shape):
         raise LaunchError(f"tensor of shape {shape} (rank {len(shape)}) cannot be tiled by "

@@ -46,7 +46,8 @@ from typing import Any
 from ..abi import KernelABI, KernelParam, ParamKind
 from ..dtypes import DType
 from . import cuda
-from .descriptors import (DESC_CACHE, SWIZZLE_MODE, TMA_DTYPE_DEVICE_TO_HOST, TensorDescriptor,
+from ..arch import TMA_SWIZZLE_MODE
+from .descriptors import (DESC_CACHE, TMA_DTYPE_DEVICE_TO_HOST, TensorDescriptor,
                           check_tma_tensor)
 from .errors import LaunchError
 
@@ -88,7 +89,7 @@ def _plan(i: int, param: KernelParam) -> _ArgPlan:
     else:
         p.kind = _DESC
         p.block, p.box = param.block_shape, param.box
-        p.swizzle_mode = SWIZZLE_MODE[param.swizzle_bytes]
+        p.swizzle_mode = TMA_SWIZZLE_MODE[param.swizzle_bytes]
         p.host_elem_type = TMA_DTYPE_DEVICE_TO_HOST[dt.tma_type]
         p.div16 = False
     return p

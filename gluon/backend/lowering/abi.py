@@ -12,15 +12,15 @@ from ...ir import DescType, GluonError, Kernel, PointerType, ScalarType
 from ..ptx import OPT_IN as OPT_IN_PTX_PASSES     # the passes a kernel asks for with gl.set_<name>() (kernel attrs)
 
 
-def kernel_abi(kernel: Kernel) -> KernelABI:
-    """The ABI of `kernel` (layouts assigned, passes run)."""
-    multicast = {op.operands[0].id for op in kernel.walk() if op.kind == "tma_load" and op.attrs.get("multicast")}
+def kernel_abi(kernel: Kernel, multicast: set[int]) -> KernelABI:
+    """The ABI of `kernel` (layouts assigned, passes run); `multicast`: the descriptor parameters (value ids)
+    whose TMA loads multicast, as the lowering's tma_load rule found them."""
     row_major = set(kernel.attrs.get("row_major_params", ()))
     params = []
     for p in kernel.params:
         t = p.value.type
         loc = str(p.loc) if p.loc else None
-        common = dict(name=p.name, dtype=t.dtype, source=getattr(p, "source", None), loc=loc)
+        common = dict(name=p.name, dtype=t.dtype, source=p.source, loc=loc)
         if isinstance(t, PointerType):
             params.append(KernelParam(kind=ParamKind.POINTER, divisibility=p.divisibility,
                                       needs_contiguous=p.name in row_major, **common))

@@ -131,7 +131,7 @@ class KernelLowering:
         self.cur_warps = kernel.num_warps     # warps running the code being lowered (partitions: theirs)
         self.in_partition = False
         self.num_ctas = int(kernel.attrs.get("num_ctas", 1))
-        self.multicast: dict[str, bool] = {}   # descriptor argument -> whether its TMA loads multicast (all or none)
+        self.multicast: dict[int, bool] = {}   # descriptor parameter (value id) -> whether its TMA loads multicast
         self.arg_names: dict[int, str] = {}     # kernel parameter value id -> its TTGIR argument name
 
     # -------------------------------------------------------------- driver
@@ -159,7 +159,7 @@ class KernelLowering:
         out.extend(self.lines)
         out.append("  }")
         out.append("}")
-        return LoweredKernel("\n".join(out) + "\n", kernel_abi(k))
+        return LoweredKernel("\n".join(out) + "\n", kernel_abi(k, {vid for vid, m in self.multicast.items() if m}))
 
     def _scan(self) -> None:
         """Kernel-wide facts: module num-warps (warp_specialize default role), MFMA K sizes."""

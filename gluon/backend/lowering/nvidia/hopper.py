@@ -171,10 +171,9 @@ def lower_tma_load(lw: KernelLowering, op: Op) -> None:
     mc = bool(op.attrs.get("multicast"))
     if mc and lw.num_ctas < 2:
         raise lw.err("tma_load(multicast=True) in a kernel without a cluster (set_cluster)")
-    d = lw.arg_names.get(desc.id)
-    if d is None:
+    if desc.id not in lw.arg_names:
         raise lw.err("a TMA load's descriptor must be a kernel argument")
-    if lw.multicast.setdefault(d, mc) != mc:
+    if lw.multicast.setdefault(desc.id, mc) != mc:
         raise lw.err(f"TMA loads through {lw.ref(desc)} both multicast and not; the PTX cluster pass makes a "
                      "descriptor's loads all multicast or none: use a second global tensor argument")
     lw.emit(f"ttng.async_tma_copy_global_to_local {lw.ref(desc)}[{_coords(lw, coords)}] {lw.ref(dst)}, "
