@@ -199,10 +199,12 @@ def tma_store_wait(pendings: int = 0) -> None:
 # ---------------------------------------------------------------------------------- WGMMA
 
 
-def wgmma(a, b, acc="acc", *, wait: bool = True, pendings: int = 0) -> Tensor:
+def wgmma(a, b, acc="acc", *, wait: bool = True, pendings: int = 0, use_acc: bool = True) -> Tensor:
     """Hopper warpgroup MMA: acc += a @ b. `a` shared or registers, `b` shared; acc in the WGMMA layout.
 
-    `wait=False` leaves the MMA in flight (call `wgmma_wait`), for software pipelining."""
+    `wait=False` leaves the MMA in flight (call `wgmma_wait`), for software pipelining. With
+    `use_acc=False` the MMA ignores acc's values (acc = a @ b, as a fresh product such as attention's
+    S = Q K^T wants): acc then only gives the result's shape and layout."""
     t = _tr()
     t.require("wgmma", "wgmma")
     if not isinstance(b, Shared):
@@ -212,7 +214,8 @@ def wgmma(a, b, acc="acc", *, wait: bool = True, pendings: int = 0) -> Tensor:
                                                       operand_dtype=b.dtype))
     if isinstance(a, Tensor) and a.layout is None:
         a = convert_layout(a, DotOperandLayout(0, acc_t.layout, _k_width(a.dtype)))
-    r = Tensor(t.emit("wgmma", [a, b, acc_t], [acc_t.type], {"is_async": True}, names=[name or "acc"]).result)
+    attrs = {"is_async": True} if use_acc else {"is_async": True, "use_acc": False}
+    r = Tensor(t.emit("wgmma", [a, b, acc_t], [acc_t.type], attrs, names=[name or "acc"]).result)
     if wait:
         deps = [x for x in (a, b) if isinstance(x, Shared)]
         r = Tensor(t.emit("wgmma_wait", [r, *deps], [acc_t.type], {"pendings": pendings}, names=[name or "acc"]).result)

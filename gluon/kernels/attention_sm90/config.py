@@ -1,0 +1,122 @@
+"""What the SM90 attention kernel is tuned by: `AttentionConfig`, the default per head dim, and the
+host-side rules (grid, warps, block ranges).
+
+An `AttentionConfig` is frozen and checked when made (one `GluonError` naming the field and what it
+takes). What depends on the inputs (head dim, dtype) is checked by `host.attention`; what the hardware
+allows (shared memory, registers, TMA boxes, warp roles) by the compiler passes.
+"""
+from __future__ import annotations
+
+import difflib
+import numbers
+from dataclasses import dataclass, fields, replace
+from typing import Mapping
+
+from gluon.ir import GluonError
+
+HEAD_DIMS = (64, 128)
+_INTS = ("BLOCK_M", "BLOCK_N", "STAGES", "CONSUMER_WGS", "CONSUMER_REGS", "PRODUCER_REGS")
+_BOOLS = ("OVERLAP", "PINGPONG", "REVERSE_M")
+
+
+@dataclass(frozen=True)
+class AttentionConfig:
+    """The knobs of `attention_sm90`.
+
+    BLOCK_M         query rows per CTA, split evenly over the consumer warpgroups (64 rows each: one
+                    WGMMA M per warpgroup)
+    BLOCK_N         keys per step: the K and V tiles, and the width of S = Q K^T
+    STAGES          depth of the K/V TMA ring (k_ready/k_empty, v_ready/v_empty mbarriers)
+    CONSUMER_WGS    consumer warpgroups, each its own warp role with its own rows of Q, S, P and O
+    CONSUMER_REGS   setmaxnreg of the consumer warpgroups that are Triton worker partitions (the first
+                    one, the default partition, gets what the register file has left)
+    PRODUCER_REGS   setmaxnreg of the TMA producer warp
+    OVERLAP         intra-warpgroup overlap: the next block's S = Q K^T is issued before this block's
+                    P V, so the softmax runs while the tensor cores work (FlashAttention-3, section 3.2)
+    PINGPONG        the consumer warpgroups take turns issuing their GEMMs (named barriers), so one's
+                    softmax overlaps the other's GEMMs (FlashAttention-3, section 3.1)
+    REVERSE_M       launch the query blocks last-first: with a causal mask the longest rows start first
+    """
+
+    BLOCK_M: int = 128
+    BLOCK_N: int = 128
+    STAGES: int = 2
+    CONSUMER_WGS: int = 2
+    CONSUMER_REGS: int = 240
+    PRODUCER_REGS: int = 24
+    OVERLAP: bool = True
+    PINGPONG: bool = False
+    REVERSE_M: bool = True
+
+    def __post_init__(self):
+        for name in _INTS:
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, numbers.Integral) or v <= 0:
+                raise GluonError(f"AttentionConfig {name}={v!r}: takes a positive int")
+            object.__setattr__(self, name, int(v))
+        for name in _BOOLS:
+            v = getattr(self, name)
+            if isinstance(v, int) and v in (0, 1):
+                v = bool(v)
+            if not isinstance(v, bool):
+                raise GluonError(f"AttentionConfig {name}={v!r}: takes True or False")
+            object.__setattr__(self, name, v)
+        if self.CONSUMER_WGS not in (1, 2, 3):
+            raise GluonError(f"AttentionConfig CONSUMER_WGS={self.CONSUMER_WGS}: takes 1, 2 or 3")
+        if self.BLOCK_M != 64 * self.CONSUMER_WGS:
+            raise GluonError(f"AttentionConfig BLOCK_M={self.BLOCK_M}: each consumer warpgroup owns 64 query rows, so "
+                             f"BLOCK_M must be 64 * CONSUMER_WGS = {64 * self.CONSUMER_WGS}")
+        if self.BLOCK_N not in (64, 128, 256):
+            raise GluonError(f"AttentionConfig BLOCK_N={self.BLOCK_N}: takes 64, 128 or 256 (a WGMMA width that is a "
+                             "power of two)")
+        if self.PINGPONG and self.CONSUMER_WGS != 2:
+            raise GluonError(f"AttentionConfig PINGPONG=True takes CONSUMER_WGS=2 (two warpgroups take turns), "
+                             f"got {self.CONSUMER_WGS}")
+        for name in ("CONSUMER_REGS", "PRODUCER_REGS"):
+            v = getattr(self, name)
+            if v % 8 or not 24 <= v <= 256:
+                raise GluonError(f"AttentionConfig {name}={v}: setmaxnreg takes a multiple of 8 in 24..256")
+
+
+FIELDS = tuple(f.name for f in fields(AttentionConfig))
+
+# per head dim: what ran best on the H200 (docs/PERF.md)
+DEFAULT_CONFIGS: dict[int, AttentionConfig] = {
+    64: AttentionConfig(BLOCK_N=128),
+    128: AttentionConfig(BLOCK_N=128),
+}
+
+
+def to_config(overrides: Mapping | AttentionConfig | None, base: AttentionConfig) -> AttentionConfig:
+    """`base` with `overrides` (a dict of field values, e.g. from `--set`), or a whole config."""
+    if overrides is None:
+        return base
+    if isinstance(overrides, AttentionConfig):
+        return overrides
+    for k in overrides:
+        if k not in FIELDS:
+            near = difflib.get_close_matches(str(k), FIELDS, n=1)
+            raise GluonError(f"AttentionConfig has no field {k!r}" + (f"; did you mean {near[0]!r}?" if near else
+                                                                       f"; fields: {', '.join(FIELDS)}"))
+    return replace(base, **dict(overrides))
+
+
+def default_config(head_dim: int) -> AttentionConfig:
+    return DEFAULT_CONFIGS[head_dim]
+
+
+def num_warps(cfg: AttentionConfig) -> int:
+    """Consumer warpgroups + the producer warp."""
+    return 4 * cfg.CONSUMER_WGS + 1
+
+
+def grid(sq: int, batch_heads: int, cfg: AttentionConfig) -> tuple[int, int]:
+    """One CTA per (query block, batch x head)."""
+    return (-(-sq // cfg.BLOCK_M), batch_heads)
+
+
+def smem_bytes(cfg: AttentionConfig, head_dim: int, elem_bytes: int = 2) -> int:
+    """Shared memory of the Q tiles and the K/V ring (barriers aside)."""
+    q = cfg.BLOCK_M * head_dim * elem_bytes
+    kv = 2 * cfg.STAGES * cfg.BLOCK_N * head_dim * elem_bytes
+    return q + kv

@@ -1,0 +1,181 @@
+"""The SM90 attention's host side: `attention(q, k, v, ...)` on torch tensors, its checks, its views.
+
+Inputs are [B, H, S, D] as torch SDPA takes them (or [B, S, H, D] with `layout="bshd"`, as
+FlashAttention takes them), in any strides TMA can describe as a 2-D view: [B, H, S, D] rows
+(`x.contiguous()`), [B, S, H, D] rows (`x.transpose(1, 2)` of a contiguous [B, S, H, D] tensor, or a
+slice of packed QKV): those run without a copy. Anything else is copied once. A launch of a problem
+it has seen costs a dict lookup (the plan: config, grid, constexprs, the compiled specialization)
+and the launcher.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Mapping
+
+from gluon.dtypes import DType
+from gluon.ir import GluonError
+from gluon.language.kernel import ScalarArg
+from gluon.types import TensorRef
+
+from .config import HEAD_DIMS, AttentionConfig, default_config, grid, num_warps, to_config
+from .kernel import attention_sm90
+
+_LOG2E = 1.4426950408889634
+_PLANS: dict[tuple, "_Plan"] = {}
+_LSE_DUMMY: dict[int, object] = {}
+
+
+@dataclass
+class _Plan:
+    bound: object                   # attention_sm90[grid]
+    kw: dict                        # constexprs and num_warps
+    ck: object = None               # the compiled specialization, after the first launch
+
+
+def _fail(msg: str) -> None:
+    raise GluonError(f"attention: {msg}")
+
+
+def _check(q, k, v) -> None:
+    """One clear line for each input the kernel cannot take."""
+    import torch
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        if not isinstance(t, torch.Tensor):
+            _fail(f"{name} must be a torch tensor, got {type(t).__name__}")
+        if t.dim() != 4:
+            _fail(f"{name} must be 4-D [batch, heads, seq, head_dim], got shape {tuple(t.shape)}")
+        if not t.is_cuda:
+            _fail(f"{name} is on {t.device}; the kernel runs on a CUDA device (move it with .cuda())")
+        if t.dtype not in (torch.float16, torch.bfloat16):
+            _fail(f"{name} is {t.dtype}; the kernel takes torch.float16 or torch.bfloat16")
+        if t.stride(-1) != 1 and t.shape[-1] > 1:
+            _fail(f"{name}'s last dimension is not contiguous (stride {t.stride(-1)}); TMA reads rows of head_dim "
+                  "contiguous elements: pass x.contiguous()")
+    if not (q.dtype == k.dtype == v.dtype):
+        _fail(f"q, k and v must have one dtype, got {q.dtype}, {k.dtype}, {v.dtype}")
+    if not (q.device == k.device == v.device):
+        _fail(f"q, k and v must be on one device, got {q.device}, {k.device}, {v.device}")
+    B, H, _, D = q.shape
+    if D not in HEAD_DIMS:
+        _fail(f"head_dim {D} is not supported; the kernel takes {' or '.join(map(str, HEAD_DIMS))}")
+    if tuple(k.shape) != tuple(v.shape):
+        _fail(f"k {tuple(k.shape)} and v {tuple(v.shape)} must have one shape")
+    if k.shape[0] != B or k.shape[3] != D:
+        _fail(f"k {tuple(k.shape)} does not match q {tuple(q.shape)} in batch or head_dim")
+    if k.shape[1] == 0 or H % k.shape[1]:
+        _fail(f"q has {H} heads and k/v {k.shape[1]}: grouped-query attention needs the k/v heads to divide the q "
+              "heads")
+    if k.shape[2] == 0:
+        _fail("k and v have no keys (seq length 0)")
+
+
+def _view2d(t):
+    """(2-D view, bshd) of [B, H, S, D] tensor `t` without a copy, or None when TMA cannot describe it.
+    [B, H, S, D] rows: [B*H*S, D] with the row pitch of S; [B, S, H, D] rows (heads adjacent): [B*S, H*D]."""
+    import torch
+    B, H, S, D = t.shape
+    sb, sh, ss, _ = t.stride()
+    es = t.element_size()
+    if t.data_ptr() % 16 or ss * es % 16:
+        return None
+    if (H == 1 or sh == S * ss) and (B == 1 or sb == H * S * ss):
+        return torch.as_strided(t, (B * H * S, D), (ss, 1), t.storage_offset()), False
+    if (H == 1 or sh == D) and (B == 1 or sb == S * ss) and ss >= H * D:
+        return torch.as_strided(t, (B * S, H * D), (ss, 1), t.storage_offset()), True
+    return None
+
+
+def _as_view(t):
+    got = _view2d(t)
+    return got if got is not None else _view2d(t.contiguous())
+
+
+def attention(q, k, v, causal: bool = False, scale: float | None = None, config: AttentionConfig | Mapping | None = None,
+              return_lse: bool = False, layout: str = "bhsd", out=None):
+    """softmax(q k^T * scale [+ causal mask]) v, as `torch.nn.functional.scaled_dot_product_attention`.
+
+    q [B, Hq, Sq, D], k and v [B, Hkv, Skv, D] with Hkv dividing Hq (grouped-query / multi-query
+    attention: query head h reads k/v head h // (Hq // Hkv)); fp16 or bf16; D 64 or 128. `scale`
+    defaults to 1/sqrt(D). `causal` aligns the mask bottom-right (FlashAttention's convention: query i
+    sees key j iff j <= i + Skv - Sq; with Sq == Skv that is torch's `is_causal`); a query that sees no
+    key gets zeros. `layout="bshd"` takes and returns [B, S, H, D] tensors instead. `return_lse`
+    also returns the [B, Hq, Sq] fp32 log-sum-exp of the scaled scores (natural log), what a backward
+    pass needs. `out` (the output's shape and dtype) is written instead of a new tensor. `config`
+    overrides fields of the default config (a dict) or gives a whole AttentionConfig."""
+    import torch
+    if layout not in ("bhsd", "bshd"):
+        _fail(f"layout={layout!r}: use 'bhsd' ([batch, heads, seq, head_dim]) or 'bshd' ([batch, seq, heads, "
+              "head_dim])")
+    if layout == "bshd":
+        for name, t in (("q", q), ("k", k), ("v", v)):
+            if not isinstance(t, torch.Tensor) or t.dim() != 4:
+                _fail(f"{name} must be a 4-D torch tensor [batch, seq, heads, head_dim]")
+        q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
+        if out is not None:
+            out = out.transpose(1, 2)
+    _check(q, k, v)
+    B, H, Sq, D = q.shape
+    HK, Skv = k.shape[1], k.shape[2]
+    scale = 1.0 / math.sqrt(D) if scale is None else float(scale)
+    if not math.isfinite(scale):
+        _fail(f"scale={scale} must be a finite number")
+    q2, q_bshd = _as_view(q)
+    k2, k_bshd = _as_view(k)
+    v2, v_bshd = _as_view(v)
+    if out is None:
+        o = (torch.empty(B, Sq, H, D, device=q.device, dtype=q.dtype).transpose(1, 2) if q_bshd or layout == "bshd"
+             else torch.empty(B, H, Sq, D, device=q.device, dtype=q.dtype))
+    else:
+        if tuple(out.shape) != (B, H, Sq, D) or out.dtype != q.dtype or out.device != q.device:
+            _fail(f"out must be a {q.dtype} tensor of q's shape on {q.device}, got {out.dtype} {tuple(out.shape)}")
+        o = out
+    got = _view2d(o)
+    o_work = o if got is not None else torch.empty(B, H, Sq, D, device=q.device, dtype=q.dtype)
+    o2, o_bshd = _view2d(o_work)
+    if Sq == 0:
+        return (o, torch.empty(B, H, 0, device=q.device)) if return_lse else o
+    lse = torch.empty(B, H, Sq, device=q.device, dtype=torch.float32) if return_lse else _lse_dummy(q.device)
+    key = (q.device.index, B, H, HK, Sq, Skv, D, q.dtype, causal, q_bshd, k_bshd, v_bshd, o_bshd, return_lse,
+           config if isinstance(config, AttentionConfig) or config is None else tuple(sorted(config.items())))
+    plan = _PLANS.get(key)
+    if plan is None:
+        if o_bshd != q_bshd:
+            _fail("out must be laid out as q is ([B, H, S, D] or [B, S, H, D] rows)")
+        cfg = to_config(config, default_config(D))
+        kw = dict(CFG=cfg, HEAD_DIM=D, CAUSAL=bool(causal), Q_BSHD=q_bshd, K_BSHD=k_bshd, V_BSHD=v_bshd,
+                  WRITE_LSE=bool(return_lse), num_warps=num_warps(cfg))
+        plan = _PLANS[key] = _Plan(attention_sm90[grid(Sq, B * H, cfg)], kw)
+    args = (q2, k2, v2, o2, lse, Sq, Skv, H, H // HK, scale * _LOG2E)
+    if plan.ck is None:
+        plan.ck = plan.bound.compiled(*args, **plan.kw)
+    plan.ck.launcher(plan.bound.grid, *plan.ck.launch_args(args, {}))
+    if o_work is not o:
+        o.copy_(o_work)
+    if layout == "bshd":
+        o = o.transpose(1, 2)
+    return (o, lse) if return_lse else o
+
+
+def _lse_dummy(device):
+    t = _LSE_DUMMY.get(device.index)
+    if t is None:
+        import torch
+        t = _LSE_DUMMY[device.index] = torch.empty(16, device=device, dtype=torch.float32)
+    return t
+
+
+def stand_ins(dtype: DType = DType.f16) -> tuple:
+    """What `attention_sm90.trace` / `.compile` take for (Q, K, V, O, L, Sq, Skv, H, GROUP, qk_scale) without
+    tensors: 2-D views of `dtype`, the fp32 LSE, the sizes and the scale."""
+    refs = [TensorRef(n, d, shape=tuple(f"{n}_shape{i}" for i in range(r)))
+            for n, d, r in (("Q", dtype, 2), ("K", dtype, 2), ("V", dtype, 2), ("O", dtype, 2), ("L", DType.f32, 1))]
+    return (*refs, ScalarArg(DType.i32), ScalarArg(DType.i32), ScalarArg(DType.i32), ScalarArg(DType.i32),
+            ScalarArg(DType.f32))
+
+
+def compile_variant(head_dim: int = 128, dtype: DType | None = None, causal: bool = False, **overrides):
+    """The default config for `head_dim` with `overrides`, compiled without tensors (no GPU needed)."""
+    cfg = to_config(overrides, default_config(head_dim))
+    return attention_sm90.compile(*stand_ins(dtype or DType.f16), CFG=cfg, HEAD_DIM=head_dim, CAUSAL=causal,
+                                  num_warps=num_warps(cfg))

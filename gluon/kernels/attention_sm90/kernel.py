@@ -1,0 +1,244 @@
+"""The SM90 attention forward kernel: warp-specialized, TMA + WGMMA, online softmax, P from registers.
+
+O = softmax(scale * Q K^T + mask) V for one (query block, batch x head) per CTA, under one
+`AttentionConfig` (config.py says what each knob does). Roles:
+
+* producer: one warp (warp 4 * CONSUMER_WGS) with PRODUCER_REGS registers. It loads this CTA's Q rows
+  once (`q_ready`), then streams the K and V tiles of every key block the CTA needs through a
+  STAGES-deep ring: K and V have their own `ready` / `empty` mbarriers, so S = Q K^T starts before
+  V has landed.
+* consumers: CONSUMER_WGS warpgroups, each its own warp role owning 64 query rows. Per key block:
+  S = Q K^T (WGMMA, both operands in shared memory), the mask where the block needs one, the online
+  softmax in registers (running row max m and sum l; exp2 with scale * log2(e) folded into one FMA),
+  O rescaled by exp2(m_old - m_new), P cast to the input dtype and used as WGMMA's register A operand
+  for O += P V. Every consumer arrives on a slot's `empty` barrier once it is done with it. With
+  OVERLAP the next block's S GEMM is issued before this block's P V and the softmax runs under it;
+  with PINGPONG the two warpgroups take turns issuing their GEMMs (named barriers).
+  Last: O / l, staged through the warpgroup's Q tile and written with 16-byte masked stores; the
+  log-sum-exp (natural log) per row when WRITE_LSE.
+
+Inputs are 2-D views the host makes without copies: [B*H*S, D] for a [B, H, S, D] tensor, [B*S, H*D]
+for one laid out [B, S, H, D] (also packed QKV, whose rows are further apart); `*_BSHD` says which.
+A K/V tile that runs past its head's keys reads the next head's rows (or TMA's zeros past the end):
+those columns are masked to -inf, so they weigh 0. The causal mask is aligned bottom-right as in
+FlashAttention: query row i sees key j iff j <= i + (Skv - Sq); a row that sees no key gets O = 0 and
+LSE = -inf.
+"""
+import gluon.language as gl
+from gluon.arch import SM90
+from gluon.jit import kernel
+from gluon.language.control import static_range, warp_role
+from gluon.language.memory import smem
+from gluon.language.nvidia.hopper import mbarrier, tma_load, wgmma, wgmma_wait
+from gluon.types import DotOperandLayout, Layout, SliceLayout, SwizzleMode, WarpRole
+
+_NEG_INF = float("-inf")
+_LN2 = 0.6931471805599453
+
+
+def _block_range(m0, Sq, Skv, BLOCK_M: int, BLOCK_N: int, CAUSAL: bool):
+    """(n_blocks, n_full): the key blocks this CTA's rows m0 .. m0 + BLOCK_M - 1 need, and how many of
+    the first ones need no mask (whole blocks of keys every row sees)."""
+    if CAUSAL:
+        off = Skv - Sq
+        hi = gl.minimum(Skv, m0 + BLOCK_M + off)
+        n_blocks = gl.cdiv(gl.maximum(hi, 0), BLOCK_N)
+        n_full = gl.minimum(gl.maximum(m0 + off + 1, 0) // BLOCK_N, Skv // BLOCK_N)
+    else:
+        n_blocks = gl.cdiv(Skv, BLOCK_N)
+        n_full = Skv // BLOCK_N
+    return n_blocks, gl.minimum(n_full, n_blocks)
+
+
+def _coords(bh, H, S, D: int, BSHD: bool):
+    """(first row, column) of batch x head `bh`'s [S, D] block in its 2-D view."""
+    if BSHD:
+        return (bh // H) * S, (bh % H) * D
+    return bh * S, bh * 0
+
+
+def _masked(s, rows, n0, Skv, off, BLOCK_N: int, s_layout, CAUSAL: bool):
+    """S with the columns of keys past Skv (and, causal, right of row + off) set to -inf."""
+    cols = n0 + gl.arange(0, BLOCK_N, layout=SliceLayout(0, s_layout))
+    keep = cols[None, :] < Skv
+    if CAUSAL:
+        keep = keep & (cols[None, :] <= rows[:, None] + off)
+    return gl.where(keep, s, _NEG_INF)
+
+
+def _softmax(s, m_i, l_i, qk_scale, MASKED: bool):
+    """One online-softmax step on the fp32 scores `s`: the new row max, P = exp2((s - m) * c), the
+    factor exp2((m_old - m_new) * c) that rescales O and l, and the new row sum. In a masked block a
+    row may have seen no key yet (max -inf): it keeps m = -inf and P = 0 without a NaN."""
+    m_new = gl.maximum(m_i, gl.max(s, 1))
+    m_use = gl.where(m_new == _NEG_INF, 0.0, m_new) if MASKED else m_new
+    m_c = m_use * qk_scale
+    p = gl.exp2(gl.fma(s, qk_scale, -m_c[:, None]))
+    alpha = gl.exp2(m_i * qk_scale - m_c)
+    return m_new, p, alpha, l_i * alpha + gl.sum(p, 1)
+
+
+@kernel(arch=SM90, num_warps=9)
+def attention_sm90(Q, K, V, O, L, Sq, Skv, H, GROUP, qk_scale, CFG: gl.constexpr, HEAD_DIM: gl.constexpr,
+                   CAUSAL: gl.constexpr = False, Q_BSHD: gl.constexpr = False, K_BSHD: gl.constexpr = False,
+                   V_BSHD: gl.constexpr = False, WRITE_LSE: gl.constexpr = False):
+    """O = softmax(Q K^T * scale) V for query head h of every batch, reading K/V head h // GROUP;
+    qk_scale = scale * log2(e). Q, K, V, O are the host's 2-D views; L the [B * H * Sq] fp32 LSE."""
+    D = HEAD_DIM
+    WGS = CFG.CONSUMER_WGS
+    RM = CFG.BLOCK_M // WGS                     # query rows per consumer warpgroup
+    BN = CFG.BLOCK_N
+    ST = CFG.STAGES
+    sw = SwizzleMode.B128
+    q_s = smem(Q.dtype, Layout.swizzled(RM, D, sw), name="q_tile", stages=WGS)
+    k_s = smem(K.dtype, Layout.swizzled(BN, D, sw), name="k_ring", stages=ST)
+    v_s = smem(V.dtype, Layout.swizzled(BN, D, sw), name="v_ring", stages=ST)
+    q_ready = mbarrier(count=1, name="q_ready")
+    k_ready = mbarrier(count=1, name="k_ready", stages=ST)
+    v_ready = mbarrier(count=1, name="v_ready", stages=ST)
+    k_empty = mbarrier(count=WGS, name="k_empty", stages=ST)
+    v_empty = mbarrier(count=WGS, name="v_empty", stages=ST)
+
+    num_m = gl.cdiv(Sq, CFG.BLOCK_M)
+    m_blk = num_m - 1 - gl.program_id(0) if CFG.REVERSE_M else gl.program_id(0)
+    m0 = m_blk * CFG.BLOCK_M
+    bh = gl.program_id(1)
+    bkv = (bh // H) * (H // GROUP) + (bh % H) // GROUP      # batch x kv head
+    q_row, q_col = _coords(bh, H, Sq, D, Q_BSHD)
+    k_row, k_col = _coords(bkv, H // GROUP, Skv, D, K_BSHD)
+    v_row, v_col = _coords(bkv, H // GROUP, Skv, D, V_BSHD)
+    n_blocks, n_full = _block_range(m0, Sq, Skv, CFG.BLOCK_M, BN, CAUSAL)
+    off = Skv - Sq
+    ldo = O.shape[1]
+    gl.multiple_of(ldo, 16)                     # D or H * D elements: rows start 16-element aligned
+
+    for g in static_range(WGS):
+        with warp_role(WarpRole.CONSUMER, warp_range=(4 * g, 4 * g + 3),
+                       registers=CFG.CONSUMER_REGS if g > 0 else None):
+            s_layout = Layout.wgmma((4, 1), instr_n=BN, operand_dtype=Q.dtype)
+            o_layout = Layout.wgmma((4, 1), instr_n=D, operand_dtype=Q.dtype)
+            p_layout = DotOperandLayout(0, o_layout, 2)
+            q_g = q_s[g]
+            rows = m0 + g * RM + gl.arange(0, RM, layout=SliceLayout(1, s_layout))
+            acc = gl.zeros((RM, D), gl.float32, layout=o_layout)
+            m_i = gl.full((RM,), _NEG_INF, gl.float32, layout=SliceLayout(1, s_layout))
+            l_i = gl.zeros((RM,), gl.float32, layout=SliceLayout(1, s_layout))
+            q_ready.wait(0)
+            if CFG.OVERLAP:
+                if n_blocks > 0:
+                    # block 0: S, its softmax (masked: it may be the only block, or a diagonal one)
+                    k_ready[0].wait(0)
+                    s = wgmma(q_g, k_s[0].T, gl.zeros((RM, BN), gl.float32, layout=s_layout), use_acc=False)
+                    k_empty[0].arrive()
+                    s = _masked(s, rows, 0, Skv, off, BN, s_layout, CAUSAL)
+                    m_i, p, alpha, l_i = _softmax(s, m_i, l_i, qk_scale, True)
+                    p_op = gl.convert_layout(p.to(Q.dtype), p_layout)
+                    for j in range(1, n_full):
+                        acc, m_i, l_i, p_op = _overlapped_step(j, q_g, k_s, v_s, k_ready, v_ready, k_empty, v_empty,
+                                                               acc, m_i, l_i, p_op, rows, Skv, off, qk_scale, ST, BN,
+                                                               s_layout, p_layout, CAUSAL, Q.dtype, False)
+                    for j in range(gl.maximum(n_full, 1), n_blocks):
+                        acc, m_i, l_i, p_op = _overlapped_step(j, q_g, k_s, v_s, k_ready, v_ready, k_empty, v_empty,
+                                                               acc, m_i, l_i, p_op, rows, Skv, off, qk_scale, ST, BN,
+                                                               s_layout, p_layout, CAUSAL, Q.dtype, True)
+                    # the last block's P V
+                    last = n_blocks - 1
+                    s_last = last % ST
+                    v_ready[s_last].wait((last // ST) & 1)
+                    acc = wgmma(p_op, v_s[s_last], acc, wait=False)
+                    acc = wgmma_wait(acc, p_op, v_s[s_last], pendings=0)
+                    v_empty[s_last].arrive()
+            else:
+                for j in range(0, n_full):
+                    acc, m_i, l_i = _serial_step(j, q_g, k_s, v_s, k_ready, v_ready, k_empty, v_empty, acc, m_i, l_i,
+                                                 rows, Skv, off, qk_scale, ST, BN, s_layout, p_layout, CAUSAL, Q.dtype,
+                                                 False)
+                for j in range(n_full, n_blocks):
+                    acc, m_i, l_i = _serial_step(j, q_g, k_s, v_s, k_ready, v_ready, k_empty, v_empty, acc, m_i, l_i,
+                                                 rows, Skv, off, qk_scale, ST, BN, s_layout, p_layout, CAUSAL, Q.dtype,
+                                                 True)
+            _epilogue(acc, m_i, l_i, q_g, O, L, rows, m0 + g * RM, q_row, q_col, ldo, Sq, bh, qk_scale, RM, D,
+                      o_layout, s_layout, WRITE_LSE)
+
+    with warp_role(WarpRole.PRODUCER, warp_range=(4 * WGS, 4 * WGS), registers=CFG.PRODUCER_REGS):
+        q_ready.expect(WGS * q_s.nbytes)
+        for g in static_range(WGS):
+            tma_load(q_s[g], Q, (q_row + m0 + g * RM, q_col), q_ready)
+        for j in range(0, n_blocks):
+            s = j % ST
+            ph = ((j // ST) & 1) ^ 1                # fresh barriers pass phase 1 at once
+            k_empty[s].wait(ph)
+            k_ready[s].expect(k_s.nbytes)
+            tma_load(k_s[s], K, (k_row + j * BN, k_col), k_ready[s])
+            v_empty[s].wait(ph)
+            v_ready[s].expect(v_s.nbytes)
+            tma_load(v_s[s], V, (v_row + j * BN, v_col), v_ready[s])
+
+
+def _serial_step(j, q_g, k_s, v_s, k_ready, v_ready, k_empty, v_empty, acc, m_i, l_i, rows, Skv, off, qk_scale,
+                 ST: int, BN: int, s_layout, p_layout, CAUSAL: bool, dtype, MASKED: bool):
+    """Key block j without overlap: S, softmax, rescale O, O += P V, each waited for in turn."""
+    s_i = j % ST
+    ph = (j // ST) & 1
+    k_ready[s_i].wait(ph)
+    s = wgmma(q_g, k_s[s_i].T, gl.zeros(acc.shape[:1] + (BN,), gl.float32, layout=s_layout), use_acc=False)
+    k_empty[s_i].arrive()
+    if MASKED:
+        s = _masked(s, rows, j * BN, Skv, off, BN, s_layout, CAUSAL)
+    m_i, p, alpha, l_i = _softmax(s, m_i, l_i, qk_scale, MASKED)
+    acc = _rescale(acc, alpha)
+    p_op = gl.convert_layout(p.to(dtype), p_layout)
+    v_ready[s_i].wait(ph)
+    acc = wgmma(p_op, v_s[s_i], acc, wait=False)
+    acc = wgmma_wait(acc, p_op, v_s[s_i], pendings=0)
+    v_empty[s_i].arrive()
+    return acc, m_i, l_i
+
+
+def _overlapped_step(j, q_g, k_s, v_s, k_ready, v_ready, k_empty, v_empty, acc, m_i, l_i, p_op, rows, Skv, off,
+                     qk_scale, ST: int, BN: int, s_layout, p_layout, CAUSAL: bool, dtype, MASKED: bool):
+    """Key block j with FlashAttention-3's intra-warpgroup overlap: issue S_j = Q K_j^T and then
+    O += P_{j-1} V_{j-1}; wait for S_j only and run its softmax while P V runs; then wait for P V,
+    release V_{j-1} and rescale O for block j."""
+    s_i = j % ST
+    k_ready[s_i].wait((j // ST) & 1)
+    s = wgmma(q_g, k_s[s_i].T, gl.zeros(acc.shape[:1] + (BN,), gl.float32, layout=s_layout), use_acc=False,
+              wait=False)
+    v_i = (j - 1) % ST
+    v_ready[v_i].wait(((j - 1) // ST) & 1)
+    acc = wgmma(p_op, v_s[v_i], acc, wait=False)
+    s = wgmma_wait(s, q_g, k_s[s_i], pendings=1)
+    k_empty[s_i].arrive()
+    if MASKED:
+        s = _masked(s, rows, j * BN, Skv, off, BN, s_layout, CAUSAL)
+    m_i, p, alpha, l_i = _softmax(s, m_i, l_i, qk_scale, MASKED)
+    p_next = gl.convert_layout(p.to(dtype), p_layout)
+    acc = wgmma_wait(acc, p_op, v_s[v_i], pendings=0)
+    v_empty[v_i].arrive()
+    return _rescale(acc, alpha), m_i, l_i, p_next
+
+
+def _rescale(acc, alpha):
+    """O * alpha per row (alpha is a row vector of the S layout; the O accumulator's rows are laid out
+    the same way, so the conversion moves no data)."""
+    return acc * gl.convert_layout(alpha, SliceLayout(1, acc.layout))[:, None]
+
+
+def _epilogue(acc, m_i, l_i, q_g, O, L, rows, r0, q_row, q_col, ldo, Sq, bh, qk_scale, RM: int, D: int, o_layout,
+              s_layout, WRITE_LSE: bool):
+    """O = acc / l into the rows < Sq of this warpgroup's block, staged in its (now unused) Q tile and
+    written with 16-byte stores; the natural-log LSE m * scale + ln(l) per row when WRITE_LSE."""
+    l_o = gl.convert_layout(l_i, SliceLayout(1, o_layout))
+    out = acc / gl.where(l_o == 0.0, 1.0, l_o)[:, None]
+    q_g.store(out.to(q_g.dtype))
+    vec = 128 // q_g.dtype.bits
+    tpw_n = min(32, D // vec)
+    st_layout = Layout.blocked([1, vec], [32 // tpw_n, tpw_n], [4, 1], [1, 0])
+    tile = q_g.load(layout=st_layout)
+    orow = r0 + gl.arange(0, RM, layout=SliceLayout(1, st_layout))
+    ocol = gl.arange(0, D, layout=SliceLayout(0, st_layout))
+    ptrs = O + ((q_row + orow)[:, None] * ldo + (q_col + ocol)[None, :])
+    gl.store(ptrs, tile, mask=(orow[:, None] < Sq) & (ocol[None, :] < D))
+    if WRITE_LSE:
+        lse = (m_i * qk_scale + gl.log2(l_i)) * _LN2
+        gl.store(L + (bh * Sq + rows), lse, mask=rows < Sq)
