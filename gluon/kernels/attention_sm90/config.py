@@ -80,10 +80,11 @@ class AttentionConfig:
 
 FIELDS = tuple(f.name for f in fields(AttentionConfig))
 
-# per head dim: what ran best on the H200 (docs/PERF.md)
+# per head dim: what ran best on the H200 (docs/PERF.md): at D64 three warpgroups of 64 rows, whose
+# P V GEMMs are too short to hide a softmax under (OVERLAP measured slower there)
 DEFAULT_CONFIGS: dict[int, AttentionConfig] = {
-    64: AttentionConfig(BLOCK_N=128),
-    128: AttentionConfig(BLOCK_N=128),
+    64: AttentionConfig(BLOCK_M=192, CONSUMER_WGS=3, CONSUMER_REGS=160, OVERLAP=False),
+    128: AttentionConfig(),
 }
 
 

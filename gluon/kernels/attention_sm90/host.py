@@ -38,24 +38,18 @@ def _fail(msg: str) -> None:
 
 
 def _check(q, k, v) -> None:
-    """One clear line for each input the kernel cannot take."""
+    """One clear line for each input the kernel cannot take (the device last, so that the other
+    mistakes are named on any machine)."""
     import torch
     for name, t in (("q", q), ("k", k), ("v", v)):
         if not isinstance(t, torch.Tensor):
             _fail(f"{name} must be a torch tensor, got {type(t).__name__}")
         if t.dim() != 4:
             _fail(f"{name} must be 4-D [batch, heads, seq, head_dim], got shape {tuple(t.shape)}")
-        if not t.is_cuda:
-            _fail(f"{name} is on {t.device}; the kernel runs on a CUDA device (move it with .cuda())")
         if t.dtype not in (torch.float16, torch.bfloat16):
             _fail(f"{name} is {t.dtype}; the kernel takes torch.float16 or torch.bfloat16")
-        if t.stride(-1) != 1 and t.shape[-1] > 1:
-            _fail(f"{name}'s last dimension is not contiguous (stride {t.stride(-1)}); TMA reads rows of head_dim "
-                  "contiguous elements: pass x.contiguous()")
     if not (q.dtype == k.dtype == v.dtype):
         _fail(f"q, k and v must have one dtype, got {q.dtype}, {k.dtype}, {v.dtype}")
-    if not (q.device == k.device == v.device):
-        _fail(f"q, k and v must be on one device, got {q.device}, {k.device}, {v.device}")
     B, H, _, D = q.shape
     if D not in HEAD_DIMS:
         _fail(f"head_dim {D} is not supported; the kernel takes {' or '.join(map(str, HEAD_DIMS))}")
@@ -68,6 +62,15 @@ def _check(q, k, v) -> None:
               "heads")
     if k.shape[2] == 0:
         _fail("k and v have no keys (seq length 0)")
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        if t.stride(-1) != 1:
+            _fail(f"{name}'s last dimension is not contiguous (stride {t.stride(-1)}); TMA reads rows of head_dim "
+                  "contiguous elements: pass x.contiguous()")
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        if not t.is_cuda:
+            _fail(f"{name} is on {t.device}; the kernel runs on a CUDA device (move it with .cuda())")
+    if not (q.device == k.device == v.device):
+        _fail(f"q, k and v must be on one device, got {q.device}, {k.device}, {v.device}")
 
 
 def _view2d(t):

@@ -107,7 +107,7 @@ def attention_sm90(Q, K, V, O, L, Sq, Skv, H, GROUP, qk_scale, CFG: gl.constexpr
     q_row, q_col = _coords(bh, H, Sq, D, Q_BSHD)
     k_row, k_col = _coords(bkv, H // GROUP, Skv, D, K_BSHD)
     v_row, v_col = _coords(bkv, H // GROUP, Skv, D, V_BSHD)
-    n_blocks, n_full = _block_range(m0, Sq, Skv, CFG.BLOCK_M, BN, CAUSAL)
+    n_blocks, _ = _block_range(m0, Sq, Skv, CFG.BLOCK_M, BN, CAUSAL)
     off = Skv - Sq
     ldo = O.shape[1]
     gl.multiple_of(ldo, 16)                     # D or H * D elements: rows start 16-element aligned
@@ -118,11 +118,15 @@ def attention_sm90(Q, K, V, O, L, Sq, Skv, H, GROUP, qk_scale, CFG: gl.constexpr
             s_layout = Layout.wgmma((4, 1), instr_n=BN, operand_dtype=Q.dtype)
             o_layout = Layout.wgmma((4, 1), instr_n=D, operand_dtype=Q.dtype)
             p_layout = DotOperandLayout(0, o_layout, 2)
-            q_g = q_s[g]
+            q_g = q_s[g] if WGS > 1 else q_s
             rows = m0 + g * RM + gl.arange(0, RM, layout=SliceLayout(1, s_layout))
             acc = gl.zeros((RM, D), gl.float32, layout=o_layout)
             m_i = gl.full((RM,), _NEG_INF, gl.float32, layout=SliceLayout(1, s_layout))
             l_i = gl.zeros((RM,), gl.float32, layout=SliceLayout(1, s_layout))
+            # this warpgroup's key blocks: the CTA's first n_g (its later ones lie right of its rows'
+            # diagonal: waited for and released, not computed), the first f_g of them unmasked
+            n_g, f_g = _block_range(m0 + g * RM, Sq, Skv, RM, BN, CAUSAL)
+            n_g = gl.minimum(gl.maximum(n_g, 1), n_blocks)
             q_ready.wait(0)
             if CFG.OVERLAP:
                 if n_blocks > 0:
@@ -133,37 +137,40 @@ def attention_sm90(Q, K, V, O, L, Sq, Skv, H, GROUP, qk_scale, CFG: gl.constexpr
                     s = _masked(s, rows, 0, Skv, off, BN, s_layout, CAUSAL)
                     m_i, p, alpha, l_i = _softmax(s, m_i, l_i, qk_scale, True)
                     p_op = gl.convert_layout(p.to(Q.dtype), p_layout)
-                    for j in range(1, n_full):
+                    for j in range(1, f_g):
                         acc, m_i, l_i, p_op = _overlapped_step(j, q_g, k_s, v_s, k_ready, v_ready, k_empty, v_empty,
                                                                acc, m_i, l_i, p_op, rows, Skv, off, qk_scale, ST, BN,
                                                                s_layout, p_layout, CAUSAL, Q.dtype, False)
-                    for j in range(gl.maximum(n_full, 1), n_blocks):
+                    for j in range(gl.maximum(f_g, 1), n_g):
                         acc, m_i, l_i, p_op = _overlapped_step(j, q_g, k_s, v_s, k_ready, v_ready, k_empty, v_empty,
                                                                acc, m_i, l_i, p_op, rows, Skv, off, qk_scale, ST, BN,
                                                                s_layout, p_layout, CAUSAL, Q.dtype, True)
-                    # the last block's P V
-                    last = n_blocks - 1
+                    # the last computed block's P V
+                    last = n_g - 1
                     s_last = last % ST
                     v_ready[s_last].wait((last // ST) & 1)
                     acc = wgmma(p_op, v_s[s_last], acc, wait=False)
                     acc = wgmma_wait(acc, p_op, v_s[s_last], pendings=0)
                     v_empty[s_last].arrive()
             else:
-                for j in range(0, n_full):
+                for j in range(0, f_g):
                     acc, m_i, l_i = _serial_step(j, q_g, k_s, v_s, k_ready, v_ready, k_empty, v_empty, acc, m_i, l_i,
                                                  rows, Skv, off, qk_scale, ST, BN, s_layout, p_layout, CAUSAL, Q.dtype,
                                                  False)
-                for j in range(n_full, n_blocks):
+                for j in range(f_g, n_g):
                     acc, m_i, l_i = _serial_step(j, q_g, k_s, v_s, k_ready, v_ready, k_empty, v_empty, acc, m_i, l_i,
                                                  rows, Skv, off, qk_scale, ST, BN, s_layout, p_layout, CAUSAL, Q.dtype,
                                                  True)
+            if CAUSAL:
+                for jr in range(n_g, n_blocks):     # blocks only later warpgroups' rows see
+                    _release(jr, k_ready, v_ready, k_empty, v_empty, ST)
             _epilogue(acc, m_i, l_i, q_g, O, L, rows, m0 + g * RM, q_row, q_col, ldo, Sq, bh, qk_scale, RM, D,
                       o_layout, s_layout, WRITE_LSE)
 
     with warp_role(WarpRole.PRODUCER, warp_range=(4 * WGS, 4 * WGS), registers=CFG.PRODUCER_REGS):
         q_ready.expect(WGS * q_s.nbytes)
         for g in static_range(WGS):
-            tma_load(q_s[g], Q, (q_row + m0 + g * RM, q_col), q_ready)
+            tma_load(q_s[g] if WGS > 1 else q_s, Q, (q_row + m0 + g * RM, q_col), q_ready)
         for j in range(0, n_blocks):
             s = j % ST
             ph = ((j // ST) & 1) ^ 1                # fresh barriers pass phase 1 at once
@@ -216,6 +223,17 @@ def _overlapped_step(j, q_g, k_s, v_s, k_ready, v_ready, k_empty, v_empty, acc, 
     acc = wgmma_wait(acc, p_op, v_s[v_i], pendings=0)
     v_empty[v_i].arrive()
     return _rescale(acc, alpha), m_i, l_i, p_next
+
+
+def _release(j, k_ready, v_ready, k_empty, v_empty, ST: int):
+    """Key block j, which none of this warpgroup's rows sees: released once loaded (waiting for the load
+    keeps each release in its own phase of the `empty` barriers however far ahead this warpgroup is)."""
+    s_i = j % ST
+    ph = (j // ST) & 1
+    k_ready[s_i].wait(ph)
+    k_empty[s_i].arrive()
+    v_ready[s_i].wait(ph)
+    v_empty[s_i].arrive()
 
 
 def _rescale(acc, alpha):

@@ -1,0 +1,95 @@
+"""The SM90 attention forward without a GPU: machine code of the default configs, the config's checks,
+the input checks (one GluonError naming the argument), and the 2-D views that avoid copies."""
+import pytest
+import torch
+
+from gluon import DType
+from gluon.backend.machine_code import sass_instructions
+from gluon.ir import GluonError
+from gluon.kernels.attention_sm90 import AttentionConfig, attention, compile_variant, default_config, to_config
+from gluon.kernels.attention_sm90.host import _view2d
+
+
+@pytest.mark.parametrize("D", [64, 128])
+@pytest.mark.parametrize("causal", [False, True])
+def test_default_configs_compile_to_hgmma_tma_setmaxnreg_without_spills(D, causal):
+    ck = compile_variant(D, DType.bf16, causal)
+    ops = sass_instructions(ck.sass())
+    assert ops["HGMMA.64x128x16.F32.BF16"] >= 8        # S = Q K^T: 64 rows x 128 keys, k-steps of 16
+    assert ops[f"HGMMA.64x{D}x16.F32.BF16"] >= 8       # O += P V with P from registers
+    assert ops["UTMALDG.2D"] >= 3                      # Q, K, V by TMA
+    assert ops["USETMAXREG"] >= 2
+    assert ops["MUFU.EX2"] >= 64
+    assert ck.spills == 0
+    assert ck.shared_bytes <= 227 * 1024
+    cfg = default_config(D)
+    assert ck.binary.num_warps == 4 * cfg.CONSUMER_WGS + 4     # the producer warp padded to a warpgroup
+
+
+def test_overlap_issues_s_before_waiting_for_pv():
+    """With OVERLAP the loop keeps one WGMMA group in flight while it waits (wait_group 1)."""
+    ptx = compile_variant(128, OVERLAP=True).binary.asm["ptx"]
+    assert "wgmma.wait_group.sync.aligned 1;" in ptx
+    ptx = compile_variant(128, OVERLAP=False).binary.asm["ptx"]
+    assert "wgmma.wait_group.sync.aligned 1;" not in ptx
+
+
+@pytest.mark.parametrize("kw,msg", [
+    (dict(BLOCK_M=128, CONSUMER_WGS=3), "64 * CONSUMER_WGS = 192"),
+    (dict(BLOCK_N=96), "BLOCK_N=96"),
+    (dict(CONSUMER_WGS=4, BLOCK_M=256), "CONSUMER_WGS=4"),
+    (dict(PINGPONG=True, CONSUMER_WGS=3, BLOCK_M=192), "PINGPONG=True takes CONSUMER_WGS=2"),
+    (dict(CONSUMER_REGS=250), "multiple of 8"),
+    (dict(STAGES=0), "STAGES=0"),
+    (dict(OVERLAP="yes"), "OVERLAP='yes'"),
+])
+def test_config_checks(kw, msg):
+    with pytest.raises(GluonError, match=msg.replace("*", r"\*").replace("(", r"\(")):
+        AttentionConfig(**kw)
+
+
+def test_unknown_config_field_names_the_nearest():
+    with pytest.raises(GluonError, match="did you mean 'STAGES'"):
+        to_config({"STAGE": 3}, default_config(128))
+
+
+def test_too_much_shared_memory_is_refused_by_the_passes():
+    with pytest.raises(GluonError, match="shared memory"):
+        compile_variant(128, STAGES=4)
+
+
+def _t(*shape, dtype=torch.float16):
+    return torch.randn(*shape).to(dtype)
+
+
+@pytest.mark.parametrize("args,kw,msg", [
+    ((_t(2, 4, 64), _t(2, 4, 64), _t(2, 4, 64)), {}, "q must be 4-D"),
+    ((_t(1, 2, 8, 64, dtype=torch.float32),) * 3, {}, "q is torch.float32"),
+    ((_t(1, 2, 8, 64), _t(1, 2, 8, 64, dtype=torch.bfloat16), _t(1, 2, 8, 64)), {}, "one dtype"),
+    ((_t(1, 2, 8, 96),) * 3, {}, "head_dim 96 is not supported"),
+    ((_t(1, 6, 8, 64), _t(1, 4, 8, 64), _t(1, 4, 8, 64)), {}, "6 heads and k/v 4"),
+    ((_t(1, 2, 8, 64), _t(1, 2, 8, 64), _t(1, 2, 9, 64)), {}, "must have one shape"),
+    ((_t(1, 2, 8, 64), _t(1, 2, 64, 8).transpose(2, 3), _t(1, 2, 8, 64)), {}, "k's last dimension is not contiguous"),
+    ((_t(1, 2, 8, 64),) * 3, {}, "q is on cpu"),
+    ((_t(1, 2, 8, 64),) * 3, {"layout": "sbhd"}, "layout='sbhd'"),
+    (("q", "k", "v"), {}, "q must be a torch tensor"),
+])
+def test_bad_inputs_get_one_line_naming_the_argument(args, kw, msg):
+    with pytest.raises(GluonError, match=msg) as e:
+        attention(*args, **kw)
+    assert "\n" not in str(e.value)
+
+
+def test_views_without_copies():
+    q = torch.empty(2, 4, 100, 128, dtype=torch.float16)
+    view, bshd = _view2d(q)
+    assert not bshd and view.shape == (800, 128) and view.data_ptr() == q.data_ptr()
+    t = torch.empty(2, 100, 4, 64, dtype=torch.bfloat16).transpose(1, 2)      # [B, S, H, D] storage
+    view, bshd = _view2d(t)
+    assert bshd and view.shape == (200, 256) and view.stride() == (256, 1)
+    qkv = torch.empty(2, 100, 3, 4, 64, dtype=torch.float16)
+    k = qkv[:, :, 1].transpose(1, 2)
+    view, bshd = _view2d(k)
+    assert bshd and view.shape == (200, 256) and view.stride() == (768, 1) and view.data_ptr() == k.data_ptr()
+    assert _view2d(torch.empty(4, 2, 100, 64, dtype=torch.float16).transpose(0, 1)) is None   # heads outermost
+    assert _view2d(torch.empty(2, 4, 100, 65, dtype=torch.float16)[..., 1:]) is None         # misaligned base

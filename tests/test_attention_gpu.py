@@ -1,0 +1,135 @@
+"""The SM90 attention forward on the GPU: every case of issue 16's list against an fp32 reference on fresh
+random inputs, the output poisoned (NaN) before the run; sizes that are and are not multiples of the tiles."""
+import math
+
+import pytest
+
+from attention_reference import reference, rel_error
+
+pytestmark = pytest.mark.gpu
+TOL = 1e-2
+
+
+def _inputs(B, H, HK, Sq, Skv, D, dtype, layout="bhsd", seed=0):
+    import torch
+    g = torch.Generator(device="cuda").manual_seed(seed)
+
+    def make(h, s):
+        if layout == "bshd":
+            return torch.randn(B, s, h, D, device="cuda", dtype=dtype, generator=g).transpose(1, 2)
+        return torch.randn(B, h, s, D, device="cuda", dtype=dtype, generator=g)
+    return make(H, Sq), make(HK, Skv), make(HK, Skv)
+
+
+def _heads(B, H):
+    """All (batch, head) pairs of a small problem; the first, last and a middle one of a large one."""
+    if B * H <= 16:
+        return None
+    return [(0, 0), (B // 2, H // 2), (B - 1, H - 1)]
+
+
+def _run(B, H, HK, Sq, Skv, D, causal, dtype, layout="bhsd", config=None, lse=False):
+    import torch
+    from gluon.kernels.attention_sm90 import attention
+    q, k, v = _inputs(B, H, HK, Sq, Skv, D, getattr(torch, dtype), layout, seed=Sq + 3 * Skv + D + causal)
+    scale = 1 / math.sqrt(D)
+    out = torch.full_like(q, float("nan"))
+    got = attention(q, k, v, causal=causal, scale=scale, config=config, return_lse=lse, out=out)
+    o = got[0] if lse else got
+    assert o.data_ptr() == out.data_ptr()
+    heads = _heads(B, H)
+    ref_o, ref_l = reference(q, k, v, causal, scale, heads)
+    sel = o.reshape(B * H, Sq, D) if heads is None else torch.stack([o[b, h] for b, h in heads])
+    assert not torch.isnan(sel).any()
+    err = rel_error(sel, ref_o)
+    assert err <= TOL, f"relative error {err:.3e}"
+    if lse:
+        lse_sel = got[1].reshape(B * H, Sq) if heads is None else torch.stack([got[1][b, h] for b, h in heads])
+        fin = torch.isfinite(ref_l)
+        assert torch.equal(torch.isfinite(lse_sel), fin)
+        assert (lse_sel[fin] - ref_l[fin]).abs().max().item() < 1e-3
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("B,H,S,D", [(2, 16, 16384, 128), (8, 16, 4096, 128), (16, 16, 1024, 128), (4, 32, 4096, 64)])
+def test_issue_shapes(B, H, S, D, causal, dtype):
+    _run(B, H, H, S, S, D, causal, dtype)
+
+
+@pytest.mark.parametrize("D", [64, 128])
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("S", [1000, 4097, 1, 63, 200])
+def test_sizes_not_multiples_of_the_tiles(S, causal, D):
+    _run(2, 4, 4, S, S, D, causal, "bfloat16", lse=True)
+
+
+@pytest.mark.parametrize("D", [64, 128])
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("Sq,Skv", [(300, 1700), (1700, 300), (1, 4096), (128, 129)])
+def test_query_and_key_lengths_differ(Sq, Skv, causal, D):
+    """Bottom-right causal alignment; with Sq > Skv the first Sq - Skv queries see no key (zeros, LSE -inf)."""
+    _run(2, 4, 4, Sq, Skv, D, causal, "float16", lse=True)
+
+
+@pytest.mark.parametrize("D", [64, 128])
+@pytest.mark.parametrize("H,HK", [(32, 8), (16, 1), (8, 2)])
+def test_grouped_query_attention(H, HK, D):
+    _run(2, H, HK, 1537, 1537, D, True, "bfloat16")
+
+
+@pytest.mark.parametrize("D", [64, 128])
+@pytest.mark.parametrize("causal", [False, True])
+def test_bshd_inputs_without_copies(D, causal):
+    """[B, S, H, D] tensors (layout='bshd', and their [B, H, S, D] transposes) run on 2-D views of the
+    inputs' own storage; the output comes back in the same layout."""
+    import torch
+    from gluon.kernels.attention_sm90 import attention
+    _run(2, 8, 4, 999, 999, D, causal, "bfloat16", layout="bshd")
+    q, k, v = (torch.randn(2, 777, 8, D, device="cuda", dtype=torch.float16) for _ in range(3))
+    o = attention(q, k, v, causal=causal, layout="bshd")
+    assert o.shape == q.shape and o.stride() == q.stride()
+    ref, _ = reference(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), causal, 1 / math.sqrt(D))
+    assert rel_error(o.transpose(1, 2).reshape(16, 777, D), ref) <= TOL
+
+
+def test_packed_qkv_slices():
+    """q, k, v sliced out of one [B, S, 3, H, D] tensor (rows 3*H*D apart) need no copy either."""
+    import torch
+    from gluon.kernels.attention_sm90 import attention
+    from gluon.kernels.attention_sm90.host import _view2d
+    qkv = torch.randn(2, 1000, 3, 8, 128, device="cuda", dtype=torch.bfloat16)
+    q, k, v = (qkv[:, :, i].transpose(1, 2) for i in range(3))
+    assert _view2d(q) is not None and _view2d(q)[0].data_ptr() == q.data_ptr()
+    o = attention(q, k, v, causal=True)
+    ref, _ = reference(q, k, v, True, 1 / math.sqrt(128))
+    assert rel_error(o.reshape(16, 1000, 128), ref) <= TOL
+
+
+@pytest.mark.parametrize("D", [64, 128])
+@pytest.mark.parametrize("config", [dict(OVERLAP=False), dict(OVERLAP=True), dict(STAGES=3), dict(BLOCK_N=64),
+                                    dict(CONSUMER_WGS=3, BLOCK_M=192, CONSUMER_REGS=160),
+                                    dict(CONSUMER_WGS=1, BLOCK_M=64, CONSUMER_REGS=240), dict(REVERSE_M=False)])
+def test_configs(config, D):
+    for causal in (False, True):
+        _run(2, 4, 2, 1111, 1111, D, causal, "float16", config=config)
+
+
+def test_scale_argument():
+    _run(1, 4, 4, 640, 640, 128, False, "bfloat16", config=None)
+    import torch
+    from gluon.kernels.attention_sm90 import attention
+    q, k, v = _inputs(1, 2, 2, 256, 256, 64, torch.float16)
+    o = attention(q, k, v, scale=0.3)
+    ref, _ = reference(q, k, v, False, 0.3)
+    assert rel_error(o.reshape(2, 256, 64), ref) <= TOL
+
+
+def test_repeated_calls_are_stable():
+    """The same call twice gives the same bits (no race between the warpgroups or the ring)."""
+    import torch
+    from gluon.kernels.attention_sm90 import attention
+    q, k, v = _inputs(4, 16, 16, 2048, 2048, 128, torch.bfloat16)
+    a = attention(q, k, v, causal=True)
+    for _ in range(3):
+        assert torch.equal(attention(q, k, v, causal=True), a)
