@@ -13,7 +13,8 @@ from dataclasses import dataclass, field
 COMMON_OPS = frozenset({
     "program_id", "arith", "load", "store", "smem", "reduce", "convert_layout", "thread_barrier",
 })
-NV_SM80_OPS = frozenset({"mma", "cp_async", "ldmatrix"})
+# named_barrier: bar.sync / bar.arrive with a barrier id and a thread count (every NVIDIA arch here has them)
+NV_SM80_OPS = frozenset({"mma", "cp_async", "ldmatrix", "named_barrier"})
 NV_SM90_OPS = frozenset({"wgmma", "tma", "mbarrier", "cluster", "setmaxnreg", "warp_specialize"})
 NV_SM100_OPS = frozenset({"tcgen05", "tmem"})
 

@@ -395,6 +395,28 @@ def _verify_split_cols(op: Op) -> str | None:
     return None
 
 
+# The ids of the hardware's 16 named barriers (0..15) a kernel may use: Triton 3.6 itself syncs on 0 (the default
+# partition's __syncthreads), 1 (the whole CTA) and 2, 3, ... (one per worker partition), so 0..7 are left to it.
+NAMED_BARRIER_IDS = range(8, 16)
+
+
+def _verify_named_barrier(op: Op) -> str | None:
+    n = op.attrs.get("num_threads")
+    if not isinstance(n, int) or n <= 0 or n % 32:
+        return f"attrs['num_threads'] must be a positive multiple of 32, got {n!r}"
+    if op.results:
+        return "must not have results"
+    if "barrier_id" in op.attrs:
+        if op.operands:
+            return "takes its barrier id as attrs['barrier_id'] or as one i32 operand, not both"
+        if op.attrs["barrier_id"] not in NAMED_BARRIER_IDS:
+            return f"attrs['barrier_id'] must be in 8..15, got {op.attrs['barrier_id']!r}"
+        return None
+    if len(op.operands) != 1 or op.operands[0].type != I32:
+        return "needs attrs['barrier_id'] or exactly one i32 scalar operand (the barrier id)"
+    return None
+
+
 def _verify_smem_alloc(op: Op) -> str | None:
     t = op.results[0].type
     if not isinstance(t.layout, SHARED_LAYOUTS):
@@ -447,6 +469,12 @@ _register("thread_barrier", "block-wide barrier (bar.sync)", "thread_barrier")
 _register("cluster_rank", "this CTA's rank in its thread-block cluster (i32 scalar)", "cluster")
 _register("cluster_sync", "every thread of every CTA in the cluster meets here; mbarrier inits before it are visible "
           "cluster-wide after it", "cluster")
+_register("named_barrier_sync", "PTX bar.sync: wait at hardware named barrier attrs['barrier_id'] (or the i32 operand) "
+          "until attrs['num_threads'] threads have arrived or synced on it; a synchronization effect, never pure",
+          "named_barrier", _verify_named_barrier)
+_register("named_barrier_arrive", "PTX bar.arrive: count attrs['num_threads'] toward named barrier attrs['barrier_id'] "
+          "(or the i32 operand) without waiting; a synchronization effect, never pure", "named_barrier",
+          _verify_named_barrier)
 _register("cp_async", "cp.async global -> shared: (ptr, offsets, dst, mask?)", "cp_async", same_layout=True)
 _register("cp_async_commit", "close a cp.async group", "cp_async")
 _register("cp_async_wait", "wait until at most attrs['num'] cp.async groups are pending", "cp_async")
