@@ -68,6 +68,38 @@ def interleaved(candidate: Callable[[], None], baseline: Callable[[], None], rep
             "rounds_ms": cand, "baseline_rounds_ms": base, "round_ms": rep_ms}
 
 
+def timed(fn: Callable[[], None], repeats: int, rep_ms: int = 1000) -> dict:
+    """Time one side alone over `repeats` rounds (a baseline whose candidate failed its check): the median
+    and each round, keyed as `interleaved` keys the candidate."""
+    from gluon.tuning.measure import alternate_rounds
+    rounds, _ = alternate_rounds(fn, None, repeats, lambda f: bench_ms(f, rep_ms))
+    return {"time_ms": statistics.median(rounds), "rounds_ms": rounds, "round_ms": rep_ms}
+
+
+def poison_allocator(nbytes: int) -> None:
+    """For an API without `out=`: leave a freed block of `nbytes` filled with 0xFF bytes (NaN in fp16, bf16
+    and fp32) in torch's caching allocator, which hands it to the next allocation of that size, so an
+    output the implementation does not fully write reads NaN rather than stale numbers. Best effort: an
+    implementation that first allocates something else may take (part of) the block."""
+    import torch
+    torch.cuda.synchronize()
+    torch.cuda.empty_cache()                # the poisoned block is then the only cached one
+    torch.empty(nbytes, dtype=torch.uint8, device="cuda").fill_(0xFF)
+    torch.cuda.synchronize()
+
+
+def parse_config(text: str) -> dict:
+    """'BLOCK_N=256,STAGES=3,EPILOGUE=direct,SPLIT_WGS=False' -> {'BLOCK_N': 256, 'STAGES': 3, 'EPILOGUE':
+    'direct', 'SPLIT_WGS': False}: integers and True/False are typed (the string 'False' is truthy), the
+    rest stay strings; '' -> {} (the kernel's default config)."""
+    cfg = {}
+    for kv in filter(None, text.split(",")):
+        k, _, v = kv.partition("=")
+        v = v.strip()
+        cfg[k.strip()] = int(v) if v.lstrip("-").isdigit() else {"True": True, "False": False}.get(v, v)
+    return cfg
+
+
 def source_hash(root: str = ROOT) -> str:
     """sha256 (12 hex digits) of the package's and the benchmarks' Python sources as they are on disk:
     names the code that ran even where the git metadata is missing or stale (a copied working tree)."""

@@ -19,7 +19,7 @@ import sys
 
 # the repo root instead of bench/ on the path: bench/copy.py must not shadow the stdlib `copy`
 sys.path[0] = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-from bench.common import environment, graphed, interleaved, parser, table, write_json  # noqa: E402
+from bench.common import environment, graphed, interleaved, parse_config, parser, table, write_json  # noqa: E402
 
 SHAPES = ["8192x8192x8192", "4096x4096x4096", "2048x2048x2048", "16384x8192x1024", "8192x28672x4096",
           "128x8192x8192", "1000x1000x1000", "3000x2000x1500", "333x200x136", "4000x3000x5000"]
@@ -28,15 +28,7 @@ SHAPES = ["8192x8192x8192", "4096x4096x4096", "2048x2048x2048", "16384x8192x1024
 def _parse_configs(text: str) -> list[dict]:
     """'BLOCK_N=256,STAGES=3;EPILOGUE=direct' -> [{'BLOCK_N': 256, 'STAGES': 3}, {'EPILOGUE': 'direct'}];
     ';SPLIT_WGS=True' -> [{}, {'SPLIT_WGS': True}] (True/False are booleans: the string 'False' is truthy)"""
-    out = []
-    for part in text.split(";"):                # an empty part is the default config
-        cfg = {}
-        for kv in filter(None, part.split(",")):
-            k, _, v = kv.partition("=")
-            v = v.strip()
-            cfg[k.strip()] = int(v) if v.lstrip("-").isdigit() else {"True": True, "False": False}.get(v, v)
-        out.append(cfg)
-    return out
+    return [parse_config(part) for part in text.split(";")]    # an empty part is the default config
 
 
 def config_name(kernel: str, cfg: dict) -> str:

@@ -82,3 +82,12 @@ def test_commit_says_dirty_where_tracked_files_differ_from_head(tmp_path):
     assert git_commit(str(tmp_path)) == head
     (tmp_path / "a.py").write_text("x = 2\n")
     assert git_commit(str(tmp_path)) == head + "-dirty"
+
+
+def test_timed_keeps_every_round_of_one_side(monkeypatch):
+    """A baseline whose candidate failed its check is timed alone: the median over the rounds, each kept."""
+    import bench.common as common
+    times = iter([3.0, 1.0, 2.0])
+    monkeypatch.setattr(common, "bench_ms", lambda fn, rep_ms: next(times))
+    r = common.timed(lambda: None, 3, 400)
+    assert r == {"time_ms": 2.0, "rounds_ms": [3.0, 1.0, 2.0], "round_ms": 400}
