@@ -2,7 +2,7 @@
 
     python examples/flash_attn_kernel.py                                # B4 H16 S8192 D128 bf16
     python examples/flash_attn_kernel.py --shape 2x32x4096x64 --causal --dtype fp16
-    python examples/flash_attn_kernel.py --set OVERLAP=false --set STAGES=3 --kv-heads 4
+    python examples/flash_attn_kernel.py --set PINGPONG=false --set STAGES=2 --kv-heads 4
 
 The kernel is written in the DSL in gluon/kernels/attention_sm90/ (warp-specialized: a TMA producer
 warp streams K and V through an mbarrier ring; each consumer warpgroup owns 64 query rows, runs

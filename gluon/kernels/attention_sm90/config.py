@@ -69,6 +69,9 @@ class AttentionConfig:
         if self.BLOCK_N not in (64, 128, 256):
             raise GluonError(f"AttentionConfig BLOCK_N={self.BLOCK_N}: takes 64, 128 or 256 (a WGMMA width that is a "
                              "power of two)")
+        if self.PINGPONG and not self.OVERLAP:
+            raise GluonError("AttentionConfig PINGPONG=True takes OVERLAP=True (the turns are the overlapped "
+                             "loop's GEMM issues)")
         if self.PINGPONG and self.CONSUMER_WGS != 2:
             raise GluonError(f"AttentionConfig PINGPONG=True takes CONSUMER_WGS=2 (two warpgroups take turns), "
                              f"got {self.CONSUMER_WGS}")
@@ -84,7 +87,7 @@ FIELDS = tuple(f.name for f in fields(AttentionConfig))
 # P V GEMMs are too short to hide a softmax under (OVERLAP measured slower there)
 DEFAULT_CONFIGS: dict[int, AttentionConfig] = {
     64: AttentionConfig(BLOCK_M=192, CONSUMER_WGS=3, CONSUMER_REGS=160, OVERLAP=False),
-    128: AttentionConfig(),
+    128: AttentionConfig(STAGES=3, PINGPONG=True),
 }
 
 

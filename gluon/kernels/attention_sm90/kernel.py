@@ -29,10 +29,12 @@ from gluon.arch import SM90
 from gluon.jit import kernel
 from gluon.language.control import static_range, warp_role
 from gluon.language.memory import smem
-from gluon.language.nvidia.hopper import mbarrier, tma_load, wgmma, wgmma_wait
+from gluon.language.nvidia.hopper import (mbarrier, named_barrier_arrive, named_barrier_sync, tma_load, wgmma,
+                                          wgmma_wait)
 from gluon.types import DotOperandLayout, Layout, SliceLayout, SwizzleMode, WarpRole
 
 _NEG_INF = float("-inf")
+_TURN = 8                   # PINGPONG: warpgroup g waits on named barrier _TURN + g for its turn to issue GEMMs
 _LN2 = 0.6931471805599453
 
 
@@ -127,12 +129,19 @@ def attention_sm90(Q, K, V, O, L, Sq, Skv, H, GROUP, qk_scale, CFG: gl.constexpr
             # diagonal: waited for and released, not computed), the first f_g of them unmasked
             n_g, f_g = _block_range(m0 + g * RM, Sq, Skv, RM, BN, CAUSAL)
             n_g = gl.minimum(gl.maximum(n_g, 1), n_blocks)
+            PP = CFG.PINGPONG
+            if PP and g == 1:
+                named_barrier_arrive(_TURN, 256)    # warpgroup 0 takes the first turn
             q_ready.wait(0)
             if CFG.OVERLAP:
                 if n_blocks > 0:
                     # block 0: S, its softmax (masked: it may be the only block, or a diagonal one)
                     k_ready[0].wait(0)
-                    s = wgmma(q_g, k_s[0].T, gl.zeros((RM, BN), gl.float32, layout=s_layout), use_acc=False)
+                    _turn_begin(g, PP)
+                    s = wgmma(q_g, k_s[0].T, gl.zeros((RM, BN), gl.float32, layout=s_layout), use_acc=False,
+                              wait=False)
+                    _turn_end(g, PP)
+                    s = wgmma_wait(s, q_g, k_s[0], pendings=0)
                     k_empty[0].arrive()
                     s = _masked(s, rows, 0, Skv, off, BN, s_layout, CAUSAL)
                     m_i, p, alpha, l_i = _softmax(s, m_i, l_i, qk_scale, True)
@@ -140,16 +149,18 @@ def attention_sm90(Q, K, V, O, L, Sq, Skv, H, GROUP, qk_scale, CFG: gl.constexpr
                     for j in range(1, f_g):
                         acc, m_i, l_i, p_op = _overlapped_step(j, q_g, k_s, v_s, k_ready, v_ready, k_empty, v_empty,
                                                                acc, m_i, l_i, p_op, rows, Skv, off, qk_scale, ST, BN,
-                                                               s_layout, p_layout, CAUSAL, Q.dtype, False)
+                                                               s_layout, p_layout, CAUSAL, Q.dtype, False, g, PP)
                     for j in range(gl.maximum(f_g, 1), n_g):
                         acc, m_i, l_i, p_op = _overlapped_step(j, q_g, k_s, v_s, k_ready, v_ready, k_empty, v_empty,
                                                                acc, m_i, l_i, p_op, rows, Skv, off, qk_scale, ST, BN,
-                                                               s_layout, p_layout, CAUSAL, Q.dtype, True)
+                                                               s_layout, p_layout, CAUSAL, Q.dtype, True, g, PP)
                     # the last computed block's P V
                     last = n_g - 1
                     s_last = last % ST
                     v_ready[s_last].wait((last // ST) & 1)
+                    _turn_begin(g, PP)
                     acc = wgmma(p_op, v_s[s_last], acc, wait=False)
+                    _turn_end(g, PP)
                     acc = wgmma_wait(acc, p_op, v_s[s_last], pendings=0)
                     v_empty[s_last].arrive()
             else:
@@ -164,6 +175,10 @@ def attention_sm90(Q, K, V, O, L, Sq, Skv, H, GROUP, qk_scale, CFG: gl.constexpr
             if CAUSAL:
                 for jr in range(n_g, n_blocks):     # blocks only later warpgroups' rows see
                     _release(jr, k_ready, v_ready, k_empty, v_empty, ST)
+                    _turn_begin(g, PP)              # (a turn without GEMMs: both take as many turns)
+                    _turn_end(g, PP)
+            if PP and g == 0:
+                named_barrier_sync(_TURN, 256)      # warpgroup 1's last turn ends: no arrive left pending
             _epilogue(acc, m_i, l_i, q_g, O, L, rows, m0 + g * RM, q_row, q_col, ldo, Sq, bh, qk_scale, RM, D,
                       o_layout, s_layout, WRITE_LSE)
 
@@ -202,18 +217,33 @@ def _serial_step(j, q_g, k_s, v_s, k_ready, v_ready, k_empty, v_empty, acc, m_i,
     return acc, m_i, l_i
 
 
+def _turn_begin(g: int, PINGPONG: bool):
+    """PINGPONG: wait for this warpgroup's turn to issue GEMMs (the other one has issued its own)."""
+    if PINGPONG:
+        named_barrier_sync(_TURN + g, 256)
+
+
+def _turn_end(g: int, PINGPONG: bool):
+    """PINGPONG: GEMMs issued; the other warpgroup's turn (its softmax ran under ours)."""
+    if PINGPONG:
+        named_barrier_arrive(_TURN + 1 - g, 256)
+
+
 def _overlapped_step(j, q_g, k_s, v_s, k_ready, v_ready, k_empty, v_empty, acc, m_i, l_i, p_op, rows, Skv, off,
-                     qk_scale, ST: int, BN: int, s_layout, p_layout, CAUSAL: bool, dtype, MASKED: bool):
+                     qk_scale, ST: int, BN: int, s_layout, p_layout, CAUSAL: bool, dtype, MASKED: bool, g: int,
+                     PINGPONG: bool):
     """Key block j with FlashAttention-3's intra-warpgroup overlap: issue S_j = Q K_j^T and then
     O += P_{j-1} V_{j-1}; wait for S_j only and run its softmax while P V runs; then wait for P V,
     release V_{j-1} and rescale O for block j."""
     s_i = j % ST
+    v_i = (j - 1) % ST
     k_ready[s_i].wait((j // ST) & 1)
+    v_ready[v_i].wait(((j - 1) // ST) & 1)
+    _turn_begin(g, PINGPONG)
     s = wgmma(q_g, k_s[s_i].T, gl.zeros(acc.shape[:1] + (BN,), gl.float32, layout=s_layout), use_acc=False,
               wait=False)
-    v_i = (j - 1) % ST
-    v_ready[v_i].wait(((j - 1) // ST) & 1)
     acc = wgmma(p_op, v_s[v_i], acc, wait=False)
+    _turn_end(g, PINGPONG)
     s = wgmma_wait(s, q_g, k_s[s_i], pendings=1)
     k_empty[s_i].arrive()
     if MASKED:
