@@ -21,17 +21,20 @@ estimated at about 20 minutes on one H200: under a time limit split it (--dtype,
 """
 from __future__ import annotations
 
-import argparse
-import dataclasses
-import math
 import os
-import re
-import statistics
 import sys
-from typing import Callable
 
-# the repo root instead of bench/ on the path: bench/copy.py must not shadow the stdlib `copy`
+# the repo root instead of bench/ on the path, before any import that imports the stdlib `copy`
+# (dataclasses, argparse, torch): bench/copy.py must not shadow it
 sys.path[0] = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+import argparse  # noqa: E402
+import dataclasses  # noqa: E402
+import math  # noqa: E402
+import re  # noqa: E402
+import statistics  # noqa: E402
+from typing import Callable  # noqa: E402
+
 from bench.common import (environment, interleaved, parse_config, parser, poison_allocator,  # noqa: E402
                           table, timed, write_json)
 

@@ -109,7 +109,7 @@ def test_packed_qkv_slices():
 @pytest.mark.parametrize("D", [64, 128])
 @pytest.mark.parametrize("config", [
     dict(OVERLAP=False, PINGPONG=False), dict(OVERLAP=True, PINGPONG=False), dict(STAGES=3), dict(BLOCK_N=64),
-    dict(CONSUMER_WGS=3, BLOCK_M=192, CONSUMER_REGS=160, PINGPONG=False),
+    dict(CONSUMER_WGS=3, BLOCK_M=192, CONSUMER_REGS=160, PINGPONG=False, STAGES=2),
     dict(CONSUMER_WGS=1, BLOCK_M=64, CONSUMER_REGS=240, PINGPONG=False), dict(REVERSE_M=False),
     dict(PINGPONG=True, OVERLAP=True, CONSUMER_WGS=2, BLOCK_M=128, CONSUMER_REGS=240),
     dict(PINGPONG=True, OVERLAP=True, CONSUMER_WGS=2, BLOCK_M=128, CONSUMER_REGS=240, STAGES=3, BLOCK_N=64)])
