@@ -24,8 +24,10 @@ A template is a `TuningTemplate` subclass instance (see gluon/tuning/templates/ 
     model_s(config, shape, dtype, peak_flops, peak_bw, num_sms)   the dry run's ranking model (defaults to
                                                         the roofline; GEMM adds wave and tile quantization)
 
-Shapes are tuples of ints in the order of `dims`; dtypes are the names "fp16", "bf16", "fp32".
-Configs are dicts of parameter name -> value as the spec writes them (BLOCK_M, STAGES, CONSUMER_WARPS, ...).
+Shapes are tuples of ints in the order of `dims` (a flag dim, such as attention's CAUSAL, is 0 or 1: a spec
+writes it true/false); dtypes are the names "fp16", "bf16", "fp32". Configs are dicts of parameter name ->
+value as the spec writes them (BLOCK_M, STAGES, CONSUMER_WARPS, ...). `shape_problem(shape)` says what is
+wrong with a spec's shape for this template (the tuner and `gluon check` refuse the spec with it).
 """
 from __future__ import annotations
 
@@ -118,6 +120,17 @@ class TuningTemplate:
             raise ir.GluonError(f"{self.name} takes {', '.join(self.dtypes)}, not {dtype}")
         if len(tuple(shape)) != len(self.dims):
             raise ir.GluonError(f"{self.name} shapes are {'x'.join(self.dims)}, got {shape_str(shape)}")
+
+    def shape_problem(self, shape) -> str | None:
+        """What is wrong with a spec's shape for this template, or None. The default: `len(dims)` dims,
+        each >= 1 (a flag dim written false is 0: a template with flag dims checks them itself)."""
+        shape = tuple(shape)
+        if self.dims and len(shape) != len(self.dims):
+            return f"{len(shape)} dims where {self.name} takes {len(self.dims)} ({', '.join(self.dims)})"
+        bad = [f"{self.dims[i] if i < len(self.dims) else i}={d}" for i, d in enumerate(shape) if int(d) < 1]
+        if bad:
+            return f"{', '.join(bad)}: {self.name}'s dims are sizes >= 1"
+        return None
 
     def trace(self, config: dict, shape, dtype: str, arch: str) -> ir.Module:
         """The kernel's IR for this config (before passes). Subclasses implement it."""
