@@ -149,6 +149,20 @@ def test_bad_knob_combinations_are_illegal_configs_with_the_message(bad, msg):
         _legal(dict(DEFAULT, **bad))
 
 
+def test_a_spec_config_is_one_kernel_whatever_the_kernels_defaults(monkeypatch):
+    """Knobs the spec leaves out take AttentionConfig's field defaults, not the per-head-dim default (which
+    moves as the kernel is tuned by hand): e.g. a default with PINGPONG does not leak into spec configs."""
+    import gluon.kernels.attention_sm90.config as kconfig
+    from gluon.kernels.attention_sm90 import AttentionConfig
+    monkeypatch.setitem(kconfig.DEFAULT_CONFIGS, 128, AttentionConfig(STAGES=3, PINGPONG=True, PRODUCER_REGS=56))
+    monkeypatch.setattr(TUNING, "_configs", {})
+    cfg = TUNING.kernel_config(dict(DEFAULT, CONSUMER_WARPS=12, CONSUMER_REGS=160, OVERLAP=False), 128)
+    assert (cfg.BLOCK_M, cfg.CONSUMER_WGS, cfg.STAGES, cfg.PRODUCER_REGS, cfg.PINGPONG) == (192, 3, 2, 24, False)
+    assert TUNING.kernel_config({"BLOCK_N": 64}, 128) == AttentionConfig(BLOCK_N=64)
+    (seed,) = TUNING.seed_configs()                            # the default, in the spec's names (no PINGPONG)
+    assert seed["STAGES"] == 3 and seed["PRODUCER_REGS"] == 56 and "PINGPONG" not in seed
+
+
 def test_other_archs_and_dtypes_and_shapes_are_refused():
     with pytest.raises(GluonError, match="runs on sm90"):
         TUNING.legality(DEFAULT, (1, 2, 256, 128, 0), "bf16", "sm100")

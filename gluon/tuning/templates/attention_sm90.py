@@ -18,8 +18,10 @@ built buckets of its dtype with the same head dim and causal flag, the nearest i
 part of the key, tuning shapes have Sq == Skv). A call no bucket serves (another head dim, causal flag or
 dtype) runs the kernel's default config for its head dim, with a one-line warning.
 
-**Configs.** `kernel_config` maps the spec's names to an `AttentionConfig`, on top of the kernel's default
-for the shape's head dim: CONSUMER_WARPS -> CONSUMER_WGS = warps // 4 (whole warpgroups); PRODUCER_WARPS
+**Configs.** `kernel_config` maps the spec's names to an `AttentionConfig`, on top of AttentionConfig's field
+defaults (not of the kernel's per-head-dim default, which moves as the kernel is tuned by hand: one spec
+config is one kernel, whatever the defaults are; PINGPONG, which the spec does not search, stays false):
+CONSUMER_WARPS -> CONSUMER_WGS = warps // 4 (whole warpgroups); PRODUCER_WARPS
 must be 1 (one TMA producer warp); BLOCK_M left out is 64 * CONSUMER_WGS; the rest are AttentionConfig
 fields (BLOCK_M, BLOCK_N, STAGES, CONSUMER_WGS, CONSUMER_REGS, PRODUCER_REGS, OVERLAP, REVERSE_M).
 PINGPONG=true is refused: the kernel does not implement it yet (AttentionConfig takes the flag, the
@@ -50,6 +52,7 @@ from gluon.tuning.template import (H200_PEAK_BW, H200_PEAK_FLOPS, H200_SMS, Tuni
 _SPEC_NAMES = ("CONSUMER_WARPS", "PRODUCER_WARPS")
 _KERNEL_DIR = Path(_kernel_package.__file__).parent
 _REFERENCE_BYTES = 1 << 30           # fp32 scores per chunk of the reference
+_BASE = AttentionConfig()            # what a spec config does not set (its field defaults)
 
 
 def _div(n: int) -> tuple[bool, bool]:
@@ -161,7 +164,7 @@ class _AttentionSM90Tuning(TuningTemplate):
                              "accepted and ignored); leave it out of the spec or false")
         if "BLOCK_M" not in kw and "CONSUMER_WGS" in kw:
             kw["BLOCK_M"] = 64 * int(kw["CONSUMER_WGS"])
-        return to_config(kw, default_config(head_dim))          # AttentionConfig checks the knobs (GluonError)
+        return to_config(kw, _BASE)                              # AttentionConfig checks the knobs (GluonError)
 
     # -- without a GPU ---------------------------------------------------------------------------------
     def trace(self, config, shape, dtype, arch):
@@ -235,7 +238,8 @@ class _AttentionSM90Tuning(TuningTemplate):
         return cudnn
 
     def seed_configs(self):
-        """The kernel's default config (what `attention` runs at D 128), in the spec's names."""
+        """The kernel's default config at D 128 (what `attention` runs there), in the spec's names (the knobs the
+        spec does not search left out)."""
         d = default_config(128)
         return [dict(BLOCK_M=d.BLOCK_M, BLOCK_N=d.BLOCK_N, STAGES=d.STAGES, CONSUMER_WARPS=4 * d.CONSUMER_WGS,
                      CONSUMER_REGS=d.CONSUMER_REGS, PRODUCER_WARPS=1, PRODUCER_REGS=d.PRODUCER_REGS,
