@@ -2,6 +2,7 @@
 baseline and against the tuned trial's own time, in one run.
 
     python3 bench/tuned.py gemm_sm90 [--results results] [--repeats 5] [--json out.json]
+    python3 bench/tuned.py attention_sm90
 
 For every built bucket (shape, dtype) of the manifest: fresh random inputs from the template (a seed
 the tuner never used), the output poisoned, one call of the loaded callable checked against the
@@ -42,13 +43,14 @@ def main() -> int:
         inputs = tpl.make_inputs(shape, dtype, "cuda", seed=20261129)
         tpl.poison(inputs)
         args_ = tpl.call_args(inputs)
+        kwargs = tpl.call_kwargs(inputs)               # e.g. attention's causal flag
         out = tpl.output(inputs)
         t1 = time.perf_counter()
-        k(*args_, out=out)
+        k(*args_, out=out, **kwargs)
         torch.cuda.synchronize()
         first_s = time.perf_counter() - t1
         ok, max_err, why = tpl.check(out, tpl.reference(inputs), args.rtol, 0.0)
-        loaded = lambda: k(*args_, out=out)             # noqa: E731
+        loaded = lambda: k(*args_, out=out, **kwargs)   # noqa: E731
         r = interleaved(loaded, tpl.baseline(inputs), args.repeats, args.round_ms)
         jit = lambda: tpl.run(inputs, e["config"])      # noqa: E731
         jit()                                           # compiled outside the timing

@@ -200,37 +200,65 @@ def _spec_or_exit(path: str):
         raise SystemExit(_usage(str(e)))
 
 
+def _legality_shapes(template, cid: str, shapes, dtype: str, arch: str) -> list:
+    """The shapes whose legality verdicts can differ for this config and dtype: one per distinct
+    `template.legality_key` (the GEMM's drops the sizes: its first shape alone; attention's keeps the head
+    dim and the causal flag), the first shape first."""
+    key = getattr(template, "legality_key", lambda c, s, d, a: (c, tuple(s), d, a))
+    seen, out = set(), []
+    for shape in shapes:
+        k = key(cid, tuple(shape), dtype, arch)
+        if k not in seen:
+            seen.add(k)
+            out.append(tuple(shape))
+    return out
+
+
 def _check(args) -> int:
-    from .tuning.spec import template_of
+    from .tuning.settings import _check_shapes
+    from .tuning.spec import SpecError, template_of
+    from .tuning.template import shape_str
     spec = _spec_or_exit(args.spec)
     try:
         template = template_of(spec)
     except Exception as e:  # an import error in the user's template: name it, no traceback
         return _usage(str(e))
+    try:
+        _check_shapes(spec, template)
+    except SpecError as e:
+        return _usage(str(e))
     rows, legal = [], 0
+    arch = spec.kernel.arch
     configs = list(spec.space.grid())
     for i, cfg in enumerate(configs):
         cid = spec.space.config_id(cfg)
-        for shape in spec.shapes[:1]:                # legality does not depend on the sizes
-            for dtype in spec.dtypes:
-                row = {"config_id": cid, "config": cfg, "dtype": dtype}
-                try:
-                    if args.compile:
-                        ck = template.compile(cfg, shape, dtype, spec.kernel.arch)
-                        row.update(status="ok", registers=ck.registers, spills=ck.spills, shared_bytes=ck.shared_bytes)
-                    else:
-                        template.legality(cfg, shape, dtype, spec.kernel.arch)
-                        row.update(status="legal")
-                    legal += 1
-                except GluonError as e:
-                    row.update(status="pruned", reason=str(e).splitlines()[0])
-                except Exception as e:  # a compile error: report the config, continue
-                    row.update(status="compile_error", reason=f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}")
-                rows.append(row)
-                if not args.json:
-                    extra = (f"registers={row['registers']} spills={row['spills']} smem={row['shared_bytes']}"
-                             if row["status"] == "ok" else row.get("reason", ""))
-                    print(f"[{i + 1}/{len(configs)}] {cid} {dtype:4} {row['status']:13} {extra}", flush=True)
+        for dtype in spec.dtypes:
+            # every shape whose verdict can differ is checked (traces, milliseconds); the first is compiled
+            shapes = _legality_shapes(template, cid, spec.shapes, dtype, arch)
+            row = {"config_id": cid, "config": cfg, "dtype": dtype}
+            at = shapes[0]
+            try:
+                if args.compile:                     # (the compile traces and runs the passes: its verdict)
+                    ck = template.compile(cfg, at, dtype, arch)
+                    row.update(status="ok", registers=ck.registers, spills=ck.spills, shared_bytes=ck.shared_bytes)
+                else:
+                    template.legality(cfg, at, dtype, arch)
+                    row.update(status="legal")
+                for at in shapes[1:]:
+                    template.legality(cfg, at, dtype, arch)
+                legal += 1
+            except GluonError as e:
+                row.update(status="pruned", reason=str(e).splitlines()[0], shape=shape_str(at))
+            except Exception as e:  # a compile error: report the config, continue
+                row.update(status="compile_error", reason=f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}",
+                           shape=shape_str(at))
+            rows.append(row)
+            if not args.json:
+                extra = (f"registers={row['registers']} spills={row['spills']} smem={row['shared_bytes']}"
+                         if row["status"] == "ok" else row.get("reason", ""))
+                if "shape" in row and len(spec.shapes) > 1:
+                    extra += f" (shape {row['shape']})"
+                print(f"[{i + 1}/{len(configs)}] {cid} {dtype:4} {row['status']:13} {extra}", flush=True)
     if args.json:
         print(json.dumps(rows, indent=1, default=str))
     else:

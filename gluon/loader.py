@@ -1,14 +1,18 @@
-"""`gluon.load("gemm_sm90")`: a callable that runs the built best config for the call's shape.
+"""`gluon.load("gemm_sm90")`, `gluon.load("attention_sm90")`: a callable that runs the built best config
+for the call's shape.
 
 The build's artifacts are put into the local kernel cache under their keys, so the first call of a
-bucket traces the kernel (milliseconds) and finds its binary there: nothing is recompiled. A shape
-that was not tuned uses the nearest built bucket of the same dtype (closest in log-space over the
-dims), so every shape gets a measured config.
+bucket traces the kernel (milliseconds) and finds its binary there: nothing is recompiled. The bucket of a
+call is the spec template's to say (`shape_of` / `dtype_of` of the call's arguments, `bucket_distance` to
+each built bucket of that dtype): by default the nearest in log space over the dims, so every shape gets a
+measured config; a template can rule buckets out (attention: another head dim or causal flag), and where
+none is left its `fallback_config` runs (attention: the kernel's default config, with a one-line
+warning) or, without one, the call is refused (BuildError).
 """
 from __future__ import annotations
 
 import json
-import math
+import warnings
 from pathlib import Path
 
 from .tuning.build import MANIFEST, BuildError
@@ -37,6 +41,10 @@ def _install(art: Path, key: str) -> None:
     cache.put(key, files)
 
 
+def _shape_text(shape) -> str:
+    return "x".join(str(int(d)) for d in shape)
+
+
 class LoadedKernel:
     """Dispatches a call to the built config of the nearest (shape, dtype) bucket."""
 
@@ -55,25 +63,42 @@ class LoadedKernel:
         self._choice: dict = {}
 
     def bucket(self, shape: tuple, dtype: str) -> dict:
+        """The manifest entry a call of `shape` and `dtype` runs: the nearest built bucket of that dtype that
+        the template lets serve it, else a fallback entry ({"config": ..., "fallback": True}) when the
+        template has a fallback config; BuildError otherwise."""
         key = (shape, dtype)
         e = self._choice.get(key)
         if e is None:
+            from .tuning.template import log_distance
+            template = getattr(self, "template", None)
+            distance = getattr(template, "bucket_distance", log_distance)
             same = [e for e in self.entries if e["dtype"] == dtype]
-            if not same:
-                have = sorted({e["dtype"] for e in self.entries})
-                raise BuildError(f"{self.name} was built for {', '.join(have)}, not {dtype}")
-            e = min(same, key=lambda e: sum(abs(math.log(max(1, a)) - math.log(max(1, b)))
-                                            for a, b in zip(e["shape"], shape)))
+            scored = [(d, i) for i, e in enumerate(same)
+                      if (d := distance(tuple(e["shape"]), shape)) is not None]
+            if scored:
+                e = same[min(scored)[1]]
+            else:
+                fallback = getattr(template, "fallback_config", None)
+                config = fallback(shape, dtype) if fallback is not None else None
+                if config is None:
+                    if not same:
+                        have = sorted({e["dtype"] for e in self.entries})
+                        raise BuildError(f"{self.name} was built for {', '.join(have)}, not {dtype}")
+                    raise BuildError(f"no built bucket of {self.name} serves shape {_shape_text(shape)} {dtype} "
+                                     f"(built: {', '.join(_shape_text(e['shape']) for e in same)})")
+                warnings.warn(f"gluon.load({self.name!r}): no built bucket serves shape {_shape_text(shape)} {dtype}; "
+                              "running the kernel's default config", stacklevel=3)
+                e = {"shape": list(shape), "dtype": dtype, "config": config, "fallback": True}
             self._choice[key] = e
         return e
 
-    def __call__(self, *args, out=None):
-        shape = tuple(int(d) for d in self.template.shape_of(*args))
-        e = self.bucket(shape, self.template.dtype_of(*args))
-        return self.template.call(e["config"], *args, out=out)
+    def __call__(self, *args, **kwargs):
+        shape = tuple(int(d) for d in self.template.shape_of(*args, **kwargs))
+        e = self.bucket(shape, self.template.dtype_of(*args, **kwargs))
+        return self.template.call(e["config"], *args, **kwargs)
 
     def __repr__(self) -> str:
-        buckets = ", ".join(f"{'x'.join(map(str, e['shape']))}/{e['dtype']}" for e in self.entries)
+        buckets = ", ".join(f"{_shape_text(e['shape'])}/{e['dtype']}" for e in self.entries)
         return f"<gluon kernel {self.name}: {buckets}>"
 
 
@@ -82,5 +107,3 @@ def load(name_or_path: str | Path, root: str | Path = "results") -> LoadedKernel
     path = _manifest_path(name_or_path, root)
     manifest = json.loads(path.read_text())
     return LoadedKernel(manifest, path.parent)
-
-

@@ -1,5 +1,6 @@
-"""The spec's [tuning] values as the tuner reads them (`_t`: the spec's value, else the default), and the
-SpecError naming the spec file and a field (`_spec_error`), for the tuner's modules."""
+"""The spec's [tuning] values as the tuner reads them (`_t`: the spec's value, else the default), the
+SpecError naming the spec file and a field (`_spec_error`), and the spec's shapes checked against its
+template (`_check_shapes`), for the tuner's modules and `gluon check`."""
 from __future__ import annotations
 
 from .spec_errors import SpecError
@@ -13,3 +14,22 @@ def _t(spec, name, default=None):
 def _spec_error(spec, field: str, problem: str, allowed: str = "") -> Exception:
     """A SpecError naming the spec file and the field."""
     return SpecError(getattr(spec, "source", None), None, field, problem, allowed=allowed)
+
+
+def _check_shapes(spec, template) -> None:
+    """SpecError (file, line, shapes[i]) for the first shape the template does not take
+    (`template.shape_problem`: the number of dims, sizes >= 1, a template's own rules such as flag dims)."""
+    dims = tuple(getattr(template, "dims", ()))
+    check = getattr(template, "shape_problem", None)
+    if check is None:                            # a template that is no TuningTemplate: the number of dims
+        def check(shape):
+            return f"{len(shape)} dims where it takes {len(dims)}" if dims and len(shape) != len(dims) else None
+    for i, shape in enumerate(getattr(spec, "shapes", ())):
+        why = check(tuple(shape))
+        if why:
+            allowed = f"[{', '.join(dims)}]" if dims else ""
+            shown = "[" + ", ".join(str(int(d)) for d in shape) + "]"
+            problem = f"{shown} does not fit template {getattr(template, 'name', '?')}: {why}"
+            if hasattr(spec, "error"):
+                raise spec.error(("shapes", i), problem, value=list(shape), allowed=allowed)
+            raise _spec_error(spec, f"shapes[{i}]", problem, allowed=allowed)

@@ -8,7 +8,8 @@ File layout (TOML; YAML is the same tree):
 
     extends = "base.toml"                    # optional, relative to this file; deep-merged, this file wins,
                                              # lists replace
-    dtypes = [...]  shapes = [[...], ...]    # top level, or inside [kernel]
+    dtypes = [...]  shapes = [[...], ...]    # top level, or inside [kernel]; a shape's dims are integers >= 1,
+                                             # or true/false (read as 1/0) for a template's flag dims
     constraints = ["..."]                    # top level, or inside [kernel], [tiles], [swizzle], [stages], [params]
     [kernel]   name, template ("pkg.mod:ATTR" | "path/file.py:ATTR"), arch (sm80|sm90|sm100|cdna3), description
     [tiles]    NAME = 128 | { values = [...] } | { range = [lo, hi], step = s } | { range = [lo, hi], log = true }
@@ -85,6 +86,11 @@ __all__ = ["load_spec", "resolve_template", "template_of", "SpecError", "Spec", 
            "ARCHS", "DTYPES", "SAMPLERS", "OBJECTIVES", "SCORINGS"]
 
 
+# a shape's dims: sizes, or booleans for a template's flag dims (attention's causal; the template says which
+# dims are flags and checks them: TuningTemplate.shape_problem)
+_DIMS_ALLOWED = "integers >= 1 (true/false for a flag dim)"
+
+
 class Spec(BaseModel):
     """A loaded, validated kernel spec (see the module docstring)."""
     model_config = ConfigDict(extra="forbid", arbitrary_types_allowed=True)
@@ -124,7 +130,8 @@ class Spec(BaseModel):
     @field_validator("shapes", mode="before")
     @classmethod
     def _shapes(cls, v):
-        allowed = "a non-empty list of shapes, each a list of integers >= 1, all of the same length"
+        allowed = ("a non-empty list of shapes, each a list of integers >= 1 (or true/false for a flag such as "
+                   "causal), all of the same length")
         if not isinstance(v, (list, tuple)):
             raise _Problem(f"{_fmt(v)} is not a list of shapes", value=v, allowed=allowed)
         if not v:
@@ -138,11 +145,12 @@ class Spec(BaseModel):
                 raise _Problem(f"{_fmt(s)} is not a shape", path=(i,), value=s,
                                allowed="a non-empty list of dims, e.g. [4096, 4096]")
             for j, d in enumerate(s):
-                if not isinstance(d, int) or isinstance(d, bool):
-                    raise _Problem(f"{_fmt(d)} is not an integer", path=(i, j), value=d, allowed="integers >= 1")
-                if d < 1:
+                if not isinstance(d, int):
+                    raise _Problem(f"{_fmt(d)} is not an integer", path=(i, j), value=d, allowed=_DIMS_ALLOWED)
+                if d < 1 and not isinstance(d, bool):
                     raise _Problem(f"{d} is not a positive dimension", path=(i, j), value=d,
-                                   allowed="integers >= 1")
+                                   allowed=_DIMS_ALLOWED)
+            s = [int(d) for d in s]          # a flag dim (attention's causal) is 1 / 0 from here on
             if len(s) != len(v[0]):
                 raise _Problem(f"{_fmt(s)} has {len(s)} dims but shapes[0] has {len(v[0])}", path=(i,), value=s,
                                allowed=f"every shape with {len(v[0])} dims")

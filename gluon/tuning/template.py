@@ -24,8 +24,16 @@ A template is a `TuningTemplate` subclass instance (see gluon/tuning/templates/ 
     model_s(config, shape, dtype, peak_flops, peak_bw, num_sms)   the dry run's ranking model (defaults to
                                                         the roofline; GEMM adds wave and tile quantization)
 
-Shapes are tuples of ints in the order of `dims`; dtypes are the names "fp16", "bf16", "fp32".
-Configs are dicts of parameter name -> value as the spec writes them (BLOCK_M, STAGES, CONSUMER_WARPS, ...).
+Shapes are tuples of ints in the order of `dims` (a flag dim, such as attention's CAUSAL, is 0 or 1: a spec
+writes it true/false); dtypes are the names "fp16", "bf16", "fp32". Configs are dicts of parameter name ->
+value as the spec writes them (BLOCK_M, STAGES, CONSUMER_WARPS, ...).
+
+What `gluon.load` uses (gluon/loader.py): `shape_of(*args, **kwargs)` / `dtype_of(...)` name a user call's
+bucket, `bucket_distance(built, shape)` ranks the built buckets for it (None: that bucket cannot serve it),
+`fallback_config(shape, dtype)` is run where none can (None: the loader refuses the call), and
+`call(config, *args, **kwargs)` runs it; `call_args(inputs)` / `call_kwargs(inputs)` rebuild a user call
+from `make_inputs`' dict (bench/tuned.py). `shape_problem(shape)` says what is wrong with a spec's shape
+for this template (the tuner and `gluon check` refuse the spec with it).
 """
 from __future__ import annotations
 
@@ -119,6 +127,17 @@ class TuningTemplate:
         if len(tuple(shape)) != len(self.dims):
             raise ir.GluonError(f"{self.name} shapes are {'x'.join(self.dims)}, got {shape_str(shape)}")
 
+    def shape_problem(self, shape) -> str | None:
+        """What is wrong with a spec's shape for this template, or None. The default: `len(dims)` dims,
+        each >= 1 (a flag dim written false is 0: a template with flag dims checks them itself)."""
+        shape = tuple(shape)
+        if self.dims and len(shape) != len(self.dims):
+            return f"{len(shape)} dims where {self.name} takes {len(self.dims)} ({', '.join(self.dims)})"
+        bad = [f"{self.dims[i] if i < len(self.dims) else i}={d}" for i, d in enumerate(shape) if int(d) < 1]
+        if bad:
+            return f"{', '.join(bad)}: {self.name}'s dims are sizes >= 1"
+        return None
+
     def trace(self, config: dict, shape, dtype: str, arch: str) -> ir.Module:
         """The kernel's IR for this config (before passes). Subclasses implement it."""
         raise NotImplementedError
@@ -168,21 +187,36 @@ class TuningTemplate:
         return []
 
     # -- what gluon.load's callables use ---------------------------------------------------------------
-    def shape_of(self, *args) -> tuple[int, ...]:
+    def shape_of(self, *args, **kwargs) -> tuple[int, ...]:
         """The problem shape (in `dims` order) of a user call's arguments, to pick a built bucket."""
         raise NotImplementedError
 
-    def dtype_of(self, *args) -> str:
+    def dtype_of(self, *args, **kwargs) -> str:
         """The dtype name ("fp16", ...) of a user call, to pick a built bucket."""
         return dtype_name(args[0].dtype)
 
-    def call(self, config: dict, *args, out=None):
+    def bucket_distance(self, built, shape) -> float | None:
+        """How far a call of `shape` is from the bucket built for shape `built` (the loader runs the nearest
+        one of the call's dtype), or None where that bucket's config cannot serve the call. The default:
+        closest in log space over the dims."""
+        return log_distance(built, shape)
+
+    def fallback_config(self, shape, dtype: str) -> dict | None:
+        """The config for a call no built bucket serves (the loader warns once and runs it), or None: the
+        loader refuses the call (the default)."""
+        return None
+
+    def call(self, config: dict, *args, out=None, **kwargs):
         """Run the kernel with `config` on a user's arguments and return the output."""
         raise NotImplementedError
 
     def call_args(self, inputs: dict) -> tuple:
         """The user-call arguments (as `call` takes them after config) held in `make_inputs`' dict."""
         raise NotImplementedError
+
+    def call_kwargs(self, inputs: dict) -> dict:
+        """The user-call keyword arguments (besides `out`) of `make_inputs`' dict: none by default."""
+        return {}
 
     def run(self, inputs: dict, config: dict, kernel: CompiledKernel | None = None) -> None:
         """One launch of `config` on `inputs`. The tuner's GPU worker passes `kernel`, the binary the compile
@@ -249,6 +283,11 @@ class TuningTemplate:
                 peak_bw: float = H200_PEAK_BW, num_sms: int = H200_SMS) -> float:
         """The dry run's estimate, for ranking configs only (not a prediction)."""
         return self.roofline_s(shape, dtype, peak_flops, peak_bw)
+
+
+def log_distance(a, b) -> float:
+    """sum over the dims of |log a_i - log b_i| (dims below 1 count as 1)."""
+    return sum(abs(math.log(max(1, int(x))) - math.log(max(1, int(y)))) for x, y in zip(a, b))
 
 
 def waves_efficiency(units: int, slots: int) -> float:

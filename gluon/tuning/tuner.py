@@ -93,11 +93,11 @@ from .jobs import geomean
 from .measure import DEFAULT_MEASURE, GpuWorker, default_environment
 from .results import ResultsStore, make_row
 from .sampler import make_sampler
-from .settings import _spec_error, _t
+from .settings import _check_shapes, _spec_error, _t
 from .spec import load_spec, template_of
 from .storage import TuneError
 from .study import _Study
-from .template import H200_PEAK_BW, H200_PEAK_FLOPS, H200_SMS, shape_str
+from .template import H200_PEAK_BW, H200_PEAK_FLOPS, H200_SMS
 from .tune_summary import TuneSummary
 
 __all__ = ["TuneError", "TuneSummary", "tune"]
@@ -177,10 +177,7 @@ class _Tuner:
         if bad:
             raise _spec_error(self.spec, "dtypes", f"template {tmpl.name} does not take {', '.join(bad)}",
                               allowed=", ".join(tmpl.dtypes))
-        for s in self.shapes:
-            if tmpl.dims and len(s) != len(tmpl.dims):
-                raise _spec_error(self.spec, "shapes", f"{shape_str(s)} does not fit template {tmpl.name}",
-                                  allowed=f"{len(tmpl.dims)} sizes ({', '.join(tmpl.dims)})")
+        _check_shapes(self.spec, tmpl)
         base = _t(self.spec, "baseline", "torch")
         if self.objective == "geomean_ratio" and base in (False, "none", ""):
             raise _spec_error(self.spec, "tuning.baseline", "objective geomean_ratio needs a baseline",

@@ -95,7 +95,7 @@ def _as_view(t):
 
 
 def attention(q, k, v, causal: bool = False, scale: float | None = None, config: AttentionConfig | Mapping | None = None,
-              return_lse: bool = False, layout: str = "bhsd", out=None):
+              return_lse: bool = False, layout: str = "bhsd", out=None, compiled=None):
     """softmax(q k^T * scale [+ causal mask]) v, as `torch.nn.functional.scaled_dot_product_attention`.
 
     q [B, Hq, Sq, D], k and v [B, Hkv, Skv, D] with Hkv dividing Hq (grouped-query / multi-query
@@ -105,7 +105,9 @@ def attention(q, k, v, causal: bool = False, scale: float | None = None, config:
     key gets zeros. `layout="bshd"` takes and returns [B, S, H, D] tensors instead. `return_lse`
     also returns the [B, Hq, Sq] fp32 log-sum-exp of the scaled scores (natural log), what a backward
     pass needs. `out` (the output's shape and dtype) is written instead of a new tensor. `config`
-    overrides fields of the default config (a dict) or gives a whole AttentionConfig."""
+    overrides fields of the default config (a dict) or gives a whole AttentionConfig. `compiled`: the
+    kernel already compiled for this config and these inputs (a gluon.jit.CompiledKernel, e.g. the one
+    the tuner's pool built from `stand_ins`), launched instead of specializing here."""
     import torch
     if layout not in ("bhsd", "bshd"):
         _fail(f"layout={layout!r}: use 'bhsd' ([batch, heads, seq, head_dim]) or 'bshd' ([batch, seq, heads, "
@@ -150,9 +152,12 @@ def attention(q, k, v, causal: bool = False, scale: float | None = None, config:
                   WRITE_LSE=bool(return_lse), num_warps=num_warps(cfg))
         plan = _PLANS[key] = _Plan(attention_sm90[grid(Sq, B * H, cfg)], kw)
     args = (q2, k2, v2, o2, lse, Sq, Skv, H, H // HK, scale * _LOG2E)
-    if plan.ck is None:
-        plan.ck = plan.bound.compiled(*args, **plan.kw)
-    plan.ck.launcher(plan.bound.grid, *plan.ck.launch_args(args, {}))
+    ck = compiled
+    if ck is None:
+        if plan.ck is None:
+            plan.ck = plan.bound.compiled(*args, **plan.kw)
+        ck = plan.ck
+    ck.launcher(plan.bound.grid, *ck.launch_args(args, {}))
     if o_work is not o:
         o.copy_(o_work)
     if layout == "bshd":
@@ -168,13 +173,24 @@ def _lse_dummy(device):
     return t
 
 
-def stand_ins(dtype: DType = DType.f16) -> tuple:
+def _size_arg(n: int | None) -> ScalarArg:
+    """A size's stand-in as a launch specializes it (gluon.jit._stand_in): i32 or i64, divisible by 16 or not.
+    None: nothing known (i32, no divisibility: valid for every value)."""
+    if n is None:
+        return ScalarArg(DType.i32)
+    return ScalarArg(DType.i32 if -2**31 <= n < 2**31 else DType.i64, 16 if n % 16 == 0 else 1)
+
+
+def stand_ins(dtype: DType = DType.f16, sq: int | None = None, skv: int | None = None, heads: int | None = None,
+              group: int | None = None) -> tuple:
     """What `attention_sm90.trace` / `.compile` take for (Q, K, V, O, L, Sq, Skv, H, GROUP, qk_scale) without
-    tensors: 2-D views of `dtype`, the fp32 LSE, the sizes and the scale."""
+    tensors: 2-D views of `dtype`, the fp32 LSE, the sizes and the scale. With the sizes of a problem (Sq, Skv,
+    query heads, query heads per k/v head) the size arguments carry the divisibility `attention` specializes
+    them on, so the TTGIR is the one a launch of that problem compiles (the tuner's builds hit the cache at
+    launch); without them, a kernel that assumes nothing of the sizes."""
     refs = [TensorRef(n, d, shape=tuple(f"{n}_shape{i}" for i in range(r)))
             for n, d, r in (("Q", dtype, 2), ("K", dtype, 2), ("V", dtype, 2), ("O", dtype, 2), ("L", DType.f32, 1))]
-    return (*refs, ScalarArg(DType.i32), ScalarArg(DType.i32), ScalarArg(DType.i32), ScalarArg(DType.i32),
-            ScalarArg(DType.f32))
+    return (*refs, _size_arg(sq), _size_arg(skv), _size_arg(heads), _size_arg(group), ScalarArg(DType.f32))
 
 
 def compile_variant(head_dim: int = 128, dtype: DType | None = None, causal: bool = False, **overrides):
