@@ -26,9 +26,9 @@ TESTS = Path(__file__).resolve().parent
 ROOT = TESTS.parent
 SPEC = ROOT / "specs" / "attention_sm90.toml"
 TEMPLATE = "gluon.tuning.templates.attention_sm90:TUNING"
-# the kernel's default config at D 128, in the spec's names
+# a config of the shipped spec's space (two warpgroups, overlapped, no ping-pong), in the spec's names
 DEFAULT = dict(BLOCK_N=128, STAGES=2, CONSUMER_WARPS=8, CONSUMER_REGS=240, PRODUCER_WARPS=1, PRODUCER_REGS=24,
-               OVERLAP=True, REVERSE_M=True)
+               OVERLAP=True, REVERSE_M=True, PINGPONG=False)
 
 
 def _tiny_spec(tmp_path, name="attn_tiny", shapes=None, dtypes=("bf16",), params=None, extra=""):
@@ -64,10 +64,11 @@ def test_the_shipped_spec_validates():
     assert sorted(s[4] for s in spec.shapes) == [0] * 5 + [1] * 5
     p = spec.space.params
     assert list(p) == ["BLOCK_N", "STAGES", "CONSUMER_WARPS", "CONSUMER_REGS", "PRODUCER_WARPS", "PRODUCER_REGS",
-                       "OVERLAP", "REVERSE_M"]
-    assert "PINGPONG" not in p and "BLOCK_M" not in p          # BLOCK_M = 64 rows per consumer warpgroup
-    # 2 BLOCK_N x 2 STAGES x (8 warps at 240 | 12 at 160) x 3 producer budgets x 2 OVERLAP x 2 REVERSE_M
-    assert spec.space.raw_size() == 192 and spec.space.size() == 96
+                       "OVERLAP", "REVERSE_M", "PINGPONG"]
+    assert "BLOCK_M" not in p                                   # BLOCK_M = 64 rows per consumer warpgroup
+    # 2 BLOCK_N x 2 STAGES x (8 warps at 240 | 12 at 160) x 3 producer budgets x 2 OVERLAP x 2 REVERSE_M, plus
+    # PINGPONG where the overlapped loop runs on 2 warpgroups (24 more)
+    assert spec.space.raw_size() == 384 and spec.space.size() == 120
     configs = list(spec.space.grid())
     assert {(c["CONSUMER_WARPS"], c["CONSUMER_REGS"]) for c in configs} == {(8, 240), (12, 160)}
     assert {c["PRODUCER_REGS"] for c in configs} == {24, 40, 56}
@@ -137,7 +138,7 @@ def test_the_compiler_passes_prune_what_does_not_fit_with_their_reason():
 @pytest.mark.parametrize("bad, msg", [
     (dict(CONSUMER_WARPS=6), "CONSUMER_WARPS=6: the consumers issue WGMMA, which needs whole warpgroups"),
     (dict(PRODUCER_WARPS=2), "PRODUCER_WARPS=2: attention_sm90 has one TMA producer warp"),
-    (dict(PINGPONG=True), "PINGPONG=true: the kernel does not implement the ping-pong schedule yet"),
+    (dict(PINGPONG=True, OVERLAP=False), "PINGPONG=True takes OVERLAP=True"),
     (dict(BLOCK_M=128, CONSUMER_WARPS=12, CONSUMER_REGS=160), "BLOCK_M=128: each consumer warpgroup owns 64 query"),
     (dict(BLOCK_N=96), "BLOCK_N=96: takes 64, 128 or 256"),
     (dict(PRODUCER_REGS=28), "PRODUCER_REGS=28: setmaxnreg takes a multiple of 8"),
@@ -159,8 +160,8 @@ def test_a_spec_config_is_one_kernel_whatever_the_kernels_defaults(monkeypatch):
     cfg = TUNING.kernel_config(dict(DEFAULT, CONSUMER_WARPS=12, CONSUMER_REGS=160, OVERLAP=False), 128)
     assert (cfg.BLOCK_M, cfg.CONSUMER_WGS, cfg.STAGES, cfg.PRODUCER_REGS, cfg.PINGPONG) == (192, 3, 2, 24, False)
     assert TUNING.kernel_config({"BLOCK_N": 64}, 128) == AttentionConfig(BLOCK_N=64)
-    (seed,) = TUNING.seed_configs()                            # the default, in the spec's names (no PINGPONG)
-    assert seed["STAGES"] == 3 and seed["PRODUCER_REGS"] == 56 and "PINGPONG" not in seed
+    (seed,) = TUNING.seed_configs()                            # the default, in the spec's names
+    assert seed["STAGES"] == 3 and seed["PRODUCER_REGS"] == 56 and seed["PINGPONG"] is True
 
 
 def test_other_archs_and_dtypes_and_shapes_are_refused():
@@ -355,7 +356,7 @@ def test_the_dry_run_of_the_spec_ranks_legal_configs_and_writes_rows(tmp_path, c
     assert (compiled["dtype"] == "bf16").all()
     # the random sample of the space's product: pruned by its constraints, or by the shared-memory pass
     pruned = df[df["status"] == "pruned"]
-    assert pruned["reason"].str.contains("space: constraint 'CONSUMER_WARPS|KiB of shared memory").all()
+    assert pruned["reason"].str.contains("space: constraint '(?:CONSUMER_WARPS|not PINGPONG)|KiB of shared memory").all()
     assert not (tmp_path / "tuning").exists()
 
 

@@ -20,12 +20,11 @@ dtype) runs the kernel's default config for its head dim, with a one-line warnin
 
 **Configs.** `kernel_config` maps the spec's names to an `AttentionConfig`, on top of AttentionConfig's field
 defaults (not of the kernel's per-head-dim default, which moves as the kernel is tuned by hand: one spec
-config is one kernel, whatever the defaults are; PINGPONG, which the spec does not search, stays false):
+config is one kernel, whatever the defaults are):
 CONSUMER_WARPS -> CONSUMER_WGS = warps // 4 (whole warpgroups); PRODUCER_WARPS
 must be 1 (one TMA producer warp); BLOCK_M left out is 64 * CONSUMER_WGS; the rest are AttentionConfig
-fields (BLOCK_M, BLOCK_N, STAGES, CONSUMER_WGS, CONSUMER_REGS, PRODUCER_REGS, OVERLAP, REVERSE_M).
-PINGPONG=true is refused: the kernel does not implement it yet (AttentionConfig takes the flag, the
-kernel ignores it, so tuning it would time one kernel twice). AttentionConfig's own checks (BLOCK_M =
+fields (BLOCK_M, BLOCK_N, STAGES, CONSUMER_WGS, CONSUMER_REGS, PRODUCER_REGS, OVERLAP, PINGPONG,
+REVERSE_M). AttentionConfig's own checks (BLOCK_M =
 64 * CONSUMER_WGS, BLOCK_N 64/128/256, setmaxnreg budgets) and the compiler passes (shared memory of the
 Q tiles and the K/V ring, the register file over the warp roles) prune the rest, with their messages.
 
@@ -159,9 +158,6 @@ class _AttentionSM90Tuning(TuningTemplate):
         pw = config.get("PRODUCER_WARPS", 1)
         if pw != 1:
             raise GluonError(f"PRODUCER_WARPS={pw!r}: attention_sm90 has one TMA producer warp")
-        if kw.get("PINGPONG"):
-            raise GluonError("PINGPONG=true: the kernel does not implement the ping-pong schedule yet (the flag is "
-                             "accepted and ignored); leave it out of the spec or false")
         if "BLOCK_M" not in kw and "CONSUMER_WGS" in kw:
             kw["BLOCK_M"] = 64 * int(kw["CONSUMER_WGS"])
         return to_config(kw, _BASE)                              # AttentionConfig checks the knobs (GluonError)
@@ -243,7 +239,7 @@ class _AttentionSM90Tuning(TuningTemplate):
         d = default_config(128)
         return [dict(BLOCK_M=d.BLOCK_M, BLOCK_N=d.BLOCK_N, STAGES=d.STAGES, CONSUMER_WARPS=4 * d.CONSUMER_WGS,
                      CONSUMER_REGS=d.CONSUMER_REGS, PRODUCER_WARPS=1, PRODUCER_REGS=d.PRODUCER_REGS,
-                     OVERLAP=d.OVERLAP, REVERSE_M=d.REVERSE_M)]
+                     OVERLAP=d.OVERLAP, PINGPONG=d.PINGPONG, REVERSE_M=d.REVERSE_M)]
 
     # -- what gluon.load's callable uses -------------------------------------------------------------------
     @staticmethod
