@@ -290,3 +290,14 @@ def test_triton_kernel_compiles_for_sm90_through_tma_and_wgmma(d, causal, dt, tm
     assert ttgir.count("scf.for") == 2               # the unmasked and the masked K/V loops
     assert c.metadata.shared <= smem_bytes(128, 128, d, 3) <= SMEM_BYTES
     assert _ptxas_spills(c.asm["ptx"], tmp_path) == 0
+
+
+def test_runs_as_a_script_with_torch_importable():
+    """`python bench/attention.py` puts bench/ first on sys.path, where bench/copy.py would shadow the stdlib
+    `copy` that dataclasses and torch import: the script fixes the path before any such import."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    code = ("import os, runpy, sys; sys.path[0] = os.path.abspath('bench'); "
+            "runpy.run_path('bench/attention.py', run_name='bench_attention'); "
+            "import copy, torch; assert hasattr(copy, 'deepcopy'), copy.__file__")
+    r = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr[-2000:]
