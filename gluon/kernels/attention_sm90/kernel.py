@@ -56,7 +56,12 @@ def _coords(bh, H, S, D: int, BSHD: bool):
     """(first row, column) of batch x head `bh`'s [S, D] block in its 2-D view."""
     if BSHD:
         return (bh // H) * S, (bh % H) * D
-    return bh * S, bh * 0
+    return bh * S, 0
+
+
+def _q_tile(q_s, g: int, WGS: int):
+    """Consumer warpgroup g's Q tile (one stage of `q_s` per warpgroup; the region itself with one)."""
+    return q_s[g] if WGS > 1 else q_s
 
 
 def _masked(s, rows, n0, Skv, off, BLOCK_N: int, s_layout, CAUSAL: bool):
@@ -120,7 +125,7 @@ def attention_sm90(Q, K, V, O, L, Sq, Skv, H, GROUP, qk_scale, CFG: gl.constexpr
             s_layout = Layout.wgmma((4, 1), instr_n=BN, operand_dtype=Q.dtype)
             o_layout = Layout.wgmma((4, 1), instr_n=D, operand_dtype=Q.dtype)
             p_layout = DotOperandLayout(0, o_layout, 2)
-            q_g = q_s[g] if WGS > 1 else q_s
+            q_g = _q_tile(q_s, g, WGS)
             rows = m0 + g * RM + gl.arange(0, RM, layout=SliceLayout(1, s_layout))
             acc = gl.zeros((RM, D), gl.float32, layout=o_layout)
             m_i = gl.full((RM,), _NEG_INF, gl.float32, layout=SliceLayout(1, s_layout))
@@ -180,12 +185,12 @@ def attention_sm90(Q, K, V, O, L, Sq, Skv, H, GROUP, qk_scale, CFG: gl.constexpr
             if PP and g == 0:
                 named_barrier_sync(_TURN, 256)      # warpgroup 1's last turn ends: no arrive left pending
             _epilogue(acc, m_i, l_i, q_g, O, L, rows, m0 + g * RM, q_row, q_col, ldo, Sq, bh, qk_scale, RM, D,
-                      o_layout, s_layout, WRITE_LSE)
+                      o_layout, WRITE_LSE)
 
     with warp_role(WarpRole.PRODUCER, warp_range=(4 * WGS, 4 * WGS), registers=CFG.PRODUCER_REGS):
         q_ready.expect(WGS * q_s.nbytes)
         for g in static_range(WGS):
-            tma_load(q_s[g] if WGS > 1 else q_s, Q, (q_row + m0 + g * RM, q_col), q_ready)
+            tma_load(_q_tile(q_s, g, WGS), Q, (q_row + m0 + g * RM, q_col), q_ready)
         for j in range(0, n_blocks):
             s = j % ST
             ph = ((j // ST) & 1) ^ 1                # fresh barriers pass phase 1 at once
@@ -273,7 +278,7 @@ def _rescale(acc, alpha):
 
 
 def _epilogue(acc, m_i, l_i, q_g, O, L, rows, r0, q_row, q_col, ldo, Sq, bh, qk_scale, RM: int, D: int, o_layout,
-              s_layout, WRITE_LSE: bool):
+              WRITE_LSE: bool):
     """O = acc / l into the rows < Sq of this warpgroup's block, staged in its (now unused) Q tile and
     written with 16-byte stores; the natural-log LSE m * scale + ln(l) per row when WRITE_LSE."""
     l_o = gl.convert_layout(l_i, SliceLayout(1, o_layout))
