@@ -93,3 +93,43 @@ def test_views_without_copies():
     assert bshd and view.shape == (200, 256) and view.stride() == (768, 1) and view.data_ptr() == k.data_ptr()
     assert _view2d(torch.empty(4, 2, 100, 64, dtype=torch.float16).transpose(0, 1)) is None   # heads outermost
     assert _view2d(torch.empty(2, 4, 100, 65, dtype=torch.float16)[..., 1:]) is None         # misaligned base
+
+
+class _FakeKernel:
+    """Stands in for the compiled kernel on the CPU: fills the 2-D O view it is handed ([B*H*S, D] or
+    [B*S, H*D]) with 7, so the test sees where the host routes the output."""
+
+    def launch_args(self, args, kwargs):
+        return list(args)
+
+    def launcher(self, grid, q2, k2, v2, o2, lse, Sq, Skv, H, group, qk_scale):
+        o2.fill_(7.0)
+
+
+@pytest.mark.parametrize("layout", ["bhsd", "bshd"])
+@pytest.mark.parametrize("out_layout", [None, "bhsd", "bshd"])
+@pytest.mark.parametrize("q_strided", [False, True])
+def test_the_output_is_written_wherever_out_lies(monkeypatch, layout, out_layout, q_strided):
+    """The kernel writes O laid out as Q's rows; an `out` (or a layout='bshd' result) laid out otherwise, or that
+    TMA cannot describe, gets it through a buffer and a copy."""
+    import gluon.kernels.attention_sm90.host as host
+    monkeypatch.setattr(host, "_check", lambda q, k, v: None)      # (it refuses CPU tensors)
+    B, H, S, D = 2, 4, 40, 64
+    shape = (B, S, H, D) if layout == "bshd" else (B, H, S, D)
+    q = torch.randn(*shape).half()
+    if q_strided:                                   # heads outermost, neither layout: attention copies it once
+        q = torch.randn(H, B, S, D).half()
+        q = q.permute(1, 2, 0, 3) if layout == "bshd" else q.transpose(0, 1)
+        assert host._view2d(q.transpose(1, 2) if layout == "bshd" else q) is None
+    k = v = torch.randn(*shape).half()
+    out = None
+    if out_layout is not None:
+        bhsd = torch.full((B, H, S, D), float("nan")).half()
+        bshd = torch.full((B, S, H, D), float("nan")).half().transpose(1, 2)
+        out = bhsd if out_layout == "bhsd" else bshd
+        if layout == "bshd":
+            out = out.transpose(1, 2)
+    o = attention(q, k, v, layout=layout, out=out, compiled=_FakeKernel())
+    assert o.shape == shape and torch.all(o == 7.0)
+    if out is not None:
+        assert o.data_ptr() == out.data_ptr() and torch.all(out == 7.0)

@@ -128,25 +128,23 @@ def attention(q, k, v, causal: bool = False, scale: float | None = None, config:
     q2, q_bshd = _as_view(q)
     k2, k_bshd = _as_view(k)
     v2, v_bshd = _as_view(v)
-    if out is None:
-        o = (torch.empty(B, Sq, H, D, device=q.device, dtype=q.dtype).transpose(1, 2) if q_bshd or layout == "bshd"
-             else torch.empty(B, H, Sq, D, device=q.device, dtype=q.dtype))
-    else:
-        if tuple(out.shape) != (B, H, Sq, D) or out.dtype != q.dtype or out.device != q.device:
-            _fail(f"out must be a {q.dtype} tensor of q's shape on {q.device}, got {out.dtype} {tuple(out.shape)}")
-        o = out
+    if out is not None and (tuple(out.shape) != (B, H, Sq, D) or out.dtype != q.dtype or out.device != q.device):
+        _fail(f"out must be a {q.dtype} tensor of q's shape on {q.device}, got {out.dtype} {tuple(out.shape)}")
+    o = out if out is not None else _empty_like_rows(q, q_bshd)
     got = _view2d(o)
-    o_work = o if got is not None else torch.empty(B, H, Sq, D, device=q.device, dtype=q.dtype)
-    o2, o_bshd = _view2d(o_work)
+    if got is None or got[1] != q_bshd:         # the kernel writes O laid out as Q: through a buffer, copied
+        o_work = _empty_like_rows(q, q_bshd)
+        got = _view2d(o_work)
+    else:
+        o_work = o
+    o2 = got[0]
     if Sq == 0:
         return (o, torch.empty(B, H, 0, device=q.device)) if return_lse else o
     lse = torch.empty(B, H, Sq, device=q.device, dtype=torch.float32) if return_lse else _lse_dummy(q.device)
-    key = (q.device.index, B, H, HK, Sq, Skv, D, q.dtype, causal, q_bshd, k_bshd, v_bshd, o_bshd, return_lse,
+    key = (q.device.index, B, H, HK, Sq, Skv, D, q.dtype, causal, q_bshd, k_bshd, v_bshd, return_lse,
            config if isinstance(config, AttentionConfig) or config is None else tuple(sorted(config.items())))
     plan = _PLANS.get(key)
     if plan is None:
-        if o_bshd != q_bshd:
-            _fail("out must be laid out as q is ([B, H, S, D] or [B, S, H, D] rows)")
         cfg = to_config(config, default_config(D))
         kw = dict(CFG=cfg, HEAD_DIM=D, CAUSAL=bool(causal), Q_BSHD=q_bshd, K_BSHD=k_bshd, V_BSHD=v_bshd,
                   WRITE_LSE=bool(return_lse), num_warps=num_warps(cfg))
@@ -163,6 +161,15 @@ def attention(q, k, v, causal: bool = False, scale: float | None = None, config:
     if layout == "bshd":
         o = o.transpose(1, 2)
     return (o, lse) if return_lse else o
+
+
+def _empty_like_rows(q, bshd: bool):
+    """A new [B, H, Sq, D] tensor of q's dtype, its rows laid out [B, S, H, D] when `bshd`, else [B, H, S, D]."""
+    import torch
+    B, H, Sq, D = q.shape
+    if bshd:
+        return torch.empty(B, Sq, H, D, device=q.device, dtype=q.dtype).transpose(1, 2)
+    return torch.empty(B, H, Sq, D, device=q.device, dtype=q.dtype)
 
 
 def _lse_dummy(device):
