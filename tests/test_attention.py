@@ -49,7 +49,7 @@ def test_config_checks(kw, msg):
 
 
 def test_unknown_config_field_names_the_nearest():
-    with pytest.raises(GluonError, match="did you mean 'STAGES'"):
+    with pytest.raises(GluonError, match=r"AttentionConfig has no field 'STAGE' \(did you mean STAGES\?\)"):
         to_config({"STAGE": 3}, default_config(128))
 
 

@@ -7,12 +7,12 @@ allows (shared memory, registers, TMA boxes, warp roles) by the compiler passes.
 """
 from __future__ import annotations
 
-import difflib
-import numbers
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, fields
 from typing import Mapping
 
 from gluon.ir import GluonError
+
+from ..config_checks import flag, overridden, positive_int
 
 HEAD_DIMS = (64, 128)
 _INTS = ("BLOCK_M", "BLOCK_N", "STAGES", "CONSUMER_WGS", "CONSUMER_REGS", "PRODUCER_REGS")
@@ -50,17 +50,9 @@ class AttentionConfig:
 
     def __post_init__(self):
         for name in _INTS:
-            v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, numbers.Integral) or v <= 0:
-                raise GluonError(f"AttentionConfig {name}={v!r}: takes a positive int")
-            object.__setattr__(self, name, int(v))
+            object.__setattr__(self, name, positive_int("AttentionConfig", name, getattr(self, name)))
         for name in _BOOLS:
-            v = getattr(self, name)
-            if isinstance(v, int) and v in (0, 1):
-                v = bool(v)
-            if not isinstance(v, bool):
-                raise GluonError(f"AttentionConfig {name}={v!r}: takes True or False")
-            object.__setattr__(self, name, v)
+            object.__setattr__(self, name, flag("AttentionConfig", name, getattr(self, name)))
         if self.CONSUMER_WGS not in (1, 2, 3):
             raise GluonError(f"AttentionConfig CONSUMER_WGS={self.CONSUMER_WGS}: takes 1, 2 or 3")
         if self.BLOCK_M != 64 * self.CONSUMER_WGS:
@@ -93,16 +85,7 @@ DEFAULT_CONFIGS: dict[int, AttentionConfig] = {
 
 def to_config(overrides: Mapping | AttentionConfig | None, base: AttentionConfig) -> AttentionConfig:
     """`base` with `overrides` (a dict of field values, e.g. from `--set`), or a whole config."""
-    if overrides is None:
-        return base
-    if isinstance(overrides, AttentionConfig):
-        return overrides
-    for k in overrides:
-        if k not in FIELDS:
-            near = difflib.get_close_matches(str(k), FIELDS, n=1)
-            raise GluonError(f"AttentionConfig has no field {k!r}" + (f"; did you mean {near[0]!r}?" if near else
-                                                                       f"; fields: {', '.join(FIELDS)}"))
-    return replace(base, **dict(overrides))
+    return overridden(overrides, base)
 
 
 def default_config(head_dim: int) -> AttentionConfig:

@@ -8,13 +8,13 @@ overrides, converted once (`to_config`). Measurements behind the choices: docs/P
 """
 from __future__ import annotations
 
-import difflib
-import numbers
 from dataclasses import dataclass, fields, replace
 from typing import Mapping
 
 from gluon.ir import GluonError
 from gluon.types import SwizzleMode
+
+from ..config_checks import flag, overridden, positive_int
 
 EPILOGUES = ("tma", "ring", "coalesced", "direct")
 AUTO = "auto"
@@ -28,14 +28,6 @@ _SPLIT_CONSUMER_REGS = 216          # the second consumer warpgroup's setmaxnreg
 
 def _cdiv(a: int, b: int) -> int:
     return -(-a // b)
-
-
-def _as_bool(name: str, v, allowed: str):
-    if isinstance(v, bool):
-        return v
-    if isinstance(v, int) and v in (0, 1):       # `--set SPLIT_WGS=1`
-        return bool(v)
-    raise GluonError(f"GemmConfig {name}={v!r}: takes {allowed}")
 
 
 @dataclass(frozen=True)
@@ -88,10 +80,7 @@ class GemmConfig:
 
     def __post_init__(self):
         for name in _INTS:
-            v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, numbers.Integral) or v <= 0:
-                raise GluonError(f"GemmConfig {name}={v!r}: takes a positive int")
-            object.__setattr__(self, name, int(v))
+            object.__setattr__(self, name, positive_int("GemmConfig", name, getattr(self, name)))
         if self.SWIZZLE not in _SWIZZLES:
             raise GluonError(f"GemmConfig SWIZZLE={self.SWIZZLE!r}: takes one of {', '.join(map(str, _SWIZZLES))} "
                              "(bytes)")
@@ -99,11 +88,11 @@ class GemmConfig:
             raise GluonError(f"GemmConfig EPILOGUE={self.EPILOGUE!r}: use 'tma', 'ring', 'coalesced' or 'direct' "
                              "(or 'auto': 'tma' or 'direct' by the output's size)")
         for name in _BOOLS:
-            object.__setattr__(self, name, _as_bool(name, getattr(self, name), "True or False"))
+            object.__setattr__(self, name, flag("GemmConfig", name, getattr(self, name)))
         for name in _AUTO_BOOLS:
             v = getattr(self, name)
             if v != AUTO:
-                object.__setattr__(self, name, _as_bool(name, v, "True, False or 'auto'"))
+                object.__setattr__(self, name, flag("GemmConfig", name, v, "True, False or 'auto'"))
         if self.EPILOGUE == "coalesced" and self.CLUSTER_M > 1:
             raise GluonError(f"GemmConfig EPILOGUE='coalesced' has not run in a cluster (CLUSTER_M={self.CLUSTER_M} "
                              "> 1) on a GPU yet; use EPILOGUE='tma' there")
@@ -156,12 +145,7 @@ class GemmConfig:
     # -- building -----------------------------------------------------------------------------------
     def replace(self, **overrides) -> "GemmConfig":
         """This config with `overrides` (field name -> value) on top, checked like a new one."""
-        unknown = [k for k in overrides if k not in FIELDS]
-        if unknown:
-            near = difflib.get_close_matches(unknown[0], FIELDS, n=1)
-            raise GluonError(f"GemmConfig has no field {unknown[0]!r}" + (f" (did you mean {near[0]}?)" if near else "")
-                             + f"; the fields are {', '.join(FIELDS)}")
-        return replace(self, **overrides) if overrides else self
+        return overridden(overrides, self)
 
     def to_dict(self) -> dict:
         return {f: getattr(self, f) for f in FIELDS}
@@ -178,13 +162,7 @@ FIELDS: tuple[str, ...] = tuple(f.name for f in fields(GemmConfig))
 def to_config(config: GemmConfig | Mapping | None, base: GemmConfig) -> GemmConfig:
     """What the public entry points take as `config`: a GemmConfig (the whole config), a dict of
     overrides of `base` (users, `--set KEY=VALUE`), or None (`base`)."""
-    if config is None:
-        return base
-    if isinstance(config, GemmConfig):
-        return config
-    if isinstance(config, Mapping):
-        return base.replace(**config)
-    raise GluonError(f"a GEMM config is a GemmConfig or a dict of its fields, not {type(config).__name__}")
+    return overridden(config, base)
 
 
 def kernel_config(cfg) -> GemmConfig:

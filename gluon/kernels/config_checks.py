@@ -1,0 +1,52 @@
+"""What every shipped kernel's frozen config checks of its own fields, in one wording: positive ints,
+flags (True/False, or 1/0 from `--set KEY=1`), unknown field names (with the nearest one), and a
+`config` argument as the entry points take it (None, a whole config, or a dict of overrides)."""
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import numbers
+from typing import Mapping, TypeVar
+
+from gluon.ir import GluonError
+
+C = TypeVar("C")
+
+
+def positive_int(owner: str, name: str, v) -> int:
+    """`v` as an int, or a GluonError naming `owner`'s field `name`."""
+    if isinstance(v, bool) or not isinstance(v, numbers.Integral) or v <= 0:
+        raise GluonError(f"{owner} {name}={v!r}: takes a positive int")
+    return int(v)
+
+
+def flag(owner: str, name: str, v, takes: str = "True or False") -> bool:
+    """`v` as a bool (1 and 0 count, as `--set SPLIT_WGS=1` gives them), or a GluonError saying what it takes."""
+    if isinstance(v, bool):
+        return v
+    if isinstance(v, int) and v in (0, 1):
+        return bool(v)
+    raise GluonError(f"{owner} {name}={v!r}: takes {takes}")
+
+
+def known_fields(owner: str, names, fields: tuple[str, ...]) -> None:
+    """A GluonError for the first of `names` that is not one of `fields`, with the nearest field."""
+    for name in names:
+        if name not in fields:
+            near = difflib.get_close_matches(str(name), fields, n=1)
+            raise GluonError(f"{owner} has no field {name!r}" + (f" (did you mean {near[0]}?)" if near else "")
+                             + f"; the fields are {', '.join(fields)}")
+
+
+def overridden(config: "C | Mapping | None", base: C) -> C:
+    """What the public entry points take as `config`: a whole config of base's type (itself), a dict of
+    overrides of `base` (users, `--set KEY=VALUE`; checked like a new config), or None (`base`)."""
+    cls = type(base)
+    if config is None:
+        return base
+    if isinstance(config, cls):
+        return config
+    if isinstance(config, Mapping):
+        known_fields(cls.__name__, config, tuple(f.name for f in dataclasses.fields(cls)))
+        return dataclasses.replace(base, **config) if config else base
+    raise GluonError(f"a config is a {cls.__name__} or a dict of its fields, not {type(config).__name__}")
