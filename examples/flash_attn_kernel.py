@@ -18,18 +18,10 @@ with their message and exit code 2.
 from __future__ import annotations
 
 import argparse
-import difflib
 import math
 import sys
 
-
-def _value(text: str):
-    if text.lower() in ("true", "false"):
-        return text.lower() == "true"
-    try:
-        return int(text)
-    except ValueError:
-        return text
+from example_cli import check_keys, main_for, parse_sets
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -55,17 +47,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     args.kv_heads = args.kv_heads or args.H
     if args.H % args.kv_heads:
         p.error(f"--kv-heads {args.kv_heads} must divide the {args.H} query heads")
-    overrides = {}
-    for kv in args.set:
-        key, sep, val = kv.partition("=")
-        if not sep or not key:
-            p.error(f"--set {kv!r}: expected KEY=VALUE")
-        key = key.strip()
-        if key not in FIELDS:
-            near = difflib.get_close_matches(key, FIELDS, n=1)
-            p.error(f"--set {key}: not a config key" + (f" (did you mean {near[0]}?)" if near else "")
-                    + f"; the keys are {', '.join(FIELDS)}")
-        overrides[key] = _value(val.strip())
+    overrides = parse_sets(p, args.set)
+    check_keys(p, overrides, FIELDS)
     args.overrides = overrides
     return args
 
@@ -148,17 +131,7 @@ def run(args) -> int:
 
 
 def main(argv=None) -> int:
-    args = parse_args(argv)
-    try:
-        import torch
-        has_gpu = torch.cuda.is_available()
-    except ImportError:
-        has_gpu = False
-    if has_gpu and not args.compile_only:
-        return run(args)
-    if not has_gpu:
-        print("no GPU: compiling for sm_90 only")
-    return describe(args)
+    return main_for(parse_args(argv), run, describe)
 
 
 if __name__ == "__main__":

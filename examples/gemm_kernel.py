@@ -18,19 +18,11 @@ reported with the pass's message (or GemmConfig's, for a value the field does no
 from __future__ import annotations
 
 import argparse
-import difflib
 import sys
 
+from example_cli import check_keys, main_for, parse_sets
+
 DTYPES = ("fp16", "bf16", "fp32")       # C's dtypes; A and B take the 16-bit ones (gluon.dtypes names them)
-
-
-def _value(text: str):
-    if text.lower() in ("true", "false"):
-        return text.lower() == "true"
-    try:
-        return int(text)
-    except ValueError:
-        return text
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -48,20 +40,11 @@ def parse_args(argv=None) -> argparse.Namespace:
         args.M, args.N, args.K = (int(x) for x in args.shape.lower().split("x"))
     except ValueError:
         p.error(f"--shape {args.shape!r}: expected MxNxK, e.g. 4096x4096x4096")
-    overrides = {}
-    for kv in args.set:
-        key, sep, val = kv.partition("=")
-        if not sep or not key:
-            p.error(f"--set {kv!r}: expected KEY=VALUE")
-        overrides[key.strip()] = _value(val.strip())
+    overrides = parse_sets(p, args.set)
     from gluon.kernels.gemm_sm90 import FIELDS
-    keys = sorted(FIELDS)                                   # B's layout is --b-col-major
-    if "B_KMAJOR" in overrides:
+    if "B_KMAJOR" in overrides:                             # B's layout is --b-col-major
         p.error("--set B_KMAJOR: B's layout is an operand property here; give --b-col-major for a [N, K] B")
-    for key in sorted(set(overrides) - set(keys)):
-        near = difflib.get_close_matches(key, keys, n=1)
-        p.error(f"--set {key}: not a config key" + (f" (did you mean {near[0]}?)" if near else "")
-                + f"; the keys are {', '.join(keys)}")
+    check_keys(p, overrides, sorted(FIELDS))
     args.overrides = overrides
     args.out_dtype = args.out_dtype or args.dtype
     return args
@@ -137,17 +120,7 @@ def run(args) -> int:
 
 
 def main(argv=None) -> int:
-    args = parse_args(argv)
-    try:
-        import torch
-        has_gpu = torch.cuda.is_available()
-    except ImportError:
-        has_gpu = False
-    if has_gpu and not args.compile_only:
-        return run(args)
-    if not has_gpu:
-        print("no GPU: compiling for sm_90 only")
-    return describe(args)
+    return main_for(parse_args(argv), run, describe)
 
 
 if __name__ == "__main__":

@@ -133,3 +133,33 @@ def test_the_output_is_written_wherever_out_lies(monkeypatch, layout, out_layout
     assert o.shape == shape and torch.all(o == 7.0)
     if out is not None:
         assert o.data_ptr() == out.data_ptr() and torch.all(out == 7.0)
+
+
+def _example(*argv):
+    import os
+    import subprocess
+    import sys
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    return subprocess.run([sys.executable, os.path.join(root, "examples", "flash_attn_kernel.py"), "--compile-only",
+                           *argv], capture_output=True, text=True, timeout=300, cwd=root,
+                          env={**os.environ, "PYTHONPATH": root})
+
+
+def test_example_describes_the_machine_code():
+    out = _example("--shape", "2x8x1000x64", "--causal")
+    assert out.returncode == 0, out.stderr
+    assert "CONSUMER_WGS=3" in out.stdout and "0 spills" in out.stdout     # the D64 default
+    assert "HGMMA.64x64x16.F32.BF16 x" in out.stdout and "UTMALDG.2D x" in out.stdout and "MUFU.EX2 x" in out.stdout
+
+
+def test_example_reports_bad_configs_with_exit_code_2():
+    out = _example("--set", "STAGES=4")
+    assert out.returncode == 2 and "more than the 227.0 KiB" in out.stderr and "k_ring" in out.stderr
+    out = _example("--set", "STAGE=4")
+    assert out.returncode == 2 and "did you mean STAGES?" in out.stderr
+    out = _example("--set", "PINGPONG=true", "--set", "OVERLAP=false")
+    assert out.returncode == 2 and "PINGPONG=True takes OVERLAP=True" in out.stderr
+    out = _example("--shape", "2x8x1000x96")
+    assert out.returncode == 2 and "head dim 96 is not supported" in out.stderr
+    out = _example("--shape", "2x8x1000")
+    assert out.returncode == 2 and "expected BxHxSxD" in out.stderr
