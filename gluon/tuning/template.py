@@ -115,8 +115,8 @@ class TuningTemplate:
 
     # -- checks without a GPU ---------------------------------------------------------------------------
     def check_config(self, config: dict, shape, dtype: str, arch: str) -> None:
-        """Cheap checks before tracing: known parameter names, a dtype the kernel takes, a shape of the
-        right rank. Raises GluonError."""
+        """Cheap checks before tracing: known parameter names, a dtype the kernel takes, a shape the
+        template takes (`shape_problem`). Raises GluonError."""
         if self.params:
             unknown = sorted(set(config) - set(self.params))
             if unknown:
@@ -124,8 +124,9 @@ class TuningTemplate:
                                     f"(it takes {', '.join(self.params)})")
         if dtype not in self.dtypes:
             raise ir.GluonError(f"{self.name} takes {', '.join(self.dtypes)}, not {dtype}")
-        if len(tuple(shape)) != len(self.dims):
-            raise ir.GluonError(f"{self.name} shapes are {'x'.join(self.dims)}, got {shape_str(shape)}")
+        why = self.shape_problem(shape)
+        if why:
+            raise ir.GluonError(f"{self.name} shape {shape_str(shape)}: {why}")
 
     def shape_problem(self, shape) -> str | None:
         """What is wrong with a spec's shape for this template, or None. The default: `len(dims)` dims,
