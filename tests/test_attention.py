@@ -163,3 +163,30 @@ def test_example_reports_bad_configs_with_exit_code_2():
     assert out.returncode == 2 and "head dim 96 is not supported" in out.stderr
     out = _example("--shape", "2x8x1000")
     assert out.returncode == 2 and "expected BxHxSxD" in out.stderr
+
+
+def test_the_reference_takes_head_subsets_and_gives_the_lse():
+    """The one fp32 reference (tuner, GPU tests, example): a subset of (batch, head) pairs and the LSE are
+    those of the whole problem, chunked or not; grouped heads and Sq > Skv (rows that see no key: 0, -inf)."""
+    import math
+
+    from gluon.kernels.attention_sm90.reference import reference
+    g = torch.Generator().manual_seed(3)
+    q = torch.randn(2, 4, 9, 16, generator=g)
+    k, v = (torch.randn(2, 2, 6, 16, generator=g) for _ in range(2))
+    o, lse = reference(q, k, v, True, 0.5, with_lse=True)
+    kk, vv = k.repeat_interleave(2, dim=1), v.repeat_interleave(2, dim=1)
+    s = (q @ kk.transpose(-1, -2) * 0.5).masked_fill(torch.arange(6)[None, :] > torch.arange(9)[:, None] - 3,
+                                                     float("-inf"))
+    want_lse = torch.logsumexp(s, -1)
+    want = torch.nan_to_num(torch.softmax(s, -1), nan=0.0) @ vv
+    assert torch.allclose(o, want, atol=1e-5) and torch.equal(torch.isinf(lse), torch.isinf(want_lse))
+    fin = torch.isfinite(want_lse)
+    assert torch.allclose(lse[fin], want_lse[fin], atol=1e-5) and (o[:, :, :3] == 0).all()
+    pairs = [(1, 3), (0, 1)]
+    sub, sub_lse = reference(q, k, v, True, 0.5, heads=pairs, with_lse=True, chunk_bytes=4 * 6 * 2)
+    assert sub.shape == (2, 9, 16) and sub_lse.shape == (2, 9)
+    for n, (b, h) in enumerate(pairs):
+        assert torch.allclose(sub[n], o[b, h], atol=1e-6) and torch.allclose(sub_lse[n], lse[b, h], atol=1e-6)
+    assert torch.allclose(reference(q, k, v), torch.softmax(q @ kk.transpose(-1, -2) / math.sqrt(16), -1) @ vv,
+                          atol=1e-5)

@@ -38,19 +38,18 @@ backends where cuDNN cannot run the case. FLOPs 4 * B * H * S^2 * D, halved for 
 from __future__ import annotations
 
 import hashlib
-import math
 from pathlib import Path
 
 import gluon.kernels.attention_sm90 as _kernel_package
 from gluon.ir import GluonError
 from gluon.kernels.attention_sm90 import (HEAD_DIMS, AttentionConfig, attention, attention_sm90, default_config,
                                           num_warps, stand_ins, to_config)
+from gluon.kernels.attention_sm90.reference import reference as reference_attention
 from gluon.tuning.template import (H200_PEAK_BW, H200_PEAK_FLOPS, H200_SMS, TuningTemplate, dtype_name, element_size,
-                                   gluon_dtype, torch_dtype, waves_efficiency)
+                                   gluon_dtype, log_distance, torch_dtype, waves_efficiency)
 
 _SPEC_NAMES = ("CONSUMER_WARPS", "PRODUCER_WARPS")
 _KERNEL_DIR = Path(_kernel_package.__file__).parent
-_REFERENCE_BYTES = 1 << 30           # fp32 scores per chunk of the reference
 _BASE = AttentionConfig()            # what a spec config does not set (its field defaults)
 
 
@@ -58,45 +57,6 @@ def _div(n: int) -> tuple[bool, bool]:
     """What a launch specializes a size on (gluon.jit._arg_key): divisible by 16, fits in i32."""
     return n % 16 == 0, -2**31 <= n < 2**31
 
-
-def reference_attention(q, k, v, causal: bool = False, scale: float | None = None,
-                        chunk_bytes: int = _REFERENCE_BYTES):
-    """fp32 softmax(q k^T * scale [+ bottom-right causal mask]) v for [B, H, S, D] tensors (k/v heads dividing
-    the query heads), in chunks of at most `chunk_bytes` of scores. Query i sees key j iff j <= i + Skv - Sq;
-    a row that sees no key is 0 (as the kernel writes it)."""
-    import torch
-    B, H, Sq, D = q.shape
-    HK, Skv = k.shape[1], k.shape[2]
-    scale = 1.0 / math.sqrt(D) if scale is None else float(scale)
-    qf = q.reshape(B * H, Sq, D)
-    kf = k.reshape(B * HK, Skv, D)
-    vf = v.reshape(B * HK, Skv, D)
-    bh = torch.arange(B * H, device=q.device)
-    kv_of = (bh // H) * HK + (bh % H) // (H // HK)              # batch x k/v head of each batch x query head
-    out = torch.empty(B * H, Sq, D, device=q.device, dtype=torch.float32)
-    row_bytes = 4 * max(1, Skv)
-    rows = max(1, min(Sq, chunk_bytes // row_bytes))
-    heads = max(1, min(B * H, chunk_bytes // (row_bytes * rows)))
-    precision = torch.get_float32_matmul_precision()
-    torch.set_float32_matmul_precision("highest")                 # no TF32 in the reference
-    try:
-        for h0 in range(0, B * H, heads):
-            idx = kv_of[h0:h0 + heads]
-            kc, vc = kf[idx].float(), vf[idx].float()
-            for i0 in range(0, Sq, rows):
-                n = min(rows, Sq - i0)
-                s = torch.matmul(qf[h0:h0 + heads, i0:i0 + n].float(), kc.transpose(1, 2)) * scale
-                if causal:
-                    i = torch.arange(i0, i0 + n, device=q.device)[:, None]
-                    j = torch.arange(Skv, device=q.device)[None, :]
-                    s.masked_fill_(j > i + (Skv - Sq), float("-inf"))
-                p = torch.softmax(s, dim=-1)
-                if causal:
-                    p = p.nan_to_num_(0.0)                      # rows that see no key (Sq > Skv)
-                out[h0:h0 + heads, i0:i0 + n] = torch.matmul(p, vc)
-    finally:
-        torch.set_float32_matmul_precision(precision)
-    return out.reshape(B, H, Sq, D)
 
 
 class _AttentionSM90Tuning(TuningTemplate):
@@ -178,9 +138,6 @@ class _AttentionSM90Tuning(TuningTemplate):
         B, H, S, D, C = (int(d) for d in shape)
         return (config_id, D, bool(C), _div(S), _div(H), dtype, arch)    # B, H, S are runtime sizes
 
-    def compile_key(self, config_id, shape, dtype, arch):
-        return self.legality_key(config_id, shape, dtype, arch)
-
     # -- on the GPU -------------------------------------------------------------------------------------
     def make_inputs(self, shape, dtype, device, seed):
         import torch
@@ -260,7 +217,7 @@ class _AttentionSM90Tuning(TuningTemplate):
         B, H, S, D, C = (int(d) for d in shape)
         if bD != D or bC != C:
             return None
-        return abs(math.log(bB * bH) - math.log(max(1, B * H))) + abs(math.log(bS) - math.log(max(1, S)))
+        return log_distance((bB * bH, bS), (B * H, S))
 
     def fallback_config(self, shape, dtype):
         return {}                            # `call` runs the kernel's default for the call's head dim
