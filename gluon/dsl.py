@@ -19,11 +19,12 @@ from .language.kernel import DescArg, KernelTemplate, PointerArg, ScalarArg  # n
 from .language.memory import (  # noqa: F401
     GlobalTensor, Pointer, PtrOffset, Shared, load, smem, store, thread_barrier,
 )
-from .language.nvidia.ampere import cp_async, cp_async_commit, cp_async_wait, mma  # noqa: F401
+from .language.nvidia.ampere import (cp_async, cp_async_commit, cp_async_wait, mma, named_barrier_arrive,  # noqa: F401
+                                      named_barrier_sync)
 from .language.nvidia.blackwell import tcgen05_mma, tmem_alloc, tmem_load  # noqa: F401
 from .language.nvidia.hopper import (  # noqa: F401
     Barrier, barrier_arrive, barrier_expect, barrier_wait, cluster_rank, cluster_sync, fence_async_shared, mbarrier,
-    named_barrier_arrive, named_barrier_sync, set_cluster, set_lean_prologue, set_tma_prefetch, split_cols, tma_load,
+    set_cluster, set_lean_prologue, set_tma_prefetch, split_cols, tma_load,
     tma_store, tma_store_wait, wgmma, wgmma_wait,
 )
 from .language.tracing import UNDEF, ArchError, UndefinedValue  # noqa: F401

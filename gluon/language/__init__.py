@@ -18,11 +18,12 @@ from .core import (  # noqa: F401
 )
 from .kernel import DescArg, PointerArg, ScalarArg  # noqa: F401
 from .memory import Pointer, Shared, load, smem, store, thread_barrier  # noqa: F401
-from .nvidia.ampere import cp_async, cp_async_commit, cp_async_wait, mma  # noqa: F401
+from .nvidia.ampere import (cp_async, cp_async_commit, cp_async_wait, mma, named_barrier_arrive,  # noqa: F401
+                             named_barrier_sync)
 from .nvidia.blackwell import tcgen05_mma, tmem_alloc, tmem_load  # noqa: F401
 from .nvidia.hopper import (  # noqa: F401
     Barrier, barrier_arrive, barrier_expect, barrier_wait, cluster_rank, cluster_sync, fence_async_shared, mbarrier,
-    named_barrier_arrive, named_barrier_sync, set_cluster, set_lean_prologue, set_tma_prefetch, split_cols, tma_load,
+    set_cluster, set_lean_prologue, set_tma_prefetch, split_cols, tma_load,
     tma_store, tma_store_wait, wgmma, wgmma_wait,
 )
 from ..types import DType, Layout, MemorySpace, SwizzleMode, WarpRole  # noqa: F401

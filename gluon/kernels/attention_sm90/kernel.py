@@ -29,8 +29,8 @@ from gluon.arch import SM90
 from gluon.jit import kernel
 from gluon.language.control import static_range, warp_role
 from gluon.language.memory import smem
-from gluon.language.nvidia.hopper import (mbarrier, named_barrier_arrive, named_barrier_sync, tma_load, wgmma,
-                                          wgmma_wait)
+from gluon.language.nvidia.ampere import named_barrier_arrive, named_barrier_sync
+from gluon.language.nvidia.hopper import mbarrier, tma_load, wgmma, wgmma_wait
 from gluon.types import DotOperandLayout, Layout, SliceLayout, SwizzleMode, WarpRole
 
 _NEG_INF = float("-inf")

@@ -1,7 +1,9 @@
-"""Rules of the Ampere (SM80) ops: the HMMA dot and cp.async copies with their groups."""
+"""Rules of the Ampere (SM80) ops: the HMMA dot, cp.async copies with their groups, and named barriers
+(bar.sync / bar.arrive)."""
 from __future__ import annotations
 
-from ....ir import Op, SmemType, TileType
+from ....ir import Op, ScalarType, SmemType, TileType
+from ....types import DType
 from ..context import KernelLowering
 from ..dot import lower_dot
 from ..registry import rule
@@ -39,3 +41,35 @@ def lower_cp_async_commit(lw: KernelLowering, op: Op) -> None:
 def lower_cp_async_wait(lw: KernelLowering, op: Op) -> None:
     tok = lw.define(op.results[0], "tok") if op.results else lw.names.fresh("tok")
     lw.emit(f"{tok} = ttg.async_wait {{num = {int(op.attrs.get('num', 0))} : i32}}")
+
+
+# ------------------------------------------------------------------------------ named barriers
+
+
+def _named_barrier(lw: KernelLowering, op: Op, instr: str) -> None:
+    """`bar.sync` / `bar.arrive` as side-effecting inline asm (pure = false: never CSE'd, hoisted or dropped).
+    A constant id is written into the instruction (`bar.sync 8, 256;`), a run-time one is an "r" operand;
+    the thread count is always an immediate. The asm returns a dummy i32 (tt.elementwise_inline_asm needs
+    a result); with scalar operands Triton emits it once per thread, unpredicated, so every thread of the
+    warp executes the barrier instruction."""
+    n = int(op.attrs["num_threads"])
+    res = lw.names.fresh("nbar")
+    if "barrier_id" in op.attrs:
+        lw.emit(f'{res} = tt.elementwise_inline_asm "{instr} {int(op.attrs["barrier_id"])}, {n}; mov.u32 $0, 0;" '
+                '{constraints = "=r", packed_element = 1 : i32, pure = false} -> i32')
+        return
+    (bid,) = op.operands
+    if bid.type != ScalarType(DType.i32):
+        raise lw.err(f"a named barrier id must be an i32 scalar, got {bid.type}")
+    lw.emit(f'{res} = tt.elementwise_inline_asm "{instr} $1, {n}; mov.u32 $0, 0;" '
+            f'{{constraints = "=r,r", packed_element = 1 : i32, pure = false}} {lw.ref(bid)} : i32 -> i32')
+
+
+@rule("named_barrier_sync")
+def lower_named_barrier_sync(lw: KernelLowering, op: Op) -> None:
+    _named_barrier(lw, op, "bar.sync")
+
+
+@rule("named_barrier_arrive")
+def lower_named_barrier_arrive(lw: KernelLowering, op: Op) -> None:
+    _named_barrier(lw, op, "bar.arrive")
