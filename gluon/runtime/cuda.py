@@ -88,3 +88,17 @@ class CudaBackend:
 
 
 DEFAULT_BACKEND = CudaBackend()
+
+
+_SM_COUNTS: dict[int, int] = {}
+
+
+def sm_count(device: int | None) -> int:
+    """Streaming multiprocessors of CUDA device `device` (None: the current one), asked once: persistent
+    kernels launch one program per SM."""
+    torch = _torch()
+    dev = torch.cuda.current_device() if device is None else device
+    n = _SM_COUNTS.get(dev)
+    if n is None:
+        n = _SM_COUNTS[dev] = int(torch.cuda.get_device_properties(dev).multi_processor_count)
+    return n

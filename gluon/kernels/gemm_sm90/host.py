@@ -15,12 +15,12 @@ import gluon.language as gl
 from gluon.dtypes import DType
 from gluon.jit import jit
 from gluon.language.kernel import ScalarArg
+from gluon.runtime.cuda import sm_count
 from gluon.types import TensorRef
 
 from .config import DEFAULT_CONFIG, GemmConfig, grid, num_warps, resolve_config, split_k, to_config
 from .kernel import gemm_sm90
 
-_SMS: dict[int, int] = {}
 _WORKSPACE: dict[tuple, object] = {}
 _PLANS: dict[tuple, "_Plan"] = {}
 
@@ -120,15 +120,14 @@ def _plan(a, c, M: int, N: int, K: int, config: GemmConfig | Mapping | None, b_k
     repeated launch costs a dict lookup here."""
     import torch
     dev = a.device.index if a.device.index is not None else torch.cuda.current_device()
-    if dev not in _SMS:
-        _SMS[dev] = torch.cuda.get_device_properties(dev).multi_processor_count
-    cfg = resolve_config(M, N, K, _SMS[dev], c.element_size(), pitch_aligned, config)
-    S = split_k(M, N, K, cfg, _SMS[dev]) if splits is None else splits
+    sms = sm_count(dev)
+    cfg = resolve_config(M, N, K, sms, c.element_size(), pitch_aligned, config)
+    S = split_k(M, N, K, cfg, sms) if splits is None else splits
     # no empty K slice: the kernel's consumers release a stage after every unit, so a unit without
     # k-steps would release one it never took (e.g. splits=5 over 16 k-steps: 4, 4, 4, 4, 0)
     k_tiles = gl.cdiv(K, cfg.BLOCK_K)
     S = max(1, gl.cdiv(k_tiles, gl.cdiv(k_tiles, max(S, 1))))
-    bound = gemm_sm90[grid(M, N, cfg, _SMS[dev], S)]
+    bound = gemm_sm90[grid(M, N, cfg, sms, S)]
     kw = dict(CFG=cfg, B_KMAJOR=b_kmajor, num_warps=num_warps(cfg))
     if cfg.EPILOGUE == "coalesced" and N % 16 == 0:     # its 16-byte stores need 16-element rows
         kw["N_MULTIPLE_16"] = True
