@@ -53,6 +53,31 @@ def test_unknown_config_field_names_the_nearest():
         to_config({"STAGE": 3}, default_config(128))
 
 
+def test_persistent_work_units_grid_and_q_buffers():
+    from gluon.kernels.attention_sm90.config import grid, q_buffers, smem_bytes, work_units
+    p = AttentionConfig(PERSISTENT=True)
+    assert work_units(1024, 256, p, causal=False) == 8 * 256            # one tile per unit
+    assert work_units(1024, 256, p, causal=True) == 4 * 256             # query blocks paired: 7+0, 6+1, ...
+    assert work_units(1000 - 128, 3, p, causal=True) == 4 * 3           # 7 blocks: three pairs and the middle one
+    assert grid(1024, 256, p, True, sms=132) == (132, 1)
+    assert grid(100, 2, p, True, sms=132) == (2, 1)                    # never more CTAs than units
+    assert grid(1024, 256, AttentionConfig(), True) == (8, 256)        # not persistent: one CTA per tile
+    with pytest.raises(GluonError, match="SM count"):
+        grid(1024, 256, p, True)
+    assert q_buffers(p) == 2 and q_buffers(AttentionConfig(PERSISTENT=True, OVERLAP=False)) == 1
+    assert smem_bytes(p, 128) == 2 * 128 * 128 * 2 + 2 * 2 * 128 * 128 * 2
+
+
+@pytest.mark.parametrize("kw", [dict(OVERLAP=False, PINGPONG=False), dict(PINGPONG=False)])
+def test_persistent_variants_compile_without_spills(kw):
+    """D128's default is persistent; its serial and non-ping-pong forms compile too, the epilogue's hand-back of
+    the Q tile on the warpgroup's own named barrier (10 + warpgroup)."""
+    ck = compile_variant(128, DType.bf16, True, **kw)
+    assert ck.spills == 0 and ck.shared_bytes <= 227 * 1024
+    ptx = ck.binary.asm["ptx"]
+    assert "bar.sync 10, 128;" in ptx and "bar.sync 11, 128;" in ptx
+
+
 def test_too_much_shared_memory_is_refused_by_the_passes():
     with pytest.raises(GluonError, match="shared memory"):
         compile_variant(128, STAGES=4)

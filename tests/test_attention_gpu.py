@@ -112,11 +112,14 @@ def test_packed_qkv_slices():
 
 @pytest.mark.parametrize("D", [64, 128])
 @pytest.mark.parametrize("config", [
-    dict(OVERLAP=False, PINGPONG=False), dict(OVERLAP=True, PINGPONG=False), dict(STAGES=3), dict(BLOCK_N=64),
+    dict(OVERLAP=False, PINGPONG=False), dict(OVERLAP=True, PINGPONG=False), dict(STAGES=3, PERSISTENT=False), dict(BLOCK_N=64),
     dict(CONSUMER_WGS=3, BLOCK_M=192, CONSUMER_REGS=160, PINGPONG=False, STAGES=2),
     dict(CONSUMER_WGS=1, BLOCK_M=64, CONSUMER_REGS=240, PINGPONG=False), dict(REVERSE_M=False),
     dict(PINGPONG=True, OVERLAP=True, CONSUMER_WGS=2, BLOCK_M=128, CONSUMER_REGS=240),
-    dict(PINGPONG=True, OVERLAP=True, CONSUMER_WGS=2, BLOCK_M=128, CONSUMER_REGS=240, STAGES=3, BLOCK_N=64)])
+    dict(PINGPONG=True, OVERLAP=True, CONSUMER_WGS=2, BLOCK_M=128, CONSUMER_REGS=240, STAGES=3, BLOCK_N=64),
+    dict(PERSISTENT=True, PINGPONG=False, STAGES=2), dict(PERSISTENT=True, OVERLAP=False, PINGPONG=False, STAGES=2),
+    dict(PERSISTENT=False, PINGPONG=True, OVERLAP=True, CONSUMER_WGS=2, BLOCK_M=128, CONSUMER_REGS=240, STAGES=2),
+    dict(PERSISTENT=True, CONSUMER_WGS=3, BLOCK_M=192, CONSUMER_REGS=160, OVERLAP=False, PINGPONG=False, STAGES=2)])
 def test_configs(config, D):
     for causal in (False, True):
         _run(2, 4, 2, 1111, 1111, D, causal, "float16", config=config)

@@ -28,7 +28,7 @@ SPEC = ROOT / "specs" / "attention_sm90.toml"
 TEMPLATE = "gluon.tuning.templates.attention_sm90:TUNING"
 # a config of the shipped spec's space (two warpgroups, overlapped, no ping-pong), in the spec's names
 DEFAULT = dict(BLOCK_N=128, STAGES=2, CONSUMER_WARPS=8, CONSUMER_REGS=240, PRODUCER_WARPS=1, PRODUCER_REGS=24,
-               OVERLAP=True, REVERSE_M=True, PINGPONG=False)
+               OVERLAP=True, REVERSE_M=True, PINGPONG=False, PERSISTENT=False)
 
 
 def _tiny_spec(tmp_path, name="attn_tiny", shapes=None, dtypes=("bf16",), params=None, extra=""):
@@ -64,14 +64,14 @@ def test_the_shipped_spec_validates():
     assert sorted(s[4] for s in spec.shapes) == [0] * 5 + [1] * 5
     p = spec.space.params
     assert list(p) == ["BLOCK_N", "STAGES", "CONSUMER_WARPS", "CONSUMER_REGS", "PRODUCER_WARPS", "PRODUCER_REGS",
-                       "OVERLAP", "REVERSE_M", "PINGPONG"]
+                       "OVERLAP", "REVERSE_M", "PINGPONG", "PERSISTENT"]
     assert "BLOCK_M" not in p                                   # BLOCK_M = 64 rows per consumer warpgroup
-    # 2 BLOCK_N x 2 STAGES x (8 warps at 240 | 12 at 160) x 3 producer budgets x 2 OVERLAP x 2 REVERSE_M, plus
-    # PINGPONG where the overlapped loop runs on 2 warpgroups (24 more)
-    assert spec.space.raw_size() == 384 and spec.space.size() == 120
+    # 2 BLOCK_N x 2 STAGES x 5 producer budgets x 2 REVERSE_M x 2 PERSISTENT x 8 schedules: (8 warps at 240 |
+    # 8 at 232) x (serial | overlapped | overlapped with ping-pong) + 12 warps at 160 x (serial | overlapped)
+    assert spec.space.raw_size() == 1920 and spec.space.size() == 640
     configs = list(spec.space.grid())
-    assert {(c["CONSUMER_WARPS"], c["CONSUMER_REGS"]) for c in configs} == {(8, 240), (12, 160)}
-    assert {c["PRODUCER_REGS"] for c in configs} == {24, 40, 56}
+    assert {(c["CONSUMER_WARPS"], c["CONSUMER_REGS"]) for c in configs} == {(8, 240), (8, 232), (12, 160)}
+    assert {c["PRODUCER_REGS"] for c in configs} == {24, 32, 40, 48, 56}
     assert spec.space.check(dict(configs[0], CONSUMER_WARPS=12, CONSUMER_REGS=240))     # pruned by the space
     t = spec.tuning
     assert (t.trials, t.sampler, t.objective, t.baseline) == (40, "tpe", "geomean_ratio", "torch")
@@ -336,11 +336,12 @@ def test_the_dry_run_of_the_spec_ranks_legal_configs_and_writes_rows(tmp_path, c
     from gluon.tuning.results import ResultsStore
     from gluon.tuning.tuner import tune
     spec = load_spec(SPEC)
-    s = tune(spec, dry_run=True, results_root=str(tmp_path / "results"), compile_workers=0, dry_run_limit=6,
+    # 16 samples of the raw product: most fall to the space's constraints, some are legal
+    s = tune(spec, dry_run=True, results_root=str(tmp_path / "results"), compile_workers=0, dry_run_limit=16,
              dry_run_compiles=1)
     out = capsys.readouterr().out
-    assert "DRY RUN of attention_sm90" in out and "6 configs" in out
-    assert s.dry_run and s.statuses["ok"] + s.statuses["pruned"] == 6 and s.best_config is not None
+    assert "DRY RUN of attention_sm90" in out and "16 configs" in out
+    assert s.dry_run and s.statuses["ok"] + s.statuses["pruned"] == 16 and s.best_config is not None
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         df = ResultsStore(tmp_path / "results").read("attention_sm90")

@@ -16,7 +16,7 @@ from ..config_checks import flag, overridden, positive_int
 
 HEAD_DIMS = (64, 128)
 _INTS = ("BLOCK_M", "BLOCK_N", "STAGES", "CONSUMER_WGS", "CONSUMER_REGS", "PRODUCER_REGS")
-_BOOLS = ("OVERLAP", "PINGPONG", "REVERSE_M")
+_BOOLS = ("OVERLAP", "PINGPONG", "REVERSE_M", "PERSISTENT")
 
 
 @dataclass(frozen=True)
@@ -36,6 +36,10 @@ class AttentionConfig:
     PINGPONG        the consumer warpgroups take turns issuing their GEMMs (named barriers), so one's
                     softmax overlaps the other's GEMMs (FlashAttention-3, section 3.1)
     REVERSE_M       launch the query blocks last-first: with a causal mask the longest rows start first
+    PERSISTENT      one CTA per SM walks the (query block, head) tiles: the producer loads the next tile's
+                    first K/V blocks (and, with OVERLAP, its Q into a second buffer) while the consumers
+                    finish this one; with a causal mask a CTA takes a head's query blocks in pairs
+                    (last + first, ...), whose work sums to the same, so the static schedule stays balanced
     """
 
     BLOCK_M: int = 128
@@ -47,6 +51,7 @@ class AttentionConfig:
     OVERLAP: bool = True
     PINGPONG: bool = False
     REVERSE_M: bool = True
+    PERSISTENT: bool = False
 
     def __post_init__(self):
         for name in _INTS:
@@ -75,11 +80,13 @@ class AttentionConfig:
 
 FIELDS = tuple(f.name for f in fields(AttentionConfig))
 
-# per head dim: what ran best on the H200 (docs/PERF.md): at D64 three warpgroups of 64 rows, whose
-# P V GEMMs are too short to hide a softmax under (OVERLAP measured slower there)
+# per head dim: what ran best on the H200 (docs/PERF.md): at D128 persistent (two stages: the second Q
+# buffer takes the third's shared memory; its producer's loop spills below 40 registers, or its consumers
+# at 240 with a producer of 32), at D64 three warpgroups of
+# 64 rows, whose P V GEMMs are too short to hide a softmax under (OVERLAP measured slower there)
 DEFAULT_CONFIGS: dict[int, AttentionConfig] = {
     64: AttentionConfig(BLOCK_M=192, CONSUMER_WGS=3, CONSUMER_REGS=160, OVERLAP=False),
-    128: AttentionConfig(STAGES=3, PINGPONG=True),
+    128: AttentionConfig(PINGPONG=True, PERSISTENT=True, CONSUMER_REGS=232, PRODUCER_REGS=40),
 }
 
 
@@ -97,13 +104,31 @@ def num_warps(cfg: AttentionConfig) -> int:
     return 4 * cfg.CONSUMER_WGS + 1
 
 
-def grid(sq: int, batch_heads: int, cfg: AttentionConfig) -> tuple[int, int]:
-    """One CTA per (query block, batch x head)."""
+def q_buffers(cfg: AttentionConfig) -> int:
+    """Q tiles per consumer warpgroup: two when persistent with OVERLAP (the next tile's Q loads while this
+    one runs; kernel.py says why a serial one keeps one)."""
+    return 2 if cfg.PERSISTENT and cfg.OVERLAP else 1
+
+
+def work_units(sq: int, batch_heads: int, cfg: AttentionConfig, causal: bool) -> int:
+    """What the persistent kernel's CTAs share out: (query block, head) tiles, in pairs when causal."""
+    num_m = -(-sq // cfg.BLOCK_M)
+    per_head = -(-num_m // 2) if causal else num_m
+    return per_head * batch_heads
+
+
+def grid(sq: int, batch_heads: int, cfg: AttentionConfig, causal: bool = False, sms: int = 0) -> tuple[int, int]:
+    """One CTA per (query block, batch x head); persistent: one per SM (`sms` of them), at most one per unit
+    of work."""
+    if cfg.PERSISTENT:
+        if sms < 1:
+            raise GluonError(f"grid: a PERSISTENT config launches one CTA per SM; pass the SM count (sms={sms})")
+        return (max(1, min(sms, work_units(sq, batch_heads, cfg, causal))), 1)
     return (-(-sq // cfg.BLOCK_M), batch_heads)
 
 
 def smem_bytes(cfg: AttentionConfig, head_dim: int, elem_bytes: int = 2) -> int:
     """Shared memory of the Q tiles and the K/V ring (barriers aside)."""
-    q = cfg.BLOCK_M * head_dim * elem_bytes
+    q = q_buffers(cfg) * cfg.BLOCK_M * head_dim * elem_bytes
     kv = 2 * cfg.STAGES * cfg.BLOCK_N * head_dim * elem_bytes
     return q + kv

@@ -16,6 +16,7 @@ from typing import Mapping
 from gluon.dtypes import DType
 from gluon.ir import GluonError
 from gluon.language.kernel import ScalarArg
+from gluon.runtime.cuda import sm_count
 from gluon.types import TensorRef
 
 from .config import HEAD_DIMS, AttentionConfig, default_config, grid, num_warps, to_config
@@ -148,7 +149,8 @@ def attention(q, k, v, causal: bool = False, scale: float | None = None, config:
         cfg = to_config(config, default_config(D))
         kw = dict(CFG=cfg, HEAD_DIM=D, CAUSAL=bool(causal), Q_BSHD=q_bshd, K_BSHD=k_bshd, V_BSHD=v_bshd,
                   WRITE_LSE=bool(return_lse), num_warps=num_warps(cfg))
-        plan = _PLANS[key] = _Plan(attention_sm90[grid(Sq, B * H, cfg)], kw)
+        sms = sm_count(q.device.index) if cfg.PERSISTENT else 0
+        plan = _PLANS[key] = _Plan(attention_sm90[grid(Sq, B * H, cfg, bool(causal), sms)], kw)
     args = (q2, k2, v2, o2, lse, Sq, Skv, H, H // HK, scale * _LOG2E)
     ck = compiled
     if ck is None:

@@ -1,7 +1,12 @@
 """The SM90 attention forward kernel: warp-specialized, TMA + WGMMA, online softmax, P from registers.
 
-O = softmax(scale * Q K^T + mask) V for one (query block, batch x head) per CTA, under one
-`AttentionConfig` (config.py says what each knob does). Roles:
+O = softmax(scale * Q K^T + mask) V for one (query block, batch x head) tile per CTA, or with PERSISTENT
+for every unit of work pid, pid + #CTAs, ... (a tile, or with a causal mask a pair of one head's query
+blocks whose key blocks sum to about the same), under one `AttentionConfig` (config.py says what each
+knob does). Both roles walk the same units; the ring position and the Q buffer's phase carry over from
+one tile to the next, so the producer loads the next tile's Q (into the other buffer) and K/V while the
+consumers finish this one; a consumer warpgroup hands its Q buffer back (`q_empty`) after its epilogue.
+Roles:
 
 * producer: one warp (warp 4 * CONSUMER_WGS) with PRODUCER_REGS registers. It loads this CTA's Q rows
   once (`q_ready`), then streams the K and V tiles of every key block the CTA needs through a
@@ -30,11 +35,12 @@ from gluon.jit import kernel
 from gluon.language.control import static_range, warp_role
 from gluon.language.memory import smem
 from gluon.language.nvidia.ampere import named_barrier_arrive, named_barrier_sync
-from gluon.language.nvidia.hopper import mbarrier, tma_load, wgmma, wgmma_wait
+from gluon.language.nvidia.hopper import fence_async_shared, mbarrier, tma_load, wgmma, wgmma_wait
 from gluon.types import DotOperandLayout, Layout, SliceLayout, SwizzleMode, WarpRole
 
 _NEG_INF = float("-inf")
 _TURN = 8                   # PINGPONG: warpgroup g waits on named barrier _TURN + g for its turn to issue GEMMs
+_EPILOGUE = 10              # PERSISTENT: warpgroup g's threads meet on named barrier _EPILOGUE + g after the epilogue
 _LN2 = 0.6931471805599453
 
 
@@ -59,9 +65,10 @@ def _coords(bh, H, S, D: int, BSHD: bool):
     return bh * S, 0
 
 
-def _q_tile(q_s, g: int, WGS: int):
-    """Consumer warpgroup g's Q tile (one stage of `q_s` per warpgroup; the region itself with one)."""
-    return q_s[g] if WGS > 1 else q_s
+def _stage(region, i, n: int):
+    """Stage i of a region or barrier set of n stages (the region itself when n is 1): the Q tiles are
+    one per warpgroup and Q buffer, q_ready one per buffer."""
+    return region[i] if n > 1 else region
 
 
 def _masked(s, rows, n0, Skv, off, BLOCK_N: int, s_layout, CAUSAL: bool):
@@ -96,28 +103,37 @@ def attention_sm90(Q, K, V, O, L, Sq, Skv, H, GROUP, qk_scale, CFG: gl.constexpr
     RM = CFG.BLOCK_M // WGS                     # query rows per consumer warpgroup
     BN = CFG.BLOCK_N
     ST = CFG.STAGES
+    # Q buffers: the next tile's Q loads while this one runs. Serial (not OVERLAP) persistent kernels keep one:
+    # with two, their S GEMM in the masked loop read a wrong Q when the unmasked loop ran no step (Skv < BLOCK_N;
+    # seen on the H200, cause not found; the OVERLAP loops, whose first S GEMM comes before them, are right)
+    QB = 2 if CFG.PERSISTENT and CFG.OVERLAP else 1
+    TPU = 2 if CFG.PERSISTENT and CAUSAL else 1     # tiles per unit of work: causal pairs long + short
     sw = SwizzleMode.B128
-    q_s = smem(Q.dtype, Layout.swizzled(RM, D, sw), name="q_tile", stages=WGS)
+    q_s = smem(Q.dtype, Layout.swizzled(RM, D, sw), name="q_tile", stages=WGS * QB)
     k_s = smem(K.dtype, Layout.swizzled(BN, D, sw), name="k_ring", stages=ST)
     v_s = smem(V.dtype, Layout.swizzled(BN, D, sw), name="v_ring", stages=ST)
-    q_ready = mbarrier(count=1, name="q_ready")
+    q_ready = mbarrier(count=1, name="q_ready", stages=QB)
+    if CFG.PERSISTENT:
+        q_empty = mbarrier(count=WGS, name="q_empty", stages=QB)   # the consumers are done with a Q buffer
     k_ready = mbarrier(count=1, name="k_ready", stages=ST)
     v_ready = mbarrier(count=1, name="v_ready", stages=ST)
     k_empty = mbarrier(count=WGS, name="k_empty", stages=ST)
     v_empty = mbarrier(count=WGS, name="v_empty", stages=ST)
 
     num_m = gl.cdiv(Sq, CFG.BLOCK_M)
-    m_blk = num_m - 1 - gl.program_id(0) if CFG.REVERSE_M else gl.program_id(0)
-    m0 = m_blk * CFG.BLOCK_M
-    bh = gl.program_id(1)
-    bkv = (bh // H) * (H // GROUP) + (bh % H) // GROUP      # batch x kv head
-    q_row, q_col = _coords(bh, H, Sq, D, Q_BSHD)
-    k_row, k_col = _coords(bkv, H // GROUP, Skv, D, K_BSHD)
-    v_row, v_col = _coords(bkv, H // GROUP, Skv, D, V_BSHD)
-    n_blocks, _ = _block_range(m0, Sq, Skv, CFG.BLOCK_M, BN, CAUSAL)
+    per_head = gl.cdiv(num_m, TPU)              # units of work per batch x head
+    if CFG.PERSISTENT:                          # one CTA per SM: units first, first + step, ...
+        u_first = gl.program_id(0)
+        u_end = per_head * _batch_heads(Q, Sq, H, Q_BSHD)
+        u_step = gl.num_programs(0)
+    else:                                       # one CTA per unit: grid (query blocks, batch x heads)
+        u_first = gl.program_id(1) * per_head + gl.program_id(0)
+        u_end = u_first + 1
+        u_step = 1
     off = Skv - Sq
     ldo = O.shape[1]
     gl.multiple_of(ldo, 16)                     # D or H * D elements: rows start 16-element aligned
+    PP = CFG.PINGPONG
 
     for g in static_range(WGS):
         with warp_role(WarpRole.CONSUMER, warp_range=(4 * g, 4 * g + 3),
@@ -125,88 +141,149 @@ def attention_sm90(Q, K, V, O, L, Sq, Skv, H, GROUP, qk_scale, CFG: gl.constexpr
             s_layout = Layout.wgmma((4, 1), instr_n=BN, operand_dtype=Q.dtype)
             o_layout = Layout.wgmma((4, 1), instr_n=D, operand_dtype=Q.dtype)
             p_layout = DotOperandLayout(0, o_layout, 2)
-            q_g = _q_tile(q_s, g, WGS)
-            rows = m0 + g * RM + gl.arange(0, RM, layout=SliceLayout(1, s_layout))
-            acc = gl.zeros((RM, D), gl.float32, layout=o_layout)
-            m_i = gl.full((RM,), _NEG_INF, gl.float32, layout=SliceLayout(1, s_layout))
-            l_i = gl.zeros((RM,), gl.float32, layout=SliceLayout(1, s_layout))
-            # this warpgroup's key blocks: the CTA's first n_g (its later ones lie right of its rows'
-            # diagonal: waited for and released, not computed), the first f_g of them unmasked
-            n_g, f_g = _block_range(m0 + g * RM, Sq, Skv, RM, BN, CAUSAL)
-            n_g = gl.minimum(gl.maximum(n_g, 1), n_blocks)
-            PP = CFG.PINGPONG
-            if PP and g == 1:
-                named_barrier_arrive(_TURN, 256)    # warpgroup 0 takes the first turn
-            q_ready.wait(0)
-            if CFG.OVERLAP:
-                if n_blocks > 0:
-                    # block 0: S, its softmax (masked: it may be the only block, or a diagonal one)
-                    k_ready[0].wait(0)
-                    _turn_begin(g, PP)
-                    s = wgmma(q_g, k_s[0].T, gl.zeros((RM, BN), gl.float32, layout=s_layout), use_acc=False,
-                              wait=False)
-                    _turn_end(g, PP)
-                    s = wgmma_wait(s, q_g, k_s[0], pendings=0)
-                    k_empty[0].arrive()
-                    s = _masked(s, rows, 0, Skv, off, BN, s_layout, CAUSAL)
-                    m_i, p, alpha, l_i = _softmax(s, m_i, l_i, qk_scale, True)
-                    p_op = gl.convert_layout(p.to(Q.dtype), p_layout)
-                    for j in range(1, f_g):
-                        acc, m_i, l_i, p_op = _overlapped_step(j, q_g, k_s, v_s, k_ready, v_ready, k_empty, v_empty,
-                                                               acc, m_i, l_i, p_op, rows, Skv, off, qk_scale, ST, BN,
-                                                               s_layout, p_layout, CAUSAL, Q.dtype, False, g, PP)
-                    for j in range(gl.maximum(f_g, 1), n_g):
-                        acc, m_i, l_i, p_op = _overlapped_step(j, q_g, k_s, v_s, k_ready, v_ready, k_empty, v_empty,
-                                                               acc, m_i, l_i, p_op, rows, Skv, off, qk_scale, ST, BN,
-                                                               s_layout, p_layout, CAUSAL, Q.dtype, True, g, PP)
-                    # the last computed block's P V
-                    last = n_g - 1
-                    s_last = last % ST
-                    v_ready[s_last].wait((last // ST) & 1)
-                    _turn_begin(g, PP)
-                    acc = wgmma(p_op, v_s[s_last], acc, wait=False)
-                    _turn_end(g, PP)
-                    acc = wgmma_wait(acc, p_op, v_s[s_last], pendings=0)
-                    v_empty[s_last].arrive()
-            else:
-                for j in range(0, f_g):
-                    acc, m_i, l_i = _serial_step(j, q_g, k_s, v_s, k_ready, v_ready, k_empty, v_empty, acc, m_i, l_i,
-                                                 rows, Skv, off, qk_scale, ST, BN, s_layout, p_layout, CAUSAL, Q.dtype,
-                                                 False)
-                for j in range(f_g, n_g):
-                    acc, m_i, l_i = _serial_step(j, q_g, k_s, v_s, k_ready, v_ready, k_empty, v_empty, acc, m_i, l_i,
-                                                 rows, Skv, off, qk_scale, ST, BN, s_layout, p_layout, CAUSAL, Q.dtype,
-                                                 True)
-            if CAUSAL:
-                for jr in range(n_g, n_blocks):     # blocks only later warpgroups' rows see
-                    _release(jr, k_ready, v_ready, k_empty, v_empty, ST)
-                    _turn_begin(g, PP)              # (a turn without GEMMs: both take as many turns)
-                    _turn_end(g, PP)
-            if PP and g == 0:
-                named_barrier_sync(_TURN, 256)      # warpgroup 1's last turn ends: no arrive left pending
-            _epilogue(acc, m_i, l_i, q_g, O, L, rows, m0 + g * RM, q_row, q_col, ldo, Sq, bh, qk_scale, RM, D,
-                      o_layout, WRITE_LSE)
+            cnt = gl.full((), 0, gl.int32)      # key blocks this CTA has taken from the ring so far
+            tc = gl.full((), 0, gl.int32)       # tiles so far: which Q buffer, which phase
+            for u in range(u_first, u_end, u_step):
+                for h in range(0, _unit_tiles(u, num_m, per_head, TPU)):
+                    m_blk, bh = _unit_tile(u, h, num_m, per_head, TPU, CFG.REVERSE_M)
+                    m0 = m_blk * CFG.BLOCK_M
+                    q_row, q_col = _coords(bh, H, Sq, D, Q_BSHD)
+                    n_blocks, _ = _block_range(m0, Sq, Skv, CFG.BLOCK_M, BN, CAUSAL)
+                    qb = tc % QB
+                    q_g = _stage(q_s, qb * WGS + g if QB > 1 else g, WGS * QB)
+                    rows = m0 + g * RM + gl.arange(0, RM, layout=SliceLayout(1, s_layout))
+                    acc = gl.zeros((RM, D), gl.float32, layout=o_layout)
+                    m_i = gl.full((RM,), _NEG_INF, gl.float32, layout=SliceLayout(1, s_layout))
+                    l_i = gl.zeros((RM,), gl.float32, layout=SliceLayout(1, s_layout))
+                    # this warpgroup's key blocks: the CTA's first n_g (its later ones lie right of its rows'
+                    # diagonal: waited for and released, not computed), the first f_g of them unmasked
+                    n_g, f_g = _block_range(m0 + g * RM, Sq, Skv, RM, BN, CAUSAL)
+                    n_g = gl.minimum(gl.maximum(n_g, 1), n_blocks)
+                    if PP and g == 1:
+                        named_barrier_arrive(_TURN, 256)    # warpgroup 0 takes the first turn
+                    _stage(q_ready, qb, QB).wait((tc // QB) & 1)
+                    if CFG.OVERLAP:
+                        if n_blocks > 0:
+                            # block 0: S, its softmax (masked: it may be the only block, or a diagonal one)
+                            c0 = cnt % ST
+                            k_ready[c0].wait((cnt // ST) & 1)
+                            _turn_begin(g, PP)
+                            s = wgmma(q_g, k_s[c0].T, gl.zeros((RM, BN), gl.float32, layout=s_layout),
+                                      use_acc=False, wait=False)
+                            _turn_end(g, PP)
+                            s = wgmma_wait(s, q_g, k_s[c0], pendings=0)
+                            k_empty[c0].arrive()
+                            s = _masked(s, rows, 0, Skv, off, BN, s_layout, CAUSAL)
+                            m_i, p, alpha, l_i = _softmax(s, m_i, l_i, qk_scale, True)
+                            p_op = gl.convert_layout(p.to(Q.dtype), p_layout)
+                            for j in range(1, f_g):
+                                acc, m_i, l_i, p_op = _overlapped_step(
+                                    j, cnt, q_g, k_s, v_s, k_ready, v_ready, k_empty, v_empty, acc, m_i, l_i, p_op,
+                                    rows, Skv, off, qk_scale, ST, BN, s_layout, p_layout, CAUSAL, Q.dtype, False, g,
+                                    PP)
+                            for jm in range(gl.maximum(f_g, 1), n_g):
+                                acc, m_i, l_i, p_op = _overlapped_step(
+                                    jm, cnt, q_g, k_s, v_s, k_ready, v_ready, k_empty, v_empty, acc, m_i, l_i, p_op,
+                                    rows, Skv, off, qk_scale, ST, BN, s_layout, p_layout, CAUSAL, Q.dtype, True, g,
+                                    PP)
+                            # the last computed block's P V
+                            c_last = cnt + n_g - 1
+                            s_last = c_last % ST
+                            v_ready[s_last].wait((c_last // ST) & 1)
+                            _turn_begin(g, PP)
+                            acc = wgmma(p_op, v_s[s_last], acc, wait=False)
+                            _turn_end(g, PP)
+                            acc = wgmma_wait(acc, p_op, v_s[s_last], pendings=0)
+                            v_empty[s_last].arrive()
+                    else:
+                        for j in range(0, f_g):
+                            acc, m_i, l_i = _serial_step(j, cnt, q_g, k_s, v_s, k_ready, v_ready, k_empty, v_empty,
+                                                         acc, m_i, l_i, rows, Skv, off, qk_scale, ST, BN, s_layout,
+                                                         p_layout, CAUSAL, Q.dtype, False)
+                        for jm in range(f_g, n_g):
+                            acc, m_i, l_i = _serial_step(jm, cnt, q_g, k_s, v_s, k_ready, v_ready, k_empty, v_empty,
+                                                         acc, m_i, l_i, rows, Skv, off, qk_scale, ST, BN, s_layout,
+                                                         p_layout, CAUSAL, Q.dtype, True)
+                    if CAUSAL:
+                        for jr in range(n_g, n_blocks):     # blocks only later warpgroups' rows see
+                            _release(cnt + jr, k_ready, v_ready, k_empty, v_empty, ST)
+                            _turn_begin(g, PP)              # (a turn without GEMMs: both take as many turns)
+                            _turn_end(g, PP)
+                    if PP and g == 0:
+                        named_barrier_sync(_TURN, 256)      # warpgroup 1's last turn ends: no arrive left pending
+                    _epilogue(acc, m_i, l_i, q_g, O, L, rows, m0 + g * RM, q_row, q_col, ldo, Sq, bh, qk_scale, RM,
+                              D, o_layout, WRITE_LSE)
+                    if CFG.PERSISTENT:
+                        # every thread of the warpgroup has read O back from the Q tile: the producer may refill it
+                        named_barrier_sync(_EPILOGUE + g, 128)
+                        fence_async_shared()
+                        _stage(q_empty, qb, QB).arrive()
+                    cnt = cnt + n_blocks
+                    tc = tc + 1
 
     with warp_role(WarpRole.PRODUCER, warp_range=(4 * WGS, 4 * WGS), registers=CFG.PRODUCER_REGS):
-        q_ready.expect(WGS * q_s.nbytes)
-        for g in static_range(WGS):
-            tma_load(_q_tile(q_s, g, WGS), Q, (q_row + m0 + g * RM, q_col), q_ready)
-        for j in range(0, n_blocks):
-            s = j % ST
-            ph = ((j // ST) & 1) ^ 1                # fresh barriers pass phase 1 at once
-            k_empty[s].wait(ph)
-            k_ready[s].expect(k_s.nbytes)
-            tma_load(k_s[s], K, (k_row + j * BN, k_col), k_ready[s])
-            v_empty[s].wait(ph)
-            v_ready[s].expect(v_s.nbytes)
-            tma_load(v_s[s], V, (v_row + j * BN, v_col), v_ready[s])
+        cnt = gl.full((), 0, gl.int32)
+        tc = gl.full((), 0, gl.int32)
+        for u in range(u_first, u_end, u_step):
+            for h in range(0, _unit_tiles(u, num_m, per_head, TPU)):
+                m_blk, bh = _unit_tile(u, h, num_m, per_head, TPU, CFG.REVERSE_M)
+                m0 = m_blk * CFG.BLOCK_M
+                bkv = (bh // H) * (H // GROUP) + (bh % H) // GROUP      # batch x kv head
+                q_row, q_col = _coords(bh, H, Sq, D, Q_BSHD)
+                k_row, k_col = _coords(bkv, H // GROUP, Skv, D, K_BSHD)
+                v_row, v_col = _coords(bkv, H // GROUP, Skv, D, V_BSHD)
+                n_blocks, _ = _block_range(m0, Sq, Skv, CFG.BLOCK_M, BN, CAUSAL)
+                qb = tc % QB
+                if CFG.PERSISTENT:
+                    _stage(q_empty, qb, QB).wait(((tc // QB) & 1) ^ 1)      # fresh barriers pass phase 1 at once
+                q_bar = _stage(q_ready, qb, QB)
+                q_bar.expect(WGS * q_s.nbytes)
+                for g in static_range(WGS):
+                    tma_load(_stage(q_s, qb * WGS + g if QB > 1 else g, WGS * QB), Q, (q_row + m0 + g * RM, q_col), q_bar)
+                for j in range(0, n_blocks):
+                    c = cnt + j
+                    s = c % ST
+                    ph = ((c // ST) & 1) ^ 1
+                    k_empty[s].wait(ph)
+                    k_ready[s].expect(k_s.nbytes)
+                    tma_load(k_s[s], K, (k_row + j * BN, k_col), k_ready[s])
+                    v_empty[s].wait(ph)
+                    v_ready[s].expect(v_s.nbytes)
+                    tma_load(v_s[s], V, (v_row + j * BN, v_col), v_ready[s])
+                cnt = cnt + n_blocks
+                tc = tc + 1
 
 
-def _serial_step(j, q_g, k_s, v_s, k_ready, v_ready, k_empty, v_empty, acc, m_i, l_i, rows, Skv, off, qk_scale,
-                 ST: int, BN: int, s_layout, p_layout, CAUSAL: bool, dtype, MASKED: bool):
-    """Key block j without overlap: S, softmax, rescale O, O += P V, each waited for in turn."""
-    s_i = j % ST
-    ph = (j // ST) & 1
+def _batch_heads(Q, Sq, H, BSHD: bool):
+    """B * H from Q's 2-D view: [B*H*Sq, D] rows, or [B*Sq, H*D] ones."""
+    return (Q.shape[0] // Sq) * H if BSHD else Q.shape[0] // Sq
+
+
+def _unit_tiles(u, num_m, per_head, TPU: int):
+    """How many tiles unit u holds: one, or (causal, persistent) two, one when a head's query blocks are odd
+    in number and u is its middle one."""
+    if TPU == 1:
+        return 1
+    k = u % per_head
+    return gl.where(2 * k + 1 == num_m, gl.full((), 1, gl.int32), 2)
+
+
+def _unit_tile(u, h, num_m, per_head, TPU: int, REVERSE_M: bool):
+    """(query block, batch x head) of tile h of unit u. A causal pair is a head's query blocks
+    num_m - 1 - k (the longest rows first) and k: their key blocks sum to about the same for every k."""
+    bh = u // per_head
+    k = u % per_head
+    if TPU == 2:
+        return gl.where(h == 0, num_m - 1 - k, k), bh
+    return (num_m - 1 - k if REVERSE_M else k), bh
+
+
+def _serial_step(j, base, q_g, k_s, v_s, k_ready, v_ready, k_empty, v_empty, acc, m_i, l_i, rows, Skv, off,
+                 qk_scale, ST: int, BN: int, s_layout, p_layout, CAUSAL: bool, dtype, MASKED: bool):
+    """Key block j (the ring's block base + j) without overlap: S, softmax, rescale O, O += P V, each
+    waited for in turn."""
+    s_i = (base + j) % ST
+    ph = ((base + j) // ST) & 1
     k_ready[s_i].wait(ph)
     s = wgmma(q_g, k_s[s_i].T, gl.zeros(acc.shape[:1] + (BN,), gl.float32, layout=s_layout), use_acc=False)
     k_empty[s_i].arrive()
@@ -234,16 +311,17 @@ def _turn_end(g: int, PINGPONG: bool):
         named_barrier_arrive(_TURN + 1 - g, 256)
 
 
-def _overlapped_step(j, q_g, k_s, v_s, k_ready, v_ready, k_empty, v_empty, acc, m_i, l_i, p_op, rows, Skv, off,
+def _overlapped_step(j, base, q_g, k_s, v_s, k_ready, v_ready, k_empty, v_empty, acc, m_i, l_i, p_op, rows, Skv, off,
                      qk_scale, ST: int, BN: int, s_layout, p_layout, CAUSAL: bool, dtype, MASKED: bool, g: int,
                      PINGPONG: bool):
     """Key block j with FlashAttention-3's intra-warpgroup overlap: issue S_j = Q K_j^T and then
     O += P_{j-1} V_{j-1}; wait for S_j only and run its softmax while P V runs; then wait for P V,
-    release V_{j-1} and rescale O for block j."""
-    s_i = j % ST
-    v_i = (j - 1) % ST
-    k_ready[s_i].wait((j // ST) & 1)
-    v_ready[v_i].wait(((j - 1) // ST) & 1)
+    release V_{j-1} and rescale O for block j. Block j is the ring's block base + j."""
+    c = base + j
+    s_i = c % ST
+    v_i = (c - 1) % ST
+    k_ready[s_i].wait((c // ST) & 1)
+    v_ready[v_i].wait(((c - 1) // ST) & 1)
     _turn_begin(g, PINGPONG)
     s = wgmma(q_g, k_s[s_i].T, gl.zeros(acc.shape[:1] + (BN,), gl.float32, layout=s_layout), use_acc=False,
               wait=False)
@@ -260,11 +338,11 @@ def _overlapped_step(j, q_g, k_s, v_s, k_ready, v_ready, k_empty, v_empty, acc, 
     return _rescale(acc, alpha), m_i, l_i, p_next
 
 
-def _release(j, k_ready, v_ready, k_empty, v_empty, ST: int):
-    """Key block j, which none of this warpgroup's rows sees: released once loaded (waiting for the load
+def _release(c, k_ready, v_ready, k_empty, v_empty, ST: int):
+    """The ring's block c, which none of this warpgroup's rows sees: released once loaded (waiting for the load
     keeps each release in its own phase of the `empty` barriers however far ahead this warpgroup is)."""
-    s_i = j % ST
-    ph = (j // ST) & 1
+    s_i = c % ST
+    ph = (c // ST) & 1
     k_ready[s_i].wait(ph)
     k_empty[s_i].arrive()
     v_ready[s_i].wait(ph)

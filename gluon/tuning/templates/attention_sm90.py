@@ -64,7 +64,7 @@ class _AttentionSM90Tuning(TuningTemplate):
     dims = ("B", "H", "S", "D", "CAUSAL")
     dtypes = ("fp16", "bf16")
     params = ("BLOCK_M", "BLOCK_N", "STAGES", "CONSUMER_WARPS", "CONSUMER_WGS", "CONSUMER_REGS", "PRODUCER_WARPS",
-              "PRODUCER_REGS", "OVERLAP", "PINGPONG", "REVERSE_M")
+              "PRODUCER_REGS", "OVERLAP", "PINGPONG", "REVERSE_M", "PERSISTENT")
 
     def __init__(self):
         self._configs: dict[tuple, AttentionConfig] = {}        # (config items, head dim) -> AttentionConfig
@@ -193,7 +193,7 @@ class _AttentionSM90Tuning(TuningTemplate):
         d = default_config(128)
         return [dict(BLOCK_M=d.BLOCK_M, BLOCK_N=d.BLOCK_N, STAGES=d.STAGES, CONSUMER_WARPS=4 * d.CONSUMER_WGS,
                      CONSUMER_REGS=d.CONSUMER_REGS, PRODUCER_WARPS=1, PRODUCER_REGS=d.PRODUCER_REGS,
-                     OVERLAP=d.OVERLAP, PINGPONG=d.PINGPONG, REVERSE_M=d.REVERSE_M)]
+                     OVERLAP=d.OVERLAP, PINGPONG=d.PINGPONG, REVERSE_M=d.REVERSE_M, PERSISTENT=d.PERSISTENT)]
 
     # -- what gluon.load's callable uses -------------------------------------------------------------------
     @staticmethod
