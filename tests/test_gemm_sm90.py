@@ -222,7 +222,7 @@ def test_repeated_launches_reuse_the_compiled_kernel(monkeypatch):
     monkeypatch.setattr(rt_cuda, "DEFAULT_BACKEND", backend)
     monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
     monkeypatch.setattr(g, "_PLANS", {})
-    monkeypatch.setattr(g, "_SMS", {0: 132})
+    monkeypatch.setattr("gluon.runtime.cuda._SM_COUNTS", {0: 132})
     monkeypatch.setattr(g, "_WORKSPACE", {(0, None): torch.empty(16)})
     a, b, c = torch.randn(1024, 512).half(), torch.randn(512, 2048).half(), torch.empty(1024, 2048).half()
     g.launch(a, b, c)
@@ -241,7 +241,7 @@ def test_repeated_launches_reuse_the_compiled_kernel(monkeypatch):
 def test_forced_splits_leave_no_empty_k_slice(monkeypatch):
     """splits=5 over 16 k-steps would give slices 4, 4, 4, 4, 0; the plan uses 4 slices of 4."""
     g = importlib.import_module("gluon.kernels.gemm_sm90.host")
-    monkeypatch.setattr(g, "_SMS", {0: 132})
+    monkeypatch.setattr("gluon.runtime.cuda._SM_COUNTS", {0: 132})
 
     class T:
         device = type("D", (), {"index": 0})()

@@ -294,7 +294,7 @@ def test_the_gemm_template_launches_the_given_kernel_without_tracing(tmp_path, m
     monkeypatch.setattr(rt_cuda, "DEFAULT_BACKEND", backend)
     monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
     monkeypatch.setattr(gemm_launch, "_PLANS", {})
-    monkeypatch.setattr(gemm_launch, "_SMS", {0: 132})
+    monkeypatch.setattr(rt_cuda, "_SM_COUNTS", {0: 132})
     monkeypatch.setattr(gemm_launch, "_WORKSPACE", {(0, None): torch.empty(16)})
     config = dict(BLOCK_M=128, BLOCK_N=256, BLOCK_K=64, SWIZZLE=128, STAGES=3, CONSUMER_WARPS=8, PRODUCER_WARPS=1,
                   PRODUCER_REGS=40, GROUP_M=8, EPILOGUE="tma")
