@@ -26,6 +26,17 @@ def test_default_configs_compile_to_hgmma_tma_setmaxnreg_without_spills(D, causa
     assert ck.binary.num_warps == 4 * cfg.CONSUMER_WGS + 4     # the producer warp padded to a warpgroup
 
 
+@pytest.mark.parametrize("sq,causal", [(8192, True), (8192, False), (1000, False), (1000, True), (1024, True)])
+def test_the_d128_default_has_no_spills_as_launches_specialize_it(sq, causal):
+    """A launch specializes the sizes on divisibility by 16; the register split of the default must not spill
+    in any of them (240 / 32 spills at S 1000, 232 / 40 at causal S 8192)."""
+    from gluon.kernels.attention_sm90 import attention_sm90, num_warps, stand_ins
+    cfg = default_config(128)
+    ck = attention_sm90.compile(*stand_ins(DType.bf16, sq, sq, 16, 1), CFG=cfg, HEAD_DIM=128, CAUSAL=causal,
+                                num_warps=num_warps(cfg))
+    assert ck.spills == 0
+
+
 def test_overlap_issues_s_before_waiting_for_pv():
     """With OVERLAP the loop keeps one WGMMA group in flight while it waits (wait_group 1)."""
     ptx = compile_variant(128, OVERLAP=True).binary.asm["ptx"]

@@ -81,12 +81,12 @@ class AttentionConfig:
 FIELDS = tuple(f.name for f in fields(AttentionConfig))
 
 # per head dim: what ran best on the H200 (docs/PERF.md): at D128 persistent (two stages: the second Q
-# buffer takes the third's shared memory; its producer's loop spills below 40 registers, or its consumers
-# at 240 with a producer of 32), at D64 three warpgroups of
+# buffer takes the third's shared memory; 232 / 32 registers: the splits 240 / 24, 240 / 32 and 232 / 40 each
+# spill in some launch's specialization, tests/test_attention.py compiles them), at D64 three warpgroups of
 # 64 rows, whose P V GEMMs are too short to hide a softmax under (OVERLAP measured slower there)
 DEFAULT_CONFIGS: dict[int, AttentionConfig] = {
     64: AttentionConfig(BLOCK_M=192, CONSUMER_WGS=3, CONSUMER_REGS=160, OVERLAP=False),
-    128: AttentionConfig(PINGPONG=True, PERSISTENT=True, CONSUMER_REGS=232, PRODUCER_REGS=40),
+    128: AttentionConfig(PINGPONG=True, PERSISTENT=True, CONSUMER_REGS=232, PRODUCER_REGS=32),
 }
 
 
