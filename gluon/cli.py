@@ -3,7 +3,7 @@
     gluon info                      versions, targets, the GPU present
     gluon compile FILE.py:KERNEL    trace + compile one kernel, print its IR / TTGIR / PTX / SASS / resources
     gluon selftest                  compile the built-in kernels for every target and check their machine code
-    gluon check SPEC                validate a spec, prune its configs, compile the legal ones (no GPU)
+    gluon check SPEC                validate a spec, prune and compile a sample of its configs (--all: all; no GPU)
     gluon tune SPEC                 search, verify, time and record (a dry run without a GPU)
     gluon results [NAME]            the best results per (spec, arch, shape, dtype)
     gluon report [NAME]             plots and report.md: best so far, ratio per shape, importance, bottleneck
@@ -114,8 +114,25 @@ def _literal(v: str) -> Any:
     return {"True": True, "False": False}.get(v, v)
 
 
+def _arch_name(value: str) -> str:
+    """--arch: any name `arch_by_name` knows (sm90, sm_90, 90, hopper, gfx942, ...) as the canonical one."""
+    try:
+        return arch_by_name(value).name
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
+# what each backend's compile produces, for --emit
+_EMITS = {"cuda": ("ptx", "sass"), "hip": ("amdgcn",)}
+
+
 def _compile(args) -> int:
     from .jit import compile_module, run_passes
+    backend = arch_by_name(args.arch).backend
+    machine = [e for emits in _EMITS.values() for e in emits]
+    if args.emit in machine and args.emit not in _EMITS.get(backend, ()):
+        return _usage(f"--emit {args.emit}: a {args.arch} ({backend}) compile produces "
+                      f"{' and '.join(_EMITS.get(backend, ()))}, not {args.emit}")
     k = _load_kernel(args.kernel)
     kw: dict[str, Any] = {}
     for item in args.arg or []:
@@ -200,24 +217,10 @@ def _spec_or_exit(path: str):
         raise SystemExit(_usage(str(e)))
 
 
-def _legality_shapes(template, cid: str, shapes, dtype: str, arch: str) -> list:
-    """The shapes whose legality verdicts can differ for this config and dtype: one per distinct
-    `template.legality_key` (the GEMM's drops the sizes: its first shape alone; attention's keeps the head
-    dim and the causal flag), the first shape first."""
-    key = getattr(template, "legality_key", lambda c, s, d, a: (c, tuple(s), d, a))
-    seen, out = set(), []
-    for shape in shapes:
-        k = key(cid, tuple(shape), dtype, arch)
-        if k not in seen:
-            seen.add(k)
-            out.append(tuple(shape))
-    return out
-
-
 def _check(args) -> int:
+    from .tuning.check import check_spec, summary_lines
     from .tuning.settings import _check_shapes
     from .tuning.spec import SpecError, template_of
-    from .tuning.template import shape_str
     spec = _spec_or_exit(args.spec)
     try:
         template = template_of(spec)
@@ -227,44 +230,15 @@ def _check(args) -> int:
         _check_shapes(spec, template)
     except SpecError as e:
         return _usage(str(e))
-    rows, legal = [], 0
-    arch = spec.kernel.arch
-    configs = list(spec.space.grid())
-    for i, cfg in enumerate(configs):
-        cid = spec.space.config_id(cfg)
-        for dtype in spec.dtypes:
-            # every shape whose verdict can differ is checked (traces, milliseconds); the first is compiled
-            shapes = _legality_shapes(template, cid, spec.shapes, dtype, arch)
-            row = {"config_id": cid, "config": cfg, "dtype": dtype}
-            at = shapes[0]
-            try:
-                if args.compile:                     # (the compile traces and runs the passes: its verdict)
-                    ck = template.compile(cfg, at, dtype, arch)
-                    row.update(status="ok", registers=ck.registers, spills=ck.spills, shared_bytes=ck.shared_bytes)
-                else:
-                    template.legality(cfg, at, dtype, arch)
-                    row.update(status="legal")
-                for at in shapes[1:]:
-                    template.legality(cfg, at, dtype, arch)
-                legal += 1
-            except GluonError as e:
-                row.update(status="pruned", reason=str(e).splitlines()[0], shape=shape_str(at))
-            except Exception as e:  # a compile error: report the config, continue
-                row.update(status="compile_error", reason=f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}",
-                           shape=shape_str(at))
-            rows.append(row)
-            if not args.json:
-                extra = (f"registers={row['registers']} spills={row['spills']} smem={row['shared_bytes']}"
-                         if row["status"] == "ok" else row.get("reason", ""))
-                if "shape" in row and len(spec.shapes) > 1:
-                    extra += f" (shape {row['shape']})"
-                print(f"[{i + 1}/{len(configs)}] {cid} {dtype:4} {row['status']:13} {extra}", flush=True)
+    # rows as they finish: on stdout, or with --json (which prints the rows at the end) on stderr
+    out = sys.stderr if args.json else sys.stdout
+    report = check_spec(spec, template, all_configs=args.all, compile=args.compile, workers=args.workers,
+                        progress=lambda line: print(line, file=out, flush=True))
     if args.json:
-        print(json.dumps(rows, indent=1, default=str))
+        print(json.dumps([r.as_dict() for r in report.rows], indent=1, default=str))
     else:
-        print(f"{spec.name}: {len(configs)} configs in the space, {legal} of {len(rows)} (config, dtype) pairs "
-              f"{'compile' if args.compile else 'pass the checks'}")
-    return 0 if legal else 1
+        print("\n".join(summary_lines(spec.name, report, args.compile)))
+    return 0 if report.legal and not report.failed else 1
 
 
 def _tune(args) -> int:
@@ -283,9 +257,8 @@ def _tune(args) -> int:
     if args.json:
         import dataclasses
         print(json.dumps(dataclasses.asdict(summary), indent=1, default=str))
-    else:
-        print(summary.message or f"{summary.spec_name}: best {summary.best_config} ({summary.best_value})")
-    return 0 if (summary.best_config is not None or summary.dry_run) else 1
+    # (without --json the tuner has printed its summary, once)
+    return 0 if summary.best_config is not None else 1
 
 
 def _results(args) -> int:
@@ -352,7 +325,7 @@ def main(argv: list[str] | None = None) -> int:
                                    "--block 2048 --arg dst_ptr=ptr:f32 --arg src_ptr=ptr:f32 --arg n_elements=i32 "
                                    "--const XBLOCK=2048 --emit sass")
     s.add_argument("kernel", help="FILE.py:KERNEL or package.module:KERNEL")
-    s.add_argument("--arch", default="sm90", type=lambda a: arch_by_name(a).name,
+    s.add_argument("--arch", default="sm90", type=_arch_name,
                    help="sm80 | sm90 | sm100 | cdna3 (default sm90)")
     s.add_argument("--num-warps", type=int, default=None)
     s.add_argument("--block", help="launch block for SIMT kernels, e.g. 2048")
@@ -369,7 +342,10 @@ def main(argv: list[str] | None = None) -> int:
     s = sub.add_parser("check", help="validate a spec and prune/compile its configs (no GPU needed)")
     s.add_argument("spec")
     s.add_argument("--compile", action=argparse.BooleanOptionalAction, default=True,
-                   help="compile every legal config (default) or only run the checks (--no-compile)")
+                   help="compile the legal configs checked (default) or only run the checks (--no-compile)")
+    s.add_argument("--all", action="store_true",
+                   help="check every config of the space (default: a sample holding every value of every parameter)")
+    s.add_argument("--workers", type=int, default=None, help="compile processes (default: one per core, at most 8)")
     s.add_argument("--json", action="store_true")
     s.set_defaults(fn=_check)
     s = sub.add_parser("tune", help="search the spec's space on the GPU: verify, time, record (dry run without one)")
@@ -416,6 +392,18 @@ def main(argv: list[str] | None = None) -> int:
         return e.code if isinstance(e.code, int) else 2
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:             # `gluon results ... | head`: the reader has what it wanted; say nothing
+        _quiet_stdout()
+        return 0
+
+
+def _quiet_stdout() -> None:
+    """Point stdout at /dev/null so the interpreter's last flush does not raise on the closed pipe again."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError, AttributeError):      # (a stand-in stdout has no file descriptor)
+        pass
 
 
 if __name__ == "__main__":

@@ -196,7 +196,7 @@ def test_check_prunes_per_head_dim_and_names_the_shape(tmp_path, capsys):
     # the D 64 shape first: 256-key tiles fit there, not at D 128 (the second shape, which check must trace too)
     spec = _tiny_spec(tmp_path, shapes=[[1, 8, 1024, 64, False], [2, 4, 512, 128, False], [2, 4, 512, 128, True]],
                       params={"BLOCK_N": [128, 256], "STAGES": [2, 3]})
-    assert main(["check", str(spec), "--no-compile", "--json"]) == 0
+    assert main(["check", str(spec), "--no-compile", "--all", "--json"]) == 0
     rows = {(r["config"]["BLOCK_N"], r["config"]["STAGES"]): r for r in json.loads(capsys.readouterr().out)}
     assert {k: r["status"] for k, r in rows.items()} == {(128, 2): "legal", (128, 3): "legal", (256, 2): "pruned",
                                                          (256, 3): "pruned"}

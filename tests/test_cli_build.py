@@ -28,7 +28,7 @@ def dry_results(tmp_path_factory):
 
 
 def test_check_reports_every_config(capsys):
-    assert main(["check", COPY_SPEC, "--no-compile", "--json"]) == 0
+    assert main(["check", COPY_SPEC, "--no-compile", "--all", "--json"]) == 0
     rows = json.loads(capsys.readouterr().out)
     assert len(rows) == 30 and all(r["status"] == "legal" for r in rows)
 

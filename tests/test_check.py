@@ -1,0 +1,66 @@
+"""`gluon check` without a GPU: the covering sample, --all, spills as warnings, values no legal config holds."""
+import json
+import os
+import sys
+
+from gluon.cli import main
+from gluon.tuning.check import covering_order
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+COPY_SPEC = os.path.join(ROOT, "specs", "copy.toml")
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+
+def test_covering_order_holds_every_value_and_replaces_a_refused_config():
+    configs = [dict(A=a, B=b) for a in (1, 2, 3) for b in ("x", "y")]
+    taken = []
+    for cfg, took in covering_order(configs):
+        taken.append(cfg)
+        if cfg != dict(A=1, B="x"):            # the first pick is "refused": its values stay wanted
+            took |= {(k, repr(v)) for k, v in cfg.items()}
+    assert taken[0] == dict(A=1, B="x")
+    held = {(k, v) for c in taken[1:] for k, v in c.items()}
+    assert held >= {("A", 1), ("A", 2), ("A", 3), ("B", "x"), ("B", "y")}
+    assert len(taken) <= 5                      # far fewer than the 6 configs, refused one included
+
+
+def test_check_samples_by_default_and_says_what_it_skipped(capsys):
+    assert main(["check", COPY_SPEC, "--no-compile"]) == 0
+    out = capsys.readouterr().out
+    assert "checked a sample of" in out and "of the space's 30 configs" in out and "--all checks them all" in out
+    assert main(["check", COPY_SPEC, "--no-compile", "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert 3 <= len(rows) < 30
+    assert {r["config"]["XBLOCK"] for r in rows} == {512, 1024, 2048, 4096, 8192}
+    assert {r["config"]["NUM_WARPS"] for r in rows} == {2, 4, 8}
+    assert {r["config"]["FORM"] for r in rows} == {"simt", "explicit"}
+
+
+def test_check_compiles_the_sample_in_parallel_with_progress(capsys):
+    assert main(["check", COPY_SPEC, "--workers", "2"]) == 0
+    out = capsys.readouterr().out
+    assert "compiled, ETA" in out and "pairs compile clean" in out and "0 failed to compile" in out
+
+
+def _attention_spec(tmp_path, params, shapes):
+    from test_attention_tuning import _tiny_spec
+    return _tiny_spec(tmp_path, shapes=shapes, params=params)
+
+
+def test_spills_are_warnings_counted_apart(tmp_path, capsys):
+    # persistent at D 128 with 240 consumer / 24 producer registers spills where S is no multiple of 16
+    spec = _attention_spec(tmp_path, {"PERSISTENT": [True], "PINGPONG": [False]}, [[2, 4, 1000, 128, False]])
+    assert main(["check", str(spec), "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert [r["status"] for r in rows] == ["spills"] and rows[0]["spills"] > 0
+    assert main(["check", str(spec)]) == 0
+    assert "0 (config, dtype) pairs compile clean, 1 compile with register spills (warnings)" in \
+        capsys.readouterr().out
+
+
+def test_a_value_no_legal_config_holds_is_named(tmp_path, capsys):
+    # 256-key tiles never fit at D 128 (two stages: 288 KiB of shared memory)
+    spec = _attention_spec(tmp_path, {"BLOCK_N": [128, 256]}, [[2, 4, 512, 128, False]])
+    assert main(["check", str(spec), "--no-compile"]) == 0
+    out = capsys.readouterr().out
+    assert "no legal config among those tried holds BLOCK_N=256" in out
