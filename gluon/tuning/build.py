@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import datetime
 import json
+import math
 import os
 import shutil
 import tempfile
@@ -26,6 +27,15 @@ MANIFEST = "manifest.json"
 class BuildError(RuntimeError):
     pass
 
+
+
+def _number(v) -> float | None:
+    """A measurement for the manifest: a float, or None (JSON null) where there is none (a dry run's NaN)."""
+    try:
+        f = float(v)
+    except (TypeError, ValueError):
+        return None
+    return f if math.isfinite(f) else None
 
 def find_spec_files(specs_dir: str | Path) -> dict:
     """spec name -> Spec for every spec file under `specs_dir` (files that fail to load are skipped)."""
@@ -98,17 +108,18 @@ def build_best(results_root: str | Path = "results", specs_dir: str | Path = "sp
             art = dest / ck.binary.key[:32]
             _copy_artifacts(Path(ck.binary.path), art)
             entries.append({"shape": list(shape), "dtype": r["dtype"], "arch": r["arch"], "config": config,
-                            "config_id": r["config_id"], "median_ms": r.get("median_ms"),
-                            "baseline_ms": r.get("baseline_ms"), "ratio": r.get("ratio"),
+                            "config_id": r["config_id"], "median_ms": _number(r.get("median_ms")),
+                            "baseline_ms": _number(r.get("baseline_ms")), "ratio": _number(r.get("ratio")),
                             "dry_run": bool(r.get("dry_run", False)), "cache_key": ck.binary.key,
                             "artifacts": art.name})
+            ratio = _number(r.get("ratio"))
             log(f"{name} {r['arch']} {r['shape']} {r['dtype']}: config {r['config_id']} "
-                f"(ratio {r.get('ratio', float('nan')):.3f}) -> {art}")
+                f"({'dry run, not timed' if ratio is None else f'ratio {ratio:.3f}'}) -> {art}")
         manifest = {"name": name, "spec": str(spec.source), "spec_hash": spec.content_hash,
                     "template": spec.kernel.template, "dims": list(template.dims),
                     "built_at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
                     "entries": entries}
         path = dest / MANIFEST
-        atomic_write(path, json.dumps(manifest, indent=1, default=str))
+        atomic_write(path, json.dumps(manifest, indent=1, default=str, allow_nan=False))
         manifests.append(path)
     return manifests

@@ -9,7 +9,8 @@ written. `read()` concatenates every `*.parquet` file; a file it cannot read (tr
 skipped and reported (`ResultsStore.problems`, `df.attrs["problems"]`, a warning), and leftover
 temporaries of killed writers are reported too. `compact(spec)` merges a spec's files into one, atomically;
 every row carries a `row_id`, so a crash between writing the merged file and deleting its sources
-leaves duplicates that `read()` drops.
+leaves duplicates that `read()` drops. Of rows sharing an id `read()` keeps the last written (files are
+named in time order): a dry run's rows have ids made of what they are about, so its re-run replaces them.
 
 Columns (COLUMNS, in this order; then one column per config parameter, named as in the spec):
 
@@ -216,7 +217,7 @@ class ResultsStore:
             df = frames[0] if len(frames) == 1 else pd.concat(frames, ignore_index=True, sort=False)
         else:
             df = _concat([_table([])])
-        df = df.drop_duplicates(subset="row_id", keep="first").reset_index(drop=True)
+        df = df.drop_duplicates(subset="row_id", keep="last").reset_index(drop=True)
         for c in COLUMN_NAMES:
             if c not in df.columns:
                 df[c] = None
@@ -248,7 +249,7 @@ class ResultsStore:
             if len(sources) <= 1:
                 return sources[0] if sources else None
             import pyarrow as pa
-            df = _concat(tables).drop_duplicates(subset="row_id", keep="first")
+            df = _concat(tables).drop_duplicates(subset="row_id", keep="last")
             table = pa.Table.from_pandas(df, preserve_index=False)
             stamp = _now().strftime("%Y%m%dT%H%M%S%fZ")
             final = d / f"{stamp}-compacted-{uuid.uuid4().hex}.parquet"

@@ -103,6 +103,15 @@ from .tune_summary import TuneSummary
 __all__ = ["TuneError", "TuneSummary", "tune"]
 
 
+def _dry_row_id(row: dict) -> str:
+    """A dry-run row's id from what it is about (spec and template content, config, shape, dtype, arch):
+    `ResultsStore.read` keeps one row per id, the last written, so a re-run replaces its rows."""
+    import hashlib
+    key = "|".join(str(row.get(k)) for k in ("spec_name", "spec_hash", "template_hash", "config_id", "shape",
+                                               "dtype", "arch"))
+    return "dry-" + hashlib.sha256(key.encode()).hexdigest()[:28]
+
+
 def _cuda_available() -> bool:
     try:
         import torch
@@ -184,7 +193,8 @@ class _Tuner:
                               allowed="a baseline, or objective = 'min_time'")
 
     def _say(self, msg: str) -> None:
-        print(msg, flush=True)
+        if self.progress:
+            print(msg, flush=True)
 
     def _row(self, **kw) -> dict:
         env = kw.pop("env", None) or {}
@@ -228,7 +238,12 @@ class _Tuner:
         configs = self._dry_configs(limit)
         jobs = [(s, d) for s in self.shapes for d in self.dtypes]
         pruned_rows, legal = [], []
-        for cfg in configs:
+        tick = time.monotonic()
+        for i, cfg in enumerate(configs):
+            if time.monotonic() - tick >= 5:           # long work shows progress
+                tick = time.monotonic()
+                self._say(f"dry run: {i}/{len(configs)} configs checked ({len(legal)} legal) in "
+                          f"{tick - t0:.0f} s")
             cid = self.space.config_id(cfg)
             v = self.legality.verdict(cfg, cid, lower=False)      # its compiled sample is lowered below
             if not v.ok:
@@ -243,7 +258,8 @@ class _Tuner:
                 per.append((s, d, model, roof))
             score = geomean(max(r / m, 1e-12) if m > 0 else 1.0 for _, _, m, r in per)
             legal.append({"config": cfg, "config_id": cid, "score": score, "jobs": per})
-        legal.sort(key=lambda x: -x["score"])
+        # ties (configs the model cannot tell apart) in the order of their ids: the same ranking every run
+        legal.sort(key=lambda x: (-round(x["score"], 9), x["config_id"]))
         # compile the best-ranked sample: registers, spills, shared bytes, compile errors
         compiled: dict[str, dict] = {}
         if compiles > 0 and legal:
@@ -252,8 +268,10 @@ class _Tuner:
                 handles = [(c, pool.submit(self.spec, self.legality.lowered(c["config"], c["config_id"],
                                                                             self.shapes[0], self.dtypes[0])))
                            for c in legal[:compiles]]
-                for c, h in handles:
+                for k, (c, h) in enumerate(handles):
                     compiled[c["config_id"]] = pool.wait(h)
+                    self._say(f"dry run: compiled {k + 1}/{len(handles)} of the best-ranked "
+                              f"({compiled[c['config_id']]['status']})")
         rows, ranking = list(pruned_rows), []
         ckey0 = None
         for c in legal:
@@ -272,25 +290,32 @@ class _Tuner:
                                       **extra))
             if status == "ok":
                 ranking.append({"config_id": c["config_id"], "config": c["config"], "score": c["score"],
-                                "model_ms": [m * 1e3 for _, _, m, _ in c["jobs"]],
+                                "model_ms": [m * 1e3 for _, _, m, _ in c["jobs"]], "compiled": comp is not None,
                                 **({k: comp.get(k) for k in ("registers", "spills", "shared_bytes")} if comp else {})})
+        # only a config that compiled can be the best; one without spills before one with them
+        ranking.sort(key=lambda r: (not r["compiled"], bool(r.get("spills")), -round(r["score"], 9), r["config_id"]))
+        for r in rows:
+            r["row_id"] = _dry_row_id(r)                # a re-run of the same content replaces its rows
         for i in range(0, len(rows), 500):
             self.store.write_many(rows[i:i + 500])
         n_err = sum(1 for c in compiled.values() if c["status"] != "ok")
         summ = TuneSummary(spec_name=self.spec.name, dry_run=True, results_root=self.results_root, device=None,
                            rows_written=len(rows), ranking=ranking, stopped="dry_run",
                            statuses={"ok": len(ranking), "pruned": len(pruned_rows), "compile_error": n_err})
-        if ranking:
+        if ranking and ranking[0]["compiled"]:
             summ.best_config, summ.best_config_id, summ.best_value = (ranking[0]["config"], ranking[0]["config_id"],
                                                                       ranking[0]["score"])
         lines = [f"DRY RUN of {self.spec.name} (no GPU: nothing was run or timed): {len(configs)} configs, "
                  f"{len(legal)} legal, {len(pruned_rows)} pruned, {len(compiled)} compiled ({n_err} failed), "
                  f"{len(rows)} rows with dry_run=True under {self.results_root}/ in {time.monotonic() - t0:.1f} s"]
         if ranking:
-            lines.append("best by the roofline model (score = geomean of roofline / model time):")
+            lines.append("best by the roofline model (score = geomean of roofline / model time; compiled ones "
+                         "first, those without spills first among them):")
             for r in ranking[:5]:
-                regs = f" regs={r['registers']} spills={r['spills']}" if "registers" in r else ""
+                regs = f" regs={r['registers']} spills={r['spills']}" if "registers" in r else " (not compiled)"
                 lines.append(f"  {r['score']:.3f}  {r['config_id']}{regs}")
+        else:
+            lines.append("no legal config: nothing can be built (the pruned rows say why)")
         summ.message = "\n".join(lines)
         self._say(summ.message)
         return summ
