@@ -66,15 +66,24 @@ CDNA3 = Arch("cdna3", "amd", "hip", "gfx942", 64, 64 * 1024, 64 * 1024, 512 * 64
 ALL_ARCHS = (SM80, SM90, SM100, CDNA3)
 
 
+# the names people use for an arch besides sm90 / cuda:90 / 90 / gfx942
+_FAMILIES = {"ampere": "sm80", "a100": "sm80", "hopper": "sm90", "h100": "sm90", "h200": "sm90",
+             "blackwell": "sm100", "b200": "sm100", "mi300": "cdna3", "mi300x": "cdna3"}
+
+
 def arch_by_name(name: str) -> Arch:
-    """'sm90', 'SM90', 'cuda:90', '90', 'gfx942', 'cdna3' -> the Arch."""
-    key = str(name).lower().replace("cuda:", "sm").replace("hip:", "")
+    """'sm90', 'SM90', 'sm_90', 'sm90a', 'cuda:90', '90', 'compute_90', 'hopper', 'gfx942', 'cdna3' -> the Arch."""
+    key = str(name).strip().lower().replace("cuda:", "sm").replace("hip:", "").replace("compute_", "sm")
+    key = _FAMILIES.get(key, key).replace("_", "").replace("-", "")
     if key.isdigit():
         key = "sm" + key
+    if key.startswith("sm") and key.endswith("a") and key[2:-1].isdigit():    # sm90a: the arch-specific target
+        key = key[:-1]
     for a in ALL_ARCHS:
         if key in (a.name, str(a.version)):
             return a
-    raise ValueError(f"unknown arch {name!r}; known: {', '.join(a.name for a in ALL_ARCHS)}")
+    raise ValueError(f"unknown arch {name!r}; known: {', '.join(a.name for a in ALL_ARCHS)} (also sm_90, 90, "
+                     "hopper, ...)")
 
 
 def current_arch() -> Arch | None:

@@ -332,3 +332,13 @@ def test_gemm_config_errors_name_the_field(kw, match):
     assert GemmConfig(SPLIT_WGS=1, CONSUMER_REGS=232).SPLIT_WGS is True        # `--set SPLIT_WGS=1`
     resolved = _cfg()
     assert resolved.resolve(2) is resolved and DEFAULT_CONFIG.resolve(2) != DEFAULT_CONFIG     # resolved once
+
+
+def test_cpu_operands_get_one_line_naming_the_operand():
+    """Not torch's 'Torch not compiled with CUDA enabled' from inside the plan."""
+    import torch
+    from gluon.ir import GluonError
+    from gluon.kernels.gemm_sm90.host import launch
+    a = torch.randn(64, 64).half()
+    with pytest.raises(GluonError, match="gemm: a is on cpu; the kernel runs on a CUDA device"):
+        launch(a, a, torch.empty(64, 64).half())

@@ -23,6 +23,18 @@ from .memory import GlobalTensor, Pointer
 from .tracing import _TRACES, _Trace
 
 
+def _bind_problem(signature: inspect.Signature, args: tuple, kwargs: dict, error: TypeError) -> str:
+    """Why the arguments do not bind, naming every missing parameter at once (inspect names the first)."""
+    params = list(signature.parameters.values())
+    given = {p.name for p in params[:len(args)]} | set(kwargs)
+    missing = [p.name for p in params if p.default is inspect.Parameter.empty and p.name not in given
+               and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
+    if missing and len(args) <= len(params):
+        return (f"missing {len(missing)} required argument{'s' if len(missing) > 1 else ''}: "
+                + ", ".join(repr(m) for m in missing))
+    return str(error)
+
+
 @dataclass(frozen=True)
 class PointerArg:
     """Trace-time stand-in for a pointer argument of element type `dtype`."""
@@ -94,7 +106,8 @@ class KernelTemplate:
         try:
             bound = self.signature.bind(*args, **kwargs)
         except TypeError as e:
-            raise ir.GluonError(f"kernel {self.name}: {e}", self.loc) from None
+            raise ir.GluonError(f"kernel {self.name}: {_bind_problem(self.signature, args, kwargs, e)}",
+                                self.loc) from None
         bound.apply_defaults()
         kernel = ir.Kernel(self.name, [], arch, nw, ir.Region(), {}, self.loc)
         trace = _Trace(kernel, tuple(block) if block else None)
