@@ -630,3 +630,18 @@ def test_malformed_spec(tmp_path, request, files, entry, line, field, parts):
 def test_enough_malformed_cases():
     assert len(BAD) >= 30
     assert len({c[0] for c in BAD}) == len(BAD)
+
+
+def test_a_long_value_list_loads_in_linear_time_and_has_a_limit(tmp_path):
+    """The repeat check was quadratic (20k values: 16 s); 60k now load at once, more than 65536 are refused."""
+    import time
+    p = tmp_path / "s.toml"
+    p.write_text(K + "[params]\nX = { values = [" + ", ".join(map(str, range(60000))) + "] }\n")
+    t = time.monotonic()
+    spec = load_spec(p)
+    assert time.monotonic() - t < 10 and len(spec.space.params["X"].values) == 60000
+    p.write_text(K + "[params]\nX = { values = [" + ", ".join(map(str, range(70000))) + "] }\n")
+    with pytest.raises(SpecError, match="70000 values; allowed: at most 65536"):
+        load_spec(p)
+    p.write_text(K + "[params]\nX = { values = [1, true, 1.0, \"1\"] }\n")     # four values of four types
+    assert len(load_spec(p).space.params["X"].values) == 4

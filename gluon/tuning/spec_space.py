@@ -110,10 +110,6 @@ _CHECKS = {"tiles": _check_tile, "swizzle": _check_swizzle, "stages": _check_sta
            "warps": _check_warps, "registers": _check_regs}
 
 
-def _same_value(a, b) -> bool:
-    return type(a) is type(b) and a == b
-
-
 def _parse_domain(tree: _Tree, v: Any, path: tuple, kind: str) -> Domain:
     check = _CHECKS[kind]
     fmt = tree.fmt(path)
@@ -152,6 +148,10 @@ def _parse_domain(tree: _Tree, v: Any, path: tuple, kind: str) -> Domain:
         if not values:
             raise tree.error(path + ("values",), "empty list of values", value=values,
                              allowed="at least one value")
+        if len(values) > _MAX_OPTIONS:
+            raise tree.error(path + ("values",), f"{len(values)} values", allowed=f"at most {_MAX_OPTIONS} values "
+                             "per parameter")
+        first: dict = {}                        # (type, value) -> index: the repeat check stays linear
         for i, x in enumerate(values):
             if isinstance(x, (list, dict)) and kind != "params":
                 raise tree.error(path + ("values", i), f"{_fmt(x)} is not a single value", value=x,
@@ -159,10 +159,10 @@ def _parse_domain(tree: _Tree, v: Any, path: tuple, kind: str) -> Domain:
             res = check(x)
             if res:
                 raise tree.error(path + ("values", i), res[0], value=x, allowed=res[1], suggestion=res[2])
-            for j in range(i):
-                if _same_value(values[j], x):
-                    raise tree.error(path + ("values", i), f"{_fmt(x)} is repeated (also values[{j}])", value=x,
-                                     allowed="distinct values")
+            j = first.setdefault((type(x), x), i)
+            if j != i:
+                raise tree.error(path + ("values", i), f"{_fmt(x)} is repeated (also values[{j}])", value=x,
+                                 allowed="distinct values")
         return Choice(tuple(values))
     rng = v["range"]
     rpath = path + ("range",)
