@@ -645,3 +645,17 @@ def test_a_long_value_list_loads_in_linear_time_and_has_a_limit(tmp_path):
         load_spec(p)
     p.write_text(K + "[params]\nX = { values = [1, true, 1.0, \"1\"] }\n")     # four values of four types
     assert len(load_spec(p).space.params["X"].values) == 4
+
+
+@pytest.mark.parametrize("name,text", [
+    ("s.toml", K + "[tuning]\nx = " + "[" * 3000 + "]" * 3000 + "\n"),        # past the parser's recursion
+    ("s.toml", K + "z = " + "{a = " * 2000 + "1" + "}" * 2000 + "\n"),
+    ("s.toml", K + "[tuning]\nx = " + "[" * 50 + "]" * 50 + "\n"),            # parsed, then refused
+    ("s.yaml", Y + "z: " + "[" * 3000 + "]" * 3000 + "\n"),
+])
+def test_deep_nesting_is_one_spec_error(tmp_path, name, text):
+    p = tmp_path / name
+    p.write_text(text)
+    with pytest.raises(SpecError, match="nested") as e:
+        load_spec(p)
+    assert str(p) in str(e.value) and "32" in str(e.value)

@@ -236,7 +236,39 @@ def _yaml_lines(loader, node, lines: dict[tuple, int], path: tuple = (), depth: 
             _yaml_lines(loader, item, lines, path + (i,), depth + 1)
 
 
+_MAX_DEPTH = 32     # tables and lists within each other: a spec needs 4 or 5
+
+
+def _too_deep(data) -> tuple | None:
+    """The path of the first value nested deeper than _MAX_DEPTH (walked without recursion), or None."""
+    stack = [((), data)]
+    while stack:
+        path, v = stack.pop()
+        if len(path) > _MAX_DEPTH:
+            return path
+        if isinstance(v, dict):
+            stack.extend((path + (k,), x) for k, x in v.items())
+        elif isinstance(v, list):
+            stack.extend((path + (i,), x) for i, x in enumerate(v))
+    return None
+
+
 def _read(file: Path) -> tuple[dict, dict[tuple, int], str]:
+    """(data, lines, format) of one file, or SpecError (a file nested too deep for the parsers included)."""
+    try:
+        data, lines, fmt = _parse(file)
+    except RecursionError:
+        raise SpecError(file, None, "", f"nested too deep to parse (tables or lists within each other); a spec "
+                        f"nests at most {_MAX_DEPTH} levels") from None
+    deep = _too_deep(data)
+    if deep is not None:
+        where = ".".join(map(str, deep[:6])) + (" ..." if len(deep) > 6 else "")
+        raise SpecError(file, lines.get(deep[:1]), "", f"nested more than {_MAX_DEPTH} levels deep ({where})",
+                        allowed=f"at most {_MAX_DEPTH} levels of tables and lists")
+    return data, lines, fmt
+
+
+def _parse(file: Path) -> tuple[dict, dict[tuple, int], str]:
     """(data, lines, format) of one file, or SpecError."""
     fmt = FORMATS.get(file.suffix.lower())
     if fmt is None:
