@@ -219,7 +219,7 @@ def _spec_or_exit(path: str):
 
 def _check(args) -> int:
     from .tuning.check import check_spec, summary_lines
-    from .tuning.settings import _check_shapes
+    from .tuning.settings import check_against_template
     from .tuning.spec import SpecError, template_of
     spec = _spec_or_exit(args.spec)
     try:
@@ -227,7 +227,7 @@ def _check(args) -> int:
     except Exception as e:  # an import error in the user's template: name it, no traceback
         return _usage(str(e))
     try:
-        _check_shapes(spec, template)
+        check_against_template(spec, template)
     except SpecError as e:
         return _usage(str(e))
     # rows as they finish: on stdout, or with --json (which prints the rows at the end) on stderr
@@ -242,6 +242,7 @@ def _check(args) -> int:
 
 
 def _tune(args) -> int:
+    from .tuning.spec import SpecError
     from .tuning.tuner import TuneError, tune
     spec = _spec_or_exit(args.spec)
     gpus = [int(g) for g in args.gpus.split(",")] if args.gpus else None
@@ -249,7 +250,7 @@ def _tune(args) -> int:
         summary = tune(spec, gpus=gpus, dry_run=True if args.dry_run else None, trials=args.trials,
                        results_root=args.results, tuning_root=args.tuning, storage=args.storage,
                        progress=not args.json)
-    except TuneError as e:              # a storage that cannot be opened: say which and why, no traceback
+    except (TuneError, SpecError) as e:     # a storage that cannot be opened, a spec the template refuses
         return _usage(str(e))
     except KeyboardInterrupt:
         print("interrupted: the study is saved; run the same command again to resume", file=sys.stderr)

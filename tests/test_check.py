@@ -64,3 +64,15 @@ def test_a_value_no_legal_config_holds_is_named(tmp_path, capsys):
     assert main(["check", str(spec), "--no-compile"]) == 0
     out = capsys.readouterr().out
     assert "no legal config among those tried holds BLOCK_N=256" in out
+
+
+def test_a_dtype_the_template_lacks_is_one_error_before_any_config(tmp_path, capsys):
+    """Not one pruned row per config (the issue saw 1729): check and tune both stop at the spec, exit 2."""
+    from test_attention_tuning import _tiny_spec
+    spec = _tiny_spec(tmp_path, dtypes=("fp32",))
+    for cmd in (["check", str(spec)], ["tune", str(spec), "--results", str(tmp_path / "r")]):
+        assert main(cmd) == 2
+        cap = capsys.readouterr()
+        assert cap.err.count("\n") == 1 and "Traceback" not in cap.err
+        assert "attn_tiny.toml:" in cap.err and "dtypes[0]: template attention_sm90 does not take fp32" in cap.err
+        assert "refused" not in cap.out

@@ -1,6 +1,7 @@
 """The spec's [tuning] values as the tuner reads them (`_t`: the spec's value, else the default), the
 SpecError naming the spec file and a field (`_spec_error`), and the spec's shapes checked against its
-template (`_check_shapes`), for the tuner's modules and `gluon check`."""
+template (`_check_shapes`, and with the dtypes `check_against_template`), for the tuner's modules and
+`gluon check`."""
 from __future__ import annotations
 
 from .spec_errors import SpecError
@@ -33,3 +34,16 @@ def _check_shapes(spec, template) -> None:
             if hasattr(spec, "error"):
                 raise spec.error(("shapes", i), problem, value=list(shape), allowed=allowed)
             raise _spec_error(spec, f"shapes[{i}]", problem, allowed=allowed)
+
+
+def check_against_template(spec, template) -> None:
+    """The spec-level mistakes, found once before any config is looked at: a dtype the template does not
+    take (SpecError at dtypes[i]), then the shapes (`_check_shapes`)."""
+    known = tuple(getattr(template, "dtypes", ()) or ())
+    for i, d in enumerate(getattr(spec, "dtypes", ())):
+        if known and d not in known:
+            problem = f"template {getattr(template, 'name', '?')} does not take {d}"
+            if hasattr(spec, "error"):
+                raise spec.error(("dtypes", i), problem, value=d, allowed=", ".join(known))
+            raise _spec_error(spec, f"dtypes[{i}]", problem, allowed=", ".join(known))
+    _check_shapes(spec, template)

@@ -93,7 +93,7 @@ from .jobs import geomean
 from .measure import DEFAULT_MEASURE, GpuWorker, default_environment
 from .results import ResultsStore, make_row
 from .sampler import make_sampler
-from .settings import _check_shapes, _spec_error, _t
+from .settings import _spec_error, _t, check_against_template
 from .spec import load_spec, template_of
 from .storage import TuneError
 from .study import _Study
@@ -181,12 +181,7 @@ class _Tuner:
         self._validate()
 
     def _validate(self) -> None:
-        tmpl = self.template
-        bad = [d for d in self.dtypes if d not in tmpl.dtypes]
-        if bad:
-            raise _spec_error(self.spec, "dtypes", f"template {tmpl.name} does not take {', '.join(bad)}",
-                              allowed=", ".join(tmpl.dtypes))
-        _check_shapes(self.spec, tmpl)
+        check_against_template(self.spec, self.template)
         base = _t(self.spec, "baseline", "torch")
         if self.objective == "geomean_ratio" and base in (False, "none", ""):
             raise _spec_error(self.spec, "tuning.baseline", "objective geomean_ratio needs a baseline",
