@@ -76,3 +76,12 @@ def test_a_dtype_the_template_lacks_is_one_error_before_any_config(tmp_path, cap
         assert cap.err.count("\n") == 1 and "Traceback" not in cap.err
         assert "attn_tiny.toml:" in cap.err and "dtypes[0]: template attention_sm90 does not take fp32" in cap.err
         assert "refused" not in cap.out
+
+
+def test_an_unknown_parameter_is_one_error_with_the_nearest_name(tmp_path, capsys):
+    from test_attention_tuning import _tiny_spec
+    spec = _tiny_spec(tmp_path, params={"BLOKC_N": [64, 128]})
+    assert main(["check", str(spec), "--no-compile"]) == 2
+    err = capsys.readouterr().err
+    assert "attn_tiny.toml:" in err and "params.BLOKC_N" in err and "has no parameter 'BLOKC_N'" in err
+    assert "BLOCK_N" in err and err.count("\n") == 1

@@ -46,4 +46,21 @@ def check_against_template(spec, template) -> None:
             if hasattr(spec, "error"):
                 raise spec.error(("dtypes", i), problem, value=d, allowed=", ".join(known))
             raise _spec_error(spec, f"dtypes[{i}]", problem, allowed=", ".join(known))
+    _check_params(spec, template)
     _check_shapes(spec, template)
+
+
+def _check_params(spec, template) -> None:
+    """SpecError at the first parameter of the space the template does not take (where it names its params)."""
+    import difflib
+    known = tuple(getattr(template, "params", ()) or ())
+    space = getattr(spec, "space", None)
+    if not known or space is None or not hasattr(spec, "param_origin"):
+        return
+    for name in space.params:
+        if name not in known:
+            file, line, field = spec.param_origin(name)
+            near = difflib.get_close_matches(name, known, n=1)
+            raise SpecError(file, line, field, f"template {getattr(template, 'name', '?')} has no parameter "
+                            f"'{name}'", value=name, allowed=", ".join(known),
+                            suggestion=near[0] if near else None)
