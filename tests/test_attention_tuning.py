@@ -336,7 +336,7 @@ def test_the_dry_run_of_the_spec_ranks_legal_configs_and_writes_rows(tmp_path, c
     from gluon.tuning.results import ResultsStore
     from gluon.tuning.tuner import tune
     spec = load_spec(SPEC)
-    # 16 samples of the raw product: most fall to the space's constraints, some are legal
+    # 16 samples of the configs the space's constraints keep (none is refused by a constraint)
     s = tune(spec, dry_run=True, results_root=str(tmp_path / "results"), compile_workers=0, dry_run_limit=16,
              dry_run_compiles=1)
     out = capsys.readouterr().out
@@ -346,6 +346,7 @@ def test_the_dry_run_of_the_spec_ranks_legal_configs_and_writes_rows(tmp_path, c
         warnings.simplefilter("ignore")
         df = ResultsStore(tmp_path / "results").read("attention_sm90")
     assert df["dry_run"].all()
+    assert not df["reason"].fillna("").str.startswith("space:").any()
     ok = df[df["status"] == "ok"]
     assert len(ok) == s.statuses["ok"] * 10 * 2                 # every legal config x 10 shapes x 2 dtypes
     assert set(ok["shape"]) == {"x".join(map(str, sh)) for sh in spec.shapes}

@@ -103,6 +103,9 @@ from .tune_summary import TuneSummary
 __all__ = ["TuneError", "TuneSummary", "tune"]
 
 
+_GRID_SAMPLE_MAX = 200_000     # spaces up to this many (constrained) configs are sampled from their grid
+
+
 def _dry_row_id(row: dict) -> str:
     """A dry-run row's id from what it is about (spec and template content, config, shape, dtype, arch):
     `ResultsStore.read` keeps one row per id, the last written, so a re-run replaces its rows."""
@@ -209,6 +212,12 @@ class _Tuner:
             size = None
         if size is not None and size <= limit:
             return list(self.space.grid())
+        if size is not None and size <= _GRID_SAMPLE_MAX:
+            # a seeded sample of the configs the constraints keep (sampling the raw product and dropping
+            # what they refuse left a constrained space's dry run mostly empty)
+            import random
+            pick = set(random.Random(_t(self.spec, "seed", 0)).sample(range(size), limit))
+            return [cfg for i, cfg in enumerate(self.space.grid()) if i in pick]
         import optuna
         optuna.logging.set_verbosity(optuna.logging.WARNING)
         study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=_t(self.spec, "seed", 0)))
