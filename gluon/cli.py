@@ -59,9 +59,20 @@ _ARG_RE = re.compile(r"^(?P<dtype>\w+)(\[(?P<shape>[^\]]*)\])?$")
 
 
 def parse_arg(name: str, spec: str):
-    """`f16[M,K]` -> TensorRef, `ptr:f32` -> PointerArg, `i32` -> scalar, `desc:f16[128,64]` -> DescArg."""
+    """`f16[M,K]` -> TensorRef, `ptr:f32` -> PointerArg, `i32` -> scalar (any value), `i32=4096` -> the scalar
+    as a launch with that value specializes it (divisible by 16 or not; i64 past i32), `desc:f16[128,64]` ->
+    DescArg."""
     from .language.kernel import DescArg, PointerArg, ScalarArg
     try:
+        if "=" in spec and not spec.startswith(("ptr:", "desc:")):
+            kind, _, value = spec.partition("=")
+            v = int(value)
+            dt = DType.from_name(kind)
+            if not dt.is_int:
+                raise ValueError(f"a value specializes integer scalars only, not {kind}")
+            if not -2**31 <= v < 2**31:
+                dt = DType.i64
+            return ScalarArg(dt, 16 if v % 16 == 0 else 1)
         if spec.startswith("ptr:"):
             return PointerArg(DType.from_name(spec[4:]))
         if spec.startswith("desc:"):
@@ -78,7 +89,8 @@ def parse_arg(name: str, spec: str):
         return TensorRef(name, dt, shape=dims)
     except (ValueError, AttributeError, TypeError) as e:
         raise SystemExit(_usage(f"--arg {name}={spec}: {e}; write a tensor as f16[M,K], a pointer as ptr:f32, "
-                                "a scalar as i32, a TMA descriptor as desc:f16[128,64]"))
+                                "a scalar as i32 (or i32=VALUE, specialized as a launch with VALUE), a TMA "
+                                "descriptor as desc:f16[128,64]"))
 
 
 def _usage(msg: str) -> str:
@@ -135,9 +147,13 @@ def _compile(args) -> int:
                       f"{' and '.join(_EMITS.get(backend, ()))}, not {args.emit}")
     k = _load_kernel(args.kernel)
     kw: dict[str, Any] = {}
+    any_value = []                      # integer scalars given as a type only: compiled for any value
     for item in args.arg or []:
         name, _, spec = item.partition("=")
         kw[name] = parse_arg(name, spec)
+        if "=" not in spec and not spec.startswith(("ptr:", "desc:")) and "[" not in spec and \
+                DType.from_name(spec).is_int:
+            any_value.append(name)
     for item in args.const or []:
         name, _, v = item.partition("=")
         kw[name] = _literal(v)
@@ -163,6 +179,9 @@ def _compile(args) -> int:
                "spills": ck.spills, "shared_bytes": ck.shared_bytes, "num_warps": ck.binary.num_warps,
                "cache": str(ck.binary.path)}
         print(json.dumps(res, indent=1) if args.json else "  ".join(f"{k}={v}" for k, v in res.items()))
+    if any_value:
+        print(f"note: {', '.join(any_value)} compiled for any value; a launch specializes integers on divisibility "
+              f"by 16, so pass the value (--arg {any_value[0]}=i32=VALUE) to see what runs", file=sys.stderr)
     return 0
 
 

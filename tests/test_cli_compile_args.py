@@ -1,5 +1,6 @@
 """`gluon compile` arguments as users write them: arch names, every missing argument at once, an emit the
 target cannot produce refused."""
+import json
 import os
 
 import pytest
@@ -39,3 +40,18 @@ def test_an_emit_the_target_cannot_produce_is_refused(arch, emit, capsys):
     assert main(["compile", COPY, "--arch", arch, "--emit", emit, *ARGS]) == 2
     err = capsys.readouterr().err
     assert f"--emit {emit}" in err and "produces" in err
+
+
+def test_a_scalar_with_its_value_compiles_as_a_launch_does(capsys):
+    """i32 alone: any value (and a note saying so); i32=VALUE: divisible by 16 where the value is, as a launch."""
+    base = ["compile", COPY, "--block", "2048", "--arg", "dst_ptr=ptr:f32", "--arg", "src_ptr=ptr:f32",
+            "--const", "XBLOCK=2048", "--json"]
+    regs = {}
+    for arg in ("n_elements=i32", "n_elements=i32=1048576", "n_elements=i32=1000"):
+        assert main([*base, "--arg", arg]) == 0
+        cap = capsys.readouterr()
+        regs[arg] = json.loads(cap.out)["registers"]
+        assert ("compiled for any value" in cap.err) == (arg == "n_elements=i32")
+    assert regs["n_elements=i32=1000"] == regs["n_elements=i32"] != regs["n_elements=i32=1048576"]
+    assert main([*base, "--arg", "n_elements=f32=3"]) == 2
+    assert "integer scalars only" in capsys.readouterr().err
