@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import datetime
 import json
-import math
 import os
 import shutil
 import tempfile
@@ -27,15 +26,6 @@ MANIFEST = "manifest.json"
 class BuildError(RuntimeError):
     pass
 
-
-
-def _number(v) -> float | None:
-    """A measurement for the manifest: a float, or None (JSON null) where there is none (a dry run's NaN)."""
-    try:
-        f = float(v)
-    except (TypeError, ValueError):
-        return None
-    return f if math.isfinite(f) else None
 
 def find_spec_files(specs_dir: str | Path) -> dict:
     """spec name -> Spec for every spec file under `specs_dir` (files that fail to load are skipped)."""
@@ -72,7 +62,7 @@ def build_best(results_root: str | Path = "results", specs_dir: str | Path = "sp
                out: str | Path | None = None, names: list[str] | None = None, allow_dry_run: bool = False,
                log: Callable[[str], None] = print) -> list[Path]:
     """Build every spec (or `names`) with results; returns the manifest paths written."""
-    from .results import ResultsStore, summary
+    from .results import ResultsStore, finite_or_none, summary
     from .spec import template_of
     df = ResultsStore(results_root).read()
     if df.empty:
@@ -108,11 +98,11 @@ def build_best(results_root: str | Path = "results", specs_dir: str | Path = "sp
             art = dest / ck.binary.key[:32]
             _copy_artifacts(Path(ck.binary.path), art)
             entries.append({"shape": list(shape), "dtype": r["dtype"], "arch": r["arch"], "config": config,
-                            "config_id": r["config_id"], "median_ms": _number(r.get("median_ms")),
-                            "baseline_ms": _number(r.get("baseline_ms")), "ratio": _number(r.get("ratio")),
+                            "config_id": r["config_id"],
+                            **{k: finite_or_none(r.get(k)) for k in ("median_ms", "baseline_ms", "ratio")},
                             "dry_run": bool(r.get("dry_run", False)), "cache_key": ck.binary.key,
                             "artifacts": art.name})
-            ratio = _number(r.get("ratio"))
+            ratio = finite_or_none(r.get("ratio"))
             log(f"{name} {r['arch']} {r['shape']} {r['dtype']}: config {r['config_id']} "
                 f"({'dry run, not timed' if ratio is None else f'ratio {ratio:.3f}'}) -> {art}")
         manifest = {"name": name, "spec": str(spec.source), "spec_hash": spec.content_hash,

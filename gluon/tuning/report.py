@@ -33,6 +33,7 @@ import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .results import finite_or_none as _num
 from .template import H200_PEAK_BW, H200_PEAK_FLOPS
 
 BALANCE = H200_PEAK_FLOPS / H200_PEAK_BW          # flop per byte where compute and bandwidth limits meet
@@ -54,15 +55,6 @@ class Report:
 
 
 # ----------------------------------------------------------------------------------------- helpers
-
-
-def _num(v):
-    """A finite float, or None (None, NaN, pandas NA, strings that are not numbers)."""
-    try:
-        f = float(v)
-    except (TypeError, ValueError):
-        return None
-    return f if math.isfinite(f) else None
 
 
 def _geomean(xs) -> float:

@@ -53,6 +53,16 @@ COLUMN_NAMES = [c for c, _ in COLUMNS]
 _FIXED = set(COLUMN_NAMES)
 
 
+def finite_or_none(v) -> float | None:
+    """A row's measurement as a finite float, or None (None, NaN, pandas NA, strings that are not numbers):
+    what reports and manifests show, where a dry run's NaN must not leak into JSON."""
+    try:
+        f = float(v)
+    except (TypeError, ValueError):
+        return None
+    return f if math.isfinite(f) else None
+
+
 def param_column(name: str) -> str:
     """A config parameter's column: its name, or param_<name> where that is a fixed column."""
     return f"param_{name}" if name in _FIXED else name
