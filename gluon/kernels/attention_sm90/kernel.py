@@ -65,6 +65,11 @@ def _coords(bh, H, S, D: int, BSHD: bool):
     return bh * S, 0
 
 
+def _q_tile(q_s, qb, g: int, WGS: int, QB: int):
+    """Consumer warpgroup g's tile in Q buffer qb (a static index when there is one buffer)."""
+    return _stage(q_s, qb * WGS + g if QB > 1 else g, WGS * QB)
+
+
 def _stage(region, i, n: int):
     """Stage i of a region or barrier set of n stages (the region itself when n is 1): the Q tiles are
     one per warpgroup and Q buffer, q_ready one per buffer."""
@@ -150,7 +155,7 @@ def attention_sm90(Q, K, V, O, L, Sq, Skv, H, GROUP, qk_scale, CFG: gl.constexpr
                     q_row, q_col = _coords(bh, H, Sq, D, Q_BSHD)
                     n_blocks, _ = _block_range(m0, Sq, Skv, CFG.BLOCK_M, BN, CAUSAL)
                     qb = tc % QB
-                    q_g = _stage(q_s, qb * WGS + g if QB > 1 else g, WGS * QB)
+                    q_g = _q_tile(q_s, qb, g, WGS, QB)
                     rows = m0 + g * RM + gl.arange(0, RM, layout=SliceLayout(1, s_layout))
                     acc = gl.zeros((RM, D), gl.float32, layout=o_layout)
                     m_i = gl.full((RM,), _NEG_INF, gl.float32, layout=SliceLayout(1, s_layout))
@@ -239,7 +244,7 @@ def attention_sm90(Q, K, V, O, L, Sq, Skv, H, GROUP, qk_scale, CFG: gl.constexpr
                 q_bar = _stage(q_ready, qb, QB)
                 q_bar.expect(WGS * q_s.nbytes)
                 for g in static_range(WGS):
-                    tma_load(_stage(q_s, qb * WGS + g if QB > 1 else g, WGS * QB), Q, (q_row + m0 + g * RM, q_col), q_bar)
+                    tma_load(_q_tile(q_s, qb, g, WGS, QB), Q, (q_row + m0 + g * RM, q_col), q_bar)
                 for j in range(0, n_blocks):
                     c = cnt + j
                     s = c % ST
