@@ -140,6 +140,7 @@ _EMITS = {"cuda": ("ptx", "sass"), "hip": ("amdgcn",)}
 
 def _compile(args) -> int:
     from .jit import compile_module, run_passes
+    from .language.kernel import ScalarArg
     backend = arch_by_name(args.arch).backend
     machine = [e for emits in _EMITS.values() for e in emits]
     if args.emit in machine and args.emit not in _EMITS.get(backend, ()):
@@ -151,8 +152,7 @@ def _compile(args) -> int:
     for item in args.arg or []:
         name, _, spec = item.partition("=")
         kw[name] = parse_arg(name, spec)
-        if "=" not in spec and not spec.startswith(("ptr:", "desc:")) and "[" not in spec and \
-                DType.from_name(spec).is_int:
+        if type(kw[name]) is ScalarArg and kw[name].dtype.is_int and "=" not in spec:
             any_value.append(name)
     for item in args.const or []:
         name, _, v = item.partition("=")
