@@ -13,10 +13,11 @@ from __future__ import annotations
 import os
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable
+from typing import Any, Callable
 
 from ..ir import GluonError
 from .expand import CompilePool, Legality
+from .template import shape_str
 
 
 @dataclass(frozen=True)
@@ -60,27 +61,24 @@ def _pairs(config: dict) -> set[tuple[str, str]]:
     return {(k, repr(v)) for k, v in config.items()}
 
 
-def covering_order(configs: list[dict]) -> Iterable[tuple[dict, set]]:
-    """Configs in the order a greedy cover of every (parameter, value) pair takes them: each step the config
-    holding the most pairs not yet covered (the first such in the space's order), until none adds one. The
-    consumer reports back through the yielded set: it adds the pairs the config really covered (nothing for
-    one the passes refuse, whose pairs stay wanted)."""
-    covered: set[tuple[str, str]] = set()
-    wanted = set().union(*(_pairs(c) for c in configs)) if configs else set()
-    left = list(range(len(configs)))
+def greedy_cover(configs: list[dict], accept: Callable[[dict], bool], max_tries: int | None = None) -> set:
+    """Offer `accept` configs in the order a greedy cover of every (parameter, value) pair takes them: each
+    step the config holding the most pairs no accepted config holds yet (the first such in the space's order),
+    until every pair is held, none adds one, or `max_tries` configs were offered (default: 8 per pair). A
+    refused config covers nothing, so its pairs stay wanted. Returns the pairs no accepted config holds."""
     pairs = [_pairs(c) for c in configs]
-    while left and wanted - covered:
-        best, gain = None, 0
-        for i in left:
-            g = len(pairs[i] - covered)
-            if g > gain:
-                best, gain = i, g
-        if best is None:
-            return
+    wanted = set().union(*pairs)
+    tries = 8 * max(1, len(wanted)) if max_tries is None else max_tries
+    left = list(range(len(configs)))
+    while left and wanted and tries > 0:
+        best = max(left, key=lambda i: (len(pairs[i] & wanted), -i))
+        if not pairs[best] & wanted:
+            break
         left.remove(best)
-        took: set = set()
-        yield configs[best], took
-        covered |= took
+        tries -= 1
+        if accept(configs[best]):
+            wanted -= pairs[best]
+    return wanted
 
 
 def _legality_shapes(template, cid: str, shapes, dtype: str, arch: str) -> list[tuple]:
@@ -96,11 +94,6 @@ def _legality_shapes(template, cid: str, shapes, dtype: str, arch: str) -> list[
     return out
 
 
-def _shape_str(shape) -> str:
-    from .template import shape_str
-    return shape_str(shape)
-
-
 def check_spec(spec, template, *, all_configs: bool = False, compile: bool = True, workers: int | None = None,
                progress: Callable[[str], None] | None = None, max_tries: int | None = None) -> CheckReport:
     """Check `spec`'s configs (a sample, or `all_configs`) for every dtype: legality, then (`compile`) the legal
@@ -114,8 +107,6 @@ def check_spec(spec, template, *, all_configs: bool = False, compile: bool = Tru
     rows: list[CheckRow] = []
     to_compile: list[tuple[str, dict, str, tuple]] = []
     checked = 0
-    n_pairs = len(set().union(*map(_pairs, configs))) if configs else 0
-    tries = max_tries if max_tries is not None else 8 * max(1, n_pairs)   # configs the sample may try
 
     def check_one(cfg: dict) -> bool:
         """Legality of cfg for every dtype; rows for the refused ones; True if legal for one."""
@@ -132,7 +123,7 @@ def check_spec(spec, template, *, all_configs: bool = False, compile: bool = Tru
                     break
             if v is not None and not v.ok:
                 reason = (v.reason or "").splitlines()[0] if v.reason else None
-                rows.append(CheckRow(cid, cfg, dtype, v.status, reason, _shape_str(v.shape or at)))
+                rows.append(CheckRow(cid, cfg, dtype, v.status, reason, shape_str(v.shape or at)))
                 say(f"{cid} {dtype:4} {v.status:13} {reason or ''}")
                 continue
             any_legal = True
@@ -148,16 +139,7 @@ def check_spec(spec, template, *, all_configs: bool = False, compile: bool = Tru
         for cfg in configs:
             check_one(cfg)
     else:
-        wanted = set().union(*map(_pairs, configs)) if configs else set()
-        covered: set = set()
-        for cfg, took in covering_order(configs):
-            if tries <= 0:
-                break
-            tries -= 1
-            if check_one(cfg):
-                took |= _pairs(cfg)
-                covered |= took
-        uncovered = tuple(sorted(f"{k}={v}" for k, v in wanted - covered))
+        uncovered = tuple(sorted(f"{k}={v}" for k, v in greedy_cover(configs, check_one, max_tries)))
     if to_compile:
         rows.extend(_compile_all(spec, legality, to_compile, workers, say))
     counts: dict[str, int] = {}
@@ -188,7 +170,7 @@ def _compile_all(spec, legality: Legality, jobs: list, workers: int | None, say)
                 status = "spills"
             reason = r.get("reason")
             row = CheckRow(cid, cfg, dtype, status, reason.splitlines()[0] if reason else None,
-                           None if status in ("ok", "spills") else _shape_str(shape),
+                           None if status in ("ok", "spills") else shape_str(shape),
                            r.get("registers"), r.get("spills"), r.get("shared_bytes"))
             out.append(row)
             done = i + 1
