@@ -19,6 +19,7 @@ from gluon.language.kernel import ScalarArg
 from gluon.runtime.cuda import sm_count
 from gluon.types import TensorRef
 
+from ..tensor_checks import on_the_launch_device
 from .config import HEAD_DIMS, AttentionConfig, default_config, grid, num_warps, to_config
 from .kernel import attention_sm90
 
@@ -67,11 +68,7 @@ def _check(q, k, v) -> None:
         if t.stride(-1) != 1:
             _fail(f"{name}'s last dimension is not contiguous (stride {t.stride(-1)}); TMA reads rows of head_dim "
                   "contiguous elements: pass x.contiguous()")
-    for name, t in (("q", q), ("k", k), ("v", v)):
-        if not t.is_cuda:
-            _fail(f"{name} is on {t.device}; the kernel runs on a CUDA device (move it with .cuda())")
-    if not (q.device == k.device == v.device):
-        _fail(f"q, k and v must be on one device, got {q.device}, {k.device}, {v.device}")
+    on_the_launch_device("attention", q=q, k=k, v=v)
 
 
 def _view2d(t):

@@ -15,11 +15,10 @@ import gluon.language as gl
 from gluon.dtypes import DType
 from gluon.jit import jit
 from gluon.language.kernel import ScalarArg
-import gluon.runtime.cuda as _cuda
-from gluon.ir import GluonError
 from gluon.runtime.cuda import sm_count
 from gluon.types import TensorRef
 
+from ..tensor_checks import on_the_launch_device
 from .config import DEFAULT_CONFIG, GemmConfig, grid, num_warps, resolve_config, split_k, to_config
 from .kernel import gemm_sm90
 
@@ -62,19 +61,6 @@ def _padded(t, rows: int, cols: int):
     return out
 
 
-def _check_devices(**tensors) -> None:
-    """One line naming the operand that is not on the device the kernel launches on (a CPU tensor, say),
-    instead of torch's error from inside the plan. Run when a problem is first seen (no per-call cost)."""
-    want = _cuda.DEFAULT_BACKEND.device_type
-    for name, t in tensors.items():
-        if t.device.type != want:
-            raise GluonError(f"gemm: {name} is on {t.device}; the kernel runs on a {want.upper()} device "
-                             "(move it with .cuda())")
-    devs = {t.device for t in tensors.values()}
-    if len(devs) > 1:
-        raise GluonError(f"gemm: a, b and c must be on one device, got {', '.join(sorted(map(str, devs)))}")
-
-
 def launch(a, b, c, config: GemmConfig | Mapping | None = None, b_kmajor: bool = False, splits: int | None = None,
            compiled=None):
     """c = a @ b with the persistent kernel (b is [K, N], or [N, K] when b_kmajor). `choose_config` picks
@@ -110,7 +96,7 @@ def launch(a, b, c, config: GemmConfig | Mapping | None = None, b_kmajor: bool =
                 config if isinstance(config, GemmConfig) else tuple(sorted(config.items())) if config else ())
     plan = _PLANS.get(plan_key)
     if plan is None:
-        _check_devices(a=a, b=b, c=c)
+        on_the_launch_device("gemm", a=a, b=b, c=c)     # when a problem is first seen: no per-call cost
         plan = _PLANS[plan_key] = _plan(a, c, M, N, K, config, b_kmajor, splits, aligned)
     S = plan.splits
     if S > 1:                       # one fp32 workspace per (device, stream): same-stream launches run in order
