@@ -14,6 +14,16 @@ def _has_cuda() -> bool:
     return torch.cuda.is_available()
 
 
+def skip_unless_sm90(what: str) -> None:
+    """Skip the calling test unless GPU 0 is sm90 (`what` is built for it: "the kernel", "the spec")."""
+    import torch
+    if not torch.cuda.is_available():               # (gpu-marked tests are skipped without a GPU already)
+        pytest.skip("needs a CUDA GPU")
+    cap = torch.cuda.get_device_capability(0)
+    if cap != (9, 0):
+        pytest.skip(f"{what} is built for sm90; this GPU is sm{cap[0]}{cap[1]}")
+
+
 def pytest_collection_modifyitems(config, items):
     if _has_cuda():
         return

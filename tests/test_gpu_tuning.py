@@ -13,6 +13,8 @@ import warnings
 
 import pytest
 
+from conftest import skip_unless_sm90
+
 pytestmark = pytest.mark.gpu
 
 for _m in ("optuna", "pandas", "pyarrow", "pydantic", "torch"):
@@ -28,12 +30,7 @@ CUDA_FAULT = re.compile(r"illegal (memory )?(access|address)|CUDA error|launch f
 
 @pytest.fixture(autouse=True)
 def _sm90():
-    import torch
-    if not torch.cuda.is_available():               # (conftest skips gpu tests without a GPU already)
-        pytest.skip("needs a CUDA GPU")
-    cap = torch.cuda.get_device_capability(0)
-    if cap != (9, 0):
-        pytest.skip(f"the spec is built for sm90; this GPU is sm{cap[0]}{cap[1]}")
+    skip_unless_sm90("the spec")
 
 
 def _spec():
