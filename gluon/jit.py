@@ -178,7 +178,7 @@ def _data_ptr(v) -> int:
     return v.__cuda_array_interface__["data"][0]
 
 
-def _arg_key(v) -> tuple:
+def arg_key(v) -> tuple:
     """What a compiled specialization depends on for one runtime argument (on every launch: keep it cheap)."""
     if type(v).__name__ == "Tensor" and hasattr(v, "data_ptr"):      # torch: the common case, no str()
         return ("t", v.dtype, v.data_ptr() % 16 == 0, v.dim())
@@ -194,11 +194,24 @@ def _arg_key(v) -> tuple:
     return ("?", type(v).__name__)
 
 
+_arg_key = arg_key
+
+
 def _stand_in(template: KernelTemplate, pname: str, v, key: tuple):
     """The trace-time stand-in for runtime argument `v` of parameter `pname`."""
+    if key[0] == "?":
+        raise ir.GluonError(f"kernel {template.name}: argument '{pname}' is a {type(v).__name__}; pass a tensor, "
+                            "an int, a float or a bool", template.loc)
+    return stand_in(template, pname, key, _tensor_dtype(v) if key[0] == "t" else None)
+
+
+def stand_in(template: KernelTemplate, pname: str, key: tuple, dtype: DType | None = None):
+    """The stand-in a launch traces parameter `pname` with, from the argument's `_arg_key` (and, for a
+    tensor, its dtype): what a caller that traces ahead of the launch (the declarative tuner) uses, so
+    that the launch finds the same compiled kernel."""
     kind = key[0]
     if kind == "t":
-        dt = _tensor_dtype(v)
+        dt = dtype
         if template.simt:
             return PointerArg(dt, 16 if key[2] else 1)
         return TensorRef(pname, dt, shape=tuple(f"{pname}_shape{i}" for i in range(key[3])))
@@ -208,8 +221,7 @@ def _stand_in(template: KernelTemplate, pname: str, v, key: tuple):
         return ScalarArg(DType.i32 if key[2] else DType.i64, 16 if key[1] else 1)
     if kind == "f":
         return ScalarArg(DType.f32)
-    raise ir.GluonError(f"kernel {template.name}: argument '{pname}' is a {type(v).__name__}; pass a tensor, "
-                        "an int, a float or a bool", template.loc)
+    raise ir.GluonError(f"kernel {template.name}: argument '{pname}' has no stand-in for {key!r}", template.loc)
 
 
 class JITFunction:

@@ -54,10 +54,14 @@ class LoadedKernel:
         self.name = manifest["name"]
         self.entries = manifest["entries"]
         spec_dir = Path(manifest.get("spec", ".")).resolve().parent
-        # a "file.py:ATTR" template is relative to the spec's folder or one above it (the repo root)
-        ref_file = manifest["template"].rpartition(":")[0]
-        ref_base = next((d for d in (spec_dir, *spec_dir.parents) if (d / ref_file).exists()), spec_dir)
-        self.template = load_template_ref(manifest["template"], ref_base)
+        if "declaration" in manifest:            # a declared kernel: its template is rebuilt from the spec's tables
+            from .tuning.declared import DeclaredTemplate
+            self.template = DeclaredTemplate.from_manifest(manifest)
+        else:
+            # a "file.py:ATTR" template is relative to the spec's folder or one above it (the repo root)
+            ref_file = manifest["template"].rpartition(":")[0]
+            ref_base = next((d for d in (spec_dir, *spec_dir.parents) if (d / ref_file).exists()), spec_dir)
+            self.template = load_template_ref(manifest["template"], ref_base)
         for e in self.entries:
             _install(base / e["artifacts"], e["cache_key"])
         self._choice: dict = {}
@@ -72,7 +76,9 @@ class LoadedKernel:
             from .tuning.template import log_distance
             template = getattr(self, "template", None)
             distance = getattr(template, "bucket_distance", log_distance)
-            same = [e for e in self.entries if e["dtype"] == dtype]
+            of_dtype = [e for e in self.entries if e["dtype"] == dtype]
+            serves = getattr(template, "serves", None)     # a config that cannot run this shape is no choice
+            same = [e for e in of_dtype if serves is None or serves(e["config"], shape, dtype)]
             scored = [(d, i) for i, e in enumerate(same)
                       if (d := distance(tuple(e["shape"]), shape)) is not None]
             if scored:
@@ -81,11 +87,11 @@ class LoadedKernel:
                 fallback = getattr(template, "fallback_config", None)
                 config = fallback(shape, dtype) if fallback is not None else None
                 if config is None:
-                    if not same:
+                    if not of_dtype:
                         have = sorted({e["dtype"] for e in self.entries})
                         raise BuildError(f"{self.name} was built for {', '.join(have)}, not {dtype}")
                     raise BuildError(f"no built bucket of {self.name} serves shape {_shape_text(shape)} {dtype} "
-                                     f"(built: {', '.join(_shape_text(e['shape']) for e in same)})")
+                                     f"(built: {', '.join(_shape_text(e['shape']) for e in of_dtype)})")
                 warnings.warn(f"gluon.load({self.name!r}): no built bucket serves shape {_shape_text(shape)} {dtype}; "
                               "running the kernel's default config", stacklevel=3)
                 e = {"shape": list(shape), "dtype": dtype, "config": config, "fallback": True}

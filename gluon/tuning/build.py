@@ -106,9 +106,11 @@ def build_best(results_root: str | Path = "results", specs_dir: str | Path = "sp
             log(f"{name} {r['arch']} {r['shape']} {r['dtype']}: config {r['config_id']} "
                 f"({'dry run, not timed' if ratio is None else f'ratio {ratio:.3f}'}) -> {art}")
         manifest = {"name": name, "spec": str(spec.source), "spec_hash": spec.content_hash,
-                    "template": spec.kernel.template, "dims": list(template.dims),
+                    "template": spec.kernel.ref, "dims": list(template.dims), "dtypes": list(spec.dtypes),
                     "built_at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
                     "entries": entries}
+        if getattr(spec, "declaration", None) is not None:   # gluon.load rebuilds the template from it
+            manifest["declaration"] = spec.declaration.model_dump()
         path = dest / MANIFEST
         atomic_write(path, json.dumps(manifest, indent=1, default=str, allow_nan=False))
         manifests.append(path)

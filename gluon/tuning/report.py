@@ -148,6 +148,8 @@ def _templates(df, specs_dir):
                 for base in ([Path(specs_dir).resolve().parent] if specs_dir else []) + [Path.cwd()]:
                     try:
                         t = load_template_ref(str(ref), base)
+                        if not hasattr(t, "roofline_s"):   # a declared kernel's function, no template
+                            t = None
                         break
                     except Exception:                   # noqa: BLE001
                         t = None

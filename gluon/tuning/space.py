@@ -13,7 +13,8 @@ suggested as categoricals over their powers of two, so that every suggestion lie
 
 Constraints are Python-like expressions evaluated by `evaluate`, which walks the AST and allows only
 numbers, strings (compared with == / !=), parameter names, + - * / // % **, unary - + not,
-comparisons, and / or, `a if cond else b` and calls of min / max / abs. Nothing is ever `eval`ed.
+comparisons, and / or, `a if cond else b` and calls of min / max / abs / cdiv / next_power_of_2. Nothing is
+ever `eval`ed.
 
 This module needs neither pydantic nor optuna (optuna is imported by `distributions()` only).
 """
@@ -33,7 +34,7 @@ __all__ = ["Fixed", "Choice", "IntRange", "Domain", "SearchSpace", "evaluate", "
            "parse_expression", "ExprError", "is_power_of_two", "ALLOWED_SYNTAX"]
 
 ALLOWED_SYNTAX = ("numbers, parameter names, strings compared with == or !=, + - * / // % **, unary - + not, "
-                  "comparisons, and/or, 'x if cond else y', min/max/abs")
+                  "comparisons, and/or, 'x if cond else y', min/max/abs/cdiv/next_power_of_2")
 
 
 def is_power_of_two(v: Any) -> bool:
@@ -156,7 +157,19 @@ def _rebuild_expr_error(message, kind, construct, col):
     return ExprError(message, kind=kind, construct=construct, col=col)
 
 
-_FUNCS = {"min": min, "max": max, "abs": abs}
+def _cdiv(a, b):
+    """ceil(a / b) for integers (division by zero raises ZeroDivisionError, reported as such)."""
+    return -(-a // b)
+
+
+def _next_power_of_2(n):
+    """The least power of two >= n (1 for n <= 1), as Triton's `next_power_of_2`."""
+    return 1 if n <= 1 else 1 << (int(math.ceil(n)) - 1).bit_length()
+
+
+_FUNCS = {"min": min, "max": max, "abs": abs, "cdiv": _cdiv, "next_power_of_2": _next_power_of_2}
+# (least, most) arguments of each function (None: any number)
+_ARITY = {"min": (2, None), "max": (2, None), "abs": (1, 1), "cdiv": (2, 2), "next_power_of_2": (1, 1)}
 _BINOPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv,
            ast.FloorDiv: operator.floordiv, ast.Mod: operator.mod, ast.Pow: operator.pow}
 _CMPOPS = {ast.Eq: operator.eq, ast.NotEq: operator.ne, ast.Lt: operator.lt, ast.LtE: operator.le,
@@ -239,7 +252,8 @@ def _validate(node: ast.AST, expr: str) -> None:
         if node.keywords or any(isinstance(a, ast.Starred) for a in node.args):
             raise _reject(node, expr, "call with keyword or starred arguments")
         name = node.func.id
-        if (name == "abs" and len(node.args) != 1) or (name != "abs" and len(node.args) < 2):
+        least, most = _ARITY[name]
+        if len(node.args) < least or (most is not None and len(node.args) > most):
             n = len(node.args)
             raise _reject(node, expr, f"{name}() with {n} argument{'' if n == 1 else 's'}")
         for a in node.args:
@@ -356,7 +370,11 @@ def _eval(node: ast.AST, env: dict[str, Any], expr: str):
         return _eval(node.body, env, expr) if _eval(node.test, env, expr) else _eval(node.orelse, env, expr)
     if isinstance(node, ast.Call):
         args = [_num(_eval(a, env, expr), node, expr, node.func.id + "()") for a in node.args]
-        return _FUNCS[node.func.id](*args)
+        try:
+            return _FUNCS[node.func.id](*args)
+        except ZeroDivisionError:
+            raise ExprError(f"division by zero in '{_snippet(node, expr)}' of constraint '{expr}'", kind="eval",
+                            construct=_snippet(node, expr)) from None
     raise _reject(node, expr)   # unreachable after _validate
 
 

@@ -67,8 +67,10 @@ from .spec_files import Loc, _load_tree, _table, _Tree
 from .spec_sections import (
     _DTYPE_ALIASES,
     ARCHS,
+    DECLARED_KEYS,
     DTYPES,
     DTYPES_ALLOWED,
+    FUNCTION_ALLOWED,
     KERNEL_KEYS,
     OBJECTIVES,
     SAMPLERS,
@@ -79,6 +81,7 @@ from .spec_sections import (
     TuningSettings,
     _unknown_key,
 )
+from .spec_declared import Declaration, check_names, parse_args, parse_dims, parse_launch, parse_problem
 from .spec_space import _build_space, _check_constraints
 from .template import import_file, load_template_ref
 
@@ -104,6 +107,7 @@ class Spec(BaseModel):
     space: SearchSpace = Field(default_factory=SearchSpace)
     constraints: list[str] = Field(default_factory=list)
     tuning: TuningSettings = Field(default_factory=TuningSettings)
+    declaration: Declaration | None = None    # kernel.function's [args], [launch], [problem]
 
     _where: dict[tuple, Loc] = PrivateAttr(default_factory=dict)
     _formats: dict[Path, str] = PrivateAttr(default_factory=dict)
@@ -214,9 +218,16 @@ class Spec(BaseModel):
 
     def canonical(self) -> dict:
         """The resolved spec as plain data (what content_hash hashes)."""
-        return {"kernel": self.kernel.model_dump(), "dtypes": list(self.dtypes),
-                "shapes": [list(s) for s in self.shapes], "space": self.space.describe(),
-                "tuning": self.tuning.model_dump()}
+        kernel = self.kernel.model_dump()
+        for k in ("function", "dims"):          # a template spec's hash is what it was before these keys
+            if not kernel[k]:
+                del kernel[k]
+        out = {"kernel": kernel, "dtypes": list(self.dtypes),
+               "shapes": [list(s) for s in self.shapes], "space": self.space.describe(),
+               "tuning": self.tuning.model_dump()}
+        if self.declaration is not None:      # where the spec lies is not its content
+            out["declaration"] = self.declaration.model_dump(exclude={"spec_dir"})
+        return out
 
     def canonical_json(self) -> str:
         return json.dumps(self.canonical(), sort_keys=True, separators=(",", ":"), ensure_ascii=False)
@@ -294,10 +305,15 @@ def _check_keys(tree: _Tree) -> None:
     for k in kernel:
         if k not in KERNEL_KEYS:
             raise _unknown_key(tree, ("kernel",), k, KERNEL_KEYS, "[kernel]")
-    for k in KERNEL_KEYS[:3]:
+    for k in ("name", "template", "arch"):
+        if k == "template" and ("function" in kernel or "template" in kernel):
+            continue
         if k not in kernel:
-            allowed = {"name": "a kernel name", "template": TEMPLATE_ALLOWED, "arch": ", ".join(ARCHS)}[k]
+            allowed = {"name": "a kernel name", "arch": ", ".join(ARCHS),
+                       "template": f"{TEMPLATE_ALLOWED} (or function = {FUNCTION_ALLOWED} with [args], [launch], "
+                                   "[problem])"}[k]
             raise tree.error(("kernel", k), f"missing required key '{k}' in [kernel]", allowed=allowed)
+    _check_declared_keys(tree, kernel)
     for k in ("dtypes", "shapes"):
         if k not in data:
             allowed = f"a non-empty list of {DTYPES_ALLOWED}" if k == "dtypes" else \
@@ -312,6 +328,70 @@ def _check_keys(tree: _Tree) -> None:
                 raise _unknown_key(tree, ("tuning",), k, fields, "[tuning]")
 
 
+def _check_declared_keys(tree: _Tree, kernel: dict) -> None:
+    """A spec names a template or declares a function (with dims and the [args], [launch], [problem]
+    tables), not both, and not one's tables with the other."""
+    data = tree.data
+    if "function" in kernel and "template" in kernel:
+        raise tree.error(("kernel", "function"), "[kernel] names both a template and a function",
+                         allowed="template (a TuningTemplate) or function (a @gluon.jit kernel with [args], "
+                                 "[launch], [problem]), not both")
+    if "function" in kernel:
+        if "dims" not in kernel:
+            raise tree.error(("kernel", "dims"), "missing required key 'dims' in [kernel] (a declared function "
+                             "names its shape's dims)", allowed="a list of names, e.g. [\"M\", \"N\"]")
+        for k in DECLARED_KEYS:
+            if k not in data:
+                allowed = {"args": "a table of the kernel's arguments",
+                           "launch": "a table with grid (and block, num_warps, constexprs, requires)",
+                           "problem": "a table with reference (and baseline, flops, bytes)"}[k]
+                raise tree.error((k,), f"missing required section '{k}' for kernel.function", allowed=allowed)
+        return
+    if "dims" in kernel:
+        raise tree.error(("kernel", "dims"), "dims belong to a declared function (kernel.function); a template "
+                         "names its own dims", value="dims")
+    for k in DECLARED_KEYS:
+        if k in data:
+            raise tree.error((k,), f"[{k}] declares a function's arguments, but [kernel] names a template",
+                             allowed="kernel.function = 'file.py:my_kernel' with [args], [launch], [problem], "
+                                     "or a template without them")
+
+
+def _declaration(tree: _Tree, file: Path, data: dict, params: dict) -> Declaration | None:
+    """The declared kernel of a spec with kernel.function (None for a template spec); SpecError at the
+    field on any problem."""
+    kernel = data["kernel"]
+    if "function" not in kernel:
+        return None
+    parts = {}
+    try:
+        dims = parse_dims(kernel["dims"])
+    except _Problem as p:
+        raise tree.error(("kernel", "dims") + p.path, p.problem, value=p.value, allowed=p.allowed,
+                         suggestion=p.suggestion) from None
+    for key, parse in (("args", parse_args), ("launch", parse_launch), ("problem", parse_problem)):
+        try:
+            parts[key] = parse(data[key])
+        except _Problem as p:
+            value = None if p.value is _MISSING else p.value
+            raise tree.error((key,) + p.path, p.problem, value=value, allowed=p.allowed,
+                             suggestion=p.suggestion) from None
+    decl = Declaration(function=str(kernel["function"]), dims=dims, params=tuple(params), spec_dir=str(file.parent),
+                       **parts)
+    try:
+        check_names(decl)
+    except _Problem as p:
+        value = None if p.value is _MISSING else p.value
+        raise tree.error(p.path, p.problem, value=value, allowed=p.allowed, suggestion=p.suggestion) from None
+    tuning = data.get("tuning", {}) if isinstance(data.get("tuning"), dict) else {}
+    objective = tuning.get("objective", "geomean_ratio")
+    if decl.problem.baseline is None and objective in ("geomean_ratio", "geomean", "ratio", "speedup") \
+            and tuning.get("baseline") not in ("none", ""):
+        raise tree.error(("problem",), "no baseline: the objective geomean_ratio scores each config against it",
+                         allowed="problem.baseline = a torch expression, or [tuning] objective = 'min_time'")
+    return decl
+
+
 def load_spec(path: str | Path) -> Spec:
     """Load, resolve (extends) and validate a TOML (.toml) or YAML (.yaml/.yml) spec; SpecError on any problem."""
     file = Path(path)
@@ -324,8 +404,10 @@ def load_spec(path: str | Path) -> Spec:
     tree = _Tree(data, locs, file, formats)
     _check_keys(tree)
     params, origin = _build_space(tree)
+    declaration = _declaration(tree, file, data, params)
     payload = {"source": file, "kernel": data["kernel"], "dtypes": data["dtypes"], "shapes": data["shapes"],
-               "space": SearchSpace(params, []), "constraints": data.get("constraints", [])}
+               "space": SearchSpace(params, []), "constraints": data.get("constraints", []),
+               "declaration": declaration}
     if "tuning" in data:
         payload["tuning"] = data["tuning"]
     try:
@@ -341,9 +423,9 @@ def load_spec(path: str | Path) -> Spec:
 # ------------------------------------------------------------------------------------- templates
 
 
-def _template_error(spec: Spec, problem: str, value: Any, allowed: str = "",
-                    suggestion: str | None = None) -> SpecError:
-    return spec.error(("kernel", "template"), problem, value=value, allowed=allowed, suggestion=suggestion)
+def _template_error_at(spec: Spec, problem: str, value: Any, allowed: str = "",
+                       suggestion: str | None = None, field: str = "template") -> SpecError:
+    return spec.error(("kernel", field), problem, value=value, allowed=allowed, suggestion=suggestion)
 
 
 def _where_raised(e: BaseException) -> str:
@@ -357,7 +439,17 @@ def _where_raised(e: BaseException) -> str:
 def resolve_template(spec: Spec) -> Any:
     """Import the object `kernel.template` names ("pkg.module:attr" or "path/file.py:attr"; a file path is
     looked up from the current directory, then from the spec's directory and its parents)."""
-    ref = spec.kernel.template
+    return resolve_ref(spec, "template")
+
+
+def resolve_ref(spec: Spec, field: str) -> Any:
+    """Import the object `kernel.<field>` (template or function) names, as `resolve_template` says;
+    SpecError at that field when it cannot."""
+    ref = getattr(spec.kernel, field)
+    allowed = TEMPLATE_ALLOWED if field == "template" else FUNCTION_ALLOWED
+
+    def _template_error(spec, problem, value, allowed=allowed, suggestion=None):
+        return _template_error_at(spec, problem, value, allowed, suggestion, field)
     target, _, attr = ref.rpartition(":")
     if target.endswith(".py"):
         rel = Path(target)
@@ -367,7 +459,7 @@ def resolve_template(spec: Spec) -> Any:
         found = next((c for c in candidates if c.is_file()), None)
         if found is None:
             raise _template_error(spec, f"file '{target}' not found (looked in the current directory, "
-                                        f"{_display(spec_dir)} and its parents)", ref, TEMPLATE_ALLOWED)
+                                        f"{_display(spec_dir)} and its parents)", ref, allowed)
         try:
             module = import_file(found)         # one module per file, whoever loads it
         except BaseException as e:
@@ -403,6 +495,12 @@ def template_of(spec) -> Any:
     """The spec's template: `resolve_template(spec)`, or for a stand-in spec the resolver does not take,
     its `kernel.template` reference resolved next to its `source` (template.load_template_ref). Cached
     per process."""
+    if getattr(spec, "declaration", None) is not None:
+        key = (spec.kernel.function, str(getattr(spec, "source", "")), spec.content_hash)
+        if key not in _TEMPLATES:
+            from .declared import template_for_spec
+            _TEMPLATES[key] = template_for_spec(spec, resolve_ref(spec, "function"))
+        return _TEMPLATES[key]
     key = (spec.kernel.template, str(getattr(spec, "source", "")))
     if key in _TEMPLATES:
         return _TEMPLATES[key]

@@ -43,8 +43,10 @@ _KEY_ALIASES = {"regs": "registers", "register": "registers", "num_warps": "warp
                 "parameters": "params", "roles": "warp_roles", "warp_role": "warp_roles"}
 
 TOP_KEYS = ("extends", "kernel", "dtypes", "shapes", "tiles", "swizzle", "stages", "warp_roles", "params",
-            "constraints", "tuning")
-KERNEL_KEYS = ("name", "template", "arch", "description")
+            "constraints", "tuning", "args", "launch", "problem")
+# the tables of a declared kernel (kernel.function; gluon.tuning.spec_declared), which a template spec has not
+DECLARED_KEYS = ("args", "launch", "problem")
+KERNEL_KEYS = ("name", "template", "arch", "description", "function", "dims")
 ROLE_KEYS = ("warps", "registers")
 
 
@@ -63,12 +65,43 @@ _TEMPLATE_FILE = re.compile(r"^[^:]*\.py:[A-Za-z_]\w*(\.[A-Za-z_]\w*)*$|^[A-Za-z
 TEMPLATE_ALLOWED = "'package.module:ATTR' or 'path/to/file.py:ATTR'"
 
 
+FUNCTION_ALLOWED = "'package.module:function' or 'path/to/file.py:function' (a @gluon.jit kernel)"
+
+
 class KernelSection(_Model):
-    """[kernel]: what is tuned."""
+    """[kernel]: what is tuned: a template (a TuningTemplate object), or a declared `@gluon.jit` function
+    with the names of its shape's dims (its arguments and launch in [args], [launch], [problem])."""
     name: str
-    template: str
+    template: str = ""
+    function: str = ""
+    dims: list[str] = []
     arch: Literal["sm80", "sm90", "sm100", "cdna3"]
     description: str = ""
+
+    @property
+    def ref(self) -> str:
+        """The template or the function, whichever the spec names (rows and manifests record it)."""
+        return self.template or self.function
+
+    @field_validator("function", mode="before")
+    @classmethod
+    def _function(cls, v):
+        _need_str(v, FUNCTION_ALLOWED)
+        if _TEMPLATE_MODULE.match(v) or _TEMPLATE_FILE.match(v):
+            return v
+        sugg = None
+        if ":" not in v and v.endswith(".py"):
+            sugg = v + ":my_kernel"
+        elif "/" in v and ":" in v and not v.split(":")[0].endswith(".py"):
+            mod, attr = v.rsplit(":", 1)
+            sugg = mod + ".py:" + attr
+        raise _Problem(f"{_fmt(v)} is not a function reference", value=v, allowed=FUNCTION_ALLOWED, suggestion=sugg)
+
+    @field_validator("dims", mode="before")
+    @classmethod
+    def _dims(cls, v):
+        from .spec_declared import parse_dims
+        return list(parse_dims(v))
 
     @field_validator("name", mode="before")
     @classmethod

@@ -196,7 +196,7 @@ class _Tuner:
 
     def _row(self, **kw) -> dict:
         env = kw.pop("env", None) or {}
-        base = dict(spec_name=self.spec.name, spec_hash=self.spec_hash, template=str(self.spec.kernel.template),
+        base = dict(spec_name=self.spec.name, spec_hash=self.spec_hash, template=str(getattr(self.spec.kernel, "ref", self.spec.kernel.template)),
                     template_hash=self.template_hash, arch=self.arch, device=env.get("device"),
                     sm_count=env.get("sm_count"), driver=env.get("driver"), cuda=env.get("cuda"),
                     triton=env.get("triton"), torch=env.get("torch"), gluon=env.get("gluon"))
