@@ -20,6 +20,7 @@ import json
 import os
 import statistics
 import subprocess
+import time
 from typing import Callable
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -74,6 +75,22 @@ def timed(fn: Callable[[], None], repeats: int, rep_ms: int = 1000) -> dict:
     from gluon.tuning.measure import alternate_rounds
     rounds, _ = alternate_rounds(fn, None, repeats, lambda f: bench_ms(f, rep_ms))
     return {"time_ms": statistics.median(rounds), "rounds_ms": rounds, "round_ms": rep_ms}
+
+
+def host_us_per_call(fn: Callable[[], None], calls: int = 200) -> float:
+    """Host time of one eager call in microseconds: `calls` calls back to back, timed on the CPU clock
+    without waiting for the GPU (the launch queue absorbs the kernels while it is not full), after one
+    warm-up call and a synchronize. What a model pays per call on top of the GPU work when the kernel is
+    shorter than its launch."""
+    import torch
+    fn()
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    for _ in range(calls):
+        fn()
+    t1 = time.perf_counter()
+    torch.cuda.synchronize()
+    return (t1 - t0) / calls * 1e6
 
 
 def poison_allocator(nbytes: int) -> None:

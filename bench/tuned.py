@@ -12,7 +12,8 @@ over --repeats rounds). `vs tuned` = the tuned trial's median time / this one (1
 was tuned; it also carries whatever changed on the board since, e.g. its clock at the power cap).
 `vs JIT` takes the board out: the loaded callable and the same config run through the template's JIT
 path (what the tuner timed), interleaved in this run, JIT time / loaded time (1.0: building and loading
-lost nothing). Exit code 0 when every bucket is correct, 1 otherwise.
+lost nothing). `host us/call`: the host time of one eager call of the loaded callable and of the baseline
+(bench.common.host_us_per_call), what a model pays per call where the kernel is shorter than its launch. Exit code 0 when every bucket is correct, 1 otherwise.
 """
 from __future__ import annotations
 
@@ -21,7 +22,7 @@ import sys
 import time
 
 sys.path[0] = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-from bench.common import environment, interleaved, parser, table, write_json  # noqa: E402
+from bench.common import environment, host_us_per_call, interleaved, parser, table, write_json  # noqa: E402
 
 
 def main() -> int:
@@ -55,6 +56,8 @@ def main() -> int:
         jit = lambda: tpl.run(inputs, e["config"])      # noqa: E731
         jit()                                           # compiled outside the timing
         rj = interleaved(loaded, jit, args.repeats, args.round_ms)
+        base_fn = tpl.baseline(inputs)
+        r["host_us"], r["baseline_host_us"] = host_us_per_call(loaded), host_us_per_call(base_fn)
         tuned = e.get("median_ms")
         r.update({"name": k.name, "shape": list(shape), "shape_s": "x".join(map(str, shape)), "dtype": dtype,
                   "config": e["config"], "config_id": e["config_id"], "max_err": max_err, "ok": bool(ok),
@@ -76,7 +79,8 @@ def main() -> int:
     print(table(rows, [("shape", "shape_s", ""), ("dtype", "dtype", ""), ("ms", "time_ms", ".4f"),
                        ("baseline ms", "baseline_ms", ".4f"), ("ratio", "ratio", ".3f"),
                        ("tuned ratio", "tuned_ratio", ".3f"), ("vs tuned", "vs_tuned", ".3f"),
-                       ("vs JIT", "vs_jit", ".3f"),
+                       ("vs JIT", "vs_jit", ".3f"), ("host us/call", "host_us", ".1f"),
+                       ("baseline host us", "baseline_host_us", ".1f"),
                        ("first call s", "first_call_s", ".3f"), ("max err", "max_err", ".1e")]))
     return 0 if all(r["ok"] for r in rows) else 1
 
