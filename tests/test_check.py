@@ -87,3 +87,28 @@ def test_an_unknown_parameter_is_one_error_with_the_nearest_name(tmp_path, capsy
     err = capsys.readouterr().err
     assert "attn_tiny.toml:" in err and "params.BLOKC_N" in err and "has no parameter 'BLOKC_N'" in err
     assert "BLOCK_N" in err and err.count("\n") == 1
+
+
+def _gemm_spec_with(tmp_path, old, new):
+    text = open(os.path.join(ROOT, "specs", "gemm_sm90.toml")).read()
+    assert old in text
+    p = tmp_path / "g.toml"
+    p.write_text(text.replace(old, new))
+    return str(p)
+
+
+def test_a_template_for_another_arch_is_one_error_at_kernel_arch(tmp_path, capsys):
+    spec = _gemm_spec_with(tmp_path, 'arch = "sm90"', 'arch = "sm80"')
+    for cmd in (["check", spec, "--no-compile"], ["tune", spec]):
+        assert main(cmd) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert err == [f"gluon: error: {tmp_path}/g.toml:7: kernel.arch: template gemm_sm90 runs on sm90, not sm80; "
+                       "allowed: sm90"] or err[-1].endswith("runs on sm90, not sm80; allowed: sm90"), err
+
+
+def test_a_value_the_template_never_takes_is_one_error_at_its_field(tmp_path, capsys):
+    spec = _gemm_spec_with(tmp_path, "[warp_roles.producer]\nwarps = 1", "[warp_roles.producer]\nwarps = { values = [1, 2] }")
+    assert main(["check", spec, "--no-compile"]) == 2
+    err = capsys.readouterr().err
+    assert "warp_roles.producer.warps: PRODUCER_WARPS=2: gemm_sm90 has one producer warp" in err
+    assert err.count("\n") == 1                   # one line, not one per config

@@ -46,8 +46,34 @@ def check_against_template(spec, template) -> None:
             if hasattr(spec, "error"):
                 raise spec.error(("dtypes", i), problem, value=d, allowed=", ".join(known))
             raise _spec_error(spec, f"dtypes[{i}]", problem, allowed=", ".join(known))
+    archs = tuple(getattr(template, "archs", ()) or ())
+    arch = str(getattr(getattr(spec, "kernel", None), "arch", ""))
+    if archs and arch and arch not in archs:
+        problem = f"template {getattr(template, 'name', '?')} runs on {', '.join(archs)}, not {arch}"
+        if hasattr(spec, "error"):
+            raise spec.error(("kernel", "arch"), problem, value=arch, allowed=", ".join(archs))
+        raise _spec_error(spec, "kernel.arch", problem, allowed=", ".join(archs))
     _check_params(spec, template)
+    _check_values(spec, template)
     _check_shapes(spec, template)
+
+
+def _check_values(spec, template) -> None:
+    """SpecError at the first parameter value the template can never take (`template.value_problem`),
+    such as two producer warps for a kernel with one."""
+    check = getattr(template, "value_problem", None)
+    space = getattr(spec, "space", None)
+    if check is None or space is None or not hasattr(spec, "param_origin"):
+        return
+    for name, domain in space.params.items():
+        values = domain.options()
+        if len(values) > 4096:
+            continue
+        for v in values:
+            why = check(name, v)
+            if why:
+                file, line, field = spec.param_origin(name)
+                raise SpecError(file, line, field, f"{name}={v!r}: {why}", value=v)
 
 
 def _check_params(spec, template) -> None:

@@ -97,6 +97,7 @@ class TuningTemplate:
     dims: tuple[str, ...] = ()
     params: tuple[str, ...] = ()          # accepted parameter names (empty: anything)
     dtypes: tuple[str, ...] = DTYPE_NAMES  # dtypes the kernel takes
+    archs: tuple[str, ...] = ()           # the spec arch names it runs on (empty: any)
 
     # -- identity -----------------------------------------------------------------------------------
     def source_file(self) -> str | None:
@@ -137,6 +138,11 @@ class TuningTemplate:
         bad = [f"{self.dims[i] if i < len(self.dims) else i}={d}" for i, d in enumerate(shape) if int(d) < 1]
         if bad:
             return f"{', '.join(bad)}: {self.name}'s dims are sizes >= 1"
+        return None
+
+    def value_problem(self, name: str, value) -> str | None:
+        """What is wrong with this value of parameter `name` whatever the rest of the config (a spec
+        offering it is refused before any config is looked at), or None. The default: nothing."""
         return None
 
     def trace(self, config: dict, shape, dtype: str, arch: str) -> ir.Module:

@@ -63,6 +63,7 @@ class _AttentionSM90Tuning(TuningTemplate):
     name = "attention_sm90"
     dims = ("B", "H", "S", "D", "CAUSAL")
     dtypes = ("fp16", "bf16")
+    archs = ("sm90",)
     params = ("BLOCK_M", "BLOCK_N", "STAGES", "CONSUMER_WARPS", "CONSUMER_WGS", "CONSUMER_REGS", "PRODUCER_WARPS",
               "PRODUCER_REGS", "OVERLAP", "PINGPONG", "REVERSE_M", "PERSISTENT")
 
@@ -123,6 +124,11 @@ class _AttentionSM90Tuning(TuningTemplate):
         return to_config(kw, _BASE)                              # AttentionConfig checks the knobs (GluonError)
 
     # -- without a GPU ---------------------------------------------------------------------------------
+    def value_problem(self, name, value):
+        if name == "PRODUCER_WARPS" and value != 1:
+            return "attention_sm90 has one TMA producer warp (write warps = 1)"
+        return None
+
     def trace(self, config, shape, dtype, arch):
         if str(arch) != "sm90":
             raise GluonError(f"attention_sm90 runs on sm90 (WGMMA + TMA), not {arch}")

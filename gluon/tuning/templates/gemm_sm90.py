@@ -33,6 +33,7 @@ class _GemmSM90Tuning(TuningTemplate):
     name = "gemm_sm90"
     dims = ("M", "N", "K")
     dtypes = ("fp16", "bf16")
+    archs = ("sm90",)
     params = ("BLOCK_M", "BLOCK_N", "BLOCK_K", "STAGES", "GROUP_M", "SWIZZLE", "EPILOGUE", "CONSUMER_WARPS",
               "CONSUMER_REGS", "PRODUCER_WARPS", "PRODUCER_REGS", "CONSUMER_WGS", "SPLIT_K", "SPLIT_WGS", "CLUSTER_M",
               "EARLY_LOADS", "LEAN_PROLOGUE", "K_ZIGZAG")
@@ -77,6 +78,11 @@ class _GemmSM90Tuning(TuningTemplate):
         return int(s)
 
     # -- without a GPU ---------------------------------------------------------------------------------
+    def value_problem(self, name, value):
+        if name == "PRODUCER_WARPS" and value != 1:
+            return "gemm_sm90 has one producer warp (write warps = 1)"
+        return None
+
     def trace(self, config, shape, dtype, arch):
         if str(arch) != "sm90":
             raise GluonError(f"gemm_sm90 runs on sm90 (WGMMA + TMA), not {arch}")
