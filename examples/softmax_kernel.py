@@ -49,38 +49,47 @@ def row_layout(rows: int, block_n: int, vec: int, num_warps: int) -> Layout:
     return Layout.blocked([1, vec], [tpw_m, tpw_n], [wpc_m, wpc_n])
 
 
-def _softmax_whole(out_ptr, x_ptr, x_start, out_start, cols, row_ok, n_cols):
-    """Softmax of whole rows in registers: row r's elements at x_ptr + x_start[r] + cols[c] for
-    cols < n_cols, written to out_ptr + out_start[r] + cols."""
-    mask = row_ok & (cols < n_cols)
-    x = gl.load(x_ptr + x_start + cols, mask=mask, other=float("-inf")).to(gl.float32)
-    row_max = gl.max(x, 1)
-    e = gl.exp2((x - gl.expand_dims(row_max, 1)) * LOG2E)
-    inv_sum = 1.0 / gl.sum(e, 1)
-    gl.store(out_ptr + out_start + cols, e * gl.expand_dims(inv_sum, 1), mask=mask)
+def _exact_rows(x_start, out_start, n_cols) -> tuple:
+    """Rows addressed as they are: row r's column c at x_ptr + x_start[r] + c, c < n_cols.
+    (base, out_base, lead, end, load_end): the tile positions [lead, end) hold the row, loads cover
+    [0, load_end); lead None means 0."""
+    return (x_start, out_start, None, n_cols, n_cols)
 
 
-def _softmax_window(out_ptr, x_ptr, x_start, out_start, cols, row_ok, n_cols, vec: int):
-    """`_softmax_whole` for rows that do not start on a VEC boundary: load whole 16-byte vectors over
-    [align_down(start), align_up(start + n_cols)) (the extra elements are the neighbours' and count as
-    -inf), store element by element. Needs BLOCK_N >= n_cols + VEC - 1. The reads stay inside the
-    16-byte segments that hold the row, so never past the end of a 16-byte aligned tensor."""
+def _window_rows(x_start, out_start, n_cols, vec: int) -> tuple:
+    """Rows that do not start on a VEC boundary, seen through a window from the boundary below: loads
+    cover whole VEC-element vectors (16 bytes), the row sits at [lead, lead + n_cols) of the window and
+    the other elements (the neighbours') count as -inf. The reads stay inside the 16-byte segments that
+    hold the row, so never past the ends of a 16-byte aligned tensor."""
     base = x_start // vec * vec                    # (provably) a multiple of vec
-    lead = x_start - base                          # where the row starts inside the window
-    in_row = (cols >= lead) & (cols < lead + n_cols)
-    window = cols < gl.cdiv(lead + n_cols, vec) * vec
-    x = gl.load(x_ptr + base + cols, mask=row_ok & window, other=float("-inf")).to(gl.float32)
-    x = gl.where(in_row, x, float("-inf"))
-    row_max = gl.max(x, 1)
-    e = gl.exp2((x - gl.expand_dims(row_max, 1)) * LOG2E)
-    inv_sum = 1.0 / gl.sum(e, 1)
-    gl.store(out_ptr + (out_start - lead) + cols, e * gl.expand_dims(inv_sum, 1), mask=row_ok & in_row)
+    lead = x_start - base
+    return (base, out_start - lead, lead, lead + n_cols, gl.cdiv(lead + n_cols, vec) * vec)
 
 
-def _online_step(x_ptr, x_start, cols, mask, m, l):
+def _load_chunk(x_ptr, rows: tuple, c, row_ok):
+    """x at tile positions c of each row's window, in fp32, -inf outside the row."""
+    base, _, lead, end, load_end = rows
+    x = gl.load(x_ptr + base + c, mask=row_ok & (c < load_end), other=float("-inf")).to(gl.float32)
+    return x if lead is None else gl.where((c >= lead) & (c < end), x, float("-inf"))
+
+
+def _store_chunk(out_ptr, rows: tuple, c, row_ok, y) -> None:
+    """y at tile positions c of each row's window, the row's elements only."""
+    _, out_base, lead, end, _ = rows
+    in_row = (c < end) if lead is None else (c >= lead) & (c < end)
+    gl.store(out_ptr + out_base + c, y, mask=row_ok & in_row)
+
+
+def _softmax_whole(out_ptr, x_ptr, rows: tuple, cols, row_ok) -> None:
+    """Softmax of whole rows in registers (the window fits the tile)."""
+    x = _load_chunk(x_ptr, rows, cols, row_ok)
+    e = gl.exp2((x - gl.expand_dims(gl.max(x, 1), 1)) * LOG2E)
+    _store_chunk(out_ptr, rows, cols, row_ok, e * gl.expand_dims(1.0 / gl.sum(e, 1), 1))
+
+
+def _online_step(x, m, l):
     """One chunk of the LOOPED first pass: per tile position, a running max m and a running sum l of
     exp(x - m). One exp per element: exp(-|x - m|) rescales whichever of l and the new term is smaller."""
-    x = gl.load(x_ptr + x_start + cols, mask=mask, other=float("-inf")).to(gl.float32)
     e = gl.exp2(-gl.abs(x - m) * LOG2E)
     return gl.maximum(m, x), gl.where(x > m, l * e + 1.0, l + e)
 
@@ -92,10 +101,10 @@ def _online_finish(m, l):
     return gl.expand_dims(row_max, 1), gl.expand_dims(1.0 / row_sum, 1)
 
 
-def _normalize_step(out_ptr, x_ptr, x_start, out_start, cols, mask, row_max, inv_sum):
+def _normalize_chunk(out_ptr, x_ptr, rows: tuple, c, row_ok, row_max, inv_sum) -> None:
     """One chunk of the LOOPED second pass: read x again (from L2) and write exp(x - max) / sum."""
-    x = gl.load(x_ptr + x_start + cols, mask=mask, other=float("-inf")).to(gl.float32)
-    gl.store(out_ptr + out_start + cols, gl.exp2((x - row_max) * LOG2E) * inv_sum, mask=mask)
+    x = _load_chunk(x_ptr, rows, c, row_ok)
+    _store_chunk(out_ptr, rows, c, row_ok, gl.exp2((x - row_max) * LOG2E) * inv_sum)
 
 
 @gluon.jit
@@ -113,46 +122,47 @@ def softmax_kernel(out_ptr, x_ptr, n_rows, n_cols, x_row_stride, out_row_stride,
     rows = gl.expand_dims(gl.program_id(0) * R + gl.arange(0, R, layout=Layout.slice(1, layout)), 1)
     cols = gl.expand_dims(gl.arange(0, BLOCK_N, layout=Layout.slice(0, layout)), 0)
     row_ok = rows < n_rows
+    x_start = rows * x_row_stride
+    out_start = rows * out_row_stride
     misaligned = (n_cols % vec) | (x_row_stride % vec) | (out_row_stride % vec)     # 0: every row VEC-aligned
     # Where it is 0, `k // vec * vec` is k itself, but the compiler then knows it is a multiple of vec
     # and emits 16-byte loads and stores.
     if LOOPED:
         # Rows in BLOCK_N-wide chunks, twice: running max and sum, then the normalized write. The loops
         # are spelled out per case since only the kernel body's loops become GPU loops, and the two cases
-        # are two `if`s, not if/else: a loop inside both sides of a GPU if/else does not trace (see the
-        # README's DSL notes).
+        # are two `if`s, not if/else: a loop inside both sides of a GPU if/else does not trace.
         if misaligned == 0:
             n = n_cols // vec * vec
-            x_start = rows * (x_row_stride // vec * vec)
-            out_start = rows * (out_row_stride // vec * vec)
+            aligned = _exact_rows(rows * (x_row_stride // vec * vec), rows * (out_row_stride // vec * vec), n)
             m = gl.full([R, BLOCK_N], -3.0e38, gl.float32, layout)    # finite: exp(m - m) is never NaN
             l = gl.zeros([R, BLOCK_N], gl.float32, layout)
             for c0 in range(0, n, BLOCK_N):
-                m, l = _online_step(x_ptr, x_start, cols + c0, row_ok & (cols + c0 < n), m, l)
+                m, l = _online_step(_load_chunk(x_ptr, aligned, cols + c0, row_ok), m, l)
             row_max, inv_sum = _online_finish(m, l)
             for c1 in range(0, n, BLOCK_N):
-                _normalize_step(out_ptr, x_ptr, x_start, out_start, cols + c1, row_ok & (cols + c1 < n),
-                                row_max, inv_sum)
+                _normalize_chunk(out_ptr, x_ptr, aligned, cols + c1, row_ok, row_max, inv_sum)
         if misaligned != 0:
+            window = _window_rows(x_start, out_start, n_cols, vec)
+            span = n_cols + (vec - 1)                  # the longest window
             m2 = gl.full([R, BLOCK_N], -3.0e38, gl.float32, layout)
             l2 = gl.zeros([R, BLOCK_N], gl.float32, layout)
-            for c2 in range(0, n_cols, BLOCK_N):
-                m2, l2 = _online_step(x_ptr, rows * x_row_stride, cols + c2, row_ok & (cols + c2 < n_cols), m2, l2)
+            for c2 in range(0, span, BLOCK_N):
+                m2, l2 = _online_step(_load_chunk(x_ptr, window, cols + c2, row_ok), m2, l2)
             row_max2, inv_sum2 = _online_finish(m2, l2)
-            for c3 in range(0, n_cols, BLOCK_N):
-                _normalize_step(out_ptr, x_ptr, rows * x_row_stride, rows * out_row_stride, cols + c3,
-                                row_ok & (cols + c3 < n_cols), row_max2, inv_sum2)
+            for c3 in range(0, span, BLOCK_N):
+                _normalize_chunk(out_ptr, x_ptr, window, cols + c3, row_ok, row_max2, inv_sum2)
     elif vec == 1:
-        _softmax_whole(out_ptr, x_ptr, rows * x_row_stride, rows * out_row_stride, cols, row_ok, n_cols)
+        _softmax_whole(out_ptr, x_ptr, _exact_rows(x_start, out_start, n_cols), cols, row_ok)
     else:
         if misaligned == 0:
-            _softmax_whole(out_ptr, x_ptr, rows * (x_row_stride // vec * vec), rows * (out_row_stride // vec * vec),
-                           cols, row_ok, n_cols // vec * vec)
+            _softmax_whole(out_ptr, x_ptr, _exact_rows(rows * (x_row_stride // vec * vec),
+                                                       rows * (out_row_stride // vec * vec), n_cols // vec * vec),
+                           cols, row_ok)
         else:
             if n_cols + (vec - 1) <= BLOCK_N:
-                _softmax_window(out_ptr, x_ptr, rows * x_row_stride, rows * out_row_stride, cols, row_ok, n_cols, vec)
+                _softmax_whole(out_ptr, x_ptr, _window_rows(x_start, out_start, n_cols, vec), cols, row_ok)
             else:
-                _softmax_whole(out_ptr, x_ptr, rows * x_row_stride, rows * out_row_stride, cols, row_ok, n_cols)
+                _softmax_whole(out_ptr, x_ptr, _exact_rows(x_start, out_start, n_cols), cols, row_ok)
 
 
 # ------------------------------------------------------------------------------ host side
