@@ -122,7 +122,8 @@ def _tol(dtype) -> float:
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16", "float32"])
 @pytest.mark.parametrize("shape,tunables", [
     ((256, 4096), {}), ((333, 1000), {}), ((1000, 37), {}), ((129, 8195), {}), ((16, 40000), {}),
-    ((333, 1000), dict(ROWS_PER_PROGRAM=8, NUM_WARPS=8)), ((100, 3000), dict(BLOCK_N=1024, LOOPED=True)),
+    ((333, 1000), dict(ROWS_PER_PROGRAM=8, NUM_WARPS=8)), ((100, 3000), dict(BLOCK_N=1024, NUM_WARPS=4, LOOPED=True)),
+    ((100, 3001), dict(BLOCK_N=1024, NUM_WARPS=4, LOOPED=True)), ((129, 8195), dict(BLOCK_N=2048, NUM_WARPS=8, LOOPED=True)),
     ((129, 8195), dict(VEC=1)),
 ])
 def test_softmax_matches_torch(dtype, shape, tunables):
