@@ -83,14 +83,16 @@ def configs(kernel: str, shape: tuple, dtype: str) -> list[dict]:
         if d["LOOPED"]:
             return [d] + [c for c in looped if c != d]
         out = _row_configs(m, n, dtype, d, _fits)
-        if not aligned or n % 16:
+        vec = 16 // BYTES[dtype]
+        if aligned and n % 16:
             out.append(dict(d, VEC=1))                        # the element-wide path, for comparison
-        if not aligned:
-            out += [c for c in looped if c["BLOCK_N"] <= 4096]  # small chunks, few registers: more rows in flight
+        if not aligned:                                       # the 16-byte load window, for comparison
+            out.append(dict(d, VEC=vec, BLOCK_N=sm._next_pow2(n + vec - 1)))
+            out += [dict(c, VEC=vec) for c in looped if c["BLOCK_N"] <= 4096]   # small chunks, few registers
         return out
     if kernel == "rmsnorm":
         m, n = shape
-        d = rn.default_config(m, n, BYTES[dtype])
+        d = rn.default_config(m, n, BYTES[dtype], (n * BYTES[dtype]) % 16 == 0)
         return _row_configs(m, n, dtype, d, _fits)
     (n,) = shape
     d = ew.default_config(n, BYTES[dtype])

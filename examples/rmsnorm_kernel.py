@@ -85,20 +85,24 @@ def _next_pow2(n: int) -> int:
     return 1 << max(0, n - 1).bit_length()
 
 
-def default_config(n_rows: int, n_cols: int, elem_bytes: int) -> dict:
-    """Good tunables for an [n_rows, n_cols] RMSNorm: BLOCK_N the next power of two of N, about 16
-    elements a thread, short rows several to a program so that a program moves at least 8 KiB."""
-    vec = 16 // elem_bytes
+def default_config(n_rows: int, n_cols: int, elem_bytes: int, aligned: bool = True) -> dict:
+    """Good tunables for an [n_rows, n_cols] RMSNorm (`aligned`: the tensors and their rows start on
+    16-byte boundaries), as measured on the H200 (docs/NORM_KERNELS.md): BLOCK_N the next power of two
+    of N, about 16 elements a thread, short rows several to a program so that it holds about 2 KiB of x
+    (N = 1024 bf16: 1 row and 2 warps, 1.27x torch). Unaligned rows (odd N) go element by element
+    (VEC=1), as in examples/softmax_kernel.py: element-wide accesses from a 16-byte vector layout are
+    16 bytes apart across a warp."""
+    vec = 16 // elem_bytes if aligned else 1
     block_n = _next_pow2(n_cols)
     if block_n > MAX_BLOCK_N:
         raise ValueError(f"rmsnorm_kernel keeps a row in registers: N={n_cols} is over {MAX_BLOCK_N}")
-    rows = max(1, min(_next_pow2(max(1, n_rows)), 8192 // (block_n * elem_bytes) or 1))
+    rows = max(1, min(_next_pow2(max(1, n_rows)), 2048 // (block_n * elem_bytes)))
     warps = max(1, min(16, rows * block_n // (32 * 16)))
     while warps > 1 and rows * block_n < 32 * warps * vec:
         warps //= 2
     while rows * min(32, block_n // vec) < 32:
         rows *= 2
-    return dict(BLOCK_N=block_n, ROWS_PER_PROGRAM=rows, NUM_WARPS=warps, VEC=vec)
+    return {"BLOCK_N": block_n, "ROWS_PER_PROGRAM": rows, "NUM_WARPS": warps, "VEC": vec}
 
 
 def launch_plan(x, weight, out, eps: float, **tunables) -> tuple[tuple, tuple, dict]:
@@ -109,7 +113,9 @@ def launch_plan(x, weight, out, eps: float, **tunables) -> tuple[tuple, tuple, d
         raise ValueError("rmsnorm_kernel needs unit stride along the last dim")
     if max(n_rows * x.stride(0), n_rows * out.stride(0)) >= 2**31:
         raise ValueError("rmsnorm_kernel indexes with 32-bit offsets: the tensor is too large")
-    cfg = default_config(n_rows, n_cols, x.element_size())
+    aligned = all(t.data_ptr() % 16 == 0 and (t.stride(0) * t.element_size()) % 16 == 0 for t in (x, out)) \
+        and (n_cols * x.element_size()) % 16 == 0 and weight.data_ptr() % 16 == 0
+    cfg = default_config(n_rows, n_cols, x.element_size(), aligned)
     cfg.update(tunables)
     if cfg["BLOCK_N"] < n_cols:
         raise ValueError(f"BLOCK_N={cfg['BLOCK_N']} is smaller than the row ({n_cols})")

@@ -115,7 +115,9 @@ def softmax_kernel(out_ptr, x_ptr, n_rows, n_cols, x_row_stride, out_row_stride,
     ROWS_PER_PROGRAM) programs of NUM_WARPS warps (launch with num_warps=NUM_WARPS). VEC: elements per
     thread-vector, 0 for 16 bytes' worth; VEC=1 turns the alignment paths off. Any VEC is correct: only
     speed depends on it. Without LOOPED, BLOCK_N must be >= n_cols (>= n_cols + VEC - 1 for rows that
-    are not VEC-aligned to keep vector loads; else they go element by element)."""
+    are not VEC-aligned to keep vector loads; else they go element by element). With VEC > 1 and rows
+    that are not VEC-aligned, x must be 16-byte aligned (the load window reads the rest of the row's
+    first and last 16-byte segments)."""
     vec = VEC if VEC > 0 else 16 // x_ptr.dtype.bytes
     R = ROWS_PER_PROGRAM
     layout = row_layout(R, BLOCK_N, vec, NUM_WARPS)
@@ -173,24 +175,27 @@ def _next_pow2(n: int) -> int:
 
 
 def default_config(n_rows: int, n_cols: int, elem_bytes: int, aligned: bool = True) -> dict:
-    """Good tunables for an [n_rows, n_cols] softmax (`aligned`: rows start on 16-byte boundaries).
+    """Good tunables for an [n_rows, n_cols] softmax (`aligned`: the tensors and their rows start on
+    16-byte boundaries), as measured on the H200 (docs/NORM_KERNELS.md).
 
-    Whole rows up to MAX_BLOCK_N in registers, BLOCK_N the next power of two (with VEC - 1 more for
-    unaligned rows, so their loads stay 16 bytes wide); about 16 elements a thread; short rows several
-    to a program so that a program moves at least 8 KiB. Longer rows: LOOPED over 4096-wide chunks."""
-    vec = 16 // elem_bytes
-    block_n = _next_pow2(n_cols if aligned else n_cols + vec - 1)
+    Rows whole in registers up to MAX_BLOCK_N, BLOCK_N the next power of two; about 16 elements a
+    thread; short rows several to a program, so that it holds about 2 KiB of x (N = 1024 fp16: 1 row
+    and 2 warps, 1.6x torch; 4 rows and 8 warps were 4% slower). Unaligned rows (odd N) go element by
+    element with VEC=1: in a 16-byte vector layout their element-wide stores land 16 bytes apart across
+    a warp, and that ran at 0.71x torch at 1024x8195 fp16 where VEC=1 ran at 1.26x. Rows over
+    MAX_BLOCK_N: LOOPED over 8192-wide chunks (1.37x torch at 2048x32768 fp16, 4096-wide 1.23x)."""
+    vec = 16 // elem_bytes if aligned else 1
+    block_n = _next_pow2(n_cols)
     if block_n > MAX_BLOCK_N:
-        return dict(BLOCK_N=4096, ROWS_PER_PROGRAM=1, NUM_WARPS=8, VEC=vec, LOOPED=True)
-    rows = max(1, min(_next_pow2(max(1, n_rows)), 8192 // (block_n * elem_bytes) or 1))
-    elems_per_thread = 16
-    warps = max(1, min(16, rows * block_n // (32 * elems_per_thread)))
-    # the smallest tile the warps may cover: grow rows (or drop warps) until it fits
+        return {"BLOCK_N": 8192, "ROWS_PER_PROGRAM": 1, "NUM_WARPS": 8, "VEC": vec, "LOOPED": True}
+    rows = max(1, min(_next_pow2(max(1, n_rows)), 2048 // (block_n * elem_bytes)))
+    warps = max(1, min(16, rows * block_n // (32 * 16)))
+    # the smallest tile the warps may cover: drop warps (or grow rows) until it fits
     while warps > 1 and rows * block_n < 32 * warps * vec:
         warps //= 2
     while rows * min(32, block_n // vec) < 32:          # a warp is 32 threads: rows * threads-per-row >= 32
         rows *= 2
-    return dict(BLOCK_N=block_n, ROWS_PER_PROGRAM=rows, NUM_WARPS=warps, VEC=vec, LOOPED=False)
+    return {"BLOCK_N": block_n, "ROWS_PER_PROGRAM": rows, "NUM_WARPS": warps, "VEC": vec, "LOOPED": False}
 
 
 def launch_plan(x, out, **tunables) -> tuple[tuple, tuple, dict]:
@@ -204,8 +209,6 @@ def launch_plan(x, out, **tunables) -> tuple[tuple, tuple, dict]:
     aligned = all(t.data_ptr() % 16 == 0 and (t.stride(0) * t.element_size()) % 16 == 0 for t in (x, out)) \
         and (n_cols * x.element_size()) % 16 == 0
     cfg = default_config(n_rows, n_cols, x.element_size(), aligned)
-    if any(t.data_ptr() % 16 for t in (x, out)):
-        cfg["VEC"] = 1                  # the unaligned-row window assumes 16-byte aligned tensors
     cfg.update(tunables)
     if not cfg.get("LOOPED") and cfg["BLOCK_N"] < n_cols:
         raise ValueError(f"BLOCK_N={cfg['BLOCK_N']} is smaller than the row ({n_cols}): use LOOPED=True")
