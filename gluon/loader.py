@@ -99,6 +99,10 @@ class LoadedKernel:
         return e
 
     def __call__(self, *args, **kwargs):
+        prepare = getattr(self.template, "prepare", None)     # one pass over the arguments (declared kernels)
+        if prepare is not None:
+            prepared = prepare(*args, **kwargs)
+            return self.template.call_prepared(self.bucket(prepared[0], prepared[1])["config"], prepared)
         shape = tuple(int(d) for d in self.template.shape_of(*args, **kwargs))
         e = self.bucket(shape, self.template.dtype_of(*args, **kwargs))
         return self.template.call(e["config"], *args, **kwargs)

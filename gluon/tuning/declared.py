@@ -29,6 +29,7 @@ from __future__ import annotations
 import hashlib
 import inspect
 import json
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -74,6 +75,18 @@ def _int(v: Any, what: str) -> int:
     return int(v)
 
 
+@dataclass
+class _Launch:
+    """A launch worked out for one (config, shape, dtype, SM count), and the compiled specializations it
+    has launched (by the arguments' gluon.jit.arg_key: dtypes, alignment, divisibility)."""
+    grid: tuple
+    block: tuple | None
+    num_warps: int
+    consts: dict
+    scalars: dict
+    kernels: dict = field(default_factory=dict)
+
+
 class DeclaredTemplate(TuningTemplate):
     """A `@gluon.jit` kernel tuned from its declaration (see the module docstring)."""
 
@@ -91,6 +104,16 @@ class DeclaredTemplate(TuningTemplate):
         self._static = _static_names(decl)
         self._reference = _Source(decl.problem.reference, decl.spec_dir)
         self._baseline = _Source(decl.problem.baseline, decl.spec_dir) if decl.problem.baseline else None
+        self._plans: dict[tuple, _Launch] = {}
+        # what a user's call reads, worked out once
+        self._tensors, self._inputs, self._outputs = decl.tensors, decl.inputs, decl.outputs
+        self._input_names = tuple(t.name for t in self._inputs)
+        self._dim_set = set(self.dims)
+        self._dim_slots = tuple((t, tuple((i, e) for i, e in enumerate(t.shape) if e in self._dim_set))
+                                for t in self._inputs)
+        self._static_scalars = {a.name for a in decl.args if isinstance(a, ScalarDecl) and _uses_only(a.value, self._static)}
+        self._dtype_names: dict = {}
+        self._call_plans: dict[tuple, tuple] = {}
 
     @classmethod
     def from_manifest(cls, manifest: dict) -> "DeclaredTemplate":
@@ -211,8 +234,9 @@ class DeclaredTemplate(TuningTemplate):
         return inputs
 
     def output(self, inputs: dict):
-        outs = tuple(inputs[t.name] for t in self.decl.outputs)
-        return outs[0] if len(outs) == 1 else outs
+        if len(self._outputs) == 1:
+            return inputs[self._outputs[0].name]
+        return tuple(inputs[t.name] for t in self._outputs)
 
     def poison(self, inputs: dict) -> None:
         for t in self.decl.outputs:
@@ -228,19 +252,34 @@ class DeclaredTemplate(TuningTemplate):
     def _runtime_args(self, inputs: dict, env: dict) -> list:
         return [inputs[n] if n in inputs else self._scalar(self._by_name[n], env) for n in self._runtime]
 
-    def run(self, inputs: dict, config: dict, kernel=None) -> None:
+    def _plan(self, config: dict, shape, dtype: str, device) -> "_Launch":
+        """The grid, block, warps, constexprs and per-config scalars of a launch: the expressions are
+        evaluated once per (config, shape, dtype, SM count), not per timed run."""
         from ..runtime.cuda import sm_count
-        shape, dtype = inputs["@shape"], inputs["@dtype"]
-        first = next(iter(inputs[t.name] for t in self.decl.tensors))
-        env = self._env(config, shape, dtype, sm_count(first.device.index or 0) if first.is_cuda else H200_SMS)
-        grid, block, nw, consts = self._launch(env)
-        args = self._runtime_args(inputs, env)
-        if kernel is not None:
-            kernel(grid, *args)
-        elif block is not None:
-            self.fn[grid, block](*args, num_warps=nw, **consts)
-        else:
-            self.fn[grid](*args, num_warps=nw, **consts)
+        sms = sm_count(device.index or 0) if device.type == "cuda" else H200_SMS
+        key = (tuple(sorted(config.items())), shape, dtype, sms)
+        plan = self._plans.get(key)
+        if plan is None:
+            env = self._env(config, shape, dtype, sms)
+            grid, block, nw, consts = self._launch(env)
+            scalars = {n: self._scalar(self._by_name[n], env) for n in self._runtime
+                       if isinstance(self._by_name[n], ScalarDecl)}
+            plan = self._plans[key] = _Launch(grid, block, nw, consts, scalars)
+        return plan
+
+    def run(self, inputs: dict, config: dict, kernel=None) -> None:
+        """One launch; `kernel` the compile pool's binary (the tuner), else the JIT's specialization for
+        these arguments, looked up once per (config, shape, dtype, argument keys) and launched directly."""
+        first = inputs[self._tensors[0].name]
+        plan = self._plan(config, inputs["@shape"], inputs["@dtype"], first.device)
+        args = [inputs[n] if n in inputs else plan.scalars[n] for n in self._runtime]
+        if kernel is None:
+            key = tuple(arg_key(a) for a in args)
+            kernel = plan.kernels.get(key)
+            if kernel is None:
+                launch = self.fn[plan.grid, plan.block] if plan.block is not None else self.fn[plan.grid]
+                kernel = plan.kernels[key] = launch.compiled(*args, num_warps=plan.num_warps, **plan.consts)
+        kernel(plan.grid, *args)
 
     def _expr_env(self, inputs: dict) -> dict:
         env = self._static_env(inputs["@shape"], inputs["@dtype"])
@@ -290,99 +329,119 @@ class DeclaredTemplate(TuningTemplate):
         return float(self._value(self.decl.problem.bytes, env, "problem.bytes"))
 
     # -- a user's call (gluon.load) -----------------------------------------------------------------------
-    def _bind(self, args: tuple, kwargs: dict) -> tuple[dict, tuple, str]:
-        """(tensors and scalars by name, the shape, the dtype) of a call: the input tensors positionally in
-        [args] order (or by name), outputs and scalars by name, dims not readable off an input by name."""
-        inputs = self.decl.inputs
+    def prepare(self, *args, **kwargs) -> tuple[tuple, str, dict]:
+        """(the shape, the dtype, tensors and scalars by name) of a user's call: the input tensors
+        positionally in [args] order (or by name), outputs and scalars by name (`out=` for the one output),
+        dims not readable off an input's extents by name. gluon.load picks the bucket from the first two
+        and hands the whole back to `call_prepared` (one pass over the arguments per call)."""
+        inputs = self._inputs
         if len(args) > len(inputs):
             raise ir.GluonError(f"{self.name} takes {len(inputs)} input tensors ({', '.join(t.name for t in inputs)}), "
                                 f"got {len(args)} positional arguments; outputs and scalars go by name")
-        given = dict(zip((t.name for t in inputs), args))
+        given = dict(zip(self._input_names, args))
+        dims: dict[str, int] = {}
         for k, v in kwargs.items():
+            if k == "out" and len(self._outputs) == 1:
+                k = self._outputs[0].name
             if k in given:
                 raise ir.GluonError(f"{self.name}: argument '{k}' given twice")
-            if k == "out" and len(self.decl.outputs) == 1:
-                k = self.decl.outputs[0].name
-            if k not in self._by_name and k not in self.dims:
+            if k in self._dim_set:
+                dims[k] = int(v)
+            elif k in self._by_name:
+                given[k] = v
+            else:
                 known = [a.name for a in self.decl.args] + list(self.dims)
                 raise ir.GluonError(f"{self.name} has no argument '{k}' (it takes {', '.join(known)})")
-            given[k] = v
-        missing = [t.name for t in inputs if t.name not in given]
-        if missing:
-            raise ir.GluonError(f"{self.name}: missing input {', '.join(missing)}")
-        dims = {d: int(given[d]) for d in self.dims if d in given}
-        seen: dict[str, str] = {}
         dtype = None
-        for t in inputs:
-            x = given[t.name]
-            if len(x.shape) != len(t.shape):
-                raise ir.GluonError(f"{self.name}: {t.name} has {len(x.shape)} dims, the kernel takes {len(t.shape)} "
+        for t, slots in self._dim_slots:
+            x = given.get(t.name)
+            if x is None:
+                raise ir.GluonError(f"{self.name}: missing input {t.name}")
+            xs = x.shape
+            if len(xs) != len(t.shape):
+                raise ir.GluonError(f"{self.name}: {t.name} has {len(xs)} dims, the kernel takes {len(t.shape)} "
                                     f"([{', '.join(t.shape)}])")
-            for e, n in zip(t.shape, x.shape):
-                if e in self.dims:
-                    if e in dims and dims[e] != int(n):
-                        other = seen.get(e, "the call")
-                        raise ir.GluonError(f"{self.name}: {t.name} gives {e}={int(n)}, {other} gave {e}={dims[e]}")
-                    dims[e] = int(n)
-                    seen.setdefault(e, t.name)
+            for i, d in slots:
+                n = xs[i]
+                if dims.setdefault(d, n) != n:
+                    raise ir.GluonError(f"{self.name}: {t.name} gives {d}={n}, an earlier argument {d}={dims[d]}")
             if t.dtype == TRIAL_DTYPE:
-                try:
-                    name = dtype_name(x.dtype)
-                except KeyError:
-                    raise ir.GluonError(f"{self.name}: {t.name} is {x.dtype}; the kernel takes "
-                                        f"{', '.join(self.dtypes)}") from None
+                name = self._dtype_names.get(x.dtype)
+                if name is None:
+                    try:
+                        name = self._dtype_names[x.dtype] = dtype_name(x.dtype)
+                    except KeyError:
+                        raise ir.GluonError(f"{self.name}: {t.name} is {x.dtype}; the kernel takes "
+                                            f"{', '.join(self.dtypes)}") from None
                 if dtype is not None and name != dtype:
                     raise ir.GluonError(f"{self.name}: {t.name} is {name}, an earlier input {dtype}: give one dtype")
                 dtype = name
-        unknown = [d for d in self.dims if d not in dims]
-        if unknown:
-            raise ir.GluonError(f"{self.name}: pass {', '.join(f'{d}=...' for d in unknown)} (no input's shape gives it)")
-        if dtype is None:
-            dtype = self.dtypes[0]
-        shape = tuple(dims[d] for d in self.dims)
-        return {k: v for k, v in given.items() if k not in self.dims}, shape, dtype
+        try:
+            shape = tuple(dims[d] for d in self.dims)
+        except KeyError:
+            unknown = [d for d in self.dims if d not in dims]
+            raise ir.GluonError(f"{self.name}: pass {', '.join(f'{d}=...' for d in unknown)} "
+                                "(no input's shape gives it)") from None
+        return shape, dtype or self.dtypes[0], given
 
     def shape_of(self, *args, **kwargs) -> tuple[int, ...]:
-        return self._bind(args, kwargs)[1]
+        return self.prepare(*args, **kwargs)[0]
 
     def dtype_of(self, *args, **kwargs) -> str:
-        return self._bind(args, kwargs)[2]
+        return self.prepare(*args, **kwargs)[1]
 
-    def call(self, config: dict, *args, **kwargs):
-        """Run the kernel with `config` on a user's tensors; the output (a tuple for several)."""
+    def _call_plan(self, shape: tuple, dtype: str) -> tuple[dict, dict]:
+        """({tensor: (extents, torch dtype)}, {scalar: value}) at a shape: worked out once per (shape, dtype)."""
+        key = (shape, dtype)
+        plan = self._call_plans.get(key)
+        if plan is None:
+            env = self._static_env(shape, dtype)
+            tensors = {t.name: (self._extents(t, env), self._dtype(t, dtype).torch) for t in self._tensors}
+            scalars = {a.name: self._scalar(a, env) for a in self.decl.args
+                       if isinstance(a, ScalarDecl) and a.name in self._static_scalars}
+            plan = self._call_plans[key] = (tensors, scalars)
+        return plan
+
+    def call_prepared(self, config: dict, prepared: tuple):
+        """Run `config` on what `prepare` read off a call; the output (a tuple for several)."""
         import torch
-
-        from ..kernels.tensor_checks import on_the_launch_device
-        given, shape, dtype = self._bind(args, kwargs)
-        env = self._static_env(shape, dtype)
-        first = given[self.decl.inputs[0].name] if self.decl.inputs else None
+        shape, dtype, given = prepared
+        tensors, scalars = self._call_plan(shape, dtype)
+        first = given[self._input_names[0]] if self._input_names else None
         device = first.device if first is not None else torch.device("cuda")
-        inputs: dict[str, Any] = {"@shape": shape, "@dtype": dtype}
-        for a in self.decl.args:
-            if isinstance(a, TensorDecl):
-                want, dt = self._extents(a, env), self._dtype(a, dtype).torch
-                x = given.get(a.name)
-                if x is None:                       # an output the caller did not pass
-                    x = torch.zeros(want, dtype=dt, device=device) if a.fill == "zeros" else \
-                        torch.empty(want, dtype=dt, device=device)
-                elif tuple(x.shape) != want or x.dtype != dt:
-                    raise ir.GluonError(f"{self.name}: {a.name} is {tuple(x.shape)} {x.dtype}, the kernel takes "
-                                        f"{want} {dt} here")
-                elif not x.is_contiguous():
-                    raise ir.GluonError(f"{self.name}: {a.name} is not contiguous (strides {tuple(x.stride())}); "
-                                        "the kernel was declared for contiguous tensors: pass .contiguous()")
-                inputs[a.name] = x
-            elif a.name in given:
-                inputs[a.name] = given[a.name]
-            elif _uses_only(a.value, self._static):
-                inputs[a.name] = self._scalar(a, env)
-        tensors = (*self.decl.inputs, *self.decl.outputs)     # a misplaced input is named before its outputs
-        on_the_launch_device(self.name, **{t.name: inputs[t.name] for t in tensors})
+        if device.type != "cuda":
+            from ..kernels.tensor_checks import on_the_launch_device
+            on_the_launch_device(self.name, **{n: given[n] for n in self._input_names})
+        inputs: dict[str, Any] = {"@shape": shape, "@dtype": dtype, **scalars}
+        for name, (want, dt) in tensors.items():
+            x = given.get(name)
+            if x is None:                           # an output the caller did not pass
+                x = torch.zeros(want, dtype=dt, device=device) if self._by_name[name].fill == "zeros" else \
+                    torch.empty(want, dtype=dt, device=device)
+            elif x.shape != want or x.dtype != dt:
+                raise ir.GluonError(f"{self.name}: {name} is {tuple(x.shape)} {x.dtype}, the kernel takes "
+                                    f"{want} {dt} here")
+            elif not x.is_contiguous():
+                raise ir.GluonError(f"{self.name}: {name} is not contiguous (strides {tuple(x.stride())}); "
+                                    "the kernel was declared for contiguous tensors: pass .contiguous()")
+            elif not x.is_cuda or x.device != device:
+                from ..kernels.tensor_checks import on_the_launch_device
+                named = {n: given[n] for n in self._input_names}     # an input is named before an output
+                named[name] = x
+                on_the_launch_device(self.name, **named)
+            inputs[name] = x
+        for name, v in given.items():
+            if name not in tensors:
+                inputs[name] = v                    # a scalar the caller gave
         self.run(inputs, config)
         return self.output(inputs)
 
+    def call(self, config: dict, *args, **kwargs):
+        """Run the kernel with `config` on a user's tensors; the output (a tuple for several)."""
+        return self.call_prepared(config, self.prepare(*args, **kwargs))
+
     def call_args(self, inputs: dict) -> tuple:
-        return tuple(inputs[t.name] for t in self.decl.inputs)
+        return tuple(inputs[n] for n in self._input_names)
 
     def bucket_distance(self, built, shape) -> float | None:
         return log_distance(built, shape)
