@@ -126,13 +126,14 @@ class _TrialLoop:
 
     def _next_trial(self, wait: bool = True):
         """A new trial, or None when the run is over. When the budget is only taken by trials in flight
-        (which may still be pruned), wait for them, unless wait=False (the lookahead's ask)."""
+        (which may still be pruned), wait for them, unless wait=False (the lookahead's ask). The budget
+        check, the ask and the trial's owner are one step under the claim lock, so tuners sharing the
+        study see each other's trials in flight and together stop at the budget."""
         st = self.st
         while not st.stop.is_set():
-            with st.lock:
+            with self._claim_lock(), st.lock:
                 reason = None
-                counted = st.counted()
-                if counted + self.in_flight >= st.budget:
+                if st.budget_taken() + self.in_flight >= st.budget:
                     reason = "trials"
                 elif st.search_deadline is not None and time.monotonic() - st.t0 > st.search_deadline:
                     reason = "time_limit"
@@ -142,7 +143,9 @@ class _TrialLoop:
                     reason = "exhausted"
                 if reason is None:
                     self.in_flight += 1
-                    return st.study.ask()
+                    trial = st.study.ask()
+                    trial.set_user_attr("owner", st.owner)     # from here on the other tuners count it
+                    return trial
                 if reason != "trials" or self.in_flight == 0:
                     st.stopped = st.stopped or reason
                     return None
@@ -174,9 +177,8 @@ class _TrialLoop:
         return config, cid
 
     def _suggest(self, trial) -> tuple[dict, str]:
-        """The trial's config and config_id; its user attrs owner, in_space and config."""
+        """The trial's config and config_id; its user attrs in_space and config."""
         space = self.st.space
-        trial.set_user_attr("owner", self.st.owner)
         config = space.suggest(trial)
         cid = space.config_id(config)
         trial.set_user_attr("in_space", space.check(config) is None)
