@@ -13,7 +13,7 @@ from types import SimpleNamespace
 import pytest
 
 from conftest import postgres_test_url
-from test_tuning import MEASURE, REPO, TESTS, _tune_subprocess, _wait_for_calls, calls, fake_spec, rows, run_tune
+from test_tuning import MEASURE, REPO, TESTS, _tune_subprocess, _wait_for_calls, calls, fake_spec, load, rows, run_tune
 
 optuna = pytest.importorskip("optuna")
 pytest.importorskip("sqlalchemy")
@@ -152,6 +152,50 @@ def test_a_tuner_killed_mid_study_is_resumed_while_another_goes_on(tmp_path, env
     again = {cid for cid in measured if measured.count(cid) > 1}
     a_rows = df[[_pid_of(trials[int(n)]) == a.pid for n in df["trial"]]]
     assert again <= {cut} and not again & set(a_rows["config_id"])    # only the cut job ran again
+
+
+def test_another_hosts_trials_are_alive_while_marked_so(tmp_path, env, storage_url):
+    """RUNNING trials of tuners on other hosts (simulated here): one not marked alive for STALE_S, its
+    machine dead, is failed at the next start and its config measured; one marked alive just now is left
+    running, its config not measured, and counted toward the budget (5 trials measured for 6)."""
+    import time
+
+    from gluon.tuning.trials import STALE_S
+    url, name = storage_url
+    spec = fake_spec(tmp_path, x=(1, 40), y=(1, 2, 3), sampler="random", trials=2, name=name)
+    s1 = run_tune(spec, tmp_path, storage=url)
+    study = optuna.load_study(study_name=s1.study_name, storage=url)
+    space = load(spec).space
+    free = [x for x in range(1, 41) if x not in {c["X"] for c in calls(env.log)}]
+
+    def other_hosts_trial(x, alive_at):
+        study.enqueue_trial({"X": x, "Y": 1})
+        t = study.ask()
+        cid = space.config_id(space.suggest(t))
+        for k, v in {"owner": {"host": "elsewhere", "pid": 1, "run": "r"}, "alive_at": alive_at,
+                     "config_id": cid}.items():
+            t.set_user_attr(k, v)
+        return t.number, cid
+    dead, dead_cid = other_hosts_trial(free[0], time.time() - STALE_S - 60)
+    live, live_cid = other_hosts_trial(free[1], time.time())
+    s2 = run_tune(spec, tmp_path, storage=url, trials=6)
+    states = {t.number: t.state for t in study.trials}
+    assert states[dead] == optuna.trial.TrialState.FAIL and states[live] == optuna.trial.TrialState.RUNNING
+    measured = [c["cid"] for c in calls(env.log)]
+    assert dead_cid in measured and live_cid not in measured and len(measured) == 5
+    assert s2.trials == 5 and s2.stopped == "trials"
+
+
+def test_a_tuner_marks_its_trials_in_flight_alive(tmp_path, env, storage_url, monkeypatch):
+    """The heartbeat: a trial measured for 0.8 s was marked alive (alive_at) well after it started."""
+    monkeypatch.setattr("gluon.tuning.trials.HEARTBEAT_S", 0.1)
+    monkeypatch.setenv("FAKE_TUNE_DELAY", "0.8")
+    url, name = storage_url
+    spec = fake_spec(tmp_path, x=(1, 40), sampler="random", trials=2, name=name)
+    s = run_tune(spec, tmp_path, storage=url)
+    study = optuna.load_study(study_name=s.study_name, storage=url)
+    for t in _counted(study):
+        assert t.user_attrs["alive_at"] - t.datetime_start.timestamp() > 0.5
 
 
 def test_the_postgresql_tests_skip_on_a_laptop_but_fail_in_ci_without_a_server(monkeypatch):

@@ -173,7 +173,8 @@ class _Study:
                 self.study.enqueue_trial({k: v for k, v in full.items() if k in dists}, user_attrs={"seeded": True})
 
     def _recover(self) -> None:
-        """Fail RUNNING trials of dead tuners on this host; re-enqueue interrupted configs."""
+        """Fail RUNNING trials of dead tuners (`_owner_alive`: on this host the process is gone, on another
+        it has not marked them alive for a while); re-enqueue interrupted configs."""
         from optuna.trial import TrialState
         now = time.time()
         for t in self.trials((TrialState.RUNNING,)):
@@ -207,9 +208,12 @@ class _Study:
 
     # -- the run -------------------------------------------------------------------------------------
     def run(self) -> TuneSummary:
+        done = threading.Event()
+        threading.Thread(target=self.loop.heartbeat, args=(done,), daemon=True, name="tune-heartbeat").start()
         try:
             return self._run()
         finally:
+            done.set()
             _ACTIVE_RUNS.discard(self.run_id)
 
     def _run(self) -> TuneSummary:
