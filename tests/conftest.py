@@ -24,6 +24,19 @@ def skip_unless_sm90(what: str) -> None:
         pytest.skip(f"{what} is built for sm90; this GPU is sm{cap[0]}{cap[1]}")
 
 
+def postgres_test_url() -> str:
+    """The PostgreSQL database the storage tests use: GLUON_TEST_POSTGRES_URL (`.ci/postgres.sh start DIR`
+    starts a server and prints one). Without it the test is skipped, except in CI (CI or
+    GLUON_TEST_REQUIRE_POSTGRES set, as .ci/run does), where it fails: a green CI must have run them."""
+    url = os.environ.get("GLUON_TEST_POSTGRES_URL")
+    if url:
+        return url
+    why = "GLUON_TEST_POSTGRES_URL is not set (.ci/postgres.sh start DIR starts a server and prints one)"
+    if any(os.environ.get(v, "").lower() not in ("", "0", "false") for v in ("CI", "GLUON_TEST_REQUIRE_POSTGRES")):
+        pytest.fail(f"the PostgreSQL tests must run in CI: {why}")
+    pytest.skip(why)
+
+
 def pytest_collection_modifyitems(config, items):
     if _has_cuda():
         return

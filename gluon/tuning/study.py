@@ -127,6 +127,21 @@ class _Study:
     def counted(self) -> int:
         return sum(1 for t in self.trials() if self._counts(t))
 
+    def budget_taken(self) -> int:
+        """What counts against the budget besides this run's own trials in flight: the counted trials,
+        and the RUNNING trials of other live tuners on the study (they will most likely count), so
+        tuners sharing a study stop together at the budget instead of each adding its trials in flight."""
+        from optuna.trial import TrialState
+        taken = 0
+        for t in self.trials():
+            if self._counts(t):
+                taken += 1
+            elif t.state == TrialState.RUNNING:
+                o = t.user_attrs.get("owner")            # (set with the ask, under the claim lock)
+                if isinstance(o, dict) and o.get("run") != self.run_id and _owner_alive(t):
+                    taken += 1
+        return taken
+
     def exhausted(self) -> bool:
         from optuna.trial import TrialState
         if hasattr(self.sampler, "is_exhausted"):
@@ -158,7 +173,8 @@ class _Study:
                 self.study.enqueue_trial({k: v for k, v in full.items() if k in dists}, user_attrs={"seeded": True})
 
     def _recover(self) -> None:
-        """Fail RUNNING trials of dead tuners on this host; re-enqueue interrupted configs."""
+        """Fail RUNNING trials of dead tuners (`_owner_alive`: on this host the process is gone, on another
+        it has not marked them alive for a while); re-enqueue interrupted configs."""
         from optuna.trial import TrialState
         now = time.time()
         for t in self.trials((TrialState.RUNNING,)):
@@ -192,9 +208,12 @@ class _Study:
 
     # -- the run -------------------------------------------------------------------------------------
     def run(self) -> TuneSummary:
+        done = threading.Event()
+        threading.Thread(target=self.loop.heartbeat, args=(done,), daemon=True, name="tune-heartbeat").start()
         try:
             return self._run()
         finally:
+            done.set()
             _ACTIVE_RUNS.discard(self.run_id)
 
     def _run(self) -> TuneSummary:

@@ -5,7 +5,8 @@ claim it against other threads and tuners, check its legality, start its compile
 prepared before the current one is measured.
 
 Who owns a RUNNING trial: its user attr owner = {host, pid, run}; `_owner_alive` says whether that tuner
-may still finish it (a live process on this host whose run is in progress, or any other host)."""
+may still finish it: a live process on this host whose run is in progress, or on another host a tuner
+that marked the trial alive (user attr alive_at, every HEARTBEAT_S: `heartbeat`) within STALE_S."""
 from __future__ import annotations
 
 import contextlib
@@ -19,6 +20,8 @@ from .jobs import objective_value
 from .template import shape_str
 
 MAX_IDLE_PROPOSALS = 1000
+HEARTBEAT_S = 30.0        # how often a tuner marks its trials in flight alive (user attr alive_at)
+STALE_S = 600.0           # another host's RUNNING trial not marked alive for this long: its tuner is dead
 
 _HOST = socket.gethostname()
 _ACTIVE_RUNS: set[str] = set()          # tune() runs in progress in this process
@@ -35,10 +38,15 @@ def _pid_alive(pid: int) -> bool:
 
 
 def _owner_alive(t) -> bool:
-    """Whether a RUNNING trial's tuner may still finish it (unknown owners and other hosts: yes)."""
+    """Whether a RUNNING trial's tuner may still finish it. Another host's: marked alive within STALE_S
+    (a machine that died does not keep its configs and its share of the budget for ever; one without
+    alive_at, from an older tuner: yes). Unknown owners: yes."""
     o = t.user_attrs.get("owner")
-    if not isinstance(o, dict) or o.get("host") != _HOST:
+    if not isinstance(o, dict):
         return True
+    if o.get("host") != _HOST:
+        seen = t.user_attrs.get("alive_at")
+        return seen is None or time.time() - float(seen) < STALE_S
     pid = int(o.get("pid", -1))
     if pid == os.getpid():
         return o.get("run") in _ACTIVE_RUNS
@@ -54,8 +62,21 @@ class _TrialLoop:
         self.st = study
         self.claim_mutex = threading.Lock()
         self.in_flight = 0
+        self.mine: dict = {}                   # this run's trials in flight by number, for the heartbeat
         self.idle = 0
         self.errors: list[BaseException] = []
+
+    def heartbeat(self, done: threading.Event) -> None:
+        """Until `done`: every HEARTBEAT_S mark this run's trials in flight alive, so that tuners on other
+        hosts tell them from a dead tuner's (`_owner_alive`)."""
+        while not done.wait(HEARTBEAT_S):
+            with self.st.lock:
+                trials = list(self.mine.values())
+            for trial in trials:
+                try:
+                    trial.set_user_attr("alive_at", time.time())
+                except Exception:                       # noqa: BLE001 - told meanwhile
+                    pass
 
     def thread(self, worker) -> None:
         """One GPU's loop. With lookahead, the next trial is asked, claimed, checked for legality and
@@ -98,6 +119,7 @@ class _TrialLoop:
             pass
         with self.st.lock:
             self.in_flight -= 1
+            self.mine.pop(trial.number, None)
 
     def _prepare_next(self, backoff: float, wait: bool = True):
         """Ask trials until one needs measuring: ((trial, config, config_id), backoff), or (None, backoff)
@@ -126,13 +148,14 @@ class _TrialLoop:
 
     def _next_trial(self, wait: bool = True):
         """A new trial, or None when the run is over. When the budget is only taken by trials in flight
-        (which may still be pruned), wait for them, unless wait=False (the lookahead's ask)."""
+        (which may still be pruned), wait for them, unless wait=False (the lookahead's ask). The budget
+        check, the ask and the trial's owner are one step under the claim lock, so tuners sharing the
+        study see each other's trials in flight and together stop at the budget."""
         st = self.st
         while not st.stop.is_set():
-            with st.lock:
+            with self._claim_lock(), st.lock:
                 reason = None
-                counted = st.counted()
-                if counted + self.in_flight >= st.budget:
+                if st.budget_taken() + self.in_flight >= st.budget:
                     reason = "trials"
                 elif st.search_deadline is not None and time.monotonic() - st.t0 > st.search_deadline:
                     reason = "time_limit"
@@ -142,7 +165,11 @@ class _TrialLoop:
                     reason = "exhausted"
                 if reason is None:
                     self.in_flight += 1
-                    return st.study.ask()
+                    trial = st.study.ask()
+                    trial.set_user_attr("owner", st.owner)     # from here on the other tuners count it
+                    trial.set_user_attr("alive_at", time.time())
+                    self.mine[trial.number] = trial
+                    return trial
                 if reason != "trials" or self.in_flight == 0:
                     st.stopped = st.stopped or reason
                     return None
@@ -160,6 +187,7 @@ class _TrialLoop:
             self.st.study.tell(trial, state=state)
         with self.st.lock:
             self.idle = 0 if counted else self.idle + 1
+            self.mine.pop(trial.number, None)
 
     def _prepare(self, trial):
         """Suggest, claim, check legality and start compiling a trial's config: (config, config_id) when
@@ -174,9 +202,8 @@ class _TrialLoop:
         return config, cid
 
     def _suggest(self, trial) -> tuple[dict, str]:
-        """The trial's config and config_id; its user attrs owner, in_space and config."""
+        """The trial's config and config_id; its user attrs in_space and config."""
         space = self.st.space
-        trial.set_user_attr("owner", self.st.owner)
         config = space.suggest(trial)
         cid = space.config_id(config)
         trial.set_user_attr("in_space", space.check(config) is None)

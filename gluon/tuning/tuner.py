@@ -29,7 +29,9 @@ COMPLETE trials and PRUNED ones that failed after legality (compile/runtime/wron
 those of earlier runs of the same study. Legality-pruned trials and duplicates do not count (they cost
 milliseconds). The run also stops when the space is exhausted (every config seen, or the grid sampler is
 done), when `time_limit_s` is near (it stops proposing early enough for the re-timing to end within the
-limit: `search_deadline_s` in study.py), or after 1000 proposals in a row that counted nothing.
+limit: `search_deadline_s` in study.py), or after 1000 proposals in a row that counted nothing. Tuners
+sharing a study count each other's live trials in flight too (the check and the ask are one step under
+the claim lock), so together they stop at the budget.
 
 **Duplicates and resume.** The study (name = spec name, arch, device, shapes, dtypes and a hash of the
 space and objective; default storage a JournalStorage file `tuning/<study>.log`) is reopened by every
@@ -37,8 +39,10 @@ run. A proposal whose config_id already has a finished trial is told the stored 
 duplicate_of) without running anything. A (config, shape, dtype) that already has a row in the results
 store for this spec content hash, arch and device (any status; not dry-run, not retimed) is looked up
 instead of measured; so a trial cut short by kill -9 re-measures only its unfinished jobs. At start,
-RUNNING trials of dead tuner processes on this host are marked FAIL, and every FAIL-ed (interrupted)
-config that has no finished trial is re-enqueued (`study.enqueue_trial`), so it is measured later.
+RUNNING trials of dead tuners are marked FAIL (this host's: the process is gone; another host's: not
+marked alive for STALE_S = 10 minutes, as every tuner marks its trials in flight every 30 s), and every
+FAIL-ed (interrupted) config that has no finished trial is re-enqueued (`study.enqueue_trial`), so it is
+measured later.
 
 **Several GPUs** (`gpus=[0, 1]`): one worker process and one thread per GPU, all on one storage. Each
 trial claims its config under the claim lock (a thread lock plus flock on `.<journal>.claims.lock`
