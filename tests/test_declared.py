@@ -271,3 +271,59 @@ def test_check_dry_run_build_and_load_with_no_python_template(tmp_path, monkeypa
     with pytest.raises(Exception, match="x is on cpu"):
         k(x)
     sys.modules.pop("k", None)
+
+
+# ------------------------------------------------------------------------------- the shipped specs
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SHIPPED = ["softmax", "rmsnorm", "swiglu"]
+
+
+@pytest.mark.parametrize("name", SHIPPED)
+def test_every_config_of_a_shipped_spec_fits_every_shape(name):
+    """The shipped specs search rules (bytes a program holds, elements a thread holds), not sizes, so
+    that the geometric mean over their shapes has legal configs to rank: every config meets [launch]
+    requires at every shape and dtype, except where a spec's own rule says so (SwiGLU's block size)."""
+    spec = load_spec(os.path.join(ROOT, "specs", f"{name}.toml"))
+    t = template_of(spec)
+    configs = list(spec.space.grid())
+    legal = [c for c in configs if all(t.requirement_failed(c, s, d) is None for s in spec.shapes for d in spec.dtypes)]
+    if name == "swiglu":
+        assert 0 < len(legal) < len(configs)
+    else:
+        assert legal == configs
+
+
+def test_the_softmax_spec_derives_the_measured_defaults():
+    """At PROGRAM_BYTES=2048, ELEMS_PER_THREAD=16 the rules give what examples/softmax_kernel.py's
+    default_config measured best on the H200 (docs/NORM_KERNELS.md)."""
+    t = template_of(load_spec(os.path.join(ROOT, "specs", "softmax.toml")))
+    cfg = {"PROGRAM_BYTES": 2048, "ELEMS_PER_THREAD": 16, "CHUNK": 8192}
+    got = {s: {k: t._env(cfg, s, "fp16")[k] for k in ("BLOCK_N", "ROWS_PER_PROGRAM", "NUM_WARPS", "VEC", "LOOPED")}
+           for s in ((32768, 1024), (8192, 4096), (1024, 8195), (2048, 32768))}
+    assert got[(32768, 1024)] == dict(BLOCK_N=1024, ROWS_PER_PROGRAM=1, NUM_WARPS=2, VEC=8, LOOPED=False)
+    assert got[(8192, 4096)] == dict(BLOCK_N=4096, ROWS_PER_PROGRAM=1, NUM_WARPS=8, VEC=8, LOOPED=False)
+    assert got[(1024, 8195)] == dict(BLOCK_N=16384, ROWS_PER_PROGRAM=1, NUM_WARPS=16, VEC=1, LOOPED=False)
+    assert got[(2048, 32768)]["LOOPED"] and got[(2048, 32768)]["BLOCK_N"] == 8192
+
+
+def test_the_tuning_guide_shows_the_shipped_softmax_spec():
+    doc = open(os.path.join(ROOT, "docs", "TUNING.md")).read()
+    block = doc.split("```toml\n", 1)[1].split("```", 1)[0]
+    assert block == open(os.path.join(ROOT, "specs", "softmax.toml")).read()
+
+
+@pytest.mark.parametrize("name", SHIPPED)
+def test_a_shipped_spec_compiles_its_first_shape_and_its_inputs_check(name):
+    spec = load_spec(os.path.join(ROOT, "specs", f"{name}.toml"))
+    t = template_of(spec)
+    config = next(c for c in spec.space.grid()
+                  if all(t.requirement_failed(c, s, d) is None for s in spec.shapes for d in spec.dtypes))
+    assert t.compile(config, spec.shapes[0], "bf16", "sm90").spills == 0
+    small = tuple(max(1, d // 64) for d in spec.shapes[0])
+    inputs = t.make_inputs(small, "fp32", "cpu", 3)
+    t.poison(inputs)
+    ref = t.reference(inputs)
+    assert not t.check(t.output(inputs), ref, 1e-2, 0.0)[0]         # poisoned: NaN everywhere
+    base = t.baseline(inputs)()
+    assert t.check(base, ref, 1e-4, 1e-6)[0]                         # torch's op is the reference's
