@@ -327,3 +327,46 @@ def test_a_shipped_spec_compiles_its_first_shape_and_its_inputs_check(name):
     assert not t.check(t.output(inputs), ref, 1e-2, 0.0)[0]         # poisoned: NaN everywhere
     base = t.baseline(inputs)()
     assert t.check(base, ref, 1e-4, 1e-6)[0]                         # torch's op is the reference's
+
+
+def test_a_simt_kernel_declares_its_block(tmp_path):
+    """examples/copy_kernel.py's SIMT form (one logical thread an element, gl.thread_id) declared with
+    [launch] block: the tuner's trace is the launch's binary there too."""
+    spec_text = f'''
+[kernel]
+name = "copy_simt"
+function = "{ROOT}/examples/copy_kernel.py:copy_kernel"
+arch = "sm90"
+dims = ["N"]
+dtypes = ["fp32"]
+shapes = [[100000]]
+
+[params]
+XBLOCK = {{ values = [1024, 2048] }}
+
+[args]
+dst_ptr = {{ tensor = ["N"], output = true }}
+src_ptr = {{ tensor = ["N"] }}
+n_elements = "N"
+
+[launch]
+grid = ["cdiv(N, XBLOCK)"]
+block = ["XBLOCK"]
+num_warps = 4
+
+[problem]
+reference = "src_ptr"
+baseline = "src_ptr.clone()"
+bytes = "2 * N * itemsize"
+'''
+    p = tmp_path / "copy.toml"
+    p.write_text(spec_text)
+    t = template_of(load_spec(p))
+    config = {"XBLOCK": 2048}
+    ck = t.compile(config, (100000,), "fp32", "sm90")
+    inputs = t.make_inputs((100000,), "fp32", "cpu", 0)
+    plan = t._plan(config, (100000,), "fp32", torch.device("cpu"))
+    assert plan.grid == (49,) and plan.block == (2048,) and plan.num_warps == 4
+    args = [inputs[n] for n in ("dst_ptr", "src_ptr")] + [plan.scalars["n_elements"]]
+    jit = t.fn[plan.grid, plan.block].compiled(*args, num_warps=4, arch="sm90", **plan.consts)
+    assert jit.binary.key == ck.binary.key

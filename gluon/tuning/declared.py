@@ -44,6 +44,7 @@ from .spec_declared import (
     ScalarDecl,
     TensorDecl,
     is_function_ref,
+    names_of,
 )
 from .template import H200_SMS, TuningTemplate, dtype_name, load_template_ref, log_distance
 from .torch_expr import TorchExpr
@@ -530,20 +531,12 @@ def check_kernel(decl: Declaration, fn) -> tuple[tuple, str, str] | None:
     texts += [e for a in decl.args for e in (a.shape if isinstance(a, TensorDecl) else
                                              ((a.value,) if isinstance(a.value, str) else ()))]
     for t in texts:
-        used.update(expression_names(t) if not _is_number(t) else ())
+        used.update(names_of(t))
     for n in decl.params:
         if n not in fn.constexprs and n not in used:
             return (("params", n), f"parameter '{n}' is no constexpr of {fn.name} and no [launch] or [args] "
                     "expression uses it", f"{fn.name}'s constexprs: {', '.join(n for n in sig if n in fn.constexprs)}")
     return None
-
-
-def _is_number(text: str) -> bool:
-    try:
-        float(text)
-        return True
-    except ValueError:
-        return False
 
 
 def template_for_spec(spec, fn) -> DeclaredTemplate:

@@ -353,7 +353,8 @@ def parse_dims(v: Any) -> tuple[str, ...]:
 # ------------------------------------------------------------------------------- names, across tables
 
 
-def _names_of(text: str) -> list[str]:
+def names_of(text: str) -> list[str]:
+    """The names a size expression reads (none for a number written as text)."""
     return expression_names(text) if not _is_number(text) else []
 
 
@@ -376,7 +377,7 @@ def check_names(decl: Declaration) -> None:
     base = set(dims) | set(params) | set(SIZE_NAMES)
 
     def check(text: str, known: set, path: tuple, what: str) -> None:
-        for n in _names_of(text):
+        for n in names_of(text):
             if n not in known:
                 choices = sorted(known - set(SIZE_NAMES)) + [n for n in SIZE_NAMES if n in known]
                 raise _Problem(f"unknown name '{n}' in '{text}'", path=path, value=text,
