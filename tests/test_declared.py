@@ -365,7 +365,7 @@ bytes = "2 * N * itemsize"
     config = {"XBLOCK": 2048}
     ck = t.compile(config, (100000,), "fp32", "sm90")
     inputs = t.make_inputs((100000,), "fp32", "cpu", 0)
-    plan = t._plan(config, (100000,), "fp32", torch.device("cpu"))
+    plan = t._plan(config, (100000,), "fp32", -1)
     assert plan.grid == (49,) and plan.block == (2048,) and plan.num_warps == 4
     args = [inputs[n] for n in ("dst_ptr", "src_ptr")] + [plan.scalars["n_elements"]]
     jit = t.fn[plan.grid, plan.block].compiled(*args, num_warps=4, arch="sm90", **plan.consts)

@@ -724,3 +724,66 @@ def test_jit_launch_with_cpu_tensor_names_argument_and_call_site():
     assert "argument 'A'" in msg and "gemm_tile_sm90" in msg and "CPU tensor" in msg and "A.cuda()" in msg
     line = next(i for i, l in enumerate(open(__file__), 1) if l.rstrip().endswith("64)  # here"))
     assert f"launched at {__file__}:{line}" in msg
+
+
+# --------------------------------------------------------------------------------------------
+# host cost per launch (issue 18): hooks, the direct C call, the 1-D grid
+# --------------------------------------------------------------------------------------------
+
+def test_empty_triton_hook_chains_are_no_hooks():
+    """Triton 3.6's launch hooks are HookChain objects even when nothing is registered; passing them
+    would make every launch build its metadata and call two empty Python chains."""
+    pytest.importorskip("triton")
+    from triton import knobs
+
+    from gluon.runtime.cuda import CudaBackend
+    be = CudaBackend()
+    assert be.launch_hooks() == (None, None)
+
+    def hook(metadata):
+        pass
+    knobs.runtime.launch_enter_hook.add(hook)
+    try:
+        enter, exit_ = be.launch_hooks()
+        assert enter is knobs.runtime.launch_enter_hook and exit_ is knobs.runtime.launch_exit_hook
+    finally:
+        knobs.runtime.launch_enter_hook.remove(hook)
+    assert be.launch_hooks() == (None, None)
+
+
+def test_direct_launch_only_without_scratch():
+    from gluon.runtime.cuda import CudaBackend
+
+    def c_fn(*a):
+        pass
+    plain = SimpleNamespace(global_scratch_size=0, profile_scratch_size=0, launch=c_fn,
+                            launch_cooperative_grid=False, launch_pdl=True)
+    assert CudaBackend().direct_launch(plain) == (c_fn, False, True)
+    assert CudaBackend().direct_launch(SimpleNamespace(**{**vars(plain), "global_scratch_size": 128})) is None
+    assert CudaBackend().direct_launch(SimpleNamespace(**{**vars(plain), "profile_scratch_size": 64})) is None
+
+
+class DirectBackend(FakeBackend):
+    """A backend whose launcher has no scratch: the Launcher calls the 'C function' itself."""
+
+    def direct_launch(self, launcher):
+        def c_fn(*a):
+            self.calls.append(("direct",) + a)
+        return c_fn, False, False
+
+
+def test_the_launcher_calls_the_c_function_with_the_scratch_slots_empty():
+    be = DirectBackend()
+    src, dst = torch.randn(64).half(), torch.empty(64).half()
+    L = copy_launcher(backend=be)
+    L((2,), src, dst, 64)
+    (call,) = be.calls
+    assert call[0] == "direct" and call[1:4] == (2, 1, 1) and call[4] == 1000 and call[5] == 0xF00
+    assert call[6:10] == (False, False, None, None)              # cooperative, pdl, global / profile scratch
+    assert call[10] == L._packed_metadata and call[11:14] == (None, None, None)   # no hooks: no metadata
+    assert call[14:] == (src.data_ptr(), dst.data_ptr(), 64)
+
+
+def test_a_1d_grid_out_of_range_is_still_refused():
+    with pytest.raises(LaunchError, match="out of range"):
+        copy_launcher()((2**31,), torch.randn(64).half(), torch.empty(64).half(), 64)

@@ -145,6 +145,7 @@ class Launcher:
             launch_pdl=bool(md.get("launch_pdl", False)))
         self._functions: dict[int, int] = {}
         self._c_launcher = None
+        self._direct = None           # backend.direct_launch: (C function, cooperative, pdl) without scratch
         self._lock = threading.Lock()
         try:
             import torch
@@ -286,10 +287,14 @@ class Launcher:
         launch_md = None
         if enter is not None:
             launch_md = self._launch_metadata(function, stream)
+        direct = self._direct
         if dev != backend.current_device():
             with backend.device_context(dev):
                 self._c_launcher(g0, g1, g2, stream, function, self._packed_metadata, launch_md,
                                  enter, exit_, *flat)
+        elif direct is not None:                 # the C function itself: no scratch to allocate
+            direct[0](g0, g1, g2, stream, function, direct[1], direct[2], None, None, self._packed_metadata,
+                      launch_md, enter, exit_, *flat)
         else:
             self._c_launcher(g0, g1, g2, stream, function, self._packed_metadata, launch_md,
                              enter, exit_, *flat)
@@ -425,6 +430,9 @@ class Launcher:
             flat[pos] = cumap
 
     def _grid(self, grid) -> tuple[int, int, int]:
+        if type(grid) is tuple and len(grid) == 1 and type(grid[0]) is int:     # the common 1-D grid
+            if 0 <= grid[0] <= _GRID_MAX[0]:
+                return grid[0], 1, 1
         if type(grid) is tuple and len(grid) == 3 and type(grid[0]) is int and type(grid[1]) is int \
                 and type(grid[2]) is int:
             g = grid
@@ -486,6 +494,8 @@ class Launcher:
                                   f"{max_threads} threads per block (too many registers per thread?)")
             if self._c_launcher is None:
                 self._c_launcher = backend.make_launcher(self.launch_types, self._launch_meta_ns)
+                direct = getattr(backend, "direct_launch", None)
+                self._direct = direct(self._c_launcher) if direct is not None else None
             self._functions[dev] = function
             return function
 

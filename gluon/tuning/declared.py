@@ -109,6 +109,7 @@ class DeclaredTemplate(TuningTemplate):
         # what a user's call reads, worked out once
         self._tensors, self._inputs, self._outputs = decl.tensors, decl.inputs, decl.outputs
         self._input_names = tuple(t.name for t in self._inputs)
+        self._tensor_names = tuple(t.name for t in self._tensors)
         self._dim_set = set(self.dims)
         self._dim_slots = tuple((t, tuple((i, e) for i, e in enumerate(t.shape) if e in self._dim_set))
                                 for t in self._inputs)
@@ -253,29 +254,33 @@ class DeclaredTemplate(TuningTemplate):
     def _runtime_args(self, inputs: dict, env: dict) -> list:
         return [inputs[n] if n in inputs else self._scalar(self._by_name[n], env) for n in self._runtime]
 
-    def _plan(self, config: dict, shape, dtype: str, device) -> "_Launch":
+    def _plan(self, config: dict, shape, dtype: str, device_index: int) -> "_Launch":
         """The grid, block, warps, constexprs and per-config scalars of a launch: the expressions are
-        evaluated once per (config, shape, dtype, SM count), not per timed run."""
-        from ..runtime.cuda import sm_count
-        sms = sm_count(device.index or 0) if device.type == "cuda" else H200_SMS
-        key = (tuple(sorted(config.items())), shape, dtype, sms)
+        evaluated once per (config, shape, dtype, device), not per timed run. `device_index`: the CUDA
+        device (Tensor.get_device(); -1, a CPU tensor: the H200's SM count stands in)."""
+        key = (tuple(sorted(config.items())), shape, dtype, device_index)
         plan = self._plans.get(key)
-        if plan is None:
-            env = self._env(config, shape, dtype, sms)
-            grid, block, nw, consts = self._launch(env)
-            scalars = {n: self._scalar(self._by_name[n], env) for n in self._runtime
-                       if isinstance(self._by_name[n], ScalarDecl)}
-            plan = self._plans[key] = _Launch(grid, block, nw, consts, scalars)
+        if plan is not None:
+            return plan
+        from ..runtime.cuda import sm_count
+        env = self._env(config, shape, dtype, sm_count(device_index) if device_index >= 0 else H200_SMS)
+        grid, block, nw, consts = self._launch(env)
+        scalars = {n: self._scalar(self._by_name[n], env) for n in self._runtime
+                   if isinstance(self._by_name[n], ScalarDecl)}
+        plan = self._plans[key] = _Launch(grid, block, nw, consts, scalars)
         return plan
 
     def run(self, inputs: dict, config: dict, kernel=None) -> None:
         """One launch; `kernel` the compile pool's binary (the tuner), else the JIT's specialization for
         these arguments, looked up once per (config, shape, dtype, argument keys) and launched directly."""
         first = inputs[self._tensors[0].name]
-        plan = self._plan(config, inputs["@shape"], inputs["@dtype"], first.device)
+        plan = self._plan(config, inputs["@shape"], inputs["@dtype"], first.get_device())
         args = [inputs[n] if n in inputs else plan.scalars[n] for n in self._runtime]
         if kernel is None:
-            key = tuple(arg_key(a) for a in args)
+            # the plan fixes every tensor's dtype and rank and the scalars it computes: what can differ
+            # between calls is a tensor's 16-byte alignment and a scalar the caller gave
+            key = tuple([(inputs[n].data_ptr() & 15) == 0 for n in self._tensor_names]
+                        + [arg_key(inputs[n]) for n in inputs.get("@given", ())])
             kernel = plan.kernels.get(key)
             if kernel is None:
                 launch = self.fn[plan.grid, plan.block] if plan.block is not None else self.fn[plan.grid]
@@ -405,37 +410,45 @@ class DeclaredTemplate(TuningTemplate):
 
     def call_prepared(self, config: dict, prepared: tuple):
         """Run `config` on what `prepare` read off a call; the output (a tuple for several)."""
-        import torch
         shape, dtype, given = prepared
         tensors, scalars = self._call_plan(shape, dtype)
         first = given[self._input_names[0]] if self._input_names else None
-        device = first.device if first is not None else torch.device("cuda")
-        if device.type != "cuda":
-            from ..kernels.tensor_checks import on_the_launch_device
-            on_the_launch_device(self.name, **{n: given[n] for n in self._input_names})
+        index = first.get_device() if first is not None else 0      # -1: a CPU tensor
+        if index < 0:
+            self._wrong_device(given)
         inputs: dict[str, Any] = {"@shape": shape, "@dtype": dtype, **scalars}
         for name, (want, dt) in tensors.items():
             x = given.get(name)
             if x is None:                           # an output the caller did not pass
-                x = torch.zeros(want, dtype=dt, device=device) if self._by_name[name].fill == "zeros" else \
-                    torch.empty(want, dtype=dt, device=device)
-            elif x.shape != want or x.dtype != dt:
+                x = self._allocate(name, want, dt, first)
+            elif x.dtype is not dt or x.shape != want:
                 raise ir.GluonError(f"{self.name}: {name} is {tuple(x.shape)} {x.dtype}, the kernel takes "
                                     f"{want} {dt} here")
             elif not x.is_contiguous():
                 raise ir.GluonError(f"{self.name}: {name} is not contiguous (strides {tuple(x.stride())}); "
                                     "the kernel was declared for contiguous tensors: pass .contiguous()")
-            elif not x.is_cuda or x.device != device:
-                from ..kernels.tensor_checks import on_the_launch_device
-                named = {n: given[n] for n in self._input_names}     # an input is named before an output
-                named[name] = x
-                on_the_launch_device(self.name, **named)
+            elif x.get_device() != index:
+                self._wrong_device({**given, name: x})
             inputs[name] = x
-        for name, v in given.items():
-            if name not in tensors:
-                inputs[name] = v                    # a scalar the caller gave
+        user = [n for n in given if n not in tensors]
+        if user:                                    # scalars the caller gave: part of the launch's key
+            inputs.update((n, given[n]) for n in user)
+            inputs["@given"] = tuple(user)
         self.run(inputs, config)
         return self.output(inputs)
+
+    def _allocate(self, name: str, want: tuple, dt, like):
+        import torch
+        device = like.device if like is not None else torch.device("cuda")
+        if self._by_name[name].fill == "zeros":
+            return torch.zeros(want, dtype=dt, device=device)
+        return torch.empty(want, dtype=dt, device=device)
+
+    def _wrong_device(self, given: dict) -> None:
+        """GluonError naming the tensor off the launch device (the inputs named before the outputs)."""
+        from ..kernels.tensor_checks import on_the_launch_device
+        names = [*self._input_names, *(t.name for t in self._outputs)]
+        on_the_launch_device(self.name, **{n: given[n] for n in names if n in given})
 
     def call(self, config: dict, *args, **kwargs):
         """Run the kernel with `config` on a user's tensors; the output (a tuple for several)."""
