@@ -16,7 +16,11 @@ a value that only exists on the GPU, so before tracing we rewrite the function's
 * ``with for_range(...) as k: body`` gets the same threading of locals.
 * ``if cond: A else: B`` runs as plain Python when ``cond`` is a Python value (constexpr), and otherwise
   becomes ``__gl__.branch(cond, names, values)`` with ``then``/``else`` regions (a scalar condition) or
-  masked execution (a per-thread tile condition, as in ``if idx < n: dst[idx] = src[idx]``).
+  masked execution (a per-thread tile condition, as in ``if idx < n: dst[idx] = src[idx]``). Every name
+  either branch assigns is read back through ``__gl__.lookup`` at the end of each branch, so a name one
+  branch never binds reads as undefined there instead of raising UnboundLocalError; the branch object then
+  yields only what holds a GPU value of one type on both paths (language/control.py ``_merge``), and a
+  name left undefined is an error only where the kernel uses it after the ``if``.
 
 ``static_range`` loops, ``while`` over Python values and everything else stay Python. ``break``,
 ``continue`` and ``return`` inside a rewritten loop or branch are rejected with the user's line.
@@ -232,10 +236,10 @@ class _Rewriter(ast.NodeTransformer):
                 _attr("__gl__", "branch"), ast.Name(cond, ast.Load()), ast.Constant(tuple(names)), _lookups(names))),
             ast.Expr(_call(_attr(br, "then_begin"))),
             *node.body,
-            ast.Expr(_call(_attr(br, "then_end"), _names_tuple(names, ast.Load))),
+            ast.Expr(_call(_attr(br, "then_end"), _lookups(names))),    # (a name one side lacks is undefined)
             *_assign(names, _call(_attr(br, "else_begin"))),
             *(node.orelse or []),
-            ast.Expr(_call(_attr(br, "else_end"), _names_tuple(names, ast.Load))),
+            ast.Expr(_call(_attr(br, "else_end"), _lookups(names))),
             *_assign(names, _attr(br, "results")),
         ]
         try:

@@ -185,6 +185,51 @@ def static_range(*args):
     return builtins.range(*args)
 
 
+_PLAIN = (bool, int, float, str, type(None))
+
+
+def _merge(name: str, tv, ev, loc):
+    """How name `name` leaves a GPU `if`, from its value after the then-branch (`tv`) and the else-branch
+    (`ev`); a side that does not assign it holds the value from before the `if`.
+
+    Returns None for GPU values of one type (the `if` must yield them), else what the name holds after
+    the `if`: the value both sides agree on, or an UndefinedValue saying why there is none. An undefined
+    name is an error only where the kernel uses it after the `if`: a temporary local to one branch (or of
+    another type per branch, or a loop index) must not stop the kernel from tracing."""
+    if tv is ev or (isinstance(tv, _PLAIN) and type(tv) is type(ev) and tv == ev):
+        return tv
+    undef_t, undef_e = isinstance(tv, UndefinedValue), isinstance(ev, UndefinedValue)
+    if undef_t and undef_e:
+        return tv if tv.why else ev
+    if undef_t or undef_e:
+        has, lacks, inner = ("else", "then", tv) if undef_t else ("then", "else", ev)
+        if inner.why:
+            where_not = f"where {inner.why}"
+        elif inner.loc is not None:
+            where_not = f"where it is only defined inside the GPU loop or branch at {inner.loc}"
+        else:
+            where_not = "which does not assign it (and it is not defined before the `if`)"
+        why = (f"it is defined after the {has}-branch of the GPU `if` at {loc} but not after the {lacks}-branch, "
+               f"{where_not}; assign it before the `if` or in both branches")
+        return UndefinedValue(name, loc, why)
+    if isinstance(tv, Tensor) and isinstance(ev, Tensor):
+        if tv.type == ev.type:
+            return None
+        why = (f"it has type {tv.type} after the then-branch and {ev.type} after the else-branch of the GPU `if` "
+               f"at {loc}; give it one type on both sides")
+    elif _is_number(tv) or _is_number(ev):
+        why = (f"it is a Python value that the GPU `if` at {loc} changes ({tv!r} after the then-branch, {ev!r} "
+               "after the else-branch); make it a GPU value before the `if` (gl.full((), value, dtype))")
+    else:
+        why = (f"it holds {_what(tv)} after the then-branch and {_what(ev)} after the else-branch of the GPU `if` "
+               f"at {loc}; only GPU scalars and tiles of one type can flow out of a GPU `if`")
+    return UndefinedValue(name, loc, why)
+
+
+def _what(x) -> str:
+    return f"a {x.type} value" if isinstance(x, Tensor) else f"{type(x).__name__} {x!r}"
+
+
 class _ScalarBranch:
     def __init__(self, cond: Tensor, names, values):
         t = _tr()
@@ -217,23 +262,13 @@ class _ScalarBranch:
     def _finish(self):
         t = self.t
         then_y, else_y, out, slots = [], [], [], []
-        for name, init, tv, ev in zip(self.names, self.inits, self.then_vals, self.else_vals):
-            if tv is ev:
-                out.append(tv)
-                continue
-            if isinstance(tv, Tensor) and isinstance(ev, Tensor) and tv.type == ev.type:
+        for name, tv, ev in zip(self.names, self.then_vals, self.else_vals):
+            merged = _merge(name, tv, ev, self.loc)
+            if merged is None:
                 then_y.append(tv.value)
                 else_y.append(ev.value)
                 slots.append(len(out))
-                out.append(None)
-                continue
-            if _is_number(tv) or _is_number(ev):
-                raise ir.GluonError(f"'{name}' is a Python value changed under a GPU condition; make it a GPU value "
-                                    "before the branch", self.loc)
-            if isinstance(tv, Tensor) and isinstance(ev, Tensor):
-                raise ir.GluonError(f"'{name}' has type {tv.type} in the then-branch and {ev.type} in the else-branch",
-                                    self.loc)
-            out.append(UndefinedValue(name, self.loc))
+            out.append(merged)
         named_names = []
         for name in set(self.named_then) | set(t.named):
             tv, ev = self.named_then.get(name), t.named.get(name)
@@ -278,15 +313,14 @@ class _MaskedBranch:
         self.t.masks.pop()
         out = []
         for name, tv, ev in zip(self.names, self.then_vals, values):
-            if tv is ev:
-                out.append(tv)
-            elif isinstance(tv, Tensor) and isinstance(ev, Tensor):
-                if not tv.is_tile and not ev.is_tile:
-                    raise ir.GluonError(f"scalar '{name}' assigned under a per-thread condition; "
-                                        "use gl.where or make it a tile", self.loc)
+            if tv is ev or not (isinstance(tv, Tensor) and isinstance(ev, Tensor)):
+                out.append(_merge(name, tv, ev, self.loc))   # (not None: no two Tensors)
+            elif tv.is_tile or ev.is_tile:          # where() broadcasts a scalar side to the tile
                 out.append(where(self.cond, tv, ev))
             else:
-                out.append(UndefinedValue(name, self.loc))
+                out.append(UndefinedValue(name, self.loc, (
+                    f"it is a GPU scalar assigned under the per-thread condition at {self.loc}, which has one value "
+                    "per element; use gl.where or make it a tile")))
         self.results = tuple(out)
 
 
