@@ -21,6 +21,8 @@ a value that only exists on the GPU, so before tracing we rewrite the function's
   branch never binds reads as undefined there instead of raising UnboundLocalError; the branch object then
   yields only what holds a GPU value of one type on both paths (language/control.py ``_merge``), and a
   name left undefined is an error only where the kernel uses it after the ``if``.
+* After a rewritten loop its index name is rebound to an undefined value (``loop.index_after``): the GPU
+  value exists only inside the loop's region, so it must not be yielded out of an ``if`` or used later.
 
 ``static_range`` loops, ``while`` over Python values and everything else stay Python. ``break``,
 ``continue`` and ``return`` inside a rewritten loop or branch are rejected with the user's line.
@@ -144,6 +146,13 @@ def _call(fn: ast.expr, *args: ast.expr) -> ast.expr:
     return ast.Call(fn, list(args), [])
 
 
+def _index_after(loop: str, target: ast.expr) -> list[ast.stmt]:
+    """`i = <loop>.index_after("i")`: after a GPU loop its index is undefined (it lives in the loop's region)."""
+    if not isinstance(target, ast.Name):
+        return []
+    return [ast.Assign([ast.Name(target.id, ast.Store())], _call(_attr(loop, "index_after"), ast.Constant(target.id)))]
+
+
 def _locate(stmts: list[ast.stmt], node: ast.stmt, keep_span: tuple = ()) -> list[ast.stmt]:
     """Give synthesized statements the user's line (start and end, so frames report that line)."""
     for s in stmts:
@@ -198,6 +207,7 @@ class _Rewriter(ast.NodeTransformer):
         body.append(ast.Expr(_call(_attr(loop, "end"), _names_tuple(names, ast.Load))))
         new_for = ast.For(node.target, ast.Name(loop, ast.Load()), body, [], lineno=node.lineno)
         after = _assign(names, _attr(loop, "results")) if names else []
+        after += _index_after(loop, node.target)
         return _locate([setup, new_for, *after], node, keep_span=(new_for,))
 
     # with for_range(...) as k:
@@ -212,16 +222,17 @@ class _Rewriter(ast.NodeTransformer):
             names = [n for n in names if n != item.optional_vars.id]
         live = tuple(_live_in(node.body, names))
         self.generic_visit(node)
-        if not names:
-            return node
         loop = self._fresh("loop")
-        setup = ast.Assign([ast.Name(loop, ast.Store())], item.context_expr)
-        carry = ast.Expr(_call(_attr(loop, "carry"), ast.Constant(tuple(names)), _lookups(names), ast.Constant(live)))
-        body = _assign(names, _attr(loop, "carried")) + node.body
-        body.append(ast.Expr(_call(_attr(loop, "end"), _names_tuple(names, ast.Load))))
+        setup = [ast.Assign([ast.Name(loop, ast.Store())], item.context_expr)]
+        body, after = node.body, _index_after(loop, item.optional_vars)
+        if names:
+            setup.append(ast.Expr(_call(_attr(loop, "carry"), ast.Constant(tuple(names)), _lookups(names),
+                                        ast.Constant(live))))
+            body = _assign(names, _attr(loop, "carried")) + body
+            body.append(ast.Expr(_call(_attr(loop, "end"), _names_tuple(names, ast.Load))))
+            after = _assign(names, _attr(loop, "results")) + after
         new_with = ast.With([ast.withitem(ast.Name(loop, ast.Load()), item.optional_vars)], body)
-        return _locate([setup, carry, new_with, *_assign(names, _attr(loop, "results"))], node,
-                       keep_span=(new_with,))
+        return _locate([*setup, new_with, *after], node, keep_span=(new_with,))
 
     # if cond: ... else: ...
     def visit_If(self, node: ast.If):

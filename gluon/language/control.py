@@ -67,6 +67,13 @@ class Loop:
     def results(self) -> tuple:
         return self._results
 
+    def index_after(self, name: str) -> UndefinedValue:
+        """What the loop's index name holds after the loop. Python would keep the last index, but the GPU
+        value exists only inside the loop's region; yielding it out of an enclosing `if` (or using it
+        after the loop) would read a value from a region that is over."""
+        return UndefinedValue(name, self.loc, f"it is the index of the GPU loop at {self.loc}, "
+                                              "which exists only inside that loop")
+
     # context manager / one-shot iterator
     def __enter__(self) -> Tensor:
         self.t.b.push(self.body)
