@@ -24,6 +24,8 @@ a value that only exists on the GPU, so before tracing we rewrite the function's
 * After a rewritten loop its index name is rebound to an undefined value (``loop.index_after``): the GPU
   value exists only inside the loop's region, so it must not be yielded out of an ``if`` or used later.
 
+Only the function given to ``transform`` is rewritten: a kernel, or a helper decorated with ``@gl.helper``
+(language/control.py); an undecorated helper it calls runs as plain Python.
 ``static_range`` loops, ``while`` over Python values and everything else stay Python. ``break``,
 ``continue`` and ``return`` inside a rewritten loop or branch are rejected with the user's line.
 The rewritten function keeps the original file name and line numbers, so diagnostics point at the

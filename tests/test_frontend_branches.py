@@ -291,6 +291,52 @@ def test_constexpr_if_keeps_python_semantics():
         _trace(constexpr_if, F32, FLAG=False)
 
 
+# ------------------------------------------------------------------ helpers with GPU control flow
+
+
+@gl.helper
+def _fill(out_ptr, n, flag, value):
+    """A helper with a GPU `if` and loop, and a value computed in the branch."""
+    total = gl.full((), 0.0, gl.float32)
+    if flag > 0:
+        for i in range(0, n):
+            out_ptr[i] = value
+        total = total + value
+    return total
+
+
+@gluon.jit
+def calls_helper(out_ptr, n, flag):
+    s = _fill(out_ptr, n, flag, 1.0)
+    out_ptr[n] = s + _fill(out_ptr, n, n, 2.0)
+
+
+def _plain_helper(out_ptr, flag):
+    if flag > 0:                                        # a GPU condition in an undecorated helper
+        out_ptr[0] = 1.0
+
+
+@gluon.jit
+def calls_plain_helper(out_ptr, flag):
+    _plain_helper(out_ptr, flag)
+
+
+def test_helper_holds_gpu_branches_and_loops():
+    k = _trace(calls_helper, F32, I32, I32).kernel
+    branches = [op for op in k.body.ops if op.kind == "if"]
+    assert len(branches) == 2 and all(len(b.results) == 1 for b in branches)    # `total` flows out
+    assert all(_kinds(b.regions[0]).count("for") == 1 for b in branches)
+    ck = calls_helper.compile(F32, I32, I32, arch="sm90", num_warps=4)
+    assert ck.ttgir.count("scf.if") == 2 and ck.ttgir.count("scf.for") == 2
+
+
+def test_gpu_condition_in_a_plain_helper_points_at_gl_helper():
+    with pytest.raises(GluonError) as e:
+        _trace(calls_plain_helper, F32, I32)
+    assert str(e.value).startswith(f"{HERE}:{_line_of('# a GPU condition in an undecorated helper')} (in _plain_helper)")
+    assert "@gl.helper" in str(e.value)
+
+
 # ------------------------------------------------------------------ on a GPU
 
 
@@ -313,3 +359,7 @@ def test_repros_compute_the_expected_values():
         loop_index_reused[(1,)](out, n, flag)
         torch.cuda.synchronize()
         assert out.tolist() == [1.0 if flag else 0.0] * n + [2.0] * n
+        out = torch.zeros(n + 1, device="cuda")
+        calls_helper[(1,)](out, n, flag)
+        torch.cuda.synchronize()
+        assert out.tolist() == [2.0] * n + [3.0 if flag else 2.0]

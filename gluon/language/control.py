@@ -3,14 +3,15 @@
 Counted GPU loops (`Loop`, made by `range` / `for_range`; `static_range` unrolls at trace time),
 branches on GPU conditions (a scalar condition becomes an `if` op with then/else regions, a tile
 condition runs both sides with their memory effects masked per element), `_FrontendHelpers` (what
-Python `if` / `for` in a kernel body call once gluon.frontend has rewritten them) and `warp_role`
-(warp-specialized sections).
+Python `if` / `for` in a kernel body call once gluon.frontend has rewritten them), `helper` (a function
+a kernel calls that gets the same rewrite) and `warp_role` (warp-specialized sections).
 """
 from __future__ import annotations
 
 import builtins
+import functools
 
-from .. import ir
+from .. import frontend, ir
 from ..types import DType, WarpRole
 from .core import Tensor, _to_tensor, cast, size, where
 from .memory import _Negated
@@ -357,6 +358,23 @@ class _FrontendHelpers:
     @staticmethod
     def frontend_error(msg: str, line: int):
         return ir.GluonError(msg, _user_loc())
+
+
+class helper:
+    """`@gl.helper`: a function a kernel calls, whose `if` / `for` over GPU values become IR regions as the
+    kernel body's do. Only the kernel body is rewritten otherwise: a plain helper runs as Python, where a
+    GPU condition cannot be a bool. The rewrite happens on the first call; Python-valued code (constexpr
+    conditions, static_range) runs as Python, so the helper can also be called outside a trace."""
+
+    def __init__(self, fn):
+        self.fn = fn
+        self._traceable = None
+        functools.update_wrapper(self, fn)
+
+    def __call__(self, *args, **kwargs):
+        if self._traceable is None:
+            self._traceable = frontend.transform(self.fn, _FrontendHelpers)
+        return self._traceable(*args, **kwargs)
 
 
 # ---------------------------------------------------------------------------------- warp roles
