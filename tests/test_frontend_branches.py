@@ -6,6 +6,8 @@ defines, is not yielded: it is undefined after the `if`, which is an error only 
 it, and that error names the variable, the branch that lacks it and both lines. The first kernels are
 the repros of docs/NORM_KERNELS.md "DSL notes"; each traces, verifies and compiles for sm90 on the CPU.
 """
+import os
+
 import pytest
 
 import gluon
@@ -14,7 +16,7 @@ from gluon import SM90, DType
 from gluon.ir import GluonError
 from gluon.language import PointerArg, ScalarArg
 
-HERE = __file__
+HERE = os.path.abspath(__file__)
 F32 = PointerArg(DType.f32)
 I32 = ScalarArg(DType.i32)
 
