@@ -8,7 +8,7 @@ smem, wgmma` keeps working; new code imports from `gluon.language` (`import gluo
 from . import frontend, ir  # noqa: F401
 from .arch import SM90, Arch, arch_by_name  # noqa: F401
 from .language.amd.cdna3 import mfma  # noqa: F401
-from .language.control import Loop, for_range, range, static_range, warp_role  # noqa: F401
+from .language.control import Loop, for_range, helper, range, static_range, warp_role  # noqa: F401
 from .language.core import (  # noqa: F401
     Tensor, abs, arange, broadcast_to, cast, cdiv, ceil, constexpr, convert_layout, cos, exp, exp2, expand_dims,
     floor, fma, full, log, log2, max, maximum, min, minimum, multiple_of, num_programs, program_id, rsqrt, sin, sqrt,

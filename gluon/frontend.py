@@ -16,8 +16,16 @@ a value that only exists on the GPU, so before tracing we rewrite the function's
 * ``with for_range(...) as k: body`` gets the same threading of locals.
 * ``if cond: A else: B`` runs as plain Python when ``cond`` is a Python value (constexpr), and otherwise
   becomes ``__gl__.branch(cond, names, values)`` with ``then``/``else`` regions (a scalar condition) or
-  masked execution (a per-thread tile condition, as in ``if idx < n: dst[idx] = src[idx]``).
+  masked execution (a per-thread tile condition, as in ``if idx < n: dst[idx] = src[idx]``). Every name
+  either branch assigns is read back through ``__gl__.lookup`` at the end of each branch, so a name one
+  branch never binds reads as undefined there instead of raising UnboundLocalError; the branch object then
+  yields only what holds a GPU value of one type on both paths (language/control.py ``_merge``), and a
+  name left undefined is an error only where the kernel uses it after the ``if``.
+* After a rewritten loop its index name is rebound to an undefined value (``loop.index_after``): the GPU
+  value exists only inside the loop's region, so it must not be yielded out of an ``if`` or used later.
 
+Only the function given to ``transform`` is rewritten: a kernel, or a helper decorated with ``@gl.helper``
+(language/control.py); an undecorated helper it calls runs as plain Python.
 ``static_range`` loops, ``while`` over Python values and everything else stay Python. ``break``,
 ``continue`` and ``return`` inside a rewritten loop or branch are rejected with the user's line.
 The rewritten function keeps the original file name and line numbers, so diagnostics point at the
@@ -140,6 +148,13 @@ def _call(fn: ast.expr, *args: ast.expr) -> ast.expr:
     return ast.Call(fn, list(args), [])
 
 
+def _index_after(loop: str, target: ast.expr) -> list[ast.stmt]:
+    """`i = <loop>.index_after("i")`: after a GPU loop its index is undefined (it lives in the loop's region)."""
+    if not isinstance(target, ast.Name):
+        return []
+    return [ast.Assign([ast.Name(target.id, ast.Store())], _call(_attr(loop, "index_after"), ast.Constant(target.id)))]
+
+
 def _locate(stmts: list[ast.stmt], node: ast.stmt, keep_span: tuple = ()) -> list[ast.stmt]:
     """Give synthesized statements the user's line (start and end, so frames report that line)."""
     for s in stmts:
@@ -194,6 +209,7 @@ class _Rewriter(ast.NodeTransformer):
         body.append(ast.Expr(_call(_attr(loop, "end"), _names_tuple(names, ast.Load))))
         new_for = ast.For(node.target, ast.Name(loop, ast.Load()), body, [], lineno=node.lineno)
         after = _assign(names, _attr(loop, "results")) if names else []
+        after += _index_after(loop, node.target)
         return _locate([setup, new_for, *after], node, keep_span=(new_for,))
 
     # with for_range(...) as k:
@@ -208,16 +224,17 @@ class _Rewriter(ast.NodeTransformer):
             names = [n for n in names if n != item.optional_vars.id]
         live = tuple(_live_in(node.body, names))
         self.generic_visit(node)
-        if not names:
-            return node
         loop = self._fresh("loop")
-        setup = ast.Assign([ast.Name(loop, ast.Store())], item.context_expr)
-        carry = ast.Expr(_call(_attr(loop, "carry"), ast.Constant(tuple(names)), _lookups(names), ast.Constant(live)))
-        body = _assign(names, _attr(loop, "carried")) + node.body
-        body.append(ast.Expr(_call(_attr(loop, "end"), _names_tuple(names, ast.Load))))
+        setup = [ast.Assign([ast.Name(loop, ast.Store())], item.context_expr)]
+        body, after = node.body, _index_after(loop, item.optional_vars)
+        if names:
+            setup.append(ast.Expr(_call(_attr(loop, "carry"), ast.Constant(tuple(names)), _lookups(names),
+                                        ast.Constant(live))))
+            body = _assign(names, _attr(loop, "carried")) + body
+            body.append(ast.Expr(_call(_attr(loop, "end"), _names_tuple(names, ast.Load))))
+            after = _assign(names, _attr(loop, "results")) + after
         new_with = ast.With([ast.withitem(ast.Name(loop, ast.Load()), item.optional_vars)], body)
-        return _locate([setup, carry, new_with, *_assign(names, _attr(loop, "results"))], node,
-                       keep_span=(new_with,))
+        return _locate([*setup, new_with, *after], node, keep_span=(new_with,))
 
     # if cond: ... else: ...
     def visit_If(self, node: ast.If):
@@ -232,10 +249,10 @@ class _Rewriter(ast.NodeTransformer):
                 _attr("__gl__", "branch"), ast.Name(cond, ast.Load()), ast.Constant(tuple(names)), _lookups(names))),
             ast.Expr(_call(_attr(br, "then_begin"))),
             *node.body,
-            ast.Expr(_call(_attr(br, "then_end"), _names_tuple(names, ast.Load))),
+            ast.Expr(_call(_attr(br, "then_end"), _lookups(names))),    # (a name one side lacks is undefined)
             *_assign(names, _call(_attr(br, "else_begin"))),
             *(node.orelse or []),
-            ast.Expr(_call(_attr(br, "else_end"), _names_tuple(names, ast.Load))),
+            ast.Expr(_call(_attr(br, "else_end"), _lookups(names))),
             *_assign(names, _attr(br, "results")),
         ]
         try:

@@ -10,7 +10,7 @@ torch/numpy-style names (`gl.float16`, `gl.int32`) so kernels read like Triton's
 """
 from . import amd, nvidia  # noqa: F401
 from .amd.cdna3 import mfma  # noqa: F401
-from .control import Loop, for_range, range, static_range, warp_role  # noqa: F401
+from .control import Loop, for_range, helper, range, static_range, warp_role  # noqa: F401
 from .core import (  # noqa: F401
     Tensor, abs, arange, broadcast_to, cast, cdiv, ceil, constexpr, convert_layout, cos, exp, exp2, expand_dims,
     floor, fma, full, log, log2, max, maximum, min, minimum, multiple_of, num_programs, program_id, rsqrt, sin, sqrt,

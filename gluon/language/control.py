@@ -3,14 +3,15 @@
 Counted GPU loops (`Loop`, made by `range` / `for_range`; `static_range` unrolls at trace time),
 branches on GPU conditions (a scalar condition becomes an `if` op with then/else regions, a tile
 condition runs both sides with their memory effects masked per element), `_FrontendHelpers` (what
-Python `if` / `for` in a kernel body call once gluon.frontend has rewritten them) and `warp_role`
-(warp-specialized sections).
+Python `if` / `for` in a kernel body call once gluon.frontend has rewritten them), `helper` (a function
+a kernel calls that gets the same rewrite) and `warp_role` (warp-specialized sections).
 """
 from __future__ import annotations
 
 import builtins
+import functools
 
-from .. import ir
+from .. import frontend, ir
 from ..types import DType, WarpRole
 from .core import Tensor, _to_tensor, cast, size, where
 from .memory import _Negated
@@ -66,6 +67,13 @@ class Loop:
     @property
     def results(self) -> tuple:
         return self._results
+
+    def index_after(self, name: str) -> UndefinedValue:
+        """What the loop's index name holds after the loop. Python would keep the last index, but the GPU
+        value exists only inside the loop's region; yielding it out of an enclosing `if` (or using it
+        after the loop) would read a value from a region that is over."""
+        return UndefinedValue(name, self.loc, f"it is the index of the GPU loop at {self.loc}, "
+                                              "which exists only inside that loop")
 
     # context manager / one-shot iterator
     def __enter__(self) -> Tensor:
@@ -185,6 +193,51 @@ def static_range(*args):
     return builtins.range(*args)
 
 
+_PLAIN = (bool, int, float, str, type(None))
+
+
+def _merge(name: str, tv, ev, loc):
+    """How name `name` leaves a GPU `if`, from its value after the then-branch (`tv`) and the else-branch
+    (`ev`); a side that does not assign it holds the value from before the `if`.
+
+    Returns None for GPU values of one type (the `if` must yield them), else what the name holds after
+    the `if`: the value both sides agree on, or an UndefinedValue saying why there is none. An undefined
+    name is an error only where the kernel uses it after the `if`: a temporary local to one branch (or of
+    another type per branch, or a loop index) must not stop the kernel from tracing."""
+    if tv is ev or (isinstance(tv, _PLAIN) and type(tv) is type(ev) and tv == ev):
+        return tv
+    undef_t, undef_e = isinstance(tv, UndefinedValue), isinstance(ev, UndefinedValue)
+    if undef_t and undef_e:
+        return tv if tv.why else ev
+    if undef_t or undef_e:
+        has, lacks, inner = ("else", "then", tv) if undef_t else ("then", "else", ev)
+        if inner.why:
+            where_not = f"where {inner.why}"
+        elif inner.loc is not None:
+            where_not = f"where it is only defined inside the GPU loop or branch at {inner.loc}"
+        else:
+            where_not = "which does not assign it (and it is not defined before the `if`)"
+        why = (f"it is defined after the {has}-branch of the GPU `if` at {loc} but not after the {lacks}-branch, "
+               f"{where_not}; assign it before the `if` or in both branches")
+        return UndefinedValue(name, loc, why)
+    if isinstance(tv, Tensor) and isinstance(ev, Tensor):
+        if tv.type == ev.type:
+            return None
+        why = (f"it has type {tv.type} after the then-branch and {ev.type} after the else-branch of the GPU `if` "
+               f"at {loc}; give it one type on both sides")
+    elif _is_number(tv) or _is_number(ev):
+        why = (f"it is a Python value that the GPU `if` at {loc} changes ({tv!r} after the then-branch, {ev!r} "
+               "after the else-branch); make it a GPU value before the `if` (gl.full((), value, dtype))")
+    else:
+        why = (f"it holds {_what(tv)} after the then-branch and {_what(ev)} after the else-branch of the GPU `if` "
+               f"at {loc}; only GPU scalars and tiles of one type can flow out of a GPU `if`")
+    return UndefinedValue(name, loc, why)
+
+
+def _what(x) -> str:
+    return f"a {x.type} value" if isinstance(x, Tensor) else f"{type(x).__name__} {x!r}"
+
+
 class _ScalarBranch:
     def __init__(self, cond: Tensor, names, values):
         t = _tr()
@@ -217,23 +270,13 @@ class _ScalarBranch:
     def _finish(self):
         t = self.t
         then_y, else_y, out, slots = [], [], [], []
-        for name, init, tv, ev in zip(self.names, self.inits, self.then_vals, self.else_vals):
-            if tv is ev:
-                out.append(tv)
-                continue
-            if isinstance(tv, Tensor) and isinstance(ev, Tensor) and tv.type == ev.type:
+        for name, tv, ev in zip(self.names, self.then_vals, self.else_vals):
+            merged = _merge(name, tv, ev, self.loc)
+            if merged is None:
                 then_y.append(tv.value)
                 else_y.append(ev.value)
                 slots.append(len(out))
-                out.append(None)
-                continue
-            if _is_number(tv) or _is_number(ev):
-                raise ir.GluonError(f"'{name}' is a Python value changed under a GPU condition; make it a GPU value "
-                                    "before the branch", self.loc)
-            if isinstance(tv, Tensor) and isinstance(ev, Tensor):
-                raise ir.GluonError(f"'{name}' has type {tv.type} in the then-branch and {ev.type} in the else-branch",
-                                    self.loc)
-            out.append(UndefinedValue(name, self.loc))
+            out.append(merged)
         named_names = []
         for name in set(self.named_then) | set(t.named):
             tv, ev = self.named_then.get(name), t.named.get(name)
@@ -278,15 +321,14 @@ class _MaskedBranch:
         self.t.masks.pop()
         out = []
         for name, tv, ev in zip(self.names, self.then_vals, values):
-            if tv is ev:
-                out.append(tv)
-            elif isinstance(tv, Tensor) and isinstance(ev, Tensor):
-                if not tv.is_tile and not ev.is_tile:
-                    raise ir.GluonError(f"scalar '{name}' assigned under a per-thread condition; "
-                                        "use gl.where or make it a tile", self.loc)
+            if tv is ev or not (isinstance(tv, Tensor) and isinstance(ev, Tensor)):
+                out.append(_merge(name, tv, ev, self.loc))   # (not None: no two Tensors)
+            elif tv.is_tile or ev.is_tile:          # where() broadcasts a scalar side to the tile
                 out.append(where(self.cond, tv, ev))
             else:
-                out.append(UndefinedValue(name, self.loc))
+                out.append(UndefinedValue(name, self.loc, (
+                    f"it is a GPU scalar assigned under the per-thread condition at {self.loc}, which has one value "
+                    "per element; use gl.where or make it a tile")))
         self.results = tuple(out)
 
 
@@ -316,6 +358,23 @@ class _FrontendHelpers:
     @staticmethod
     def frontend_error(msg: str, line: int):
         return ir.GluonError(msg, _user_loc())
+
+
+class helper:
+    """`@gl.helper`: a function a kernel calls, whose `if` / `for` over GPU values become IR regions as the
+    kernel body's do. Only the kernel body is rewritten otherwise: a plain helper runs as Python, where a
+    GPU condition cannot be a bool. The rewrite happens on the first call; Python-valued code (constexpr
+    conditions, static_range) runs as Python, so the helper can also be called outside a trace."""
+
+    def __init__(self, fn):
+        self.fn = fn
+        self._traceable = None
+        functools.update_wrapper(self, fn)
+
+    def __call__(self, *args, **kwargs):
+        if self._traceable is None:
+            self._traceable = frontend.transform(self.fn, _FrontendHelpers)
+        return self._traceable(*args, **kwargs)
 
 
 # ---------------------------------------------------------------------------------- warp roles

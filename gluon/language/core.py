@@ -96,7 +96,8 @@ class Tensor(_Handle):
 
     def __bool__(self):
         raise ir.GluonError("a GPU value was used as a Python bool: use an `if` statement directly in the "
-                            "kernel body (it is rewritten), or gl.where(cond, a, b)", _user_loc())
+                            "kernel body or in a @gl.helper function (they are rewritten), or gl.where(cond, a, b)",
+                            _user_loc())
 
     def __index__(self):
         raise ir.GluonError("a GPU value was used where Python needs a compile-time integer "

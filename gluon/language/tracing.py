@@ -44,16 +44,27 @@ class ArchError(ir.GluonError, RuntimeError):
 
 
 class UndefinedValue:
-    """What a name holds after a loop/branch that defined it on one path only."""
+    """What a name holds where the kernel's Python code has it but the GPU program does not: after a loop
+    or branch that defined it on one path only, or a loop's index after the loop. Any use raises a
+    GluonError at the user's line; `why` (when given) says which loop or branch left it undefined."""
 
-    def __init__(self, name: str, loc: ir.Loc | None):
-        self.name, self.loc = name, loc
+    def __init__(self, name: str, loc: ir.Loc | None, why: str | None = None):
+        self.name, self.loc, self.why = name, loc, why
 
     def _fail(self, *a, **k):
+        if self.why:
+            raise ir.GluonError(f"variable '{self.name}' is not defined here: {self.why}", _user_loc())
         raise ir.GluonError(f"variable '{self.name}' is only defined inside a GPU loop or on one side of a "
                             f"GPU branch (at {self.loc}); define it before the loop/branch", _user_loc())
 
-    __add__ = __radd__ = __sub__ = __mul__ = __getitem__ = __getattr__ = __bool__ = __call__ = _fail
+    # every operator, so that `2.0 - y` fails with the message above rather than a Python TypeError
+    __add__ = __radd__ = __sub__ = __rsub__ = __mul__ = __rmul__ = __truediv__ = __rtruediv__ = _fail
+    __floordiv__ = __rfloordiv__ = __mod__ = __rmod__ = __pow__ = __rpow__ = __matmul__ = __rmatmul__ = _fail
+    __and__ = __rand__ = __or__ = __ror__ = __xor__ = __rxor__ = __lshift__ = __rlshift__ = _fail
+    __rshift__ = __rrshift__ = __neg__ = __pos__ = __invert__ = __abs__ = _fail
+    __lt__ = __le__ = __gt__ = __ge__ = _fail
+    __getitem__ = __setitem__ = __iter__ = __len__ = __index__ = __int__ = __float__ = _fail
+    __getattr__ = __bool__ = __call__ = _fail
 
 
 UNDEF = UndefinedValue("?", None)
