@@ -1,0 +1,141 @@
+"""Kernel mistakes that used to compile silently or end in a raw Python traceback, each now one
+GluonError (or SpecError) at the user's line that says what would be right (issue 20, first batch)."""
+import math
+import textwrap
+
+import pytest
+
+import gluon
+import gluon.language as gl
+from gluon.ir import GluonError
+from gluon.language import PointerArg, ScalarArg
+from gluon.tuning.spec import SpecError, load_spec
+
+HERE = __file__
+
+
+def _line_of(fn, text: str) -> int:
+    """The line of this file that holds `text` inside fn's source (for asserting the reported line)."""
+    import inspect
+    lines, start = inspect.getsourcelines(fn)
+    return start + next(i for i, ln in enumerate(lines) if text in ln)
+
+
+@gluon.jit
+def fill(y_ptr, n, BLOCK: gl.constexpr):
+    offs = gl.program_id(0) * BLOCK + gl.arange(0, BLOCK)
+    gl.store(y_ptr + offs, offs, mask=offs < n)
+
+
+def _trace_fill(**kw):
+    return fill.trace(PointerArg(gl.int32), ScalarArg(gl.int32), **{"BLOCK": 128, **kw})
+
+
+# ------------------------------------------------------------------ 1. threads per block
+
+
+def test_num_warps_over_the_nvidia_limit_names_the_limit_at_the_def_line():
+    with pytest.raises(GluonError) as e:
+        _trace_fill(num_warps=64)
+    msg = str(e.value)
+    assert msg.startswith(f"{HERE}:{_line_of(fill, 'def fill')} (in fill): kernel fill: num_warps=64 is 2048 "
+                          "threads per block, but sm90 allows at most 1024 (32 warps of 32); use num_warps <= 32"), msg
+
+
+def test_num_warps_over_the_cdna3_limit_counts_waves_of_64():
+    with pytest.raises(GluonError, match=r"num_warps=32 is 2048 threads per block, but cdna3 allows at most "
+                                         r"1024 \(16 waves of 64\); use num_warps <= 16"):
+        _trace_fill(num_warps=32, arch="cdna3")
+
+
+def test_num_warps_at_the_limit_still_traces():
+    assert _trace_fill(num_warps=32).kernels[0].num_warps == 32
+    assert _trace_fill(num_warps=16, arch="cdna3").kernels[0].num_warps == 16
+
+
+def test_num_warps_that_is_no_positive_int():
+    with pytest.raises(GluonError, match=r"kernel fill: num_warps=0\.5; it must be an integer 1\.\.32"):
+        _trace_fill(num_warps=0.5)
+
+
+SPEC_HEAD = """\
+[kernel]
+name = "k"
+template = "pkg.mod:TUNING"
+arch = "ARCH"
+dtypes = ["fp16"]
+shapes = [[64, 64]]
+
+"""
+
+
+def _load(tmp_path, body, arch="sm90"):
+    p = tmp_path / "s.toml"
+    p.write_text(SPEC_HEAD.replace("ARCH", arch) + body)
+    return load_spec(p)
+
+
+def test_spec_roles_whose_warps_sum_over_the_block_limit(tmp_path):
+    with pytest.raises(SpecError) as e:
+        _load(tmp_path, "[warp_roles.producer]\nwarps = 1\n[warp_roles.consumer]\nwarps = { values = [32] }\n")
+    assert str(e.value).startswith(
+        f"{tmp_path / 's.toml'}:11: warp_roles.consumer.warps: the warp roles need at least producer 1 + "
+        "consumer 32 = 33 warps per block, more than the 32 a block of sm90 can hold (1024 threads)"), str(e.value)
+
+
+def test_spec_role_over_the_cdna3_limit(tmp_path):
+    with pytest.raises(SpecError, match=r"consumer 20 = 20 warps per block, more than the 16 a block of cdna3"):
+        _load(tmp_path, "[warp_roles.consumer]\nwarps = 20\n", arch="cdna3")
+
+
+def test_spec_roles_that_can_fit_still_load(tmp_path):
+    spec = _load(tmp_path, "[warp_roles.producer]\nwarps = 1\n[warp_roles.consumer]\nwarps = { values = [4, 8, 32] }\n")
+    assert "CONSUMER_WARPS" in spec.space.params
+
+
+def test_spec_single_role_over_32_warps_stays_an_error(tmp_path):
+    with pytest.raises(SpecError, match=r"33 warps is out of range; allowed: integers 1\.\.32"):
+        _load(tmp_path, "[warp_roles.consumer]\nwarps = 33\n")
+
+
+def test_spec_launch_num_warps_literal_over_32(tmp_path):
+    (tmp_path / "k.py").write_text(textwrap.dedent('''
+        import gluon, gluon.language as gl
+
+        @gluon.jit
+        def k(out, n, BLOCK: gl.constexpr):
+            offs = gl.arange(0, BLOCK)
+            gl.store(out + offs, offs, mask=offs < n)
+    '''))
+    spec = textwrap.dedent('''\
+        [kernel]
+        name = "k"
+        function = "k.py:k"
+        arch = "sm90"
+        dims = ["N"]
+        dtypes = ["fp32"]
+        shapes = [[1000]]
+
+        [params]
+        BLOCK = { values = [512] }
+
+        [args]
+        out = { tensor = ["N"], output = true }
+        n = "N"
+
+        [launch]
+        grid = ["cdiv(N, BLOCK)"]
+        num_warps = 64
+
+        [problem]
+        reference = "out"
+        baseline = "out"
+        bytes = "N"
+    ''')
+    (tmp_path / "s.toml").write_text(spec)
+    with pytest.raises(SpecError) as e:
+        load_spec(tmp_path / "s.toml")
+    assert str(e.value).startswith(f"{tmp_path / 's.toml'}:18: launch.num_warps: 64 is more than 32 (a block holds "
+                                   "at most 1024 threads = 32 warps)"), str(e.value)
+    (tmp_path / "s.toml").write_text(spec.replace("num_warps = 64", "num_warps = 32"))
+    assert load_spec(tmp_path / "s.toml")
