@@ -139,3 +139,40 @@ def test_spec_launch_num_warps_literal_over_32(tmp_path):
                                    "at most 1024 threads = 32 warps)"), str(e.value)
     (tmp_path / "s.toml").write_text(spec.replace("num_warps = 64", "num_warps = 32"))
     assert load_spec(tmp_path / "s.toml")
+
+
+# ------------------------------------------------------------------ 2. a float constexpr used as a size
+
+
+def test_float_constexpr_as_arange_bound_names_the_parameter():
+    with pytest.raises(GluonError) as e:
+        _trace_fill(BLOCK=128.0)
+    assert str(e.value).startswith(
+        f"{HERE}:{_line_of(fill, 'gl.arange(0, BLOCK)')} (in fill): arange's end must be a Python int (a compile-time "
+        "size), but constexpr BLOCK=128.0 is a float; pass BLOCK=128"), str(e.value)
+
+
+@gluon.jit
+def unrolled(y_ptr, N: gl.constexpr, BLOCK: gl.constexpr):
+    offs = gl.arange(0, BLOCK)
+    acc = gl.zeros([BLOCK], gl.float32)
+    for i in gl.static_range(N):
+        acc = acc + gl.load(y_ptr + i * BLOCK + offs)
+    gl.store(y_ptr + offs, acc * 0.5)
+
+
+def test_float_constexpr_in_static_range_and_zeros():
+    with pytest.raises(GluonError, match=r"static_range's bound must be a Python int \(a compile-time size\), but "
+                                         r"constexpr N=2\.5 is a float\n"):
+        unrolled.trace(PointerArg(gl.float32), N=2.5, BLOCK=64)
+    with pytest.raises(GluonError, match=r"arange's end .* but constexpr BLOCK='64' is a str"):
+        unrolled.trace(PointerArg(gl.float32), N=2, BLOCK="64")
+    assert unrolled.trace(PointerArg(gl.float32), N=2, BLOCK=64)
+
+
+def test_a_float_constexpr_used_as_a_number_still_traces():
+    @gluon.jit
+    def scale(y_ptr, ALPHA: gl.constexpr, BLOCK: gl.constexpr):
+        offs = gl.arange(0, BLOCK)
+        gl.store(y_ptr + offs, gl.load(y_ptr + offs) * ALPHA)
+    assert scale.trace(PointerArg(gl.float32), ALPHA=0.5, BLOCK=64)

@@ -12,7 +12,7 @@ from typing import Sequence
 
 from .. import ir
 from ..types import DType, Layout, ParamSource, SliceLayout
-from .tracing import UndefinedValue, _Handle, _tr, _user_loc
+from .tracing import UndefinedValue, _Handle, _static_int, _tr, _user_loc
 
 
 # ---------------------------------------------------------------------------------- values
@@ -353,6 +353,7 @@ def convert_layout(x: Tensor, layout: Layout) -> Tensor:
 
 
 def arange(start: int, end: int, layout: Layout | None = None) -> Tensor:
+    start, end = _static_int(start, "arange's start"), _static_int(end, "arange's end")
     n = end - start
     if n <= 0 or n & (n - 1):
         raise ir.GluonError(f"arange({start}, {end}): the length {n} must be a power of two", _user_loc())
@@ -360,7 +361,7 @@ def arange(start: int, end: int, layout: Layout | None = None) -> Tensor:
 
 
 def full(shape: Sequence[int], value, dtype: DType, layout: Layout | None = None) -> Tensor:
-    shape = tuple(shape)
+    shape = tuple(_static_int(d, "a tile's shape") for d in shape)
     if not shape:
         return _const(value, dtype)
     value = float(value) if dtype.is_float else int(value)
