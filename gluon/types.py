@@ -6,6 +6,7 @@ passes or Triton; the backend maps these descriptions to TTGIR attributes.
 """
 from __future__ import annotations
 
+import difflib
 import enum
 import math
 from dataclasses import dataclass, field
@@ -16,7 +17,37 @@ from .dtypes import DType  # noqa: F401  (re-exported: the vocabulary's element 
 Dim = Union[int, str]  # a dimension: a concrete size, or a symbolic name resolved at launch ("M", "K")
 
 
-class SwizzleMode(enum.Enum):
+def enum_member(cls: type[enum.Enum], value, what: str | None = None):
+    """`value` as a member of `cls`: the member itself, its value (128, "producer") or its name in any case
+    ("B128", "PRODUCER"). Anything else is a GluonError at the user's line listing the allowed values
+    (the enum's own ValueError names neither the argument nor the choices)."""
+    if isinstance(value, cls):
+        return value
+    for m in cls:
+        if not isinstance(value, bool) and (m.value == value or (isinstance(value, str) and value.upper() == m.name)):
+            return m
+    from .ir import GluonError
+    from .language.tracing import _user_loc
+    allowed = [m.value for m in cls]
+    near = difflib.get_close_matches(value.lower(), [str(a) for a in allowed], n=1, cutoff=0.6) \
+        if isinstance(value, str) else []
+    hint = f"; did you mean {near[0]!r}?" if near else ""
+    given = f"{what}={value!r}" if what else repr(value)
+    raise GluonError(f"{given} is not a {cls.__name__}; allowed: "
+                     + ", ".join(repr(a) for a in allowed) + f" (or {cls.__name__}.{'/'.join(m.name for m in cls)})"
+                     + hint, _user_loc())
+
+
+class _CheckedEnum(enum.Enum):
+    """An enum whose constructor takes a name too, and refuses a bad value with a GluonError listing
+    the allowed ones (`SwizzleMode(96)`, `WarpRole("produser")`)."""
+
+    @classmethod
+    def _missing_(cls, value):
+        return enum_member(cls, value)
+
+
+class SwizzleMode(_CheckedEnum):
     """Shared-memory swizzle width of the NVMMA layouts (TMA and WGMMA read these)."""
 
     NONE = 0
@@ -77,7 +108,7 @@ class ParamSource:
         return f"keyword {self.name}"
 
 
-class WarpRole(enum.Enum):
+class WarpRole(_CheckedEnum):
     """What a group of warps does in a warp-specialized kernel."""
 
     PRODUCER = "producer"   # moves data (TMA / cp.async) into shared memory
@@ -109,7 +140,7 @@ class Layout:
     @staticmethod
     def swizzled(rows: int, cols: int, swizzle: SwizzleMode = SwizzleMode.B128,
                  transposed: bool = False) -> "NVMMASharedLayout":
-        return NVMMASharedLayout((rows, cols), SwizzleMode(swizzle), transposed)
+        return NVMMASharedLayout((rows, cols), enum_member(SwizzleMode, swizzle, "swizzle"), transposed)
 
     @staticmethod
     def shared(vec: int = 1, per_phase: int = 1, max_phase: int = 1,

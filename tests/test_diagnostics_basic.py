@@ -176,3 +176,52 @@ def test_a_float_constexpr_used_as_a_number_still_traces():
         offs = gl.arange(0, BLOCK)
         gl.store(y_ptr + offs, gl.load(y_ptr + offs) * ALPHA)
     assert scale.trace(PointerArg(gl.float32), ALPHA=0.5, BLOCK=64)
+
+
+# ------------------------------------------------------------------ 3. a swizzle or warp role as a bad int / string
+
+SWIZZLE_ALLOWED = "allowed: 0, 32, 64, 128 (or SwizzleMode.NONE/B32/B64/B128)"
+ROLE_ALLOWED = "allowed: 'producer', 'consumer', 'default' (or WarpRole.PRODUCER/CONSUMER/DEFAULT)"
+
+
+def test_a_bad_swizzle_lists_the_widths_at_the_users_line():
+    with pytest.raises(GluonError) as e:
+        gl.Layout.swizzled(128, 64, swizzle=96)    # bad swizzle
+    msg = str(e.value)
+    assert msg.startswith(f"{HERE}:") and f"swizzle=96 is not a SwizzleMode; {SWIZZLE_ALLOWED}\n" in msg, msg
+    assert "# bad swizzle" in msg
+
+
+def test_swizzle_mode_constructor_and_names():
+    from gluon.types import SwizzleMode
+    with pytest.raises(GluonError, match=r"^[^\n]*test_diagnostics_basic.py:\d+ .*96 is not a SwizzleMode; allowed: 0, 32"):
+        SwizzleMode(96)
+    assert SwizzleMode(128) is SwizzleMode.B128 and SwizzleMode("b64") is SwizzleMode.B64
+    assert gl.Layout.swizzled(128, 64, swizzle=32).swizzle is SwizzleMode.B32
+
+
+def test_a_misspelled_warp_role_suggests_the_close_one():
+    from gluon.types import WarpRole
+    from gluon.language import warp_role
+    with pytest.raises(GluonError) as e:
+        warp_role("consumer_x", warp_range=(0, 3))
+    assert f"warp_role='consumer_x' is not a WarpRole; {ROLE_ALLOWED}; did you mean 'consumer'?" in str(e.value)
+    with pytest.raises(GluonError, match=r"'produser' is not a WarpRole; .*; did you mean 'producer'\?"):
+        WarpRole("produser")
+    with pytest.raises(GluonError, match=r"warp_role='xyz' is not a WarpRole; allowed: [^\n]*\)\n"):
+        warp_role("xyz", warp_range=(0, 3))
+    assert warp_role("PRODUCER", warp_range=(4, 4)).role is WarpRole.PRODUCER
+    assert WarpRole("consumer") is WarpRole.CONSUMER
+
+
+def test_a_bad_warp_role_inside_a_kernel_names_the_with_line():
+    from gluon.language import warp_role
+
+    @gluon.kernel(arch="sm90", num_warps=4)
+    def roles(y_ptr):
+        with warp_role("consumr", warp_range=(0, 3)):
+            gl.store(y_ptr + gl.arange(0, 128), gl.arange(0, 128))
+    with pytest.raises(GluonError) as e:
+        roles.trace(PointerArg(gl.int32))
+    assert str(e.value).startswith(f"{HERE}:{_line_of(roles, 'consumr')} (in roles): warp_role='consumr' is not a "
+                                   f"WarpRole; {ROLE_ALLOWED}; did you mean 'consumer'?"), str(e.value)

@@ -12,7 +12,7 @@ import builtins
 import functools
 
 from .. import frontend, ir
-from ..types import DType, WarpRole
+from ..types import DType, WarpRole, enum_member
 from .core import Tensor, _to_tensor, cast, size, where
 from .memory import _Negated
 from .tracing import UndefinedValue, _Handle, _static_int, _tr, _user_loc
@@ -387,7 +387,7 @@ class warp_role:
     default partition."""
 
     def __init__(self, role: WarpRole | str, warp_range: tuple[int, int], registers: int | None = None):
-        self.role = WarpRole(role) if not isinstance(role, WarpRole) else role
+        self.role = enum_member(WarpRole, role, "warp_role")
         self.first, self.last = warp_range
         self.registers = registers
 

@@ -6,6 +6,7 @@ DSL's own files) and runs the op's verifier; `_val` unwraps a traced object into
 """
 from __future__ import annotations
 
+import enum
 import operator
 import os
 import sys
@@ -33,7 +34,8 @@ def _user_loc() -> ir.Loc | None:
     """The innermost frame outside the DSL's own files: the user's kernel line."""
     f = sys._getframe(1)
     while f is not None and (f.f_code.co_filename in _INTERNAL_FILES or f.f_code.co_filename.startswith(_LANGUAGE_DIR)
-                             or f.f_code.co_filename.endswith("contextlib.py")):
+                             or f.f_code.co_filename.endswith("contextlib.py")
+                             or f.f_code.co_filename == enum.__file__):    # SwizzleMode(96) -> _missing_
         f = f.f_back
     if f is None:
         return None
