@@ -271,8 +271,28 @@ class _Rewriter(ast.NodeTransformer):
         return _locate([ast.Assign([ast.Name(cond, ast.Store())], node.test), outer_if], node, keep_span=(outer_if,))
 
 
-def transform(fn: Callable, helpers: Any) -> Callable:
-    """Return `fn` with its symbolic control flow rewritten; `helpers` is bound to `__gl__` in it."""
+def _reject_return_values(fdef: ast.FunctionDef, filename: str, line_offset: int) -> None:
+    """A kernel's `return x` would be dropped silently (a launch has no result), so refuse it at its line.
+    A bare `return` (or `return None`) stays allowed; nested defs and lambdas may return what they like."""
+    from .ir import GluonError, Loc
+
+    def visit(node: ast.AST) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)):
+                continue
+            if isinstance(child, ast.Return) and child.value is not None and not (
+                    isinstance(child.value, ast.Constant) and child.value.value is None):
+                raise GluonError("a kernel cannot return a value (a launch has no result, so it would be dropped); "
+                                 "write it to an output pointer instead, e.g. gl.store(out_ptr + offs, value)",
+                                 Loc(filename, child.lineno + line_offset, fdef.name))
+            visit(child)
+
+    visit(fdef)
+
+
+def transform(fn: Callable, helpers: Any, kernel: bool = False) -> Callable:
+    """Return `fn` with its symbolic control flow rewritten; `helpers` is bound to `__gl__` in it.
+    `kernel`: fn is a kernel (not a @gl.helper), so it may not return a value."""
     try:
         src = inspect.getsource(fn)
     except (OSError, TypeError) as e:
@@ -285,6 +305,8 @@ def transform(fn: Callable, helpers: Any) -> Callable:
     if not isinstance(fdef, ast.FunctionDef):
         raise FrontendError(f"{fn.__qualname__} is not a plain function")
     fdef.decorator_list = []
+    if kernel:
+        _reject_return_values(fdef, filename, first_line - 1)
     _Rewriter(filename, first_line - 1).visit(fdef)
     freevars = fn.__code__.co_freevars
     # def __gl_make(__gl__, <freevars>): <fdef>; return <name>

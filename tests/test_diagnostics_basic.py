@@ -225,3 +225,51 @@ def test_a_bad_warp_role_inside_a_kernel_names_the_with_line():
         roles.trace(PointerArg(gl.int32))
     assert str(e.value).startswith(f"{HERE}:{_line_of(roles, 'consumr')} (in roles): warp_role='consumr' is not a "
                                    f"WarpRole; {ROLE_ALLOWED}; did you mean 'consumer'?"), str(e.value)
+
+
+# ------------------------------------------------------------------ 4. `return value` in a kernel
+
+RETURN_MSG = ("a kernel cannot return a value (a launch has no result, so it would be dropped); write it to an "
+              "output pointer instead, e.g. gl.store(out_ptr + offs, value)")
+
+
+def test_return_value_in_a_kernel_is_refused_at_the_return_line():
+    @gluon.jit
+    def returns(y_ptr, BLOCK: gl.constexpr):
+        offs = gl.arange(0, BLOCK)
+        gl.store(y_ptr + offs, offs)
+        return offs
+    with pytest.raises(GluonError) as e:
+        returns.trace(PointerArg(gl.int32), BLOCK=64)
+    assert str(e.value) == (f"{HERE}:{_line_of(returns, 'return offs')} (in returns): {RETURN_MSG}\n"
+                            "    return offs")
+
+
+def test_return_value_under_a_constexpr_if_is_refused_too():
+    @gluon.jit
+    def early(y_ptr, FLAG: gl.constexpr):
+        if FLAG:
+            return 1
+        gl.store(y_ptr + gl.arange(0, 64), gl.arange(0, 64))
+    with pytest.raises(GluonError, match=r"in early\): a kernel cannot return a value"):
+        early.trace(PointerArg(gl.int32), FLAG=False)
+
+
+def test_a_bare_return_and_helpers_returning_values_still_trace():
+    @gl.helper
+    def offsets(BLOCK: gl.constexpr):
+        return gl.arange(0, BLOCK)
+
+    def plain(x):
+        return x + 1
+
+    @gluon.jit
+    def ok(y_ptr, EARLY: gl.constexpr, BLOCK: gl.constexpr):
+        offs = offsets(BLOCK)
+        f = lambda v: v * 2  # noqa: E731 - a lambda inside the kernel may return
+        gl.store(y_ptr + offs, f(plain(offs)))
+        if EARLY:
+            return
+        return None
+    assert ok.trace(PointerArg(gl.int32), EARLY=True, BLOCK=64)
+    assert ok.trace(PointerArg(gl.int32), EARLY=False, BLOCK=64)

@@ -94,7 +94,7 @@ class KernelTemplate:
     @property
     def traceable(self) -> Callable:
         if self._traceable is None:
-            self._traceable = frontend.transform(self.fn, _FrontendHelpers)
+            self._traceable = frontend.transform(self.fn, _FrontendHelpers, kernel=True)
         return self._traceable
 
     def trace(self, *args, arch: Arch | str | None = None, num_warps: int | None = None,
