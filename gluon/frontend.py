@@ -27,7 +27,8 @@ a value that only exists on the GPU, so before tracing we rewrite the function's
 Only the function given to ``transform`` is rewritten: a kernel, or a helper decorated with ``@gl.helper``
 (language/control.py); an undecorated helper it calls runs as plain Python.
 ``static_range`` loops, ``while`` over Python values and everything else stay Python. ``break``,
-``continue`` and ``return`` inside a rewritten loop or branch are rejected with the user's line.
+``continue`` and ``return`` inside a rewritten loop or branch are rejected with the user's line, and so is
+a kernel's ``return value`` anywhere (a launch has no result; a bare ``return`` is fine).
 The rewritten function keeps the original file name and line numbers, so diagnostics point at the
 user's source.
 """

@@ -273,3 +273,69 @@ def test_a_bare_return_and_helpers_returning_values_still_trace():
         return None
     assert ok.trace(PointerArg(gl.int32), EARLY=True, BLOCK=64)
     assert ok.trace(PointerArg(gl.int32), EARLY=False, BLOCK=64)
+
+
+# ------------------------------------------------------------------ 5. Python constructs over GPU values
+
+
+@gluon.jit
+def host_constructs(y_ptr, n, WHICH: gl.constexpr):
+    offs = gl.arange(0, 128)
+    x = gl.load(y_ptr + offs)
+    if WHICH == "max":
+        gl.store(y_ptr + offs, max(x, 0.0))
+    elif WHICH == "min":
+        gl.store(y_ptr + offs, min(x, 1.0))
+    elif WHICH == "exp":
+        gl.store(y_ptr + offs, math.exp(x))
+    elif WHICH == "sqrt":
+        gl.store(y_ptr + offs, math.sqrt(x))
+    elif WHICH == "while":
+        i = 0
+        while i < n:
+            i += 1
+    elif WHICH == "and":
+        gl.store(y_ptr + offs, x, mask=offs < n and offs > 2)
+    elif WHICH == "float":
+        gl.store(y_ptr + offs, x * float(n))
+    elif WHICH == "other":
+        flag = offs < n
+        assert flag
+    elif WHICH == "ok":
+        gl.store(y_ptr + offs, gl.sqrt(gl.exp(gl.minimum(gl.maximum(x, 0.0), 1.0))), mask=(offs < n) & (offs > 2))
+        for i in range(n):
+            gl.store(y_ptr + i, x.to(gl.float32) * n.to(gl.float32), mask=offs == 0)
+
+
+HOST_CASES = {
+    "max": ("max(x, 0.0)", "Python's max() on a GPU value: it compares on the host and needs a Python bool; use "
+                           "gl.maximum(a, b) elementwise, or gl.max(x, axis) to reduce a tile"),
+    "min": ("min(x, 1.0)", "Python's min() on a GPU value: it compares on the host and needs a Python bool; use "
+                           "gl.minimum(a, b) elementwise, or gl.min(x, axis) to reduce a tile"),
+    "exp": ("math.exp(x)", "math.exp() on a GPU value: the math module computes on Python floats on the host; "
+                           "use gl.exp(x)"),
+    "sqrt": ("math.sqrt(x)", "math.sqrt() on a GPU value: the math module computes on Python floats on the host; "
+                             "use gl.sqrt(x)"),
+    "while": ("while i < n", "`while` over a GPU value: Python would need the condition on the host, but it exists "
+                             "only on the GPU; write a `for` loop with a GPU bound (`for i in range(n):`) and mask "
+                             "the elements that are done (mask= / gl.where), or make the bound a gl.constexpr"),
+    "and": ("offs < n and", "`and` on a GPU value: Python's `and` needs a Python bool; combine GPU conditions with "
+                            "`&` (parenthesized: `(a < n) & (b < m)`)"),
+    "float": ("float(n)", "float() of a GPU value: it exists only on the GPU; convert with x.to(gl.float32)"),
+    "other": ("assert flag", "a GPU value was used as a Python bool: use an `if` statement directly in the kernel "
+                             "body or in a @gl.helper function (they are rewritten), or gl.where(cond, a, b); common "
+                             "causes: Python's max/min (use gl.maximum/gl.minimum), math.exp/math.sqrt"),
+}
+
+
+@pytest.mark.parametrize("which", list(HOST_CASES))
+def test_python_constructs_on_gpu_values_name_the_construct_and_the_fix(which):
+    text, message = HOST_CASES[which]
+    with pytest.raises(GluonError) as e:
+        host_constructs.trace(PointerArg(gl.float32), ScalarArg(gl.int32), WHICH=which)
+    prefix = f"{HERE}:{_line_of(host_constructs, text)} (in host_constructs): {message}"
+    assert str(e.value).startswith(prefix), str(e.value)
+
+
+def test_the_dsl_replacements_trace():
+    assert host_constructs.trace(PointerArg(gl.float32), ScalarArg(gl.int32), WHICH="ok")

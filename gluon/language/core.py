@@ -12,6 +12,7 @@ from typing import Sequence
 
 from .. import ir
 from ..types import DType, Layout, ParamSource, SliceLayout
+from .host_use import host_use_error
 from .tracing import UndefinedValue, _Handle, _static_int, _tr, _user_loc
 
 
@@ -94,14 +95,15 @@ class Tensor(_Handle):
     def __repr__(self) -> str:
         return f"Tensor(%{self.value.name or self.value.id}: {self.value.type})"
 
+    # Python asking a GPU value for a bool / int / float: the message names the construct (host_use.py)
     def __bool__(self):
-        raise ir.GluonError("a GPU value was used as a Python bool: use an `if` statement directly in the "
-                            "kernel body or in a @gl.helper function (they are rewritten), or gl.where(cond, a, b)",
-                            _user_loc())
+        raise host_use_error("bool")
 
     def __index__(self):
-        raise ir.GluonError("a GPU value was used where Python needs a compile-time integer "
-                            "(a shape, a range for static_range, an index); make it a gl.constexpr", _user_loc())
+        raise host_use_error("int")
+
+    def __float__(self):
+        raise host_use_error("float")
 
     def __iter__(self):
         raise ir.GluonError("cannot iterate over a GPU value", _user_loc())
