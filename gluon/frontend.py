@@ -49,6 +49,10 @@ class FrontendError(SyntaxError):
     pass
 
 
+class ReturnValueError(FrontendError):
+    """A kernel's `return value` (the caller turns it into a GluonError at that line)."""
+
+
 def _call_name(node: ast.AST) -> str | None:
     if isinstance(node, ast.Call):
         f = node.func
@@ -275,17 +279,16 @@ class _Rewriter(ast.NodeTransformer):
 def _reject_return_values(fdef: ast.FunctionDef, filename: str, line_offset: int) -> None:
     """A kernel's `return x` would be dropped silently (a launch has no result), so refuse it at its line.
     A bare `return` (or `return None`) stays allowed; nested defs and lambdas may return what they like."""
-    from .ir import GluonError, Loc
-
     def visit(node: ast.AST) -> None:
         for child in ast.iter_child_nodes(node):
             if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)):
                 continue
             if isinstance(child, ast.Return) and child.value is not None and not (
                     isinstance(child.value, ast.Constant) and child.value.value is None):
-                raise GluonError("a kernel cannot return a value (a launch has no result, so it would be dropped); "
-                                 "write it to an output pointer instead, e.g. gl.store(out_ptr + offs, value)",
-                                 Loc(filename, child.lineno + line_offset, fdef.name))
+                raise ReturnValueError(
+                    "a kernel cannot return a value (a launch has no result, so it would be dropped); "
+                    "write it to an output pointer instead, e.g. gl.store(out_ptr + offs, value)",
+                    (filename, child.lineno + line_offset, child.col_offset + 1, None))
             visit(child)
 
     visit(fdef)

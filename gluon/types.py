@@ -8,13 +8,61 @@ from __future__ import annotations
 
 import difflib
 import enum
+import linecache
 import math
+import os
+import sys
 from dataclasses import dataclass, field
 from typing import Union
 
 from .dtypes import DType  # noqa: F401  (re-exported: the vocabulary's element types)
 
 Dim = Union[int, str]  # a dimension: a concrete size, or a symbolic name resolved at launch ("M", "K")
+
+
+# ------------------------------------------------------------------------------ diagnostics
+
+
+@dataclass(frozen=True)
+class Loc:
+    """A source location in the user's kernel code."""
+
+    file: str
+    line: int
+    func: str | None = None
+
+    def __str__(self) -> str:
+        return f"{self.file}:{self.line}"
+
+    def source_line(self) -> str:
+        return linecache.getline(self.file, self.line).strip()
+
+
+class GluonError(Exception):
+    """A diagnostic about the user's kernel; its text names the file and line it is about."""
+
+    def __init__(self, message: str, loc: Loc | None = None):
+        self.message = message
+        self.loc = loc
+        super().__init__(self._format())
+
+    def _format(self) -> str:
+        if self.loc is None:
+            return self.message
+        where = f"{self.loc}" + (f" (in {self.loc.func})" if self.loc.func else "")
+        src = self.loc.source_line()
+        return f"{where}: {self.message}" + (f"\n    {src}" if src else "")
+
+
+def _caller_loc() -> Loc | None:
+    """The first frame outside this file, enum.py and the DSL's gluon/language/ (where warp_role lives):
+    the user's line. (gluon.language.tracing._user_loc is the DSL's fuller version of this walk.)"""
+    language = os.path.join(os.path.dirname(__file__), "language") + os.sep
+    f = sys._getframe(1)
+    while f is not None and (f.f_code.co_filename in (__file__, enum.__file__)
+                             or f.f_code.co_filename.startswith(language)):
+        f = f.f_back
+    return Loc(f.f_code.co_filename, f.f_lineno, f.f_code.co_name) if f is not None else None
 
 
 def enum_member(cls: type[enum.Enum], value, what: str | None = None):
@@ -26,8 +74,6 @@ def enum_member(cls: type[enum.Enum], value, what: str | None = None):
     for m in cls:
         if not isinstance(value, bool) and (m.value == value or (isinstance(value, str) and value.upper() == m.name)):
             return m
-    from .ir import GluonError
-    from .language.tracing import _user_loc
     allowed = [m.value for m in cls]
     near = difflib.get_close_matches(value.lower(), [str(a) for a in allowed], n=1, cutoff=0.6) \
         if isinstance(value, str) else []
@@ -35,7 +81,7 @@ def enum_member(cls: type[enum.Enum], value, what: str | None = None):
     given = f"{what}={value!r}" if what else repr(value)
     raise GluonError(f"{given} is not a {cls.__name__}; allowed: "
                      + ", ".join(repr(a) for a in allowed) + f" (or {cls.__name__}.{'/'.join(m.name for m in cls)})"
-                     + hint, _user_loc())
+                     + hint, _caller_loc())
 
 
 class _CheckedEnum(enum.Enum):

@@ -94,7 +94,10 @@ class KernelTemplate:
     @property
     def traceable(self) -> Callable:
         if self._traceable is None:
-            self._traceable = frontend.transform(self.fn, _FrontendHelpers, kernel=True)
+            try:
+                self._traceable = frontend.transform(self.fn, _FrontendHelpers, kernel=True)
+            except frontend.ReturnValueError as e:
+                raise ir.GluonError(e.msg, ir.Loc(e.filename, e.lineno, self.fn.__name__)) from None
         return self._traceable
 
     def trace(self, *args, arch: Arch | str | None = None, num_warps: int | None = None,

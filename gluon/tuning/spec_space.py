@@ -10,6 +10,7 @@ import math
 import re
 from typing import Any
 
+from ..arch import arch_by_name
 from . import space as _space
 from .space import (
     ALLOWED_SYNTAX,
@@ -276,7 +277,6 @@ def _build_space(tree: _Tree) -> tuple[dict[str, Domain], dict[str, tuple]]:
 
 def _warps_per_block(tree: _Tree) -> tuple[int, str]:
     """The arch's warps per block (1024 threads / its warp size) and its name; 32 when unknown."""
-    from ..arch import arch_by_name
     name = tree.data.get("kernel", {}).get("arch") if isinstance(tree.data.get("kernel"), dict) else None
     try:
         a = arch_by_name(name)
