@@ -27,7 +27,8 @@ a value that only exists on the GPU, so before tracing we rewrite the function's
 Only the function given to ``transform`` is rewritten: a kernel, or a helper decorated with ``@gl.helper``
 (language/control.py); an undecorated helper it calls runs as plain Python.
 ``static_range`` loops, ``while`` over Python values and everything else stay Python. ``break``,
-``continue`` and ``return`` inside a rewritten loop or branch are rejected with the user's line.
+``continue`` and ``return`` inside a rewritten loop or branch are rejected with the user's line, and so is
+a kernel's ``return value`` anywhere (a launch has no result; a bare ``return`` is fine).
 The rewritten function keeps the original file name and line numbers, so diagnostics point at the
 user's source.
 """
@@ -46,6 +47,10 @@ WITH_LOOP_CALLS = {"for_range"}     # `with for_range(...) as k:`
 
 class FrontendError(SyntaxError):
     pass
+
+
+class ReturnValueError(FrontendError):
+    """A kernel's `return value` (the caller turns it into a GluonError at that line)."""
 
 
 def _call_name(node: ast.AST) -> str | None:
@@ -271,8 +276,27 @@ class _Rewriter(ast.NodeTransformer):
         return _locate([ast.Assign([ast.Name(cond, ast.Store())], node.test), outer_if], node, keep_span=(outer_if,))
 
 
-def transform(fn: Callable, helpers: Any) -> Callable:
-    """Return `fn` with its symbolic control flow rewritten; `helpers` is bound to `__gl__` in it."""
+def _reject_return_values(fdef: ast.FunctionDef, filename: str, line_offset: int) -> None:
+    """A kernel's `return x` would be dropped silently (a launch has no result), so refuse it at its line.
+    A bare `return` (or `return None`) stays allowed; nested defs and lambdas may return what they like."""
+    def visit(node: ast.AST) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)):
+                continue
+            if isinstance(child, ast.Return) and child.value is not None and not (
+                    isinstance(child.value, ast.Constant) and child.value.value is None):
+                raise ReturnValueError(
+                    "a kernel cannot return a value (a launch has no result, so it would be dropped); "
+                    "write it to an output pointer instead, e.g. gl.store(out_ptr + offs, value)",
+                    (filename, child.lineno + line_offset, child.col_offset + 1, None))
+            visit(child)
+
+    visit(fdef)
+
+
+def transform(fn: Callable, helpers: Any, kernel: bool = False) -> Callable:
+    """Return `fn` with its symbolic control flow rewritten; `helpers` is bound to `__gl__` in it.
+    `kernel`: fn is a kernel (not a @gl.helper), so it may not return a value."""
     try:
         src = inspect.getsource(fn)
     except (OSError, TypeError) as e:
@@ -285,6 +309,8 @@ def transform(fn: Callable, helpers: Any) -> Callable:
     if not isinstance(fdef, ast.FunctionDef):
         raise FrontendError(f"{fn.__qualname__} is not a plain function")
     fdef.decorator_list = []
+    if kernel:
+        _reject_return_values(fdef, filename, first_line - 1)
     _Rewriter(filename, first_line - 1).visit(fdef)
     freevars = fn.__code__.co_freevars
     # def __gl_make(__gl__, <freevars>): <fdef>; return <name>

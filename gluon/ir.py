@@ -14,44 +14,17 @@ This module imports nothing else from the project except `gluon.types`, so every
 from __future__ import annotations
 
 import itertools
-import linecache
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator
 
-from .types import (DType, Layout, ParamSource, SHARED_LAYOUTS, SharedMemoryDescriptor, SwizzleMode, layout_rank)
+from .types import (DType, GluonError, Layout, Loc, ParamSource, SHARED_LAYOUTS, SharedMemoryDescriptor, SwizzleMode,
+                    layout_rank)
 
 # ------------------------------------------------------------------------------ diagnostics
 
 
-@dataclass(frozen=True)
-class Loc:
-    """A source location in the user's kernel code."""
-
-    file: str
-    line: int
-    func: str | None = None
-
-    def __str__(self) -> str:
-        return f"{self.file}:{self.line}"
-
-    def source_line(self) -> str:
-        return linecache.getline(self.file, self.line).strip()
-
-
-class GluonError(Exception):
-    """A diagnostic about the user's kernel; its text names the file and line it is about."""
-
-    def __init__(self, message: str, loc: Loc | None = None):
-        self.message = message
-        self.loc = loc
-        super().__init__(self._format())
-
-    def _format(self) -> str:
-        if self.loc is None:
-            return self.message
-        where = f"{self.loc}" + (f" (in {self.loc.func})" if self.loc.func else "")
-        src = self.loc.source_line()
-        return f"{where}: {self.message}" + (f"\n    {src}" if src else "")
+# Loc and GluonError (imported above) live in gluon.types, so the vocabulary (a bad SwizzleMode) can raise
+# them too; every layer keeps reaching them as ir.Loc / ir.GluonError.
 
 
 class IRVerificationError(GluonError):

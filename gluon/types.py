@@ -6,8 +6,12 @@ passes or Triton; the backend maps these descriptions to TTGIR attributes.
 """
 from __future__ import annotations
 
+import difflib
 import enum
+import linecache
 import math
+import os
+import sys
 from dataclasses import dataclass, field
 from typing import Union
 
@@ -16,7 +20,80 @@ from .dtypes import DType  # noqa: F401  (re-exported: the vocabulary's element 
 Dim = Union[int, str]  # a dimension: a concrete size, or a symbolic name resolved at launch ("M", "K")
 
 
-class SwizzleMode(enum.Enum):
+# ------------------------------------------------------------------------------ diagnostics
+
+
+@dataclass(frozen=True)
+class Loc:
+    """A source location in the user's kernel code."""
+
+    file: str
+    line: int
+    func: str | None = None
+
+    def __str__(self) -> str:
+        return f"{self.file}:{self.line}"
+
+    def source_line(self) -> str:
+        return linecache.getline(self.file, self.line).strip()
+
+
+class GluonError(Exception):
+    """A diagnostic about the user's kernel; its text names the file and line it is about."""
+
+    def __init__(self, message: str, loc: Loc | None = None):
+        self.message = message
+        self.loc = loc
+        super().__init__(self._format())
+
+    def _format(self) -> str:
+        if self.loc is None:
+            return self.message
+        where = f"{self.loc}" + (f" (in {self.loc.func})" if self.loc.func else "")
+        src = self.loc.source_line()
+        return f"{where}: {self.message}" + (f"\n    {src}" if src else "")
+
+
+def _caller_loc() -> Loc | None:
+    """The first frame outside this file, enum.py and the DSL's gluon/language/ (where warp_role lives):
+    the user's line. (gluon.language.tracing._user_loc is the DSL's fuller version of this walk.)"""
+    language = os.path.join(os.path.dirname(__file__), "language") + os.sep
+    f = sys._getframe(1)
+    while f is not None and (f.f_code.co_filename in (__file__, enum.__file__)
+                             or f.f_code.co_filename.startswith(language)):
+        f = f.f_back
+    return Loc(f.f_code.co_filename, f.f_lineno, f.f_code.co_name) if f is not None else None
+
+
+def enum_member(cls: type[enum.Enum], value, what: str | None = None):
+    """`value` as a member of `cls`: the member itself, its value (128, "producer") or its name in any case
+    ("B128", "PRODUCER"). Anything else is a GluonError at the user's line listing the allowed values
+    (the enum's own ValueError names neither the argument nor the choices)."""
+    if isinstance(value, cls):
+        return value
+    for m in cls:
+        if not isinstance(value, bool) and (m.value == value or (isinstance(value, str) and value.upper() == m.name)):
+            return m
+    allowed = [m.value for m in cls]
+    near = difflib.get_close_matches(value.lower(), [str(a) for a in allowed], n=1, cutoff=0.6) \
+        if isinstance(value, str) else []
+    hint = f"; did you mean {near[0]!r}?" if near else ""
+    given = f"{what}={value!r}" if what else repr(value)
+    raise GluonError(f"{given} is not a {cls.__name__}; allowed: "
+                     + ", ".join(repr(a) for a in allowed) + f" (or {cls.__name__}.{'/'.join(m.name for m in cls)})"
+                     + hint, _caller_loc())
+
+
+class _CheckedEnum(enum.Enum):
+    """An enum whose constructor takes a name too, and refuses a bad value with a GluonError listing
+    the allowed ones (`SwizzleMode(96)`, `WarpRole("produser")`)."""
+
+    @classmethod
+    def _missing_(cls, value):
+        return enum_member(cls, value)
+
+
+class SwizzleMode(_CheckedEnum):
     """Shared-memory swizzle width of the NVMMA layouts (TMA and WGMMA read these)."""
 
     NONE = 0
@@ -77,7 +154,7 @@ class ParamSource:
         return f"keyword {self.name}"
 
 
-class WarpRole(enum.Enum):
+class WarpRole(_CheckedEnum):
     """What a group of warps does in a warp-specialized kernel."""
 
     PRODUCER = "producer"   # moves data (TMA / cp.async) into shared memory
@@ -109,7 +186,7 @@ class Layout:
     @staticmethod
     def swizzled(rows: int, cols: int, swizzle: SwizzleMode = SwizzleMode.B128,
                  transposed: bool = False) -> "NVMMASharedLayout":
-        return NVMMASharedLayout((rows, cols), SwizzleMode(swizzle), transposed)
+        return NVMMASharedLayout((rows, cols), enum_member(SwizzleMode, swizzle, "swizzle"), transposed)
 
     @staticmethod
     def shared(vec: int = 1, per_phase: int = 1, max_phase: int = 1,

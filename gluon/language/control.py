@@ -12,10 +12,10 @@ import builtins
 import functools
 
 from .. import frontend, ir
-from ..types import DType, WarpRole
+from ..types import DType, WarpRole, enum_member
 from .core import Tensor, _to_tensor, cast, size, where
 from .memory import _Negated
-from .tracing import UndefinedValue, _Handle, _tr, _user_loc
+from .tracing import UndefinedValue, _Handle, _static_int, _tr, _user_loc
 
 
 # ---------------------------------------------------------------------------------- control flow
@@ -190,7 +190,7 @@ def for_range(*args) -> Loop:
 
 def static_range(*args):
     """A loop unrolled at trace time (bounds must be Python ints)."""
-    return builtins.range(*args)
+    return builtins.range(*(_static_int(a, "static_range's bound") for a in args))
 
 
 _PLAIN = (bool, int, float, str, type(None))
@@ -387,7 +387,7 @@ class warp_role:
     default partition."""
 
     def __init__(self, role: WarpRole | str, warp_range: tuple[int, int], registers: int | None = None):
-        self.role = WarpRole(role) if not isinstance(role, WarpRole) else role
+        self.role = enum_member(WarpRole, role, "warp_role")
         self.first, self.last = warp_range
         self.registers = registers
 

@@ -12,7 +12,8 @@ from typing import Sequence
 
 from .. import ir
 from ..types import DType, Layout, ParamSource, SliceLayout
-from .tracing import UndefinedValue, _Handle, _tr, _user_loc
+from .host_use import host_use_error
+from .tracing import UndefinedValue, _Handle, _static_int, _tr, _user_loc
 
 
 # ---------------------------------------------------------------------------------- values
@@ -94,14 +95,15 @@ class Tensor(_Handle):
     def __repr__(self) -> str:
         return f"Tensor(%{self.value.name or self.value.id}: {self.value.type})"
 
+    # Python asking a GPU value for a bool / int / float: the message names the construct (host_use.py)
     def __bool__(self):
-        raise ir.GluonError("a GPU value was used as a Python bool: use an `if` statement directly in the "
-                            "kernel body or in a @gl.helper function (they are rewritten), or gl.where(cond, a, b)",
-                            _user_loc())
+        raise host_use_error("bool")
 
     def __index__(self):
-        raise ir.GluonError("a GPU value was used where Python needs a compile-time integer "
-                            "(a shape, a range for static_range, an index); make it a gl.constexpr", _user_loc())
+        raise host_use_error("int")
+
+    def __float__(self):
+        raise host_use_error("float")
 
     def __iter__(self):
         raise ir.GluonError("cannot iterate over a GPU value", _user_loc())
@@ -353,6 +355,7 @@ def convert_layout(x: Tensor, layout: Layout) -> Tensor:
 
 
 def arange(start: int, end: int, layout: Layout | None = None) -> Tensor:
+    start, end = _static_int(start, "arange's start"), _static_int(end, "arange's end")
     n = end - start
     if n <= 0 or n & (n - 1):
         raise ir.GluonError(f"arange({start}, {end}): the length {n} must be a power of two", _user_loc())
@@ -360,7 +363,7 @@ def arange(start: int, end: int, layout: Layout | None = None) -> Tensor:
 
 
 def full(shape: Sequence[int], value, dtype: DType, layout: Layout | None = None) -> Tensor:
-    shape = tuple(shape)
+    shape = tuple(_static_int(d, "a tile's shape") for d in shape)
     if not shape:
         return _const(value, dtype)
     value = float(value) if dtype.is_float else int(value)

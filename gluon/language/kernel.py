@@ -94,7 +94,10 @@ class KernelTemplate:
     @property
     def traceable(self) -> Callable:
         if self._traceable is None:
-            self._traceable = frontend.transform(self.fn, _FrontendHelpers)
+            try:
+                self._traceable = frontend.transform(self.fn, _FrontendHelpers, kernel=True)
+            except frontend.ReturnValueError as e:
+                raise ir.GluonError(e.msg, ir.Loc(e.filename, e.lineno, self.fn.__name__)) from None
         return self._traceable
 
     def trace(self, *args, arch: Arch | str | None = None, num_warps: int | None = None,
@@ -103,6 +106,7 @@ class KernelTemplate:
         (a scalar of that type) or Python values for constexpr parameters."""
         arch = arch_by_name(arch) if isinstance(arch, str) else (arch or self.arch or SM90)
         nw = num_warps or self.num_warps
+        self._check_threads(arch, nw)
         try:
             bound = self.signature.bind(*args, **kwargs)
         except TypeError as e:
@@ -131,6 +135,22 @@ class KernelTemplate:
         module = ir.Module([kernel])
         module.verify()
         return module
+
+    def _check_threads(self, arch: Arch, num_warps: int) -> None:
+        """A block over the arch's thread limit fails at launch with a CUDA error far from the cause
+        (or not at all in a trace), so refuse it here, at the kernel's def line. (A SIMT `block` is not
+        checked: its logical threads are a tile spread over the num_warps warps, so (4096,) is fine.)"""
+        limit = arch.max_threads_per_block
+        warps = limit // arch.warp_size
+        unit = "waves" if arch.vendor == "amd" else "warps"
+        if isinstance(num_warps, bool) or not isinstance(num_warps, int) or num_warps < 1:
+            raise ir.GluonError(f"kernel {self.name}: num_warps={num_warps!r}; it must be an integer 1..{warps}",
+                                self.loc)
+        if num_warps * arch.warp_size > limit:
+            raise ir.GluonError(
+                f"kernel {self.name}: num_warps={num_warps} is {num_warps * arch.warp_size} threads per block, "
+                f"but {arch.name} allows at most {limit} ({warps} {unit} of {arch.warp_size}); "
+                f"use num_warps <= {warps}", self.loc)
 
     def _bind_param(self, trace: _Trace, pname: str, val, index: int | None):
         """The traced stand-in for parameter `pname` (the caller's runtime argument `index`), its IR

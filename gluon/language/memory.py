@@ -14,7 +14,7 @@ from typing import Sequence
 from .. import ir
 from ..types import DType, Layout, NVMMASharedLayout, ParamSource, SwizzleMode, TensorRef
 from .core import Tensor, _binary, _broadcast_to, _to_tensor, cast, size
-from .tracing import _Handle, _Trace, _tr, _user_loc
+from .tracing import _Handle, _static_int, _Trace, _tr, _user_loc
 
 
 # ---------------------------------------------------------------------------------- global memory
@@ -267,7 +267,8 @@ def smem(dtype: DType, layout: Layout, name: str = "", stages: int = 1, double_b
         shape = getattr(layout, "shape", None)
         if shape is None:
             raise ir.GluonError("smem(): give shape= (this layout does not carry one)", _user_loc())
-    shape = tuple(shape)
+    shape = tuple(_static_int(d, "smem()'s shape") for d in shape)
+    stages = _static_int(stages, "smem()'s stages")
     st = ir.SmemType(dtype, shape, layout, stages)
     ops = [value] if value is not None else []
     return Shared(t.emit("smem_alloc", ops, [st], {"name": name}, names=[name]).result, name)

@@ -6,6 +6,8 @@ DSL's own files) and runs the op's verifier; `_val` unwraps a traced object into
 """
 from __future__ import annotations
 
+import enum
+import operator
 import os
 import sys
 from typing import TYPE_CHECKING
@@ -32,7 +34,8 @@ def _user_loc() -> ir.Loc | None:
     """The innermost frame outside the DSL's own files: the user's kernel line."""
     f = sys._getframe(1)
     while f is not None and (f.f_code.co_filename in _INTERNAL_FILES or f.f_code.co_filename.startswith(_LANGUAGE_DIR)
-                             or f.f_code.co_filename.endswith("contextlib.py")):
+                             or f.f_code.co_filename.endswith("contextlib.py")
+                             or f.f_code.co_filename == enum.__file__):    # SwizzleMode(96) -> _missing_
         f = f.f_back
     if f is None:
         return None
@@ -74,6 +77,22 @@ UNDEF = UndefinedValue("?", None)
 
 
 _TRACES: list["_Trace"] = []
+
+
+def _static_int(value, what: str) -> int:
+    """`value` as a compile-time int (a shape, an arange bound, a static_range bound). A float there is
+    most often a constexpr given 128.0, and Python's own TypeError would name neither it nor the line."""
+    if not isinstance(value, bool):
+        try:
+            return operator.index(value)       # a GPU value raises its own GluonError here
+        except TypeError:
+            pass
+    names = [n for n, v in (_TRACES[-1].kernel.constexprs.items() if _TRACES else ())
+             if type(v) is type(value) and v == value]
+    fix = f"; pass {names[0]}={int(value)}" if names and isinstance(value, float) and value.is_integer() else ""
+    given = f"constexpr {names[0]}={value!r}" if names else repr(value)
+    raise ir.GluonError(f"{what} must be a Python int (a compile-time size), but {given} is a "
+                        f"{type(value).__name__}{fix}", _user_loc())
 
 
 def _tr() -> "_Trace":

@@ -137,13 +137,18 @@ def is_function_ref(text: str) -> bool:
 # ------------------------------------------------------------------------------------------ parsing
 
 
-def _size_expr(v: Any, path: tuple, what: str = _EXPR_HELP, least: int | None = None) -> str:
-    """A size expression as text (an integer is written as one); _Problem for anything else."""
+def _size_expr(v: Any, path: tuple, what: str = _EXPR_HELP, least: int | None = None,
+               most: tuple[int, str] | None = None) -> str:
+    """A size expression as text (an integer is written as one); _Problem for anything else.
+    `most`: (the largest literal allowed, why)."""
     if isinstance(v, bool) or not isinstance(v, (int, str)):
         raise _Problem(f"{_fmt(v)} is not an expression", path=path, value=v, allowed=what)
     if isinstance(v, int):
         if least is not None and v < least:
             raise _Problem(f"{v} is less than {least}", path=path, value=v, allowed=f"integers >= {least}, or {what}")
+        if most is not None and v > most[0]:
+            raise _Problem(f"{v} is more than {most[0]} ({most[1]})", path=path, value=v,
+                           allowed=f"integers {least or 0}..{most[0]}, or {what}")
         return str(v)
     try:
         expression_names(v)
@@ -275,7 +280,8 @@ def parse_launch(v: Any) -> LaunchDecl:
     if "block" in d:
         kw["block"] = _exprs(d["block"], ("block",), "block dimensions (SIMT kernels' logical threads)")
     if "num_warps" in d:
-        kw["num_warps"] = _size_expr(d["num_warps"], ("num_warps",), least=1)
+        kw["num_warps"] = _size_expr(d["num_warps"], ("num_warps",), least=1,
+                                     most=(32, "a block holds at most 1024 threads = 32 warps"))
     consts = _table(d.get("constexprs", {}), ("constexprs",), "a table NAME = expression or value")
     items = []
     for name, e in consts.items():

@@ -10,6 +10,7 @@ import math
 import re
 from typing import Any
 
+from ..arch import arch_by_name
 from . import space as _space
 from .space import (
     ALLOWED_SYNTAX,
@@ -266,11 +267,43 @@ def _build_space(tree: _Tree) -> tuple[dict[str, Domain], dict[str, tuple]]:
             if "registers" in body:
                 add(f"{role.upper()}_REGS", _parse_domain(tree, body["registers"], rpath + ("registers",),
                                                           "registers"), rpath + ("registers",))
+        _check_total_warps(tree, params)
     if "params" in data:
         for name, v in _table(tree, data["params"], ("params",), "parameters").items():
             _check_name(tree, name, ("params", name))
             add(name, _parse_domain(tree, v, ("params", name), "params"), ("params", name))
     return params, origin
+
+
+def _warps_per_block(tree: _Tree) -> tuple[int, str]:
+    """The arch's warps per block (1024 threads / its warp size) and its name; 32 when unknown."""
+    name = tree.data.get("kernel", {}).get("arch") if isinstance(tree.data.get("kernel"), dict) else None
+    try:
+        a = arch_by_name(name)
+    except Exception:            # a bad arch is reported by the [kernel] checks, not here
+        return 32, "NVIDIA"
+    return a.max_threads_per_block // a.warp_size, a.name
+
+
+def _check_total_warps(tree: _Tree, params: dict[str, Domain]) -> None:
+    """Every role's warps run in one block, so the roles' smallest warp counts must fit the arch's
+    limit together; otherwise no config can launch (one role's 1..32 check alone misses that)."""
+    roles = [(path, params[name]) for name, path in _role_warps(tree)]
+    if not roles:
+        return
+    limit, arch = _warps_per_block(tree)
+    least = [min(d.options()) for _, d in roles]
+    if sum(least) > limit:
+        shown = " + ".join(f"{p[1]} {w}" for (p, _), w in zip(roles, least))
+        raise tree.error(roles[-1][0], f"the warp roles need at least {shown} = {sum(least)} warps per block, "
+                         f"more than the {limit} a block of {arch} can hold (1024 threads)",
+                         value=sum(least), allowed=f"warps of all roles summing to at most {limit}")
+
+
+def _role_warps(tree: _Tree) -> list[tuple[str, tuple]]:
+    """(ROLE_WARPS parameter name, path of its `warps` key) for each warp role, in file order."""
+    roles = tree.data.get("warp_roles") or {}
+    return [(f"{r.upper()}_WARPS", ("warp_roles", r, "warps")) for r in roles]
 
 
 def _check_constraints(space: SearchSpace) -> None:
