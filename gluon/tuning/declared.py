@@ -2,7 +2,7 @@
 [problem] tables (gluon.tuning.spec_declared), so `gluon check/tune/build` and `gluon.load` work with no
 Python class.
 
-    template = template_for_spec(spec)           # imports the function, checks it against the declaration
+    template = template_for_spec(spec, fn)       # fn imported by gluon.tuning.spec.resolve_ref; checked here
     template = DeclaredTemplate.from_manifest(m)  # what gluon.load rebuilds from a build manifest
 
 What each hook does with the declaration:
@@ -12,12 +12,14 @@ What each hook does with the declaration:
                        the config and [launch.constexprs]; so the launch finds the tuner's binary in the cache
     make_inputs        the [args] tensors at the shape's extents, filled as declared (seeded), outputs empty
     poison / output    outputs filled with NaN (integer ones with their least value), or zeroed
-    run                the kernel on the grid, block and warps of [launch] (the compile pool's binary if given)
+    run                the kernel on the grid, block and warps of [launch] (the compile pool's binary if given,
+                       else the JIT's specialization), both worked out once per (config, shape, dtype)
     reference          [problem].reference over the arguments by name; one result per output
     baseline           [problem].baseline, likewise
     flops / bytes      [problem].flops / bytes over the dims (and itemsize)
-    call / shape_of    a user's call: the input tensors in [args] order, outputs returned (or out=/by name),
-                       dims read off the inputs' extents written as bare dim names
+    prepare / call_prepared   a user's call (gluon.load): the input tensors in [args] order, outputs
+                       returned (or out=/by name), dims read off the inputs' extents written as bare dim
+                       names; one pass over the arguments per call
     serves             whether a built bucket's config meets [launch].requires at a call's shape (gluon.load)
 
 A shape's "static" names (dims, itemsize, NUM_SMS and the constexprs computed from them alone) size the
