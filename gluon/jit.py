@@ -13,10 +13,12 @@
     runtime.Launcher (launch, planned from the ABI).
 
 `@kernel` / `@jit` make a `JITKernel` (a language `KernelTemplate` that can launch). `kernel[grid](args...)`
-specializes on argument dtypes, 16-byte alignment of pointers, divisibility of
-integers by 16, constexpr values, the launch block and num_warps; each specialization is traced and
-compiled once per process (the binary once per machine, through the disk cache), then launched from an
-in-memory table, so a repeated launch costs a key computation and a dict lookup.
+takes torch tensors, `__cuda_array_interface__` and DLPack objects, and, for a parameter annotated
+`gl.pointer(dtype)`, int device addresses; it specializes on argument dtypes, 16-byte alignment of
+pointers, divisibility of integers by 16, constexpr values, the launch block and num_warps; each
+specialization is traced and compiled once per process (the binary once per machine, through the disk
+cache), then launched from an in-memory table, so a repeated launch costs a key computation and a dict
+lookup.
 """
 from __future__ import annotations
 
