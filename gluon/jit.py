@@ -206,8 +206,8 @@ def arg_key(v) -> tuple:
     if type(v).__name__ == "Tensor" and hasattr(v, "data_ptr"):      # torch: the common case, no str()
         return ("t", v.dtype, v.data_ptr() % 16 == 0, v.dim())
     if _is_tensor(v):
-        return ("t", str(v.dtype) if hasattr(v, "dtype") else _tensor_dtype(v).name, _data_ptr(v) % 16 == 0,
-                _tensor_rank(v))
+        return ("t", str(v.dtype) if hasattr(v, "dtype") else str(v.__cuda_array_interface__["typestr"]),
+                _data_ptr(v) % 16 == 0, _tensor_rank(v))
     if isinstance(v, bool):
         return ("b",)
     if isinstance(v, int):
@@ -225,6 +225,13 @@ def _pointer_key(v, dtype: DType) -> tuple:
     return ("p", dtype, v % 16 == 0)
 
 
+def _raw_bytes_of(v, dtype: DType) -> bool:
+    """Whether `v` is a `__cuda_array_interface__` object of raw bytes ('<V2') the size of `dtype`."""
+    cai = None if hasattr(v, "dtype") else getattr(v, "__cuda_array_interface__", None)
+    typestr = str(cai.get("typestr", "")) if cai is not None else ""
+    return typestr[1:2] == "V" and typestr[2:] == str(dtype.bits // 8)
+
+
 def _stand_in(template: KernelTemplate, pname: str, v, key: tuple):
     """The trace-time stand-in for runtime argument `v` of parameter `pname`."""
     want = template.pointers.get(pname)
@@ -232,7 +239,10 @@ def _stand_in(template: KernelTemplate, pname: str, v, key: tuple):
         what = "a device address (an int) or a tensor" if want is not None else "a tensor, an int, a float or a bool"
         raise ir.GluonError(f"kernel {template.name}: argument '{pname}' is a {type(v).__name__}; pass {what}",
                             template.loc)
-    dtype = _tensor_dtype(v) if key[0] == "t" else None
+    if want is not None and key[0] == "t" and _raw_bytes_of(v, want):
+        dtype = want                 # bf16 / fp8 data, whose typestr says only 'V2' / 'V1': the annotation says
+    else:
+        dtype = _tensor_dtype(v) if key[0] == "t" else None
     if want is not None and key[0] != "p":
         ann = repr(gl_pointer(want))
         if key[0] != "t":

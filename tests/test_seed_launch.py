@@ -117,6 +117,19 @@ def test_a_cuda_array_interface_object_works_like_a_tensor():
         _compiled(copy_ptr, FakeCudaArray(0x7f0000001000, 100, "<f2"), 0x7f0000002000, 100)
 
 
+def test_raw_bytes_take_their_dtype_from_the_annotation():
+    """bf16 / fp8 have no typestr of their own ('<V2', '|V1'): an annotation of that size names them."""
+
+    @gluon.jit
+    def fill_bf16(dst_ptr: gl.pointer(gl.bfloat16), n, XBLOCK: gl.constexpr):
+        idx = gl.program_id(0) * XBLOCK + gl.thread_id(0)
+        if idx < n:
+            dst_ptr[idx] = 1.0
+
+    ck = fill_bf16[(1,), (2048,)].compiled(FakeCudaArray(0x7f0000001000, 8, "<V2"), 8, XBLOCK=2048, arch="sm90")
+    assert _params(ck)[0] == ("dst_ptr", "ptr<bf16>", 16)
+
+
 def test_a_dlpack_object_works_like_a_tensor():
     np = pytest.importorskip("numpy")
     pytest.importorskip("torch")
