@@ -183,7 +183,9 @@ class KernelABI:
             elif src.kind is SourceKind.ARG:
                 out.append(args[src.index])
             elif src.kind is SourceKind.DIM:
-                out.append(int(args[src.index].shape[src.axis]))
+                a = args[src.index]
+                shape = a.shape if hasattr(a, "shape") else a.__cuda_array_interface__["shape"]
+                out.append(int(shape[src.axis]))
             else:
                 if src.name not in kwargs:
                     raise TypeError(f"kernel {self.name} needs the size '{src.name}': pass {src.name}=... to "

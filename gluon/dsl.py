@@ -11,8 +11,8 @@ from .language.amd.cdna3 import mfma  # noqa: F401
 from .language.control import Loop, for_range, helper, range, static_range, warp_role  # noqa: F401
 from .language.core import (  # noqa: F401
     Tensor, abs, arange, broadcast_to, cast, cdiv, ceil, constexpr, convert_layout, cos, exp, exp2, expand_dims,
-    floor, fma, full, log, log2, max, maximum, min, minimum, multiple_of, num_programs, program_id, rsqrt, sin, sqrt,
-    sum, thread_id, where, zeros,
+    floor, fma, full, log, log2, max, maximum, min, minimum, multiple_of, num_programs, pointer, program_id, rsqrt,
+    sin, sqrt, sum, thread_id, where, zeros,
 )
 from .jit import jit, kernel  # noqa: F401
 from .language.kernel import DescArg, KernelTemplate, PointerArg, ScalarArg  # noqa: F401

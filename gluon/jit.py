@@ -13,10 +13,12 @@
     runtime.Launcher (launch, planned from the ABI).
 
 `@kernel` / `@jit` make a `JITKernel` (a language `KernelTemplate` that can launch). `kernel[grid](args...)`
-specializes on argument dtypes, 16-byte alignment of pointers, divisibility of
-integers by 16, constexpr values, the launch block and num_warps; each specialization is traced and
-compiled once per process (the binary once per machine, through the disk cache), then launched from an
-in-memory table, so a repeated launch costs a key computation and a dict lookup.
+takes torch tensors, `__cuda_array_interface__` and DLPack objects, and, for a parameter annotated
+`gl.pointer(dtype)`, int device addresses; it specializes on argument dtypes, 16-byte alignment of
+pointers, divisibility of integers by 16, constexpr values, the launch block and num_warps; each
+specialization is traced and compiled once per process (the binary once per machine, through the disk
+cache), then launched from an in-memory table, so a repeated launch costs a key computation and a dict
+lookup.
 """
 from __future__ import annotations
 
@@ -32,6 +34,7 @@ from .backend.binary import Binary
 from .backend.compile import compile_kernel
 from .backend.lowering import lower_module
 from .cache import default_cache
+from .language.core import pointer as gl_pointer
 from .language.kernel import KernelTemplate, PointerArg, ScalarArg
 from .passes.layout_assign import assign_layouts
 from .passes.layout_check import check_layouts
@@ -160,6 +163,26 @@ def _is_tensor(v) -> bool:
     return hasattr(v, "data_ptr") or hasattr(v, "__cuda_array_interface__")
 
 
+_PLAIN = (int, float, bool, type(None))
+
+
+def _from_dlpack(args: tuple) -> tuple:
+    """The call's arguments with each DLPack-only object (jax, ...; no data_ptr, no
+    __cuda_array_interface__) as a torch tensor viewing its memory, so it specializes and launches as one."""
+    if all(type(a) in _PLAIN or _is_tensor(a) or not hasattr(a, "__dlpack__") for a in args):
+        return args
+    import torch
+    return tuple(a if type(a) in _PLAIN or _is_tensor(a) or not hasattr(a, "__dlpack__") else torch.from_dlpack(a)
+                 for a in args)
+
+
+def _tensor_rank(v) -> int:
+    shape = getattr(v, "shape", None)
+    if shape is None:
+        shape = v.__cuda_array_interface__.get("shape", ())
+    return len(shape)
+
+
 def _tensor_dtype(v) -> DType:
     """Our dtype of a tensor argument (torch, or an object with `dtype` / `__cuda_array_interface__`)."""
     dt = getattr(v, "dtype", None)
@@ -183,8 +206,8 @@ def arg_key(v) -> tuple:
     if type(v).__name__ == "Tensor" and hasattr(v, "data_ptr"):      # torch: the common case, no str()
         return ("t", v.dtype, v.data_ptr() % 16 == 0, v.dim())
     if _is_tensor(v):
-        return ("t", str(v.dtype) if hasattr(v, "dtype") else _tensor_dtype(v).name, _data_ptr(v) % 16 == 0,
-                len(v.shape))
+        return ("t", str(v.dtype) if hasattr(v, "dtype") else str(v.__cuda_array_interface__["typestr"]),
+                _data_ptr(v) % 16 == 0, _tensor_rank(v))
     if isinstance(v, bool):
         return ("b",)
     if isinstance(v, int):
@@ -197,12 +220,41 @@ def arg_key(v) -> tuple:
 _arg_key = arg_key
 
 
+def _pointer_key(v, dtype: DType) -> tuple:
+    """The key of an int passed for a `gl.pointer(dtype)` parameter: a device address, aligned or not."""
+    return ("p", dtype, v % 16 == 0)
+
+
+def _raw_bytes_of(v, dtype: DType) -> bool:
+    """Whether `v` is a `__cuda_array_interface__` object of raw bytes ('<V2') the size of `dtype`."""
+    cai = None if hasattr(v, "dtype") else getattr(v, "__cuda_array_interface__", None)
+    typestr = str(cai.get("typestr", "")) if cai is not None else ""
+    return typestr[1:2] == "V" and typestr[2:] == str(dtype.bits // 8)
+
+
 def _stand_in(template: KernelTemplate, pname: str, v, key: tuple):
     """The trace-time stand-in for runtime argument `v` of parameter `pname`."""
+    want = template.pointers.get(pname)
     if key[0] == "?":
-        raise ir.GluonError(f"kernel {template.name}: argument '{pname}' is a {type(v).__name__}; pass a tensor, "
-                            "an int, a float or a bool", template.loc)
-    return stand_in(template, pname, key, _tensor_dtype(v) if key[0] == "t" else None)
+        what = "a device address (an int) or a tensor" if want is not None else "a tensor, an int, a float or a bool"
+        raise ir.GluonError(f"kernel {template.name}: argument '{pname}' is a {type(v).__name__}; pass {what}",
+                            template.loc)
+    if want is not None and key[0] == "t" and _raw_bytes_of(v, want):
+        dtype = want                 # bf16 / fp8 data, whose typestr says only 'V2' / 'V1': the annotation says
+    else:
+        dtype = _tensor_dtype(v) if key[0] == "t" else None
+    if want is not None and key[0] != "p":
+        ann = repr(gl_pointer(want))
+        if key[0] != "t":
+            raise ir.GluonError(f"kernel {template.name}: argument '{pname}' is annotated {ann}, but the launch "
+                                f"passed a {type(v).__name__}; pass a device address (an int) or a tensor",
+                                template.loc)
+        if dtype != want:
+            got, name = dtype.torch_name or dtype.name, want.torch_name or want.name
+            raise ir.GluonError(f"kernel {template.name}: argument '{pname}' is a {got} tensor, but the kernel "
+                                f"annotates it {ann}; pass {name} data (.to(torch.{name})) or change the annotation",
+                                template.loc)
+    return stand_in(template, pname, key, dtype)
 
 
 def stand_in(template: KernelTemplate, pname: str, key: tuple, dtype: DType | None = None):
@@ -210,6 +262,8 @@ def stand_in(template: KernelTemplate, pname: str, key: tuple, dtype: DType | No
     tensor, its dtype): what a caller that traces ahead of the launch (the declarative tuner) uses, so
     that the launch finds the same compiled kernel."""
     kind = key[0]
+    if kind == "p":                                      # an int for a gl.pointer(dtype) parameter
+        return PointerArg(key[1], 16 if key[2] else 1)
     if kind == "t":
         dt = dtype
         if template.simt:
@@ -231,12 +285,18 @@ class JITFunction:
         self.template = template
         sig = template.signature.parameters
         self.runtime_params = [n for n in sig if n not in template.constexprs]
+        # the element type of each `gl.pointer(...)`-annotated runtime parameter (None for the others)
+        self.pointer_dtypes = [template.pointers.get(n) for n in self.runtime_params]
+        self.has_pointers = any(d is not None for d in self.pointer_dtypes)
         self.cache: dict[tuple, CompiledKernel] = {}
 
     def specialize(self, args: Sequence[Any], constexprs: dict, block, num_warps, arch: Arch | None,
                    extra_kw: dict) -> CompiledKernel:
         t = self.template
         keys = tuple(_arg_key(v) for v in args)
+        if self.has_pointers:      # an int there is an address, not a scalar
+            keys = tuple(_pointer_key(v, d) if d is not None and type(v) is int else k
+                         for v, k, d in zip(args, keys, self.pointer_dtypes))
         ck_key = (keys, tuple(sorted(constexprs.items())), block, num_warps, arch.name if arch else None)
         ck = self.cache.get(ck_key)
         if ck is not None:
@@ -316,6 +376,7 @@ class BoundLaunch:
             args = tuple(bound[n] for n in self.jf.runtime_params if n in bound)
             constexprs.update({n: bound[n] for n in names if n in t.constexprs and n in bound})
         arch = arch_by_name(arch) if isinstance(arch, str) else arch
+        args = _from_dlpack(args)
         ck = self.jf.specialize(args, constexprs, self.block, num_warps or t.num_warps, arch, kwargs)
         return ck, args, constexprs
 

@@ -13,8 +13,8 @@ from .amd.cdna3 import mfma  # noqa: F401
 from .control import Loop, for_range, helper, range, static_range, warp_role  # noqa: F401
 from .core import (  # noqa: F401
     Tensor, abs, arange, broadcast_to, cast, cdiv, ceil, constexpr, convert_layout, cos, exp, exp2, expand_dims,
-    floor, fma, full, log, log2, max, maximum, min, minimum, multiple_of, num_programs, program_id, rsqrt, sin, sqrt,
-    sum, thread_id, where, zeros,
+    floor, fma, full, log, log2, max, maximum, min, minimum, multiple_of, num_programs, pointer, program_id, rsqrt,
+    sin, sqrt, sum, thread_id, where, zeros,
 )
 from .kernel import DescArg, PointerArg, ScalarArg  # noqa: F401
 from .memory import Pointer, Shared, load, smem, store, thread_barrier  # noqa: F401

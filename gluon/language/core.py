@@ -30,6 +30,64 @@ def _is_constexpr_annotation(a) -> bool:
     return a is constexpr or isinstance(a, constexpr) or (isinstance(a, str) and a.split(".")[-1] == "constexpr")
 
 
+class pointer:
+    """Annotation `dst_ptr: gl.pointer(gl.float32)`: the parameter is a device pointer to `dtype`. A bare
+    int never says what it points to, so only with this annotation may a launch pass an address
+    (`t.data_ptr()`) for it; a tensor passed there must have this dtype."""
+
+    __slots__ = ("dtype",)
+
+    def __init__(self, dtype):
+        dt = dtype if isinstance(dtype, DType) else DType.from_torch(dtype)
+        if dt is None:
+            try:
+                dt = DType.from_name(dtype)
+            except ValueError:
+                raise TypeError(f"gl.pointer({dtype!r}): give the element type, e.g. gl.pointer(gl.float32)") from None
+        object.__setattr__(self, "dtype", dt)
+
+    def __setattr__(self, name, value):
+        raise AttributeError("gl.pointer is immutable")
+
+    def __eq__(self, other):
+        return isinstance(other, pointer) and other.dtype == self.dtype
+
+    def __hash__(self):
+        return hash(("gl.pointer", self.dtype))
+
+    def __repr__(self) -> str:
+        return f"gl.pointer(gl.{self.dtype.torch_name or self.dtype.name})"
+
+
+def _int_param(t: "Tensor", depth: int = 8) -> str | None:
+    """The integer scalar parameter `t` is (or is that parameter plus offsets), else None: for the message
+    when a launch passed an int where the kernel uses a pointer."""
+    v = t.value
+    if not isinstance(v.type, ir.TileType) and v.type.dtype.is_int:
+        for p in _tr().kernel.params:
+            if p.value is v:
+                return p.name
+    op = v.owner
+    if depth and isinstance(op, ir.Op) and (op.kind in ("splat", "broadcast", "cast")
+                                            or (op.kind == "binary" and op.attrs.get("op") in ("add", "sub"))):
+        for o in op.operands:
+            name = _int_param(Tensor(o), depth - 1)
+            if name is not None:
+                return name
+    return None
+
+
+def _int_as_pointer_error(t: "Tensor") -> ir.GluonError | None:
+    """The error for an int argument used as a pointer: name it and say how to fix it."""
+    name = _int_param(t)
+    if name is None:
+        return None
+    return ir.GluonError(
+        f"parameter '{name}' is used as a pointer, but the launch passed an int for it, which the kernel takes as "
+        f"an integer scalar. If the int is a device address (t.data_ptr()), say what it points to with an "
+        f"annotation: `{name}: gl.pointer(gl.float32)` (its element type); or pass the tensor itself", _user_loc())
+
+
 _PROMOTE_FLOAT = [DType.f8e5m2, DType.f8e4m3, DType.f16, DType.bf16, DType.f32, DType.f64]
 
 
@@ -152,7 +210,8 @@ class Tensor(_Handle):
             elif isinstance(i, slice) and i == slice(None):
                 axis += 1
             else:
-                raise ir.GluonError(f"tile indexing supports only ':' and None, got {i!r}", _user_loc())
+                err = _int_as_pointer_error(self)
+                raise err or ir.GluonError(f"tile indexing supports only ':' and None, got {i!r}", _user_loc())
         return out
 
 

@@ -18,7 +18,7 @@ from .. import frontend, ir
 from ..arch import SM90, Arch, arch_by_name
 from ..types import DType, ParamSource, SwizzleMode, TensorRef
 from .control import _FrontendHelpers, _is_number
-from .core import Tensor, _is_constexpr_annotation, _py_dtype, constexpr
+from .core import Tensor, _is_constexpr_annotation, _py_dtype, constexpr, pointer
 from .memory import GlobalTensor, Pointer
 from .tracing import _TRACES, _Trace
 
@@ -58,6 +58,17 @@ class DescArg:
     swizzle: SwizzleMode = SwizzleMode.B128
 
 
+def _pointer_annotation(fn: Callable, a) -> pointer | None:
+    """`a` as a `gl.pointer(...)` annotation, else None (a string one, under `from __future__ import
+    annotations`, is evaluated in the kernel's module)."""
+    if isinstance(a, str) and "pointer(" in a:
+        try:
+            a = eval(a, fn.__globals__)
+        except Exception:
+            return None
+    return a if isinstance(a, pointer) else None
+
+
 def _def_line(fn: Callable) -> int:
     """The line of `def name(` (co_firstlineno points at the first decorator)."""
     try:
@@ -83,6 +94,8 @@ class KernelTemplate:
         self.signature = inspect.signature(fn)
         self.constexprs = {n for n, p in self.signature.parameters.items()
                            if _is_constexpr_annotation(p.annotation)}
+        self.pointers = {n: a.dtype for n, p in self.signature.parameters.items()
+                         if (a := _pointer_annotation(fn, p.annotation)) is not None}
         self._traceable: Callable | None = None
         self.loc = ir.Loc(inspect.getsourcefile(fn) or "?", _def_line(fn), fn.__name__)
         self.__doc__ = fn.__doc__
@@ -160,6 +173,9 @@ class KernelTemplate:
         if pname in self.constexprs:
             return val.value if isinstance(val, constexpr) else val
         src = ParamSource.arg(index)
+        want = self.pointers.get(pname)
+        if want is not None:
+            val = self._annotated_pointer(pname, val, want)
         if isinstance(val, TensorRef):
             v = ir.Value(ir.PointerType(val.dtype), pname)
             k.params.append(ir.Param(pname, v, loc, divisibility=16, source=src))
@@ -190,3 +206,19 @@ class KernelTemplate:
             return Tensor(v)
         raise ir.GluonError(f"kernel {self.name}: cannot trace parameter '{pname}' from {type(val).__name__} "
                             f"{val!r}; pass a TensorRef, PointerArg, ScalarArg, DescArg or a DType", self.loc)
+
+    def _annotated_pointer(self, pname: str, val, want: DType):
+        """The stand-in for a `gl.pointer(want)` parameter: an int is an address (16-byte aligned when it
+        is a multiple of 16); a pointer or tensor stand-in must point to `want`."""
+        if isinstance(val, int) and not isinstance(val, bool):
+            return PointerArg(want, 16 if val % 16 == 0 else 1)
+        got = val.dtype if isinstance(val, (PointerArg, TensorRef)) else None
+        if got is None:
+            raise ir.GluonError(f"kernel {self.name}: parameter '{pname}' is annotated {pointer(want)!r}; pass a "
+                                f"device address (an int), a TensorRef or a PointerArg, not {type(val).__name__}",
+                                self.loc)
+        if got != want:
+            raise ir.GluonError(f"kernel {self.name}: parameter '{pname}' is annotated {pointer(want)!r}, but was "
+                                f"given a pointer to {got.torch_name or got.name}; pass {want.torch_name or want.name} "
+                                "data or change the annotation", self.loc)
+        return val

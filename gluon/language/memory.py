@@ -13,7 +13,7 @@ from typing import Sequence
 
 from .. import ir
 from ..types import DType, Layout, NVMMASharedLayout, ParamSource, SwizzleMode, TensorRef
-from .core import Tensor, _binary, _broadcast_to, _to_tensor, cast, size
+from .core import Tensor, _binary, _broadcast_to, _int_as_pointer_error, _to_tensor, cast, size
 from .tracing import _Handle, _static_int, _Trace, _tr, _user_loc
 
 
@@ -80,6 +80,9 @@ def _address(ptr) -> tuple[Pointer, Tensor]:
     if isinstance(ptr, Pointer):
         ptr = ptr + 0
     if not isinstance(ptr, PtrOffset):
+        err = _int_as_pointer_error(ptr) if isinstance(ptr, Tensor) else None
+        if err is not None:
+            raise err
         raise ir.GluonError(f"expected a pointer parameter plus offsets (ptr + offs), got {type(ptr).__name__}",
                             _user_loc())
     offs = ptr.offsets
