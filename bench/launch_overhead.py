@@ -22,22 +22,9 @@ from __future__ import annotations
 import os
 import statistics
 import sys
-import time
 
 sys.path[0] = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-from bench.common import ROOT, environment, parser, table, write_json  # noqa: E402
-
-
-def _per_call_us(fn, calls: int) -> float:
-    import torch
-    fn()
-    torch.cuda.synchronize()
-    t0 = time.perf_counter()
-    for _ in range(calls):
-        fn()
-    t1 = time.perf_counter()
-    torch.cuda.synchronize()
-    return (t1 - t0) / calls * 1e6
+from bench.common import ROOT, environment, host_us_per_call, parser, table, write_json  # noqa: E402
 
 
 def _cases() -> list[tuple[str, str, object]]:
@@ -99,7 +86,7 @@ def main() -> int:
     for r in range(args.repeats):
         order = cases if r % 2 == 0 else cases[::-1]
         for _, name, fn in order:
-            rounds[name].append(_per_call_us(fn, args.calls))
+            rounds[name].append(host_us_per_call(fn, args.calls))
     rows, base = [], {}
     for group, name, _ in cases:
         us = statistics.median(rounds[name])

@@ -105,11 +105,12 @@ def test_the_template_traces_what_the_launch_compiles(declared):
         ck = t.compile(config, (n,), dtype, "sm90")
         assert ck.spills == 0
         inputs = t.make_inputs((n,), dtype, "cpu", 0)
-        env = t._env(config, (n,), dtype)
-        grid, block, nw, consts = t._launch(env)
+        plan = t._plan(config, (n,), dtype, -1)
+        grid, nw, consts = plan.grid, plan.num_warps, plan.consts
         assert grid == (-(-n // 1024),) and nw == 4 and consts == {"BLOCK": 1024, "NUM_WARPS": 4,
                                                                    "VEC": 16 // inputs["x"].element_size()}
-        jit = t.fn[grid].compiled(*t._runtime_args(inputs, env), num_warps=nw, arch="sm90", **consts)
+        args = [inputs[a] if a in inputs else plan.scalars[a] for a in ("out", "x", "n", "alpha")]
+        jit = t.fn[grid].compiled(*args, num_warps=nw, arch="sm90", **consts)
         assert jit.binary.key == ck.binary.key
 
 

@@ -48,7 +48,7 @@ from .spec_declared import (
     is_function_ref,
     names_of,
 )
-from .template import H200_SMS, TuningTemplate, dtype_name, load_template_ref, log_distance
+from .template import H200_SMS, TuningTemplate, dtype_name, load_template_ref
 from .torch_expr import TorchExpr
 
 
@@ -80,8 +80,8 @@ def _int(v: Any, what: str) -> int:
 
 @dataclass
 class _Launch:
-    """A launch worked out for one (config, shape, dtype, SM count), and the compiled specializations it
-    has launched (by the arguments' gluon.jit.arg_key: dtypes, alignment, divisibility)."""
+    """A launch worked out for one (config, shape, dtype, device), and the compiled specializations it
+    has launched (by the tensors' 16-byte alignment and the caller-given scalars' gluon.jit.arg_key)."""
     grid: tuple
     block: tuple | None
     num_warps: int
@@ -233,7 +233,7 @@ class DeclaredTemplate(TuningTemplate):
         for a in self.decl.args:
             if isinstance(a, TensorDecl):
                 inputs[a.name] = _filled(a, self._extents(a, env), self._dtype(a, dtype).torch, device, g)
-            elif _uses_only(a.value, self._static):
+            elif a.name in self._static_scalars:
                 inputs[a.name] = self._scalar(a, env)
         return inputs
 
@@ -243,7 +243,7 @@ class DeclaredTemplate(TuningTemplate):
         return tuple(inputs[t.name] for t in self._outputs)
 
     def poison(self, inputs: dict) -> None:
-        for t in self.decl.outputs:
+        for t in self._outputs:
             x = inputs[t.name]
             if t.fill == "zeros":
                 x.zero_()
@@ -252,9 +252,6 @@ class DeclaredTemplate(TuningTemplate):
             else:
                 import torch
                 x.fill_(torch.iinfo(x.dtype).min if x.dtype != torch.bool else False)
-
-    def _runtime_args(self, inputs: dict, env: dict) -> list:
-        return [inputs[n] if n in inputs else self._scalar(self._by_name[n], env) for n in self._runtime]
 
     def _plan(self, config: dict, shape, dtype: str, device_index: int) -> "_Launch":
         """The grid, block, warps, constexprs and per-config scalars of a launch: the expressions are
@@ -300,7 +297,7 @@ class DeclaredTemplate(TuningTemplate):
     def check(self, out, ref, rtol: float, atol: float):
         """TuningTemplate.check per output (the reference gives one result per output: a tensor, a tuple in
         [args] order, or a dict by name); the worst error, and the first output that fails, named."""
-        names = [t.name for t in self.decl.outputs]
+        names = [t.name for t in self._outputs]
         outs = out if isinstance(out, tuple) else (out,)
         if isinstance(ref, dict):
             missing = [n for n in names if n not in ref]
@@ -458,9 +455,6 @@ class DeclaredTemplate(TuningTemplate):
 
     def call_args(self, inputs: dict) -> tuple:
         return tuple(inputs[n] for n in self._input_names)
-
-    def bucket_distance(self, built, shape) -> float | None:
-        return log_distance(built, shape)
 
 
 # ------------------------------------------------------------------------------------------- helpers

@@ -305,9 +305,7 @@ def _check_keys(tree: _Tree) -> None:
     for k in kernel:
         if k not in KERNEL_KEYS:
             raise _unknown_key(tree, ("kernel",), k, KERNEL_KEYS, "[kernel]")
-    for k in ("name", "template", "arch"):
-        if k == "template" and ("function" in kernel or "template" in kernel):
-            continue
+    for k in ("name", "arch") if "function" in kernel else ("name", "template", "arch"):
         if k not in kernel:
             allowed = {"name": "a kernel name", "arch": ", ".join(ARCHS),
                        "template": f"{TEMPLATE_ALLOWED} (or function = {FUNCTION_ALLOWED} with [args], [launch], "
@@ -363,26 +361,25 @@ def _declaration(tree: _Tree, file: Path, data: dict, params: dict) -> Declarati
     kernel = data["kernel"]
     if "function" not in kernel:
         return None
+    def at(prefix: tuple, p: _Problem) -> SpecError:
+        value = None if p.value is _MISSING else p.value
+        return tree.error(prefix + p.path, p.problem, value=value, allowed=p.allowed, suggestion=p.suggestion)
     parts = {}
     try:
         dims = parse_dims(kernel["dims"])
     except _Problem as p:
-        raise tree.error(("kernel", "dims") + p.path, p.problem, value=p.value, allowed=p.allowed,
-                         suggestion=p.suggestion) from None
+        raise at(("kernel", "dims"), p) from None
     for key, parse in (("args", parse_args), ("launch", parse_launch), ("problem", parse_problem)):
         try:
             parts[key] = parse(data[key])
         except _Problem as p:
-            value = None if p.value is _MISSING else p.value
-            raise tree.error((key,) + p.path, p.problem, value=value, allowed=p.allowed,
-                             suggestion=p.suggestion) from None
+            raise at((key,), p) from None
     decl = Declaration(function=str(kernel["function"]), dims=dims, params=tuple(params), spec_dir=str(file.parent),
                        **parts)
     try:
         check_names(decl)
     except _Problem as p:
-        value = None if p.value is _MISSING else p.value
-        raise tree.error(p.path, p.problem, value=value, allowed=p.allowed, suggestion=p.suggestion) from None
+        raise at((), p) from None
     tuning = data.get("tuning", {}) if isinstance(data.get("tuning"), dict) else {}
     objective = tuning.get("objective", "geomean_ratio")
     if decl.problem.baseline is None and objective in ("geomean_ratio", "geomean", "ratio", "speedup") \
@@ -423,11 +420,6 @@ def load_spec(path: str | Path) -> Spec:
 # ------------------------------------------------------------------------------------- templates
 
 
-def _template_error_at(spec: Spec, problem: str, value: Any, allowed: str = "",
-                       suggestion: str | None = None, field: str = "template") -> SpecError:
-    return spec.error(("kernel", field), problem, value=value, allowed=allowed, suggestion=suggestion)
-
-
 def _where_raised(e: BaseException) -> str:
     tb = traceback.extract_tb(e.__traceback__)
     if not tb:
@@ -446,10 +438,10 @@ def resolve_ref(spec: Spec, field: str) -> Any:
     """Import the object `kernel.<field>` (template or function) names, as `resolve_template` says;
     SpecError at that field when it cannot."""
     ref = getattr(spec.kernel, field)
-    allowed = TEMPLATE_ALLOWED if field == "template" else FUNCTION_ALLOWED
+    ref_allowed = TEMPLATE_ALLOWED if field == "template" else FUNCTION_ALLOWED
 
-    def _template_error(spec, problem, value, allowed=allowed, suggestion=None):
-        return _template_error_at(spec, problem, value, allowed, suggestion, field)
+    def error(problem: str, allowed: str = "", suggestion: str | None = None) -> SpecError:
+        return spec.error(("kernel", field), problem, value=ref, allowed=allowed, suggestion=suggestion)
     target, _, attr = ref.rpartition(":")
     if target.endswith(".py"):
         rel = Path(target)
@@ -458,15 +450,14 @@ def resolve_ref(spec: Spec, field: str) -> Any:
             [p / rel for p in spec_dir.parents]
         found = next((c for c in candidates if c.is_file()), None)
         if found is None:
-            raise _template_error(spec, f"file '{target}' not found (looked in the current directory, "
-                                        f"{_display(spec_dir)} and its parents)", ref, allowed)
+            raise error(f"file '{target}' not found (looked in the current directory, "
+                        f"{_display(spec_dir)} and its parents)", ref_allowed)
         try:
             module = import_file(found)         # one module per file, whoever loads it
         except BaseException as e:
             if isinstance(e, (KeyboardInterrupt, SystemExit)):
                 raise
-            raise _template_error(spec, f"importing '{target}' failed: {type(e).__name__}: {e}"
-                                        f"{_where_raised(e)}", ref) from None
+            raise error(f"importing '{target}' failed: {type(e).__name__}: {e}{_where_raised(e)}") from None
         where = f"'{target}'"
     else:
         try:
@@ -474,16 +465,15 @@ def resolve_ref(spec: Spec, field: str) -> Any:
         except BaseException as e:
             if isinstance(e, (KeyboardInterrupt, SystemExit)):
                 raise
-            raise _template_error(spec, f"cannot import module '{target}': {type(e).__name__}: {e}"
-                                        f"{_where_raised(e) if not isinstance(e, ModuleNotFoundError) else ''}",
-                                  ref) from None
+            raise error(f"cannot import module '{target}': {type(e).__name__}: {e}"
+                        f"{_where_raised(e) if not isinstance(e, ModuleNotFoundError) else ''}") from None
         where = f"module '{target}'"
     obj = module
     for part in attr.split("."):
         if not hasattr(obj, part):
             names = [n for n in dir(obj) if not n.startswith("_")]
-            raise _template_error(spec, f"{where} has no attribute '{part}'", ref,
-                                  suggestion=(f"{target}:{s}" if (s := _suggest(part, names)) else None))
+            raise error(f"{where} has no attribute '{part}'",
+                        suggestion=(f"{target}:{s}" if (s := _suggest(part, names)) else None))
         obj = getattr(obj, part)
     return obj
 

@@ -299,14 +299,13 @@ def parse_launch(v: Any) -> LaunchDecl:
                        allowed="a list of conditions", suggestion=f"[{_fmt(req)}]")
     if not isinstance(req, list):
         raise _Problem(f"{_fmt(req)} is not a list", path=("requires",), value=req, allowed="a list of conditions")
+    for i, r in enumerate(req):
+        if not isinstance(r, str):
+            raise _Problem(f"{_fmt(r)} is not a condition", path=("requires", i), value=r,
+                           allowed="a condition in a string, e.g. \"BLOCK_N >= N\"")
     kw["requires"] = tuple(_size_expr(r, ("requires", i), what="a condition, e.g. \"BLOCK_N >= N\"")
-                           if isinstance(r, str) else _bad_condition(r, i) for i, r in enumerate(req))
+                           for i, r in enumerate(req))
     return LaunchDecl(**kw)
-
-
-def _bad_condition(r: Any, i: int):
-    raise _Problem(f"{_fmt(r)} is not a condition", path=("requires", i), value=r,
-                   allowed="a condition in a string, e.g. \"BLOCK_N >= N\"")
 
 
 def _torch_or_ref(v: Any, path: tuple, what: str) -> str:
