@@ -248,7 +248,8 @@ class _Rewriter(ast.NodeTransformer):
         cond = self._fresh("cond")
         br = self._fresh("if")
         # the static form gets its own copy: shared nodes would be renumbered twice
-        static_if = ast.If(ast.Name(cond, ast.Load()), copy.deepcopy(node.body), copy.deepcopy(node.orelse or []))
+        static_if = ast.If(_call(_attr("__gl__", "truth"), ast.Name(cond, ast.Load())), copy.deepcopy(node.body),
+                           copy.deepcopy(node.orelse or []))
         dynamic: list[ast.stmt] = [
             ast.Assign([ast.Name(br, ast.Store())], _call(
                 _attr("__gl__", "branch"), ast.Name(cond, ast.Load()), ast.Constant(tuple(names)), _lookups(names))),

@@ -14,6 +14,7 @@ import functools
 from .. import frontend, ir
 from ..types import DType, WarpRole, enum_member
 from .core import Tensor, _to_tensor, cast, size, where
+from .folding import truth
 from .memory import _Negated
 from .tracing import UndefinedValue, _Handle, _static_int, _tr, _user_loc
 
@@ -347,7 +348,13 @@ class _FrontendHelpers:
 
     @staticmethod
     def is_static(cond) -> bool:
-        return not isinstance(cond, Tensor)
+        """Python values, and GPU scalars whose value the trace knows (folding.py), branch in Python."""
+        return not isinstance(cond, Tensor) or (not cond.is_tile and truth(cond.value) is not None)
+
+    @staticmethod
+    def truth(cond) -> bool:
+        """`if cond:` of a static condition."""
+        return truth(cond.value) if isinstance(cond, Tensor) else bool(cond)
 
     @staticmethod
     def branch(cond: Tensor, names, values):
