@@ -42,7 +42,7 @@ from .passes.pipeline import pipeline
 from .passes.smem_alloc import allocate_shared
 from .passes.warp_spec import check_warp_roles
 from .runtime import Launcher, LaunchError
-from .types import DType, TensorRef
+from .types import DType, SourceKind, TensorRef
 
 PIPELINE: list[tuple[str, Callable[[ir.Kernel], ir.Kernel]]] = [
     ("layout_assign", assign_layouts),
@@ -76,6 +76,7 @@ class CompiledKernel:
     binary: Any                       # gluon.backend.binary.Binary
     timings: dict = field(default_factory=dict)
     _launcher: Any = None
+    _args_as_given: bool | None = None
 
     @property
     def kernel(self) -> ir.Kernel:
@@ -117,15 +118,22 @@ class CompiledKernel:
             self._launcher = Launcher(self.binary, self.abi)
         return self._launcher
 
-    def launch_args(self, args: Sequence[Any], kwargs: dict) -> list:
+    def launch_args(self, args: Sequence[Any], kwargs: dict) -> Sequence[Any]:
         """The launcher's arguments for a call with the caller's `args` and keyword sizes (ABI sources)."""
+        if self._args_as_given is None:
+            self._args_as_given = all(p.source is None or (p.source.kind is SourceKind.ARG and p.source.index == i)
+                                      for i, p in enumerate(self.abi.runtime_params))
+        if self._args_as_given and not kwargs and len(args) == len(self.abi.runtime_params):
+            return args                  # a SIMT kernel's launch: each parameter takes its argument
         try:
             return self.abi.bind(args, kwargs)
         except TypeError as e:
             raise ir.GluonError(str(e), self.module.kernel.loc if self.module is not None else None) from None
 
     def __call__(self, grid, *args, stream=None, meta: dict | None = None, **sizes):
-        return self.launcher(grid, *self.launch_args(args, sizes), stream=stream, **(meta or {}))
+        if meta and callable(grid):      # a grid function reads the constexprs too
+            return self.launcher(grid, *self.launch_args(args, sizes), stream=stream, **meta)
+        return self.launcher(grid, *self.launch_args(args, sizes), stream=stream)
 
 
 def compile_module(module: ir.Module, *, options: dict | None = None, cache=None) -> CompiledKernel:
@@ -166,6 +174,9 @@ def _is_tensor(v) -> bool:
 _PLAIN = (int, float, bool, type(None))
 
 
+_TENSOR_TYPES: set = set()     # torch's tensor class, once seen (a launch never imports torch itself)
+
+
 def _from_dlpack(args: tuple) -> tuple:
     """The call's arguments with each DLPack-only object (jax, ...; no data_ptr, no
     __cuda_array_interface__) as a torch tensor viewing its memory, so it specializes and launches as one."""
@@ -203,8 +214,12 @@ def _data_ptr(v) -> int:
 
 def arg_key(v) -> tuple:
     """What a compiled specialization depends on for one runtime argument (on every launch: keep it cheap)."""
-    if type(v).__name__ == "Tensor" and hasattr(v, "data_ptr"):      # torch: the common case, no str()
-        return ("t", v.dtype, v.data_ptr() % 16 == 0, v.dim())
+    t = type(v)
+    if t in _TENSOR_TYPES or (t.__name__ == "Tensor" and hasattr(v, "data_ptr")):
+        _TENSOR_TYPES.add(t)
+        return ("t", v.dtype, v.data_ptr() % 16 == 0, v.dim())       # torch: the common case, no str()
+    if t is int:
+        return ("i", v % 16 == 0, -2**31 <= v < 2**31)
     if _is_tensor(v):
         return ("t", str(v.dtype) if hasattr(v, "dtype") else str(v.__cuda_array_interface__["typestr"]),
                 _data_ptr(v) % 16 == 0, _tensor_rank(v))
@@ -289,6 +304,25 @@ class JITFunction:
         self.pointer_dtypes = [template.pointers.get(n) for n in self.runtime_params]
         self.has_pointers = any(d is not None for d in self.pointer_dtypes)
         self.cache: dict[tuple, CompiledKernel] = {}
+        # launches already seen, keyed on the call as written (argument keys, keyword constexprs in the
+        # caller's order, num_warps, arch as passed, block): a hit skips normalizing the call (`seen_key`)
+        self.seen: dict[tuple, tuple[CompiledKernel, dict]] = {}
+        self.constexpr_names = frozenset(template.constexprs)
+
+    def seen_key(self, args: tuple, kwargs: dict, num_warps, arch, block) -> tuple | None:
+        """The `seen` key of a call, or None for a call it does not cover (constexprs passed
+        positionally, keyword sizes, DLPack-only objects, unhashable values): those take `specialize`.
+        Each argument's `arg_key` determines its specialization key (a `gl.pointer` int's alignment is
+        in its int key), so equal seen keys mean one compiled kernel."""
+        if len(args) != len(self.runtime_params):
+            return None
+        keys = tuple(map(arg_key, args))
+        for k in keys:
+            if k[0] == "?":
+                return None
+        if kwargs and not self.constexpr_names.issuperset(kwargs):
+            return None
+        return keys, tuple(kwargs.items()), num_warps, arch, block
 
     def specialize(self, args: Sequence[Any], constexprs: dict, block, num_warps, arch: Arch | None,
                    extra_kw: dict) -> CompiledKernel:
@@ -388,7 +422,19 @@ class BoundLaunch:
         return self._specialize(args, num_warps, arch, kwargs)[0]
 
     def __call__(self, *args, num_warps: int | None = None, stream=None, arch: Arch | str | None = None, **kwargs):
-        ck, args, constexprs = self._specialize(args, num_warps, arch, kwargs)
+        jf = self.jf
+        key = jf.seen_key(args, kwargs, num_warps, arch, self.block)
+        try:
+            hit = jf.seen.get(key)
+        except TypeError:                # an unhashable constexpr value
+            key = hit = None
+        if hit is not None:
+            ck, constexprs = hit
+            kwargs = {}
+        else:
+            ck, args, constexprs = self._specialize(args, num_warps, arch, kwargs)
+            if key is not None:
+                jf.seen[key] = (ck, constexprs)
         try:
             return ck(self.grid, *args, stream=stream, meta=constexprs, **kwargs)
         except Exception as e:
