@@ -172,25 +172,41 @@ class KernelABI:
     def launch_types(self) -> list[str]:
         return [t for p in self._runtime for t in p.launch_types]
 
+    def _sources(self) -> tuple:
+        """Each runtime parameter's source as (0, index) an argument, (1, index, axis) an extent of one,
+        (2, name) a keyword: plain values, read on every launch."""
+        got = self.__dict__.get("_source_plan")
+        if got is None:
+            got = []
+            for i, p in enumerate(self._runtime):
+                src = p.source
+                if src is None or src.kind is SourceKind.ARG:
+                    got.append((0, i if src is None else src.index))
+                elif src.kind is SourceKind.DIM:
+                    got.append((1, src.index, src.axis))
+                else:
+                    got.append((2, src.name))
+            got = tuple(got)
+            object.__setattr__(self, "_source_plan", got)
+        return got
+
     def bind(self, args: Sequence[Any], kwargs: dict) -> list:
         """The value of every runtime parameter for a call with the caller's `args` and keyword sizes,
         taken from each parameter's source (a parameter without one takes the next argument)."""
         out = []
-        for i, p in enumerate(self._runtime):
-            src = p.source
-            if src is None:
-                out.append(args[i])
-            elif src.kind is SourceKind.ARG:
-                out.append(args[src.index])
-            elif src.kind is SourceKind.DIM:
-                a = args[src.index]
+        for src in self._sources():
+            kind = src[0]
+            if kind == 0:
+                out.append(args[src[1]])
+            elif kind == 1:
+                a = args[src[1]]
                 shape = a.shape if hasattr(a, "shape") else a.__cuda_array_interface__["shape"]
-                out.append(int(shape[src.axis]))
+                out.append(int(shape[src[2]]))
             else:
-                if src.name not in kwargs:
-                    raise TypeError(f"kernel {self.name} needs the size '{src.name}': pass {src.name}=... to "
-                                    "the launch")
-                out.append(kwargs[src.name])
+                name = src[1]
+                if name not in kwargs:
+                    raise TypeError(f"kernel {self.name} needs the size '{name}': pass {name}=... to the launch")
+                out.append(kwargs[name])
         return out
 
     def to_json(self) -> dict:

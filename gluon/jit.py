@@ -118,13 +118,18 @@ class CompiledKernel:
             self._launcher = Launcher(self.binary, self.abi)
         return self._launcher
 
-    def launch_args(self, args: Sequence[Any], kwargs: dict) -> Sequence[Any]:
-        """The launcher's arguments for a call with the caller's `args` and keyword sizes (ABI sources)."""
+    def takes_args_as_given(self, nargs: int) -> bool:
+        """Whether a call's `nargs` positional arguments are the launcher's, unchanged: each runtime
+        parameter takes the argument in its place (a SIMT kernel; no sizes read off shapes)."""
         if self._args_as_given is None:
             self._args_as_given = all(p.source is None or (p.source.kind is SourceKind.ARG and p.source.index == i)
                                       for i, p in enumerate(self.abi.runtime_params))
-        if self._args_as_given and not kwargs and len(args) == len(self.abi.runtime_params):
-            return args                  # a SIMT kernel's launch: each parameter takes its argument
+        return self._args_as_given and nargs == len(self.abi.runtime_params)
+
+    def launch_args(self, args: Sequence[Any], kwargs: dict) -> Sequence[Any]:
+        """The launcher's arguments for a call with the caller's `args` and keyword sizes (ABI sources)."""
+        if not kwargs and self.takes_args_as_given(len(args)):
+            return args
         try:
             return self.abi.bind(args, kwargs)
         except TypeError as e:
@@ -306,7 +311,8 @@ class JITFunction:
         self.cache: dict[tuple, CompiledKernel] = {}
         # launches already seen, keyed on the call as written (argument keys, keyword constexprs in the
         # caller's order, num_warps, arch as passed, block): a hit skips normalizing the call (`seen_key`)
-        self.seen: dict[tuple, tuple[CompiledKernel, dict]] = {}
+        # (the compiled kernel, its constexprs, its Launcher where the call's arguments are the launch's)
+        self.seen: dict[tuple, tuple[CompiledKernel, dict, Launcher | None]] = {}
         self.constexpr_names = frozenset(template.constexprs)
 
     def seen_key(self, args: tuple, kwargs: dict, num_warps, arch, block) -> tuple | None:
@@ -316,13 +322,21 @@ class JITFunction:
         in its int key), so equal seen keys mean one compiled kernel."""
         if len(args) != len(self.runtime_params):
             return None
-        keys = tuple(map(arg_key, args))
-        for k in keys:
-            if k[0] == "?":
-                return None
+        keys = []
+        for v in args:                   # arg_key, inlined for torch tensors and ints
+            t = type(v)
+            if t in _TENSOR_TYPES:
+                keys.append(("t", v.dtype, v.data_ptr() % 16 == 0, v.dim()))
+            elif t is int:
+                keys.append(("i", v % 16 == 0, -2**31 <= v < 2**31))
+            else:
+                k = arg_key(v)
+                if k[0] == "?":
+                    return None
+                keys.append(k)
         if kwargs and not self.constexpr_names.issuperset(kwargs):
             return None
-        return keys, tuple(kwargs.items()), num_warps, arch, block
+        return tuple(keys), tuple(kwargs.items()), num_warps, arch, block
 
     def specialize(self, args: Sequence[Any], constexprs: dict, block, num_warps, arch: Arch | None,
                    extra_kw: dict) -> CompiledKernel:
@@ -361,8 +375,20 @@ class JITKernel(KernelTemplate):
     traces with stand-ins and compiles without a GPU."""
 
     def __getitem__(self, launch) -> "BoundLaunch":
-        """`kernel[grid]` or `kernel[grid, block]` -> a callable that launches with the arguments."""
-        return BoundLaunch(self, launch)
+        """`kernel[grid]` or `kernel[grid, block]` -> a callable that launches with the arguments (kept per
+        launch spec: a launch per call in a loop builds it once)."""
+        bound = self.__dict__.get("_bound")
+        if bound is None:
+            bound = self._bound = {}
+        try:
+            b = bound.get(launch)
+        except TypeError:                # a list grid: not hashable
+            return BoundLaunch(self, launch)
+        if b is None:
+            if len(bound) >= 256:        # grids that follow the problem size: keep the table small
+                bound.clear()
+            b = bound[launch] = BoundLaunch(self, launch)
+        return b
 
     def compile(self, *args, **kwargs) -> "CompiledKernel":
         """Trace with stand-ins and compile (no GPU needed): see `gluon.jit.compile`."""
@@ -429,13 +455,17 @@ class BoundLaunch:
         except TypeError:                # an unhashable constexpr value
             key = hit = None
         if hit is not None:
-            ck, constexprs = hit
+            ck, constexprs, launcher = hit
             kwargs = {}
         else:
             ck, args, constexprs = self._specialize(args, num_warps, arch, kwargs)
+            launcher = None
             if key is not None:
-                jf.seen[key] = (ck, constexprs)
+                launcher = ck.launcher if ck.takes_args_as_given(len(args)) else None
+                jf.seen[key] = (ck, constexprs, launcher)
         try:
+            if launcher is not None and not callable(self.grid):
+                return launcher(self.grid, *args, stream=stream)
             return ck(self.grid, *args, stream=stream, meta=constexprs, **kwargs)
         except Exception as e:
             if isinstance(e, LaunchError):

@@ -35,8 +35,16 @@ class CudaBackend:
             raise LaunchError(f"cannot launch {kernel}: no CUDA device is available "
                               f"(torch.cuda.is_available() is False; torch {torch.__version__})")
 
+    _get_device = None
+
     def current_device(self) -> int:
-        return _torch().cuda.current_device()
+        get = self._get_device
+        if get is not None:
+            return get()
+        torch = _torch()
+        dev = torch.cuda.current_device()              # initializes CUDA; from then on its C getter
+        self._get_device = getattr(torch._C, "_cuda_getDevice", None)   # (less its lazy-init check)
+        return dev
 
     def device_context(self, device: int):
         return _torch().cuda.device(device)

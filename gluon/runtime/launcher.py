@@ -62,7 +62,7 @@ class _ArgPlan:
 
     __slots__ = ("index", "param", "name", "kind", "dtype", "dname", "torch_dtype", "rank", "contig", "div16",
                  "lo", "hi", "fmax", "elem_size", "block", "box", "swizzle_bytes", "swizzle_mode",
-                 "host_elem_type", "where")
+                 "host_elem_type", "desc_kind", "where")
 
 
 def _plan(i: int, param: KernelParam) -> _ArgPlan:
@@ -91,6 +91,8 @@ def _plan(i: int, param: KernelParam) -> _ArgPlan:
         p.block, p.box = param.block_shape, param.box
         p.swizzle_mode = TMA_SWIZZLE_MODE[param.swizzle_bytes]
         p.host_elem_type = TMA_DTYPE_DEVICE_TO_HOST[dt.tma_type]
+        # the descriptor cache key's fixed part, of plain values (an enum hashes in Python, per launch)
+        p.desc_kind = (dt.name, p.box, p.swizzle_mode, p.host_elem_type)
         p.div16 = False
     return p
 
@@ -254,7 +256,7 @@ class Launcher:
                 if cumap is None:
                     if pending is None:
                         pending = []
-                    pending.append((len(flat), key))
+                    pending.append((len(flat), key, p))
                 flat.append(cumap)
                 flat += shape
                 flat += strides
@@ -411,7 +413,7 @@ class Launcher:
         else:
             raise self._fail(p, f"got {self._describe(v)}; a tensor-descriptor argument needs a "
                                 f"GPU tensor or a gluon.runtime.TensorDescriptor")
-        key = (ptr, shape, strides, p.dtype, p.box, p.swizzle_mode, padding, p.host_elem_type)
+        key = (ptr, shape, strides, padding, p.desc_kind)
         cumap = DESC_CACHE.get(key)
         if cumap is None and not validated:
             problem = check_tma_tensor(ptr, shape, strides, p.elem_size)
@@ -422,10 +424,10 @@ class Launcher:
     def _fill(self, pending: list, flat: list) -> None:
         """Fill the CUtensorMaps of cache misses (after validation, so errors come first)."""
         backend = self._backend
-        for pos, key in pending:
-            ptr, shape, strides, _dtype, box, swizzle_mode, padding, host_elem = key
-            cumap = backend.fill_tma_descriptor(ptr, swizzle_mode, _dtype.bytes, host_elem,
-                                                box, shape, strides, padding)
+        for pos, key, p in pending:
+            ptr, shape, strides, padding, _kind = key
+            cumap = backend.fill_tma_descriptor(ptr, p.swizzle_mode, p.elem_size, p.host_elem_type,
+                                                p.box, shape, strides, padding)
             DESC_CACHE.put(key, cumap)
             flat[pos] = cumap
 

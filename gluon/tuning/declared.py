@@ -81,7 +81,8 @@ def _int(v: Any, what: str) -> int:
 @dataclass
 class _Launch:
     """A launch worked out for one (config, shape, dtype, device), and the compiled specializations it
-    has launched (by the tensors' 16-byte alignment and the caller-given scalars' gluon.jit.arg_key)."""
+    has launched (by the tensors' 16-byte alignment and the caller-given scalars' gluon.jit.arg_key): each
+    one's Launcher, or the compiled kernel where the arguments need binding first."""
     grid: tuple
     block: tuple | None
     num_warps: int
@@ -257,7 +258,7 @@ class DeclaredTemplate(TuningTemplate):
         """The grid, block, warps, constexprs and per-config scalars of a launch: the expressions are
         evaluated once per (config, shape, dtype, device), not per timed run. `device_index`: the CUDA
         device (Tensor.get_device(); -1, a CPU tensor: the H200's SM count stands in)."""
-        key = (tuple(sorted(config.items())), shape, dtype, device_index)
+        key = (tuple(config.items()), shape, dtype, device_index)    # (one config dict: one order)
         plan = self._plans.get(key)
         if plan is not None:
             return plan
@@ -280,10 +281,13 @@ class DeclaredTemplate(TuningTemplate):
             # between calls is a tensor's 16-byte alignment and a scalar the caller gave
             key = tuple([(inputs[n].data_ptr() & 15) == 0 for n in self._tensor_names]
                         + [arg_key(inputs[n]) for n in inputs.get("@given", ())])
-            kernel = plan.kernels.get(key)
-            if kernel is None:
+            launcher = plan.kernels.get(key)
+            if launcher is None:
                 launch = self.fn[plan.grid, plan.block] if plan.block is not None else self.fn[plan.grid]
-                kernel = plan.kernels[key] = launch.compiled(*args, num_warps=plan.num_warps, **plan.consts)
+                ck = launch.compiled(*args, num_warps=plan.num_warps, **plan.consts)
+                launcher = plan.kernels[key] = ck.launcher if ck.takes_args_as_given(len(args)) else ck
+            launcher(plan.grid, *args)
+            return
         kernel(plan.grid, *args)
 
     def _expr_env(self, inputs: dict) -> dict:
