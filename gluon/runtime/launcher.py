@@ -390,7 +390,11 @@ class Launcher:
     def _descriptor(self, p: _ArgPlan, v: Any, dev: int | None):
         """(device, cached CUtensorMap or None, cache key, shape, strides) of a tensordesc
         argument; validated unless a cached descriptor already proves the key legal."""
-        if isinstance(v, TensorDescriptor):
+        if isinstance(v, self._Tensor):     # the common case first
+            d = self._check_tensor(p, v, dev)
+            ptr, shape, strides, padding = v.data_ptr(), tuple(v.shape), tuple(v.stride()), 0
+            validated = False
+        elif isinstance(v, TensorDescriptor):
             if v.dtype != p.dtype:
                 raise self._fail(p, f"is a descriptor of {v.dtype.name}, but the kernel needs {p.dname}")
             if v.block_shape != p.block or v.swizzle_bytes != p.swizzle_bytes:
@@ -406,10 +410,6 @@ class Launcher:
                                     f"on device {dev}")
             ptr, shape, strides, padding = v.ptr, v.shape, v.strides, 1 if v.padding == "nan" else 0
             validated = True
-        elif isinstance(v, self._Tensor):
-            d = self._check_tensor(p, v, dev)
-            ptr, shape, strides, padding = v.data_ptr(), tuple(v.shape), tuple(v.stride()), 0
-            validated = False
         else:
             raise self._fail(p, f"got {self._describe(v)}; a tensor-descriptor argument needs a "
                                 f"GPU tensor or a gluon.runtime.TensorDescriptor")

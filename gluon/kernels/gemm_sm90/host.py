@@ -41,6 +41,8 @@ def _tma_ready(t, strides: tuple | None = None) -> bool:
     """TMA needs a 16-byte aligned base, unit last stride and 16-byte multiple other strides."""
     es = t.element_size()
     st = t.stride() if strides is None else strides
+    if len(st) == 2:                 # the GEMM's operands: no generator on the launch path
+        return st[1] == 1 and t.data_ptr() % 16 == 0 and st[0] * es % 16 == 0
     return st[-1] == 1 and t.data_ptr() % 16 == 0 and all(x * es % 16 == 0 for x in st[:-1])
 
 
