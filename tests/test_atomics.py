@@ -5,6 +5,7 @@ gives, and the errors for bad arguments. GPU (marked): a histogram, a float sum,
 compare-and-swap "first writer wins" and exchange's old values, each checked against torch.
 """
 import inspect
+import re
 
 import pytest
 
@@ -14,9 +15,9 @@ from gluon.backend.machine_code import sass_instructions
 from gluon.ir import GluonError
 from gluon.jit import lower, run_passes
 from gluon.language import PointerArg, ScalarArg
+from gluon.types import SliceLayout
 
 HERE = __file__
-L1 = gl.Layout.blocked([1], [32], [4])
 
 
 @gluon.jit
@@ -87,7 +88,6 @@ def test_rmw_traces_and_lowers_to_its_kind(op, dt, kind):
 
 def _norm(text: str) -> str:
     """The TTGIR with anonymous SSA numbers (%7) spelled %{} so the expected lines need not count."""
-    import re
     return re.sub(r"%\d+\b", "%{}", text)
 
 
@@ -174,6 +174,26 @@ def test_per_thread_if_masks_the_atomic():
     assert a.attrs["has_mask"] and len(a.operands) == 4
     text = lower(run_passes(m)).ttgir
     assert "tt.atomic_rmw add, acq_rel, gpu, " in text
+
+
+@gluon.jit
+def rowsum_kernel(out_ptr, x_ptr, R: gl.constexpr, C: gl.constexpr):
+    """Row sums (in the reduction's slice layout) added at addresses in another layout."""
+    l2 = gl.Layout.blocked([1, 4], [4, 8], [4, 1])
+    l1 = gl.Layout.blocked([1], [32], [4])
+    r = gl.arange(0, R, layout=SliceLayout(1, l2))
+    c = gl.arange(0, C, layout=SliceLayout(0, l2))
+    x = gl.load(x_ptr + gl.expand_dims(r, 1) * C + gl.expand_dims(c, 0))
+    old = gl.atomic_add(out_ptr + gl.arange(0, R, layout=l1), gl.sum(x, 1))
+    gl.store(out_ptr + R + gl.arange(0, R, layout=l1), old)
+
+
+def test_values_in_another_layout_are_converted_to_the_address_layout():
+    text = _norm(_ttgir(rowsum_kernel, PointerArg(gl.float32), PointerArg(gl.float32), R=64, C=32))
+    assert ("ttg.convert_layout %red : tensor<64xf32, #ttg.slice<{dim = 1, parent = #blocked}>> -> "
+            "tensor<64xf32, #blocked1>") in text
+    assert ("tt.atomic_rmw fadd, acq_rel, gpu, %out_ptrs, %{} : (tensor<64x!tt.ptr<f32>, #blocked1>, "
+            "tensor<64xf32, #blocked1>) -> tensor<64xf32, #blocked1>") in text
 
 
 # ------------------------------------------------------------------ compile for sm90: the SASS atomics
@@ -347,14 +367,14 @@ def test_gpu_histogram_matches_bincount():
     n = 1_000_003
     x = torch.randint(0, 256, (n,), device=dev, dtype=torch.int32)
     hist = torch.zeros(256, device=dev, dtype=torch.int32)
-    histogram_kernel[(triton_cdiv(n, BLOCK),)](hist, x, n, BLOCK=BLOCK)
+    histogram_kernel[(_cdiv(n, BLOCK),)](hist, x, n, BLOCK=BLOCK)
     torch.cuda.synchronize()
     want = torch.bincount(x.long(), minlength=256).to(torch.int32)
     assert torch.equal(hist, want)
     assert int(hist.sum()) == n
 
 
-def triton_cdiv(a: int, b: int) -> int:
+def _cdiv(a: int, b: int) -> int:
     return (a + b - 1) // b
 
 
@@ -369,10 +389,10 @@ def test_gpu_float_sum_into_one_scalar(per_element):
         n = 4_000_037
         x = torch.rand(n, device=dev, dtype=torch.float32) - 0.25
     out = torch.full((1,), 0.0, device=dev, dtype=torch.float32)
-    sum_kernel[(triton_cdiv(n, BLOCK),)](out, x, n, BLOCK=BLOCK, PER_ELEMENT=per_element)
+    sum_kernel[(_cdiv(n, BLOCK),)](out, x, n, BLOCK=BLOCK, PER_ELEMENT=per_element)
     torch.cuda.synchronize()
     want = x.double().sum().item()
-    adds = n if per_element else triton_cdiv(n, BLOCK)
+    adds = n if per_element else _cdiv(n, BLOCK)
     # fp32 rounding in an arbitrary order: ~sqrt(adds) roundings of at most 2**-24 * |running sum| each
     tol = 8 * adds ** 0.5 * 2.0 ** -24 * x.double().abs().sum().item() + 1e-3
     assert abs(out.item() - want) <= tol, (out.item(), want, tol)
@@ -390,7 +410,7 @@ def test_gpu_int32_max_min_exact(op):
     init = torch.randint(-2**31, 2**31 - 1, (slots,), device=dev, dtype=torch.int32)
     dst = init.clone()                  # element i updates slot idx[i]: many lanes race on each slot
     old = torch.full((n,), 0x5A5A5A5A, device=dev, dtype=torch.int32)      # poison
-    gathered_kernel[(triton_cdiv(n, BLOCK),)](dst, idx, vals, old, n, OP=op, BLOCK=BLOCK)
+    gathered_kernel[(_cdiv(n, BLOCK),)](dst, idx, vals, old, n, OP=op, BLOCK=BLOCK)
     torch.cuda.synchronize()
     reduce = "amax" if op == "max" else "amin"
     want = init.long().scatter_reduce(0, idx.long(), vals.long(), reduce=reduce, include_self=True).to(torch.int32)
@@ -438,7 +458,7 @@ def test_gpu_xchg_returns_the_old_values():
     before = dst.clone()
     vals = torch.randperm(n, device=dev, dtype=torch.int64).to(torch.int32) + n
     old = torch.full((n,), -1, device=dev, dtype=torch.int32)             # poison
-    rmw_kernel[(triton_cdiv(n, BLOCK),)](dst, vals, old, n, OP="xchg", BLOCK=BLOCK)
+    rmw_kernel[(_cdiv(n, BLOCK),)](dst, vals, old, n, OP="xchg", BLOCK=BLOCK)
     torch.cuda.synchronize()
     assert torch.equal(dst, vals)
     assert torch.equal(old, before)
