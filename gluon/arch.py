@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 
 # Op families. The DSL gates each builtin on one of these names.
 COMMON_OPS = frozenset({
-    "program_id", "arith", "load", "store", "smem", "reduce", "convert_layout", "thread_barrier",
+    "program_id", "arith", "load", "store", "atomic", "smem", "reduce", "convert_layout", "thread_barrier",
 })
 # named_barrier: bar.sync / bar.arrive with a barrier id and a thread count (every NVIDIA arch here has them)
 NV_SM80_OPS = frozenset({"mma", "cp_async", "ldmatrix", "named_barrier"})

@@ -8,6 +8,8 @@ smem, wgmma` keeps working; new code imports from `gluon.language` (`import gluo
 from . import frontend, ir  # noqa: F401
 from .arch import SM90, Arch, arch_by_name  # noqa: F401
 from .language.amd.cdna3 import mfma  # noqa: F401
+from .language.atomics import (atomic_add, atomic_and, atomic_cas, atomic_max, atomic_min, atomic_or,  # noqa: F401
+                               atomic_xchg, atomic_xor)
 from .language.control import Loop, for_range, helper, range, static_range, warp_role  # noqa: F401
 from .language.core import (  # noqa: F401
     Tensor, abs, arange, broadcast_to, cast, cdiv, ceil, constexpr, convert_layout, cos, exp, exp2, expand_dims,

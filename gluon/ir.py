@@ -390,6 +390,48 @@ def _verify_named_barrier(op: Op) -> str | None:
     return None
 
 
+# Atomics (tt.atomic_rmw / tt.atomic_cas). `fmax`/`fmin` are no Triton rmw kind: the lowering builds them as
+# Triton's frontend does, from a signed max/min and an unsigned min/max on the bits (f32, f64).
+ATOMIC_RMW_KINDS = ("add", "fadd", "and", "or", "xor", "xchg", "max", "min", "umax", "umin", "fmax", "fmin")
+ATOMIC_SEMS = ("relaxed", "acquire", "release", "acq_rel")
+ATOMIC_SCOPES = ("gpu", "cta", "sys")
+
+
+def _verify_atomic(op: Op, n_values: int) -> str | None:
+    """(ptr, offsets, *values[n_values], mask?) -> old values: one dtype (the pointee's), one shape."""
+    ptr, offs = op.operands[0].type, op.operands[1].type
+    if not isinstance(ptr, PointerType):
+        return f"the first operand must be a global pointer, got {ptr}"
+    if op.attrs.get("sem") not in ATOMIC_SEMS:
+        return f"attrs['sem'] must be one of {', '.join(ATOMIC_SEMS)}, got {op.attrs.get('sem')!r}"
+    if op.attrs.get("scope") not in ATOMIC_SCOPES:
+        return f"attrs['scope'] must be one of {', '.join(ATOMIC_SCOPES)}, got {op.attrs.get('scope')!r}"
+    want = 2 + n_values + (1 if op.attrs.get("has_mask") else 0)
+    if len(op.operands) != want or len(op.results) != 1:
+        return f"takes {want} operands and gives 1 result, got {len(op.operands)} and {len(op.results)}"
+    shape = _shape_of(offs)
+    for v in op.operands[2:2 + n_values] + op.results:
+        if element_dtype(v.type) != ptr.dtype or _shape_of(v.type) != shape:
+            return f"values and result must be {ptr.dtype.name} shaped like the offsets {shape}, got {v.type}"
+    if op.attrs.get("has_mask"):
+        m = op.operands[-1].type
+        if element_dtype(m) != DType.i1 or _shape_of(m) != shape:
+            return f"the mask must be i1 shaped like the offsets {shape}, got {m}"
+    return None
+
+
+def _verify_atomic_rmw(op: Op) -> str | None:
+    if op.attrs.get("op") not in ATOMIC_RMW_KINDS:
+        return f"attrs['op'] must be one of {', '.join(ATOMIC_RMW_KINDS)}, got {op.attrs.get('op')!r}"
+    return _verify_atomic(op, 1)
+
+
+def _verify_atomic_cas(op: Op) -> str | None:
+    if op.attrs.get("has_mask"):
+        return "has no mask (tt.atomic_cas takes none)"
+    return _verify_atomic(op, 2)
+
+
 def _verify_smem_alloc(op: Op) -> str | None:
     t = op.results[0].type
     if not isinstance(t.layout, SHARED_LAYOUTS):
@@ -421,6 +463,10 @@ _register("reduce", "reduce a tile along attrs['axis'] with attrs['op'] (sum max
 _register("load", "masked global load: ptr + offsets (mask, other optional; attrs has_mask/has_other)", "load",
           same_layout=True)
 _register("store", "masked global store: ptr + offsets <- value (mask optional)", "store", same_layout=True)
+_register("atomic_rmw", "atomic read-modify-write attrs['op'] at ptr + offsets with value (mask optional; attrs sem, "
+          "scope, has_mask) -> the old values", "atomic", _verify_atomic_rmw, same_layout=True)
+_register("atomic_cas", "atomic compare-and-swap at ptr + offsets: (ptr, offsets, cmp, value), attrs sem, scope -> "
+          "the old values", "atomic", _verify_atomic_cas, same_layout=True)
 _register("smem_alloc", "allocate a shared region (attrs name); optional initial tile operand", "smem", _verify_smem_alloc)
 _register("smem_index", "view one stage of a multi-stage shared region", "smem")
 _register("smem_load", "load a shared tile into registers", "smem")

@@ -1,14 +1,16 @@
 """`import gluon.language as gl`: the names a kernel body uses, in one namespace.
 
 The language is an arch-neutral core, `tracing` (the trace state), `core` (`Tensor` and the builtins
-on it), `memory` (pointers, global tensors, shared memory), `control` (loops, branches, warp roles)
-and `kernel` (the `KernelTemplate` a kernel function traces through; the decorators `@gluon.kernel` and
+on it), `memory` (pointers, global tensors, shared memory), `atomics` (Triton's `atomic_*` on global
+memory), `control` (loops, branches, warp roles) and `kernel` (the `KernelTemplate` a kernel function traces through; the decorators `@gluon.kernel` and
 `@gluon.jit` are gluon.jit's), plus one module per architecture: `gl.nvidia.ampere`,
 `gl.nvidia.hopper`, `gl.nvidia.blackwell`, `gl.amd.cdna3` (their MMA builtins share `dot`). Every
 builtin is also here, flat (`gl.wgmma`, `gl.tma_load`); dtypes are also exposed under their
 torch/numpy-style names (`gl.float16`, `gl.int32`) so kernels read like Triton's.
 """
 from . import amd, nvidia  # noqa: F401
+from .atomics import (atomic_add, atomic_and, atomic_cas, atomic_max, atomic_min, atomic_or,  # noqa: F401
+                      atomic_xchg, atomic_xor)
 from .amd.cdna3 import mfma  # noqa: F401
 from .control import Loop, for_range, helper, range, static_range, warp_role  # noqa: F401
 from .core import (  # noqa: F401
@@ -41,3 +43,4 @@ int32 = DType.i32
 int64 = DType.i64
 uint8 = DType.u8
 uint32 = DType.u32
+uint64 = DType.u64

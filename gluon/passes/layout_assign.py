@@ -14,7 +14,8 @@ not run when we hand it TTGIR, so we choose them here:
    then any class still open gets the default too, highest rank first.
 4. Where a value reaches `expand_dims` in a layout other than the slice it needs (the same `arange`
    used for A's rows and C's rows), or a store's value is in another layout than its addresses (an
-   MMA accumulator written to memory), a `convert_layout` is inserted.
+   MMA accumulator written to memory), a `convert_layout` is inserted; likewise an atomic's values
+   (its old values come back in the address layout, as a load's do).
 """
 from __future__ import annotations
 
@@ -24,6 +25,8 @@ from .. import ir
 from ..types import BlockedLayout, Layout, SliceLayout
 
 _SAME = ir.kinds("same_layout")      # result tile in its tile operands' layout
+_ATOMICS = {"atomic_rmw": 1, "atomic_cas": 2}   # how many value operands follow (ptr, offsets)
+_MEMORY = ("load", "store", "cp_async", *_ATOMICS)   # ops that address global memory (their offsets anchor)
 
 
 class _UF:
@@ -98,7 +101,9 @@ def assign_layouts(kernel: ir.Kernel) -> ir.Kernel:
                     group = _tiles([op.operands[1]] + op.operands[3:])
                 elif op.kind == "cp_async":
                     group = _tiles([op.operands[1]] + op.operands[3:])
-                if op.kind in ("load", "store", "cp_async") and group:
+                elif op.kind in _ATOMICS:   # old values in the address layout; the values are converted to it
+                    group = _tiles([op.operands[1]] + op.operands[2 + _ATOMICS[op.kind]:] + op.results)
+                if op.kind in _MEMORY and group:
                     anchors.append(group[0])
                 if op.kind in ("wgmma", "mma", "mfma"):
                     group = [op.operands[2], op.results[0]]
@@ -108,7 +113,7 @@ def assign_layouts(kernel: ir.Kernel) -> ir.Kernel:
                     group = [op.operands[0], op.results[0]]
                 for v in group[1:]:
                     uf.union(group[0].id, v.id)
-                if op.kind in ("load", "store", "cp_async"):
+                if op.kind in _MEMORY:
                     nbytes = op.operands[0].type.dtype.bytes
                     for v in group:
                         elem_bytes[v.id] = min(elem_bytes.get(v.id, 16), nbytes)
@@ -230,7 +235,7 @@ def _rematerialize(src: ir.Value, want: Layout) -> ir.Op | None:
 
 
 def _insert_conversions(region: ir.Region) -> None:
-    """Make every expand_dims see the slice it needs and every store a value in its address layout."""
+    """Make every expand_dims see the slice it needs and every store or atomic its values in its address layout."""
     new_ops: list[ir.Op] = []
     for op in region.ops:
         if op.kind == "expand_dims":
@@ -246,6 +251,14 @@ def _insert_conversions(region: ir.Region) -> None:
                 cv = _convert(val, want, op.loc)
                 new_ops.append(cv)
                 op.operands[2] = cv.results[0]
+        elif op.kind in _ATOMICS and isinstance(op.operands[1].type, ir.TileType):
+            want = op.operands[1].type.layout
+            for i in range(2, 2 + _ATOMICS[op.kind]):
+                val = op.operands[i]
+                if isinstance(val.type, ir.TileType) and val.type.layout != want:
+                    cv = _convert(val, want, op.loc)
+                    new_ops.append(cv)
+                    op.operands[i] = cv.results[0]
         elif op.kind == "reduce" and isinstance(op.results[0].type, ir.TileType):
             src, dst = op.operands[0], op.results[0]
             want = SliceLayout(op.attrs["axis"], src.type.layout)
