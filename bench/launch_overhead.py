@@ -13,6 +13,8 @@ work in the same run (absolute times vary 2x between boards: compare within one 
 * GEMM 256^3 fp16: `torch.matmul` (allocating) against `gemm_sm90.launch(a, b, c)` (preallocated c);
 * softmax 64x1000 bf16: `torch.softmax` against the declared spec's call (`specs/softmax.toml`, what
   `gluon.load("softmax")` runs: argument reading, the plan cache, the compiled specialization);
+* attention [1, 8, 256, 64] fp16: torch's `scaled_dot_product_attention` (its flash kernel) against
+  `gluon.kernels.attention_sm90.attention(q, k, v)` (output allocated by both);
 * the parts of a launch: the backend's current device, current stream and launch hooks.
 
 `--profile DIR` writes a cProfile of each of our paths (pstats files and their top-20 text).
@@ -58,6 +60,9 @@ def _cases() -> list[tuple[str, str, object]]:
     sm = template_of(load_spec(os.path.join(ROOT, "specs", "softmax.toml")))
     x = torch.randn(64, 1000, device="cuda", dtype=torch.bfloat16)
     sm_config = {"PROGRAM_BYTES": 2048, "ELEMS_PER_THREAD": 16, "CHUNK": 8192}
+    from gluon.kernels.attention_sm90 import attention
+    q, k, v = (torch.randn(1, 8, 256, 64, device="cuda", dtype=torch.float16) for _ in range(3))
+    sdpa = torch.nn.functional.scaled_dot_product_attention
     return [
         ("copy 4096 fp32", "torch copy_", lambda: dst.copy_(src)),
         ("copy 4096 fp32", "plain Triton", lambda: triton_copy[grid](dst, src, 4096, BLOCK=1024)),
@@ -68,6 +73,8 @@ def _cases() -> list[tuple[str, str, object]]:
         ("GEMM 256^3 fp16", "ours: gemm_sm90.launch(a, b, c)", lambda: gemm_sm90.launch(a, b, c)),
         ("softmax 64x1000 bf16", "torch.softmax", lambda: torch.softmax(x, dim=-1)),
         ("softmax 64x1000 bf16", "ours: declared call (gluon.load's)", lambda: sm.call(sm_config, x)),
+        ("attention 1x8x256x64 fp16", "torch SDPA", lambda: sdpa(q, k, v)),
+        ("attention 1x8x256x64 fp16", "ours: attention(q, k, v)", lambda: attention(q, k, v)),
         ("launch parts", "torch.cuda.current_device()", lambda: torch.cuda.current_device()),
         ("launch parts", "backend.current_device()", be.current_device),
         ("launch parts", "backend.current_stream(0)", lambda: be.current_stream(0)),
