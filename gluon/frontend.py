@@ -53,6 +53,23 @@ class ReturnValueError(FrontendError):
     """A kernel's `return value` (the caller turns it into a GluonError at that line)."""
 
 
+def _jumps(nodes, loops_too: bool):
+    """The Return (and, while `loops_too`, Break/Continue) statements under `nodes` that leave them:
+    not inside a nested function or lambda; a Break/Continue not inside a nested loop."""
+    for n in nodes:
+        if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)):
+            continue
+        if isinstance(n, ast.Return) or (loops_too and isinstance(n, (ast.Break, ast.Continue))):
+            yield n
+            continue
+        if isinstance(n, (ast.For, ast.AsyncFor, ast.While)):
+            # the loop's own header and else clause are outside it; its body is its own for break/continue
+            yield from _jumps(n.body, loops_too=False)
+            yield from _jumps(n.orelse, loops_too=loops_too)
+            continue
+        yield from _jumps(list(ast.iter_child_nodes(n)), loops_too=loops_too)
+
+
 def _call_name(node: ast.AST) -> str | None:
     if isinstance(node, ast.Call):
         f = node.func
@@ -180,16 +197,15 @@ class _Rewriter(ast.NodeTransformer):
         return f"__gl_{stem}{self.counter}"
 
     def _reject_jumps(self, stmts: list[ast.stmt], what: str) -> None:
-        for s in stmts:
-            for n in ast.walk(s):
-                if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
-                    continue
-                if isinstance(n, (ast.Break, ast.Continue, ast.Return)):
-                    kind = type(n).__name__.lower()
-                    raise FrontendError(
-                        f"'{kind}' inside a {what} over GPU values is not supported: the loop/branch runs on the GPU; "
-                        "restructure with a condition or a mask", (self.filename, n.lineno + self.line_offset, n.col_offset + 1,
-                                         None))
+        """A `return`, or a `break`/`continue` of this loop or of the loop around this branch, cannot leave a
+        GPU loop or branch. Nested defs and lambdas are their own functions, and a `break`/`continue` in a
+        nested loop belongs to that loop (which checks its own body when it runs on the GPU)."""
+        for n in _jumps(stmts, loops_too=True):
+            kind = type(n).__name__.lower()
+            raise FrontendError(
+                f"'{kind}' inside a {what} over GPU values is not supported: the loop/branch runs on the GPU; "
+                "restructure with a condition or a mask", (self.filename, n.lineno + self.line_offset, n.col_offset + 1,
+                                                           None))
 
     # for i in range(...)
     def visit_For(self, node: ast.For):

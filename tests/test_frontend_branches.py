@@ -365,3 +365,49 @@ def test_repros_compute_the_expected_values():
         calls_helper[(1,)](out, n, flag)
         torch.cuda.synchronize()
         assert out.tolist() == [2.0] * n + [3.0 if flag else 2.0]
+
+
+# ------------------------------------------------------------------ jumps out of GPU loops and branches
+
+
+@gluon.jit
+def static_break_in_gpu_branch(out_ptr, flag):
+    if flag > 0:
+        for i in gl.static_range(4):          # runs in Python while tracing: its break is Python's
+            if i == 2:
+                break
+            out_ptr[i] = 1.0
+
+
+@gluon.jit
+def nested_def_returns_in_gpu_loop(out_ptr, n):
+    for i in range(0, n):
+        def half(x):
+            return x * 0.5
+        scale = (lambda y: y + 1.0)
+        out_ptr[i] = scale(half(2.0))
+
+
+@gluon.jit
+def return_in_static_loop_in_gpu_branch(out_ptr, flag):
+    if flag > 0:
+        for i in gl.static_range(2):
+            out_ptr[i] = 1.0
+            return                          # leaves the kernel from inside a GPU branch
+
+
+def test_a_static_loops_break_inside_a_gpu_branch_is_python():
+    k = _trace(static_break_in_gpu_branch, F32, I32).kernel
+    (branch,) = [op for op in k.body.ops if op.kind == "if"]
+    assert [op.kind for op in branch.regions[0].walk()].count("store") == 2
+
+
+def test_returns_of_nested_functions_inside_a_gpu_loop_are_theirs():
+    k = _trace(nested_def_returns_in_gpu_loop, F32, I32).kernel
+    assert "for" in _kinds(k.body)
+
+
+def test_a_return_inside_a_gpu_branch_is_refused_even_in_a_nested_loop():
+    with pytest.raises(GluonError, match="'return' inside a branch over GPU values") as e:
+        _trace(return_in_static_loop_in_gpu_branch, F32, I32)
+    assert f"test_frontend_branches.py:{_line_of('# leaves the kernel from inside')}" in str(e.value)

@@ -364,7 +364,10 @@ class _FrontendHelpers:
 
     @staticmethod
     def frontend_error(msg: str, line: int):
-        return ir.GluonError(msg, _user_loc())
+        """The frontend's error for a construct a GPU branch cannot hold, at that construct's `line` (the
+        branch's condition decided at trace time that it runs on the GPU)."""
+        here = _user_loc()
+        return ir.GluonError(msg, ir.Loc(here.file, line, here.func) if here is not None else None)
 
 
 class helper:
