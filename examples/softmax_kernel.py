@@ -131,8 +131,8 @@ def softmax_kernel(out_ptr, x_ptr, n_rows, n_cols, x_row_stride, out_row_stride,
     # and emits 16-byte loads and stores.
     if LOOPED:
         # Rows in BLOCK_N-wide chunks, twice: running max and sum, then the normalized write. The loops
-        # are spelled out per case since only the kernel body's loops become GPU loops, and the two cases
-        # are two `if`s, not if/else: a loop inside both sides of a GPU if/else does not trace.
+        # are spelled out per case since only the kernel body's loops become GPU loops (a @gl.helper would
+        # also do). With VEC=1 `misaligned` is known to be 0 and only the first case is traced.
         if misaligned == 0:
             n = n_cols // vec * vec
             aligned = _exact_rows(rows * (x_row_stride // vec * vec), rows * (out_row_stride // vec * vec), n)
