@@ -28,6 +28,7 @@ sys.path.insert(0, os.path.join(ROOT, "examples"))
 import elementwise_kernel as ew  # noqa: E402
 import rmsnorm_kernel as rn  # noqa: E402
 import softmax_kernel as sm  # noqa: E402
+from gluon import Layout  # noqa: E402
 
 BYTES = {"fp16": 2, "bf16": 2, "fp32": 4}
 
@@ -64,7 +65,7 @@ def _row_configs(n_rows: int, n_cols: int, dtype: str, default: dict, layout_ok)
 
 def _fits(rows: int, block_n: int, vec: int, warps: int) -> bool:
     try:
-        sm.row_layout(rows, block_n, vec, warps)
+        Layout.rows(rows, block_n, vec, warps)
         return True
     except Exception:
         return False

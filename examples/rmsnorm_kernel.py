@@ -16,30 +16,9 @@ from __future__ import annotations
 
 import gluon
 import gluon.language as gl
-from gluon import GluonError, Layout
+from gluon import Layout
 
 MAX_BLOCK_N = 16384          # the widest row kept in registers (16 warps: 32 fp32 per thread)
-
-
-def _pow2(x: int) -> bool:
-    return x > 0 and x & (x - 1) == 0
-
-
-def row_layout(rows: int, block_n: int, vec: int, num_warps: int) -> Layout:
-    """The register layout of a [rows, block_n] tile (the same rule as examples/softmax_kernel.py): `vec`
-    contiguous elements a thread, a warp's threads along the row, warps down the rows before along them.
-    Refuses tiles smaller than the threads."""
-    for name, v in (("ROWS_PER_PROGRAM", rows), ("BLOCK_N", block_n), ("VEC", vec), ("NUM_WARPS", num_warps)):
-        if not _pow2(v):
-            raise GluonError(f"{name}={v} must be a power of two")
-    tpw_n = min(32, max(1, block_n // vec))
-    tpw_m = 32 // tpw_n
-    wpc_m = max(1, min(num_warps, rows // tpw_m))
-    wpc_n = num_warps // wpc_m
-    if tpw_m * wpc_m > rows or vec * tpw_n * wpc_n > block_n:
-        raise GluonError(f"a [{rows}, {block_n}] tile is smaller than {num_warps} warps of {vec}-element vectors "
-                         f"cover ([{tpw_m * wpc_m}, {vec * tpw_n * wpc_n}]): use more rows, a wider block or fewer warps")
-    return Layout.blocked([1, vec], [tpw_m, tpw_n], [wpc_m, wpc_n])
 
 
 def _rmsnorm_rows(out_ptr, x_ptr, w_ptr, x_start, out_start, cols, row_ok, n_cols, eps):
@@ -62,7 +41,7 @@ def rmsnorm_kernel(out_ptr, x_ptr, w_ptr, n_rows, n_cols, x_row_stride, out_row_
     depends on it."""
     vec = VEC if VEC > 0 else 16 // x_ptr.dtype.bytes
     R = ROWS_PER_PROGRAM
-    layout = row_layout(R, BLOCK_N, vec, NUM_WARPS)
+    layout = Layout.rows(R, BLOCK_N, vec, NUM_WARPS)
     rows = gl.expand_dims(gl.program_id(0) * R + gl.arange(0, R, layout=Layout.slice(1, layout)), 1)
     cols = gl.expand_dims(gl.arange(0, BLOCK_N, layout=Layout.slice(0, layout)), 0)
     row_ok = rows < n_rows

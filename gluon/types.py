@@ -200,6 +200,26 @@ class Layout:
         return BlockedLayout(tuple(size_per_thread), tuple(threads_per_warp), tuple(warps_per_cta), order)
 
     @staticmethod
+    def rows(rows: int, cols: int, vec: int, num_warps: int) -> "BlockedLayout":
+        """The blocked layout for row-wise work on a [rows, cols] tile (norms, softmax, reductions along
+        a row): each thread holds `vec` contiguous elements of a row (16 bytes: 8 fp16, 4 fp32), a warp's
+        threads run along the row, and warps go down the rows before along them, so a row that fits in
+        one warp reduces with shuffles and no shared memory. All four are powers of two; a tile smaller
+        than the threads cover is refused (the rest of the threads would hold copies)."""
+        for name, v in (("rows", rows), ("cols", cols), ("vec", vec), ("num_warps", num_warps)):
+            if not isinstance(v, int) or v <= 0 or v & (v - 1):
+                raise GluonError(f"Layout.rows: {name}={v!r} must be a power of two", _caller_loc())
+        tpw_n = min(32, max(1, cols // vec))
+        tpw_m = 32 // tpw_n
+        wpc_m = max(1, min(num_warps, rows // tpw_m))
+        wpc_n = num_warps // wpc_m
+        if tpw_m * wpc_m > rows or vec * tpw_n * wpc_n > cols:
+            raise GluonError(f"Layout.rows: a [{rows}, {cols}] tile is smaller than {num_warps} warps of {vec}-element "
+                             f"vectors cover ([{tpw_m * wpc_m}, {vec * tpw_n * wpc_n}]): use more rows, a wider "
+                             "tile or fewer warps", _caller_loc())
+        return Layout.blocked([1, vec], [tpw_m, tpw_n], [wpc_m, wpc_n])
+
+    @staticmethod
     def slice(dim: int, parent: "Layout") -> "SliceLayout":
         return SliceLayout(dim, parent)
 

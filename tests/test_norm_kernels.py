@@ -5,7 +5,7 @@ import sys
 
 import pytest
 
-from gluon import DType, GluonError
+from gluon import DType, GluonError, Layout
 from gluon.backend.machine_code import sass_instructions
 from gluon.language import PointerArg, ScalarArg
 
@@ -83,11 +83,11 @@ def test_swiglu_compiles_to_16_byte_accesses(dtype, block, warps, div16):
 
 
 def test_row_layout_refuses_tiles_smaller_than_the_threads():
-    sm.row_layout(4, 1024, 8, 4)                        # a row per warp
+    Layout.rows(4, 1024, 8, 4)                        # a row per warp
     with pytest.raises(GluonError, match="smaller than"):
-        sm.row_layout(1, 256, 8, 4)                     # 4 warps of 8-element vectors span 1024 columns
+        Layout.rows(1, 256, 8, 4)                     # 4 warps of 8-element vectors span 1024 columns
     with pytest.raises(GluonError, match="power of two"):
-        rn.row_layout(3, 1024, 8, 4)
+        Layout.rows(3, 1024, 8, 4)
 
 
 @pytest.mark.parametrize("n_rows,n_cols,elem", [(8192, 4096, 2), (4096, 1000, 2), (32768, 1024, 4), (1000, 37, 4),
@@ -96,7 +96,7 @@ def test_default_configs_are_legal_layouts(n_rows, n_cols, elem):
     aligned = (n_cols * elem) % 16 == 0
     for cfg in (sm.default_config(n_rows, n_cols, elem, aligned), rn.default_config(n_rows, n_cols, elem, aligned)):
         assert cfg["BLOCK_N"] >= n_cols
-        sm.row_layout(cfg["ROWS_PER_PROGRAM"], cfg["BLOCK_N"], cfg["VEC"], cfg["NUM_WARPS"])
+        Layout.rows(cfg["ROWS_PER_PROGRAM"], cfg["BLOCK_N"], cfg["VEC"], cfg["NUM_WARPS"])
     assert sm.default_config(64, 40000, 2)["LOOPED"]
 
 
