@@ -130,6 +130,16 @@ class KernelParam:
             multicast=bool(d.get("multicast", False)), loc=d.get("loc"), value=d.get("value"))
 
 
+def _source_plan(i: int, src) -> tuple:
+    """Runtime parameter `i`'s source as plain values, read on every launch: (0, index) an argument,
+    (1, index, axis) an extent of one, (2, name) a keyword."""
+    if src is None or src.kind is SourceKind.ARG:
+        return (0, i if src is None else src.index)
+    if src.kind is SourceKind.DIM:
+        return (1, src.index, src.axis)
+    return (2, src.name)
+
+
 @dataclass(frozen=True)
 class KernelABI:
     """A compiled kernel's calling convention: its TTGIR function `name`, the `target` it was lowered for
@@ -143,11 +153,21 @@ class KernelABI:
     ptx_passes: tuple[str, ...] = ()
     loc: str | None = None
     _runtime: tuple = field(default=(), init=False, repr=False, compare=False)
+    _sources: tuple = field(default=(), init=False, repr=False, compare=False)
+    _in_place: bool = field(default=False, init=False, repr=False, compare=False)
 
     def __post_init__(self):
         object.__setattr__(self, "params", tuple(self.params))
         object.__setattr__(self, "target", tuple(self.target))
         object.__setattr__(self, "_runtime", tuple(p for p in self.params if p.kind is not ParamKind.CONSTEXPR))
+        object.__setattr__(self, "_sources", tuple(_source_plan(i, p.source) for i, p in enumerate(self._runtime)))
+        object.__setattr__(self, "_in_place", all(src == (0, i) for i, src in enumerate(self._sources)))
+
+    @property
+    def args_in_place(self) -> bool:
+        """Whether each runtime parameter takes the call's argument in its own position (a SIMT kernel;
+        no sizes read off shapes or keywords): then a call's arguments are the launch's as they are."""
+        return self._in_place
 
     @property
     def runtime_params(self) -> tuple[KernelParam, ...]:
@@ -172,29 +192,11 @@ class KernelABI:
     def launch_types(self) -> list[str]:
         return [t for p in self._runtime for t in p.launch_types]
 
-    def _sources(self) -> tuple:
-        """Each runtime parameter's source as (0, index) an argument, (1, index, axis) an extent of one,
-        (2, name) a keyword: plain values, read on every launch."""
-        got = self.__dict__.get("_source_plan")
-        if got is None:
-            got = []
-            for i, p in enumerate(self._runtime):
-                src = p.source
-                if src is None or src.kind is SourceKind.ARG:
-                    got.append((0, i if src is None else src.index))
-                elif src.kind is SourceKind.DIM:
-                    got.append((1, src.index, src.axis))
-                else:
-                    got.append((2, src.name))
-            got = tuple(got)
-            object.__setattr__(self, "_source_plan", got)
-        return got
-
     def bind(self, args: Sequence[Any], kwargs: dict) -> list:
         """The value of every runtime parameter for a call with the caller's `args` and keyword sizes,
         taken from each parameter's source (a parameter without one takes the next argument)."""
         out = []
-        for src in self._sources():
+        for src in self._sources:
             kind = src[0]
             if kind == 0:
                 out.append(args[src[1]])

@@ -42,7 +42,7 @@ from .passes.pipeline import pipeline
 from .passes.smem_alloc import allocate_shared
 from .passes.warp_spec import check_warp_roles
 from .runtime import Launcher, LaunchError
-from .types import DType, SourceKind, TensorRef
+from .types import DType, TensorRef
 
 PIPELINE: list[tuple[str, Callable[[ir.Kernel], ir.Kernel]]] = [
     ("layout_assign", assign_layouts),
@@ -76,7 +76,6 @@ class CompiledKernel:
     binary: Any                       # gluon.backend.binary.Binary
     timings: dict = field(default_factory=dict)
     _launcher: Any = None
-    _args_as_given: bool | None = None
 
     @property
     def kernel(self) -> ir.Kernel:
@@ -119,12 +118,8 @@ class CompiledKernel:
         return self._launcher
 
     def takes_args_as_given(self, nargs: int) -> bool:
-        """Whether a call's `nargs` positional arguments are the launcher's, unchanged: each runtime
-        parameter takes the argument in its place (a SIMT kernel; no sizes read off shapes)."""
-        if self._args_as_given is None:
-            self._args_as_given = all(p.source is None or (p.source.kind is SourceKind.ARG and p.source.index == i)
-                                      for i, p in enumerate(self.abi.runtime_params))
-        return self._args_as_given and nargs == len(self.abi.runtime_params)
+        """Whether a call's `nargs` positional arguments are the launcher's, unchanged (KernelABI.args_in_place)."""
+        return nargs == len(self.abi.runtime_params) and self.abi.args_in_place
 
     def launch_args(self, args: Sequence[Any], kwargs: dict) -> Sequence[Any]:
         """The launcher's arguments for a call with the caller's `args` and keyword sizes (ABI sources)."""
@@ -220,8 +215,9 @@ def _data_ptr(v) -> int:
 def arg_key(v) -> tuple:
     """What a compiled specialization depends on for one runtime argument (on every launch: keep it cheap)."""
     t = type(v)
-    if t in _TENSOR_TYPES or (t.__name__ == "Tensor" and hasattr(v, "data_ptr")):
-        _TENSOR_TYPES.add(t)
+    if t not in _TENSOR_TYPES and t.__name__ == "Tensor" and hasattr(v, "data_ptr"):
+        _TENSOR_TYPES.add(t)                                          # torch's class, seen the first time
+    if t in _TENSOR_TYPES:
         return ("t", v.dtype, v.data_ptr() % 16 == 0, v.dim())       # torch: the common case, no str()
     if t is int:
         return ("i", v % 16 == 0, -2**31 <= v < 2**31)

@@ -281,13 +281,11 @@ class DeclaredTemplate(TuningTemplate):
             # between calls is a tensor's 16-byte alignment and a scalar the caller gave
             key = tuple([(inputs[n].data_ptr() & 15) == 0 for n in self._tensor_names]
                         + [arg_key(inputs[n]) for n in inputs.get("@given", ())])
-            launcher = plan.kernels.get(key)
-            if launcher is None:
+            kernel = plan.kernels.get(key)
+            if kernel is None:
                 launch = self.fn[plan.grid, plan.block] if plan.block is not None else self.fn[plan.grid]
                 ck = launch.compiled(*args, num_warps=plan.num_warps, **plan.consts)
-                launcher = plan.kernels[key] = ck.launcher if ck.takes_args_as_given(len(args)) else ck
-            launcher(plan.grid, *args)
-            return
+                kernel = plan.kernels[key] = ck.launcher if ck.takes_args_as_given(len(args)) else ck
         kernel(plan.grid, *args)
 
     def _expr_env(self, inputs: dict) -> dict:
