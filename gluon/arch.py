@@ -12,9 +12,11 @@ from dataclasses import dataclass, field
 # Op families. The DSL gates each builtin on one of these names.
 COMMON_OPS = frozenset({
     "program_id", "arith", "load", "store", "atomic", "smem", "reduce", "convert_layout", "thread_barrier",
+    "inline_asm",
 })
-# named_barrier: bar.sync / bar.arrive with a barrier id and a thread count (every NVIDIA arch here has them)
-NV_SM80_OPS = frozenset({"mma", "cp_async", "ldmatrix", "named_barrier"})
+# named_barrier: bar.sync / bar.arrive with a barrier id and a thread count (every NVIDIA arch here has them);
+# ptx: inline PTX (the templates of gl.nvidia.ptx)
+NV_SM80_OPS = frozenset({"mma", "cp_async", "ldmatrix", "named_barrier", "ptx"})
 NV_SM90_OPS = frozenset({"wgmma", "tma", "mbarrier", "cluster", "setmaxnreg", "warp_specialize"})
 NV_SM100_OPS = frozenset({"tcgen05", "tmem"})
 

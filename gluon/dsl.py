@@ -17,6 +17,7 @@ from .language.core import (  # noqa: F401
     sin, sqrt, sum, thread_id, where, zeros,
 )
 from .jit import jit, kernel  # noqa: F401
+from .language.inline_asm import inline_asm_elementwise  # noqa: F401
 from .language.kernel import DescArg, KernelTemplate, PointerArg, ScalarArg  # noqa: F401
 from .language.memory import (  # noqa: F401
     GlobalTensor, Pointer, PtrOffset, Shared, load, smem, store, thread_barrier,

@@ -463,6 +463,23 @@ _register("reduce", "reduce a tile along attrs['axis'] with attrs['op'] (sum max
 _register("load", "masked global load: ptr + offsets (mask, other optional; attrs has_mask/has_other)", "load",
           same_layout=True)
 _register("store", "masked global store: ptr + offsets <- value (mask optional)", "store", same_layout=True)
+def _verify_inline_asm(op: Op) -> str | None:
+    if not op.results:
+        return "has no result (the asm must produce at least one value)"
+    shapes = {_shape_of(v.type) for v in op.operands + op.results if _shape_of(v.type)}
+    if len(shapes) > 1:
+        return f"operands and results of different shapes {sorted(shapes)}"
+    if not isinstance(op.attrs.get("pack"), int) or op.attrs["pack"] < 1:
+        return f"pack={op.attrs.get('pack')!r} is not a positive int"
+    return None
+
+
+# Inline assembly over elements (tt.elementwise_inline_asm): attrs asm, constraints, pack. Two kinds, as
+# purity is a trait of a kind here: "inline_asm_pure" may be dropped or recomputed, "inline_asm" may not.
+_register("inline_asm_pure", "the target's asm over elements, no side effect (attrs asm, constraints, pack)",
+          "inline_asm", _verify_inline_asm, pure=True, same_layout=True)
+_register("inline_asm", "the target's asm over elements, with side effects (attrs asm, constraints, pack)",
+          "inline_asm", _verify_inline_asm, same_layout=True)
 _register("atomic_rmw", "atomic read-modify-write attrs['op'] at ptr + offsets with value (mask optional; attrs sem, "
           "scope, has_mask) -> the old values", "atomic", _verify_atomic_rmw, same_layout=True)
 _register("atomic_cas", "atomic compare-and-swap at ptr + offsets: (ptr, offsets, cmp, value), attrs sem, scope -> "

@@ -2,9 +2,11 @@
 
 The language is an arch-neutral core, `tracing` (the trace state), `core` (`Tensor` and the builtins
 on it), `memory` (pointers, global tensors, shared memory), `atomics` (Triton's `atomic_*` on global
-memory), `control` (loops, branches, warp roles) and `kernel` (the `KernelTemplate` a kernel function traces through; the decorators `@gluon.kernel` and
-`@gluon.jit` are gluon.jit's), plus one module per architecture: `gl.nvidia.ampere`,
-`gl.nvidia.hopper`, `gl.nvidia.blackwell`, `gl.amd.cdna3` (their MMA builtins share `dot`). Every
+memory), `inline_asm` (the target's assembly over tile elements), `control` (loops, branches, warp
+roles) and `kernel` (the `KernelTemplate` a kernel function traces through; the decorators
+`@gluon.kernel` and `@gluon.jit` are gluon.jit's), plus one module per architecture:
+`gl.nvidia.ampere`, `gl.nvidia.hopper`, `gl.nvidia.blackwell`, `gl.amd.cdna3` (their MMA builtins share
+`dot`), and `gl.nvidia.ptx` (inline PTX templates). Every
 builtin is also here, flat (`gl.wgmma`, `gl.tma_load`); dtypes are also exposed under their
 torch/numpy-style names (`gl.float16`, `gl.int32`) so kernels read like Triton's.
 """
@@ -18,6 +20,7 @@ from .core import (  # noqa: F401
     floor, fma, full, log, log2, max, maximum, min, minimum, multiple_of, num_programs, pointer, program_id, rsqrt,
     sin, sqrt, sum, thread_id, where, zeros,
 )
+from .inline_asm import inline_asm_elementwise  # noqa: F401
 from .kernel import DescArg, PointerArg, ScalarArg  # noqa: F401
 from .memory import Pointer, Shared, load, smem, store, thread_barrier  # noqa: F401
 from .nvidia.ampere import (cp_async, cp_async_commit, cp_async_wait, mma, named_barrier_arrive,  # noqa: F401

@@ -52,7 +52,7 @@ from __future__ import annotations
 
 from ...abi import LoweredKernel
 from ...ir import Kernel, Module
-from . import atomics, control, core, memory  # noqa: F401  (rule modules: importing them fills RULES)
+from . import atomics, control, core, inline_asm, memory  # noqa: F401  (rule modules: importing them fills RULES)
 from .amd import cdna3  # noqa: F401
 from .context import KernelLowering, LoweringError
 from .literals import float_literal, int_literal, scalar_literal
