@@ -1,7 +1,7 @@
 """GEMM: gluon kernels against cuBLAS (torch.matmul) and plain autotuned Triton, in the same run.
 
-    python bench/gemm.py [--kernels tile] [--dtypes fp16,bf16] [--shapes 8192x8192x8192,...] [--json out.json]
-                         [--out-dtype fp32]
+    python bench/gemm.py [--kernels tile] [--dtypes fp16,bf16] [--shapes 8192x8192x8192,...|llm|decode]
+                         [--b-layout kn|nk] [--graph] [--json out.json] [--out-dtype fp32]
 
 Each (kernel, shape, dtype) is first checked against an fp64 reference on fresh random inputs with the
 output poisoned (NaN), then timed interleaved with cuBLAS (median ratio over --repeats rounds), and
@@ -23,6 +23,10 @@ from bench.common import environment, graphed, interleaved, parse_config, parser
 
 SHAPES = ["8192x8192x8192", "4096x4096x4096", "2048x2048x2048", "16384x8192x1024", "8192x28672x4096",
           "128x8192x8192", "1000x1000x1000", "3000x2000x1500", "333x200x136", "4000x3000x5000"]
+# decode-like problems: M tokens against an LLM's projection weights (N, K from 4096 to 28672)
+DECODE_SHAPES = [f"{m}x{nk}" for nk in ("4096x4096", "28672x4096", "4096x14336", "8192x28672", "14336x4096")
+                 for m in (1, 8, 16, 32, 64, 128)]
+SHAPE_SETS = {"llm": SHAPES, "decode": DECODE_SHAPES}
 
 
 def _parse_configs(text: str) -> list[dict]:
@@ -50,18 +54,19 @@ def _split_names(text: str) -> list[str]:
     return [n for n in out + [cur] if n]
 
 
-def _kernels(ws_configs: list[dict], tile_configs: list[dict] = ({},)):
-    """name -> launch(a, b, c): the gluon GEMMs this bench knows."""
+def _kernels(ws_configs: list[dict], tile_configs: list[dict] = ({},), b_kmajor: bool = False):
+    """name -> launch(a, b, c): the gluon GEMMs this bench knows (b [N, K] with b_kmajor: the one-tile
+    kernel takes [K, N] only, so it is left out)."""
     from gluon.kernels.gemm_sm90 import launch as ws_launch
     from gluon.kernels.gemm_tile_sm90 import launch as tile_launch
     ks = {}
-    for cfg in tile_configs:
+    for cfg in () if b_kmajor else tile_configs:
         ks[config_name("tile", cfg)] = (lambda cfg: lambda a, b, c: tile_launch(a, b, c, **cfg))(cfg)
     for cfg in ws_configs:
         kcfg = {k: v for k, v in cfg.items() if k != "SPLIT_K"}
         splits = cfg.get("SPLIT_K")
-        ks[config_name("ws", cfg)] = (lambda kcfg, splits: lambda a, b, c: ws_launch(a, b, c, kcfg, splits=splits))(
-            kcfg, splits)
+        ks[config_name("ws", cfg)] = (lambda kcfg, splits: lambda a, b, c: ws_launch(
+            a, b, c, kcfg, b_kmajor=b_kmajor, splits=splits))(kcfg, splits)
     return ks
 
 
@@ -82,7 +87,10 @@ def main() -> int:
     p = parser(__doc__)
     p.add_argument("--kernels", default="all", help="comma list of gluon kernels (default: all known)")
     p.add_argument("--dtypes", default="fp16,bf16")
-    p.add_argument("--shapes", default=",".join(SHAPES), help="MxNxK list")
+    p.add_argument("--shapes", default="llm", help="MxNxK list, or a named set: 'llm' (the default, large "
+                   "shapes), 'decode' (M of 1 to 128 against N, K of 4096 to 28672)")
+    p.add_argument("--b-layout", choices=("kn", "nk"), default="kn", help="B as [K, N] row-major (default), or "
+                   "[N, K] (nn.Linear's weight: C = A @ B.T, the kernel's B_KMAJOR)")
     p.add_argument("--out-dtype", choices=("same", "fp32"), default="same",
                    help="C's element type: the inputs' (default) or fp32 (plain Triton is then skipped)")
     p.add_argument("--no-triton", action="store_true", help="skip the plain Triton baseline")
@@ -100,8 +108,9 @@ def main() -> int:
     from bench.triton_matmul import matmul as triton_matmul
     from gluon.dtypes import DType
     from gluon.runtime import LaunchError
+    kmajor = args.b_layout == "nk"
     kernels = _kernels(_parse_configs(args.ws_configs) if args.ws_configs else [{}],
-                       _parse_configs(args.tile_configs) if args.tile_configs else [{}])
+                       _parse_configs(args.tile_configs) if args.tile_configs else [{}], kmajor)
     names = list(kernels) if args.kernels == "all" else _split_names(args.kernels)
     unknown = [n for n in names if n not in kernels]
     if unknown:
@@ -109,23 +118,25 @@ def main() -> int:
     dts = {n: DType.from_name(n).torch for n in ("fp16", "bf16")}
     rows = []
     meta = dict(environment(), complete=False)     # --json is rewritten (atomically) after every row
-    for shape in args.shapes.split(","):
+    shapes = [x for name in args.shapes.split(",") for x in SHAPE_SETS.get(name, [name])]
+    for shape in shapes:
         M, N, K = map(int, shape.split("x"))
         flops = 2 * M * N * K
         for dn in args.dtypes.split(","):
             dt = dts[dn]
             a = torch.randn(M, K, device="cuda", dtype=dt)
-            b = torch.randn(K, N, device="cuda", dtype=dt)
-            ref = (a.double() @ b.double())
+            b = torch.randn(*((N, K) if kmajor else (K, N)), device="cuda", dtype=dt)
+            bv = b.T if kmajor else b                   # the [K, N] operand cuBLAS and Triton take (a view)
+            ref = (a.double() @ bv.double())
             out_dt = torch.float32 if args.out_dtype == "fp32" else dt
             base_c = torch.empty(M, N, device="cuda", dtype=out_dt)
             tri_fn = tri_err = tri_cfg = None
             if not args.no_triton and out_dt == dt:
                 tc = torch.full((M, N), float("nan"), device="cuda", dtype=dt)
-                triton_matmul(a, b, tc)                  # autotunes on the first call
+                triton_matmul(a, bv, tc)                 # autotunes on the first call
                 tri_err = ((tc.double() - ref).norm() / ref.norm()).item()
                 tri_cfg = triton_config()
-                tri_fn = lambda: triton_matmul(a, b, tc)  # noqa: E731
+                tri_fn = lambda: triton_matmul(a, bv, tc)  # noqa: E731
                 if args.graph:
                     tri_fn = graphed(tri_fn)
             for name in names:
@@ -139,7 +150,7 @@ def main() -> int:
                 torch.cuda.synchronize()
                 unwritten = int(torch.isnan(c).sum().item())
                 err = ((c.double() - ref).norm() / ref.norm()).item()
-                ours, theirs = (lambda: launch(a, b, c)), _cublas(a, b, base_c)
+                ours, theirs = (lambda: launch(a, b, c)), _cublas(a, bv, base_c)
                 if args.graph:
                     ours, theirs = graphed(ours), graphed(theirs)
                 r = interleaved(ours, theirs, args.repeats, args.round_ms)
@@ -148,6 +159,7 @@ def main() -> int:
                 tri = interleaved(ours, tri_fn, args.repeats, args.round_ms) if tri_fn else None
                 tri_ms = tri["baseline_ms"] if tri else None
                 r.update({"kernel": name, "graph": args.graph, "shape": [M, N, K], "shape_s": shape, "dtype": dn,
+                          "b_layout": args.b_layout,
                           "out_dtype": str(out_dt).removeprefix("torch."), "config": name,
                           "rel_err": err, "max_err": err, "unwritten": unwritten,
                           "tflops": flops / r["time_ms"] / 1e9, "cublas_tflops": flops / r["baseline_ms"] / 1e9,
@@ -162,7 +174,7 @@ def main() -> int:
                       + (f", plain Triton {r['triton_vs_cublas']:.3f}x cuBLAS ({tri_cfg}), ours {r['triton_ratio']:.3f}x it"
                          if tri_ms else "")
                       + f", rel err {err:.1e}{'' if r['ok'] else '  WRONG'}", flush=True)
-            a = b = ref = None
+            a = b = bv = ref = None
             torch.cuda.empty_cache()
     meta["complete"] = True
     write_json(args.json, rows, meta)

@@ -342,3 +342,66 @@ def test_cpu_operands_get_one_line_naming_the_operand():
     a = torch.randn(64, 64).half()
     with pytest.raises(GluonError, match="gemm: a is on cpu; the kernel runs on a CUDA device"):
         launch(a, a, torch.empty(64, 64).half())
+
+
+# ------------------------------------------------------------------------------ small M: SWAP_AB, split-K fixup
+
+@pytest.mark.parametrize("M,N,K,want", [
+    (1, 4096, 4096, (8, 64, 128, 12, 2)),       # 64 tiles: K split in 2 for one wave of 128 units
+    (16, 28672, 4096, (16, 256, 64, 6, 1)),     # 112 tiles of 256 rows of B: one wave, no split
+    (64, 14336, 4096, (64, 128, 128, 4, 1)),
+    (33, 8192, 28672, (64, 64, 128, 6, 1)),     # 128 tiles
+])
+def test_small_m_config_swaps_a_and_b(M, N, K, want):
+    cfg = choose_config(M, N, K, 132)
+    assert cfg.SWAP_AB and cfg.CONSUMER_WGS == 1 and cfg.EPILOGUE == "direct"
+    assert (cfg.BLOCK_M, cfg.BLOCK_N, cfg.BLOCK_K, cfg.STAGES, split_k(M, N, K, cfg, 132)) == want
+    assert not choose_config(129, N, K, 132).SWAP_AB
+
+
+def test_m_up_to_128_swaps_unless_the_tiles_fill_a_wave():
+    assert choose_config(128, 4096, 4096, 132).SWAP_AB
+    assert choose_config(96, 14336, 4096, 132).SWAP_AB
+    assert not choose_config(96, 28672, 4096, 132).SWAP_AB       # 112 tiles of 128x256 already
+    cfg = choose_config(128, 14336, 4096, 132)
+    assert cfg.BLOCK_M * cfg.BLOCK_N <= 128 * 128                  # at most 128 accumulator registers
+
+
+def test_balanced_splits_even_out_the_last_wave():
+    from gluon.kernels.gemm_sm90.config import balanced_splits
+    assert balanced_splits(64, 32, 132) == 2          # 128 of 132 busy
+    assert balanced_splits(448, 64, 132) == 5         # 2240 units = 16.97 waves
+    assert balanced_splits(448, 8, 132) == 1          # slices of 8 k-steps at least
+    assert balanced_splits(130, 64, 132) == 1
+
+
+@pytest.mark.parametrize("M,km", [(1, False), (16, True), (64, False)])
+def test_swap_ab_sass_has_narrow_hgmma_and_no_spills(M, km):
+    cfg = choose_config(M, 4096, 4096, 132).resolve(2)
+    ck = gemm_sm90.compile(*stand_ins(DType.bf16, splits=2), num_warps=num_warps(cfg), CFG=cfg, B_KMAJOR=km)
+    ops = sass_instructions(ck.sass())
+    assert ops[f"HGMMA.64x{cfg.BLOCK_M}x16.F32.BF16"] >= 1     # A's rows on WGMMA's N
+    assert ck.spills == 0 and ck.shared_bytes <= 227 * 1024
+
+
+def test_splitk_fixup_sass_fences_once_around_relaxed_atomics():
+    cfg = _cfg(BLOCK_M=64, BLOCK_N=64, CONSUMER_WGS=1, STAGES=8, SPLITK_FIXUP=True)
+    assert cfg.EPILOGUE == "direct"                   # "auto" resolves to it: the fixup stores from registers
+    ck = gemm_sm90.compile(*stand_ins(DType.bf16, splits=2), num_warps=num_warps(cfg), CFG=cfg)
+    ops = sass_instructions(ck.sass())
+    assert ops["ATOMG.E.ADD.STRONG.GPU"] == 32        # one relaxed increment per element a thread holds
+    assert ops["MEMBAR.ALL.GPU"] <= 4                 # the two fences, not one per atomic
+    assert ck.spills == 0
+
+
+@pytest.mark.parametrize("kw,match", [
+    (dict(SWAP_AB=True, CONSUMER_WGS=2), "one consumer warpgroup"),
+    (dict(SWAP_AB=True, CONSUMER_WGS=1, BLOCK_M=40), "a power of two from 8 to 256, not 40"),
+    (dict(SWAP_AB=True, CONSUMER_WGS=1, BLOCK_M=16, BLOCK_N=96), "a multiple of 64, not 96"),
+    (dict(SWAP_AB=True, CONSUMER_WGS=1, BLOCK_M=16, EPILOGUE="tma"), "EPILOGUE='direct'"),
+    (dict(SWAP_AB=True, CONSUMER_WGS=1, BLOCK_M=16, SPLITK_FIXUP=True), "SPLITK_FIXUP=False"),
+    (dict(SPLITK_FIXUP=True, EPILOGUE="coalesced"), "stores C from registers"),
+])
+def test_swap_and_fixup_rules_name_the_field(kw, match):
+    with pytest.raises(GluonError, match=match):
+        DEFAULT_CONFIG.replace(**kw)

@@ -20,7 +20,7 @@ EPILOGUES = ("tma", "ring", "coalesced", "direct")
 AUTO = "auto"
 _INTS = ("BLOCK_M", "BLOCK_N", "BLOCK_K", "STAGES", "GROUP_M", "CONSUMER_WGS", "PRODUCER_REGS", "CONSUMER_REGS",
          "CLUSTER_M")
-_BOOLS = ("SPLIT_WGS", "K_ZIGZAG", "TMA_PREFETCH")
+_BOOLS = ("SPLIT_WGS", "K_ZIGZAG", "TMA_PREFETCH", "SPLITK_FIXUP", "SWAP_AB")
 _AUTO_BOOLS = ("EARLY_LOADS", "LEAN_PROLOGUE")
 _SWIZZLES = tuple(m.value for m in SwizzleMode)
 _SPLIT_CONSUMER_REGS = 216          # the second consumer warpgroup's setmaxnreg with SPLIT_WGS
@@ -59,6 +59,13 @@ class GemmConfig:
                                 roles start; "auto": wherever the kernel has it (no cluster, not "ring")
     LEAN_PROLOGUE               drop the CTA barriers between the barrier inits and the early loads but
                                 the one the inits need (a PTX pass); "auto": where EARLY_LOADS can be
+    SPLITK_FIXUP                with split-K, the last K slice to finish each output element sums the
+                                fp32 partials (in slice order: deterministic) and writes C, so no second
+                                kernel runs
+    SWAP_AB                     compute C^T = B^T A^T: B's BLOCK_N rows on WGMMA's M (64 per instruction),
+                                A's BLOCK_M rows on its N (a power of two, 8 .. 256), so a few rows of A
+                                (decode: M of 1 .. 64) neither waste the MMA nor shared memory; one
+                                consumer warpgroup, stores C from registers
     """
 
     BLOCK_M: int = 128
@@ -77,6 +84,8 @@ class GemmConfig:
     TMA_PREFETCH: bool = False
     EARLY_LOADS: bool | str = AUTO
     LEAN_PROLOGUE: bool | str = AUTO
+    SPLITK_FIXUP: bool = False
+    SWAP_AB: bool = False
 
     def __post_init__(self):
         for name in _INTS:
@@ -106,6 +115,12 @@ class GemmConfig:
                 raise GluonError(f"GemmConfig LEAN_PROLOGUE=True: LEAN_PROLOGUE is verified for the cooperative kernel "
                                  f"without clusters or the ring epilogue ({why}); use LEAN_PROLOGUE=False (or 'auto') "
                                  "with those")
+        if self.SPLITK_FIXUP and self.EPILOGUE not in ("direct", AUTO):
+            raise GluonError(f"GemmConfig SPLITK_FIXUP=True with EPILOGUE={self.EPILOGUE!r}: the fixup stores C from "
+                             "registers, and a kernel reaches C either by pointer or by TMA; use EPILOGUE='direct' "
+                             "(or 'auto')")
+        if self.SWAP_AB:
+            _check_swap_ab(self)
         if self.CONSUMER_REGS != _SPLIT_CONSUMER_REGS and not self.SPLIT_WGS:
             raise GluonError(f"GemmConfig CONSUMER_REGS={self.CONSUMER_REGS}: the cooperative consumers are Triton's "
                              "default partition and take the registers setmaxnreg leaves them; CONSUMER_REGS is the "
@@ -130,13 +145,15 @@ class GemmConfig:
     def resolve(self, out_size: int) -> "GemmConfig":
         """The config with its "auto" values decided for an output of `out_size`-byte elements (itself
         when none is left). EPILOGUE: "tma" when the staging tile fits in 64 KiB beside the ring (a
-        128x256 fp32 tile would not), else "direct". EARLY_LOADS and LEAN_PROLOGUE: on wherever the
+        128x256 fp32 tile would not) and SPLITK_FIXUP is off (its fixup stores C from registers), else
+        "direct". EARLY_LOADS and LEAN_PROLOGUE: on wherever the
         kernel has them (`plain`)."""
         if self.resolved:
             return self
         kw = {}
         if self.EPILOGUE == AUTO:
-            kw["EPILOGUE"] = "tma" if out_size * self.BLOCK_M * self.BLOCK_N <= 64 * 1024 else "direct"
+            staged = out_size * self.BLOCK_M * self.BLOCK_N <= 64 * 1024 and not (self.SPLITK_FIXUP or self.SWAP_AB)
+            kw["EPILOGUE"] = "tma" if staged else "direct"
         for name in _AUTO_BOOLS:
             if getattr(self, name) == AUTO:
                 kw[name] = self.plain
@@ -151,12 +168,33 @@ class GemmConfig:
         return {f: getattr(self, f) for f in FIELDS}
 
     def describe(self) -> str:
-        """"KEY=VALUE, ..." of every field, but K_ZIGZAG and TMA_PREFETCH only when on."""
+        """"KEY=VALUE, ..." of every field, but K_ZIGZAG, TMA_PREFETCH, SPLITK_FIXUP and SWAP_AB only when on."""
         return ", ".join(f"{k}={v}" for k, v in self.to_dict().items()
-                         if v is not False or k not in ("K_ZIGZAG", "TMA_PREFETCH"))
+                         if v is not False or k not in ("K_ZIGZAG", "TMA_PREFETCH", "SPLITK_FIXUP", "SWAP_AB"))
 
 
 FIELDS: tuple[str, ...] = tuple(f.name for f in fields(GemmConfig))
+
+
+def _check_swap_ab(cfg: GemmConfig) -> None:
+    """SWAP_AB's rules: one consumer warpgroup owning the whole tile, A's rows a WGMMA width, B's rows whole
+    64-row WGMMA instructions, C stored from registers."""
+    why = None
+    if cfg.CONSUMER_WGS != 1 or cfg.SPLIT_WGS:
+        why = f"one consumer warpgroup (CONSUMER_WGS=1, SPLIT_WGS=False), not CONSUMER_WGS={cfg.CONSUMER_WGS}" + (
+            ", SPLIT_WGS=True" if cfg.SPLIT_WGS else "")
+    elif cfg.BLOCK_M & (cfg.BLOCK_M - 1) or not 8 <= cfg.BLOCK_M <= 256:
+        why = f"BLOCK_M (WGMMA's N under the swap) a power of two from 8 to 256, not {cfg.BLOCK_M}"
+    elif cfg.BLOCK_N % 64:
+        why = f"BLOCK_N (WGMMA's M under the swap) a multiple of 64, not {cfg.BLOCK_N}"
+    elif cfg.CLUSTER_M != 1:
+        why = f"CLUSTER_M=1, not {cfg.CLUSTER_M}"
+    elif cfg.EPILOGUE not in ("direct", AUTO):
+        why = f"EPILOGUE='direct' (or 'auto'): C^T's tile is stored from registers, not EPILOGUE={cfg.EPILOGUE!r}"
+    elif cfg.SPLITK_FIXUP:
+        why = "SPLITK_FIXUP=False: split-K partials under the swap are summed by splitk_reduce"
+    if why:
+        raise GluonError(f"GemmConfig SWAP_AB=True takes {why}")
 
 
 def to_config(config: GemmConfig | Mapping | None, base: GemmConfig) -> GemmConfig:
@@ -219,11 +257,29 @@ def grid(M: int, N: int, config: GemmConfig, num_sms: int, splits: int = 1) -> t
     return (max(1, min(units(M, N, config, splits), num_sms // config.CLUSTER_M)),)
 
 
+def balanced_splits(t: int, k_tiles: int, num_sms: int, min_k: int = 8, max_splits: int = 16) -> int:
+    """K slices that even out the last wave of `t` tiles: the fewest whose units (t x slices) keep the
+    persistent programs busiest (within 2% of the best), each slice at least `min_k` k-steps. For
+    problems that stream B once (small M), where a K slice costs only its small fp32 partial."""
+    def busy(s: int) -> float:
+        u = t * s
+        return u / (_cdiv(u, num_sms) * num_sms)
+    best = 1
+    for s in range(2, max_splits + 1):
+        if _cdiv(k_tiles, s) < min_k:
+            break
+        if busy(s) > busy(best) + 0.02:
+            best = s
+    return best
+
+
 def split_k(M: int, N: int, K: int, config: GemmConfig, num_sms: int) -> int:
-    """How many K slices: 1 while the tiles fill the GPU; else enough units for about one wave, each
-    slice at least 16 k-steps, and every slice non-empty."""
+    """How many K slices: with SWAP_AB, `balanced_splits`; else 1 while the tiles fill the GPU, or else
+    enough units for about one wave, each slice at least 16 k-steps, and every slice non-empty."""
     t = tiles(M, N, config)
     k_tiles = _cdiv(K, config.BLOCK_K)
+    if config.SWAP_AB:              # a few tiles less than a wave already stream B at full bandwidth
+        return 1 if t * 4 >= num_sms * 3 else balanced_splits(t, k_tiles, num_sms)
     if t * 2 > num_sms or k_tiles < 32:
         return 1      # small K: the fp32 workspace round trip would cost more than the idle SMs
     want = min(num_sms // t, k_tiles // 16, 16)
@@ -233,10 +289,41 @@ def split_k(M: int, N: int, K: int, config: GemmConfig, num_sms: int) -> int:
     return _cdiv(k_tiles, per)
 
 
+SMALL_M = 128                       # up to this many rows of A, choose_config swaps A and B ...
+_SWAP_ALWAYS_M = 64                 # ... and above this only where 128x256 tiles make under 3/4 of a wave
+_SMEM_BUDGET = 216 * 1024           # what the rings may take (the barriers and Triton's scratch need the rest)
+
+
+def small_m_config(M: int, N: int, num_sms: int) -> GemmConfig:
+    """The decode-like problem's config (M <= SMALL_M): SWAP_AB with A's rows padded to a WGMMA width
+    (a power of two >= 8), and the widest B tile (256, 128, 64 rows; an accumulator of at most 128
+    registers per thread) whose tiles make 3/4 to one wave,
+    so B streams once with no K split; 128-deep k-steps (64 where fewer than 4 stages would fit), as many
+    stages as fit. Otherwise 64-row B tiles, the waves evened out by `split_k`."""
+    bm = max(8, 1 << (M - 1).bit_length())
+
+    def fit(bn: int, bk: int) -> GemmConfig | None:
+        st = min(16, _SMEM_BUDGET // ((bm + bn) * bk * 2))
+        if st < 4:
+            return None
+        return DEFAULT_CONFIG.replace(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, STAGES=st, CONSUMER_WGS=1, SWAP_AB=True,
+                                      EPILOGUE="direct")
+    for bn in (256, 128, 64):
+        if bn * bm > 128 * 128:             # the accumulator: at most 128 fp32 registers per thread
+            continue
+        if num_sms * 3 <= _cdiv(N, bn) * 4 <= num_sms * 4:
+            cfg = fit(bn, 128) or fit(bn, 64)
+            if cfg is not None:
+                return cfg
+    return fit(64, 128)
+
+
 def choose_config(M: int, N: int, K: int, num_sms: int, pitch_aligned: bool = True, out_size: int = 2) -> GemmConfig:
     """The hand-picked configuration for a problem when the caller gives none (a rule on tile counts,
     not a table of shapes; its "auto" values are resolved by `resolve_config`):
 
+    * M <= 64, or M <= SMALL_M where 128x256 tiles make under 3/4 of a wave (decode):
+      `small_m_config`, A and B swapped;
     * under about one wave of 128x256 tiles: the first of SMALL_CONFIGS whose tiles fit in one wave;
     * an fp32 output (`out_size` 4): FP32_OUT_CONFIG;
     * rows of A and B not on 128-byte boundaries (`pitch_aligned` False): 2-CTA clusters (CLUSTER_M=2)
@@ -245,6 +332,8 @@ def choose_config(M: int, N: int, K: int, num_sms: int, pitch_aligned: bool = Tr
     * one tile per program, output rows of 16-element multiples, aligned: EPILOGUE="coalesced".
 
     The measurements behind each rule: docs/PERF.md."""
+    if M <= _SWAP_ALWAYS_M or (M <= SMALL_M and tiles(M, N, DEFAULT_CONFIG) * 4 < num_sms * 3):
+        return small_m_config(M, N, num_sms)
     if tiles(M, N, DEFAULT_CONFIG) * 10 >= num_sms * 9:
         if out_size > 2:
             return FP32_OUT_CONFIG

@@ -3,7 +3,8 @@
 A launch of a problem it has seen costs one dict lookup (the plan: resolved config, split count, grid,
 the compiled specialization) and the compiled kernel's launcher. Operands whose strides TMA cannot
 describe are copied into zero-padded aligned buffers first; a split-K launch writes fp32 partials into a
-per-(device, stream) workspace that `splitk_reduce` sums into C. `compile_variant` and `stand_ins`
+per-(device, stream) workspace that `splitk_reduce` sums into C (or, with SPLITK_FIXUP, the kernel's last
+K slice of each element, counting arrivals in a per-(device, stream) int32 buffer). `compile_variant` and `stand_ins`
 compile the kernel without tensors (no GPU needed).
 """
 from __future__ import annotations
@@ -23,6 +24,7 @@ from .config import DEFAULT_CONFIG, GemmConfig, grid, num_warps, resolve_config,
 from .kernel import gemm_sm90
 
 _WORKSPACE: dict[tuple, object] = {}
+_COUNTERS: dict[tuple, object] = {}
 _PLANS: dict[tuple, "_Plan"] = {}
 
 
@@ -53,6 +55,7 @@ class _Plan:
     dev: int
     splits: int
     kw: dict                        # the constexprs (CFG, B_KMAJOR, N_MULTIPLE_16) and num_warps
+    fixup: bool = False             # split-K partials summed in the kernel (CFG.SPLITK_FIXUP), no second pass
     ck: object = None               # the compiled specialization, after the first launch
 
 
@@ -103,16 +106,19 @@ def launch(a, b, c, config: GemmConfig | Mapping | None = None, b_kmajor: bool =
     S = plan.splits
     if S > 1:                       # one fp32 workspace per (device, stream): same-stream launches run in order
         import torch
-        w = _workspace((plan.dev, torch.cuda.current_stream(plan.dev).cuda_stream), S * M * N, a.device)
-    else:
-        w = _workspace((plan.dev, None), 16, a.device)       # unused by the kernel when S == 1
+        key = (plan.dev, torch.cuda.current_stream(plan.dev).cuda_stream)
+        w = _workspace(key, S * M * N, a.device)
+        cnt = _counters(key, M * N, a.device) if plan.fixup else _counters((plan.dev, None), 16, a.device)
+    else:                           # unused by the kernel when S == 1
+        w = _workspace((plan.dev, None), 16, a.device)
+        cnt = _counters((plan.dev, None), 16, a.device)
     ck = compiled
     if ck is None:
         if plan.ck is None:
-            plan.ck = plan.bound.compiled(a, b, c, w, S, **plan.kw)
+            plan.ck = plan.bound.compiled(a, b, c, w, cnt, S, **plan.kw)
         ck = plan.ck
-    ck.launcher(plan.bound.grid, *ck.launch_args((a, b, c, w, S), {}))
-    if S > 1:
+    ck.launcher(plan.bound.grid, *ck.launch_args((a, b, c, w, cnt, S), {}))
+    if S > 1 and not plan.fixup:
         splitk_reduce[(gl.cdiv(M * N, 1024),), (1024,)](c, w, M * N, S, XBLOCK=1024, num_warps=4)
     return c
 
@@ -135,7 +141,7 @@ def _plan(a, c, M: int, N: int, K: int, config: GemmConfig | Mapping | None, b_k
     kw = dict(CFG=cfg, B_KMAJOR=b_kmajor, num_warps=num_warps(cfg))
     if cfg.EPILOGUE == "coalesced" and N % 16 == 0:     # its 16-byte stores need 16-element rows
         kw["N_MULTIPLE_16"] = True
-    return _Plan(bound, dev, S, kw)
+    return _Plan(bound, dev, S, kw, fixup=S > 1 and cfg.SPLITK_FIXUP)
 
 
 def _workspace(key: tuple, numel: int, device):
@@ -144,6 +150,16 @@ def _workspace(key: tuple, numel: int, device):
     if w is None or w.numel() < numel:
         import torch
         w = _WORKSPACE[key] = torch.empty(numel, device=device, dtype=torch.float32)
+    return w
+
+
+def _counters(key: tuple, numel: int, device):
+    """The split-K arrival counters of a (device, stream): int32, zero between launches (the kernel's
+    last slice of each element resets its counter), grown to the largest request."""
+    w = _COUNTERS.get(key)
+    if w is None or w.numel() < numel:
+        import torch
+        w = _COUNTERS[key] = torch.zeros(numel, device=device, dtype=torch.int32)
     return w
 
 
@@ -157,11 +173,12 @@ def compile_variant(dtype=None, out_dtype=None, B_KMAJOR: bool = False, **overri
 
 
 def stand_ins(dtype, out_dtype=None, splits: int = 1) -> tuple:
-    """What `gemm_sm90.trace` / `.compile` take for (A, B, C, W, SPLITS) without tensors: A, B and C of
-    `dtype` (C of `out_dtype` if given; B [K, N] or [N, K] alike, its sizes are symbols), the fp32
-    split-K workspace, and SPLITS with the divisibility a launch with `splits` K slices specializes on.
+    """What `gemm_sm90.trace` / `.compile` take for (A, B, C, W, CNT, SPLITS) without tensors: A, B and C
+    of `dtype` (C of `out_dtype` if given; B [K, N] or [N, K] alike, its sizes are symbols), the fp32
+    split-K workspace and its int32 counters, and SPLITS with the divisibility a launch with `splits` K slices specializes on.
     The symbols are named as JITFunction.specialize names a launch's, so the TTGIR is what `launch`
     compiles (the tuner's traces hit the cache at launch)."""
     refs = [TensorRef(n, d, shape=tuple(f"{n}_shape{i}" for i in range(r)))
-            for n, d, r in (("A", dtype, 2), ("B", dtype, 2), ("C", out_dtype or dtype, 2), ("W", DType.f32, 1))]
+            for n, d, r in (("A", dtype, 2), ("B", dtype, 2), ("C", out_dtype or dtype, 2), ("W", DType.f32, 1),
+                            ("CNT", DType.i32, 1))]
     return (*refs, ScalarArg(DType.i32, 16 if splits % 16 == 0 else 1))

@@ -30,6 +30,7 @@ from gluon.ir import GluonError
 from gluon.jit import kernel
 from gluon.language.control import static_range, warp_role
 from gluon.language.memory import smem
+from gluon.language.nvidia import ptx
 from gluon.language.nvidia.hopper import (fence_async_shared, mbarrier, tma_load, tma_store, tma_store_wait, wgmma,
                                           wgmma_wait)
 from gluon.types import Layout, SliceLayout, SwizzleMode, WarpRole
@@ -81,12 +82,72 @@ def _tile_indices(off_m, off_n, ROWS: int, COLS: int, layout, M, N):
     return rows, cols, (rows[:, None] < M) & (cols[None, :] < N)
 
 
+def _col_chunks(acc, width: int) -> list:
+    """The WGMMA accumulator `acc` as column chunks of at most `width` columns, left to right (free:
+    each chunk is a subset of every thread's registers); a tile of several instruction tiles per warp
+    (128 rows on one warpgroup) stays whole."""
+    if acc.shape[1] <= width or acc.shape[0] != 16 * acc.layout.warps_per_cta[0]:
+        return [acc]
+    left, right = gl.split_cols(acc)
+    return _col_chunks(left, width) + _col_chunks(right, width)
+
+
+@gl.helper
+def _splitk_partial(C, W, CNT, acc, off_m, off_n, split, M, N, SPLITS, RM: int, FIXUP: bool):
+    """Split-K: this slice's fp32 partial of the RM x BLOCK_N tile at (off_m, off_n) into the workspace.
+    With FIXUP, the last K slice to finish an element of C then sums the SPLITS partials of it, in slice
+    order (so the result does not depend on which slice finished last, and equals `splitk_reduce`'s),
+    writes it to C and zeroes the element's counter for the next launch. Per element, so no thread waits
+    for another: each thread stores its partials, fences (release), increments each element's counter
+    (relaxed atomics, all in flight at once) and fences again (acquire); the thread of the last slice to
+    increment a counter then reads every slice's partial of that element. In 32-column chunks (64-bit
+    addresses of a whole 64 x 128 tile would not fit in registers at once)."""
+    chunks = _col_chunks(acc, 32)
+    CW = acc.shape[1] // len(chunks)
+    for i in static_range(len(chunks)):
+        rows, cols, mask = _tile_indices(off_m, off_n + i * CW, RM, CW, chunks[i].layout, M, N)
+        gl.store(W + ((split * M + rows[:, None]) * N + cols[None, :]), chunks[i], mask=mask)
+    if FIXUP:
+        ptx.fence("acq_rel", "gpu")
+        lasts = []
+        for i in static_range(len(chunks)):
+            rows, cols, mask = _tile_indices(off_m, off_n + i * CW, RM, CW, chunks[i].layout, M, N)
+            old = gl.atomic_add(CNT + (rows[:, None] * N + cols[None, :]), 1, mask=mask, sem="relaxed", scope="gpu")
+            lasts.append(mask & (old == SPLITS - 1))
+        ptx.fence("acq_rel", "gpu")
+        for i in static_range(len(chunks)):
+            rows, cols, mask = _tile_indices(off_m, off_n + i * CW, RM, CW, chunks[i].layout, M, N)
+            last = lasts[i]
+            offs = rows[:, None] * N + cols[None, :]
+            total = gl.load(W + offs, mask=last, other=0.0)
+            for s in range(1, SPLITS):
+                total = total + gl.load(W + ((s * M + rows[:, None]) * N + cols[None, :]), mask=last, other=0.0)
+            gl.store(C + offs, total.to(C.dtype), mask=last)
+            gl.store(CNT + offs, 0, mask=last)
+
+
+@gl.helper
+def _store_swapped(C, W, acc, off_m, off_n, split, M, N, SPLITS):
+    """SWAP_AB's epilogue: `acc` is the BLOCK_N x BLOCK_M tile of C^T at (off_n, off_m), stored into C (or
+    with split-K as this slice's fp32 partial into the workspace) from registers. Its rows run along N,
+    so a warp's stores are 16-byte runs of 8 rows: fine for the few rows of M it is chosen for."""
+    ns = off_n + gl.arange(0, acc.shape[0], layout=SliceLayout(1, acc.layout))
+    ms = off_m + gl.arange(0, acc.shape[1], layout=SliceLayout(0, acc.layout))
+    mask = (ns[:, None] < N) & (ms[None, :] < M)
+    if SPLITS > 1:
+        gl.store(W + ((split * M + ms[None, :]) * N + ns[:, None]), acc, mask=mask)
+    else:
+        gl.store(C + (ms[None, :] * N + ns[:, None]), acc.to(C.dtype), mask=mask)
+
+
 @kernel(arch=SM90, num_warps=9)
-def gemm_sm90(A, B, C, W, SPLITS, CFG: gl.constexpr, B_KMAJOR: gl.constexpr = False,
+def gemm_sm90(A, B, C, W, CNT, SPLITS, CFG: gl.constexpr, B_KMAJOR: gl.constexpr = False,
               N_MULTIPLE_16: gl.constexpr = False):
     """C = A @ B under the resolved GemmConfig `CFG`, in SPLITS K slices (fp32 partials into the
-    workspace W when SPLITS > 1); B is [N, K] with B_KMAJOR; N_MULTIPLE_16 is the launch's promise that
-    N is a multiple of 16 (the coalesced epilogue's stores then vectorize)."""
+    workspace W when SPLITS > 1; with CFG.SPLITK_FIXUP the int32 arrival counters CNT, one per element of
+    C and zero between launches, let the last slice to finish sum them); B is [N, K] with B_KMAJOR;
+    N_MULTIPLE_16 is the launch's promise that N is a multiple of 16 (the coalesced epilogue's stores
+    then vectorize)."""
     kernel_config(CFG)
     CL = CFG.CLUSTER_M                          # CTAs per cluster
     if CL > 1:
@@ -179,7 +240,9 @@ def gemm_sm90(A, B, C, W, SPLITS, CFG: gl.constexpr, B_KMAJOR: gl.constexpr = Fa
             if CL > 1:
                 gl.cluster_sync()                   # the other CTAs' barriers are initialised
             a_s = a_rings[g]
-            acc_layout = Layout.wgmma((RW, 1), instr_n=CFG.BLOCK_N, operand_dtype=A.dtype)
+            # SWAP_AB: the warpgroup computes C^T's tile, B's BLOCK_N rows on WGMMA's M and A's few rows on its N
+            ACC = (CFG.BLOCK_N, RM) if CFG.SWAP_AB else (RM, CFG.BLOCK_N)
+            acc_layout = Layout.wgmma((RW, 1), instr_n=ACC[1], operand_dtype=A.dtype)
             if EPILOGUE == "coalesced":     # 16 bytes per thread, a warp's threads along one row
                 vec = 128 // C.dtype.bits
                 tpw_n = min(32, CFG.BLOCK_N // vec)
@@ -190,12 +253,15 @@ def gemm_sm90(A, B, C, W, SPLITS, CFG: gl.constexpr, B_KMAJOR: gl.constexpr = Fa
                 row, col = _tile_coords(unit // SPLITS, num_rows, num_cols, GROUP_ROWS)
                 pid_m, pid_n = _cta_tile(row, col, rank, CL)
                 k_lo, k_hi = _k_slice(split, k_per_split, k_tiles)
-                acc = gl.zeros((RM, CFG.BLOCK_N), gl.float32, layout=acc_layout)
+                acc = gl.zeros(ACC, gl.float32, layout=acc_layout)
                 for kk in range(k_lo, k_hi):
                     s = cnt % CFG.STAGES
                     ready[s].wait((cnt // CFG.STAGES) & 1)
                     b_op = b_s[s].T if B_KMAJOR else b_s[s]
-                    acc = wgmma(a_s[s], b_op, acc, wait=False)
+                    if CFG.SWAP_AB:                 # C^T += B^T A^T
+                        acc = wgmma(b_op.T, a_s[s].T, acc, wait=False)
+                    else:
+                        acc = wgmma(a_s[s], b_op, acc, wait=False)
                     acc = wgmma_wait(acc, a_s[s], b_s[s], pendings=1)
                     if kk > k_lo:                   # the previous WGMMA is done: release its stage
                         empty[(cnt + (CFG.STAGES - 1)) % CFG.STAGES].arrive(cluster=CL > 1)
@@ -204,9 +270,14 @@ def gemm_sm90(A, B, C, W, SPLITS, CFG: gl.constexpr, B_KMAJOR: gl.constexpr = Fa
                 empty[(cnt + (CFG.STAGES - 1)) % CFG.STAGES].arrive(cluster=CL > 1)
                 off_m = pid_m * CFG.BLOCK_M + g * RM
                 off_n = pid_n * CFG.BLOCK_N
-                rows, cols, mask = _tile_indices(off_m, off_n, RM, CFG.BLOCK_N, acc_layout, M, N)
-                if SPLITS > 1:                      # split-K: fp32 partial tile into the workspace
-                    gl.store(W + ((split * M + rows[:, None]) * N + cols[None, :]), acc, mask=mask)
+                rows, cols, mask = _tile_indices(off_m, off_n, RM, CFG.BLOCK_N, acc_layout, M, N)  # (unused: SWAP_AB)
+                if CFG.SWAP_AB:                     # C^T's tile, from registers (or its split-K partial)
+                    _store_swapped(C, W, acc, off_m, off_n, split, M, N, SPLITS)
+                elif SPLITS > 1:                    # split-K: fp32 partial tile into the workspace
+                    if CFG.SPLITK_FIXUP:            # ... and the last slice of each element sums them
+                        _splitk_partial(C, W, CNT, acc, off_m, off_n, split, M, N, SPLITS, RM, True)
+                    else:
+                        gl.store(W + ((split * M + rows[:, None]) * N + cols[None, :]), acc, mask=mask)
                 elif EPILOGUE == "direct":
                     gl.store(C + (rows[:, None] * N + cols[None, :]), acc.to(C.dtype), mask=mask)
                 elif EPILOGUE == "coalesced":       # staged in shared memory, read back row-contiguous and
