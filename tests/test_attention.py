@@ -226,3 +226,50 @@ def test_the_reference_takes_head_subsets_and_gives_the_lse():
         assert torch.allclose(sub[n], o[b, h], atol=1e-6) and torch.allclose(sub_lse[n], lse[b, h], atol=1e-6)
     assert torch.allclose(reference(q, k, v), torch.softmax(q @ kk.transpose(-1, -2) / math.sqrt(16), -1) @ vv,
                           atol=1e-5)
+
+
+@pytest.mark.parametrize("case", ["bhsd", "bshd causal", "gqa lse", "d128 persistent"])
+def test_a_repeated_call_launches_what_the_first_call_did(monkeypatch, case):
+    """The second call of the same shapes, strides and dtypes skips the checks and the views (`_FAST`) and
+    launches exactly the first call's arguments but for its own output (and log-sum-exp) buffer."""
+    import sys
+    import os
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from test_runtime import FakeBackend
+    import gluon.kernels.attention_sm90.host as host
+    import gluon.runtime.cuda as cuda
+    fake = FakeBackend()                                 # records launches; CPU tensors pass its device check
+    monkeypatch.setattr(cuda, "DEFAULT_BACKEND", fake)
+    monkeypatch.setattr(host, "sm_count", lambda d: 132)
+    monkeypatch.setattr(host, "_FAST", {})
+    B, H, HK, S, D = 2, 4, 4, 40, 64
+    kw = {}
+    if case == "bshd causal":
+        kw = dict(layout="bshd", causal=True)
+    elif case == "gqa lse":
+        HK, kw = 2, dict(return_lse=True, scale=0.3)
+    elif case == "d128 persistent":
+        D, kw = 128, dict(causal=True)
+    shape = lambda h: (B, S, h, D) if kw.get("layout") == "bshd" else (B, h, S, D)  # noqa: E731
+    q, k, v = torch.randn(*shape(H)).half(), torch.randn(*shape(HK)).half(), torch.randn(*shape(HK)).half()
+    first = attention(q, k, v, **kw)
+    assert len(host._FAST) == 1
+    again = attention(q, k, v, **kw)
+    full, fast = fake.calls[-2], fake.calls[-1]
+    outs = lambda r: (r,) if isinstance(r, torch.Tensor) else r      # noqa: E731
+    for a, b in zip(outs(first), outs(again)):
+        assert (a.shape, a.stride(), a.dtype) == (b.shape, b.stride(), b.dtype)
+    ptrs = {a.data_ptr(): b.data_ptr() for a, b in zip(outs(first), outs(again))}
+    assert len(full) == len(fast)
+    for x, y in zip(full, fast):
+        assert x == y or ptrs.get(x) == y or (isinstance(x, tuple) and ptrs.get(x[1][0]) == y[1][0]
+                                              and x[1][1:] == y[1][1:])
+    assert sum(x != y for x, y in zip(full, fast)) == len(ptrs)      # exactly the outputs moved
+
+
+def test_a_repeated_call_with_a_misaligned_input_takes_the_full_path(monkeypatch):
+    import gluon.kernels.attention_sm90.host as host
+    q = torch.randn(2, 4, 40, 64).half()
+    fp = host._FastPlan(None, (1,), [], (), None, (2, 4, 40, 64), False, (2, 4, 40))
+    odd = torch.empty(2 * 4 * 40 * 64 + 1).half()[1:].view(2, 4, 40, 64)
+    assert host._fast_call(fp, odd, q, q) is None

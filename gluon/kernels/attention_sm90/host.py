@@ -15,8 +15,10 @@ from typing import Mapping
 
 from gluon.dtypes import DType
 from gluon.ir import GluonError
+from gluon.abi import ParamKind
 from gluon.language.kernel import ScalarArg
 from gluon.runtime.cuda import sm_count
+from gluon.runtime.descriptors import TensorDescriptor
 from gluon.types import TensorRef
 
 from ..tensor_checks import on_the_launch_device
@@ -25,6 +27,7 @@ from .kernel import attention_sm90
 
 _LOG2E = 1.4426950408889634
 _PLANS: dict[tuple, "_Plan"] = {}
+_FAST: dict[tuple, "_FastPlan"] = {}
 _LSE_DUMMY: dict[int, object] = {}
 
 
@@ -33,6 +36,83 @@ class _Plan:
     bound: object                   # attention_sm90[grid]
     kw: dict                        # constexprs and num_warps
     ck: object = None               # the compiled specialization, after the first launch
+
+
+@dataclass
+class _FastPlan:
+    """A call seen before, to the inputs' shapes, strides, dtypes and devices: everything the checks and
+    the 2-D views derived from them, so a repeat costs the output's allocation and the launch. Inputs
+    TMA reads without a copy only; `slots` are (flat position, input 0/1/2 = q/k/v or 3 = the output,
+    2-D shape, 2-D strides, the descriptor's KernelParam or None for a pointer)."""
+    launcher: object
+    grid: tuple
+    template: list                  # the flat launch arguments of the first call
+    slots: tuple
+    lse_pos: int | None             # where a fresh log-sum-exp goes (return_lse), else None
+    alloc: tuple                    # the output's allocation shape: [B, S, H, D] or [B, H, S, D] rows
+    transpose_out: bool             # the result is the allocation transposed (1, 2)
+    lse_shape: tuple
+
+
+def _fast_key(q, k, v, causal, scale, config, return_lse, layout):
+    """The key of `_FAST` for a call of plain torch tensors, else None (the full path checks the rest)."""
+    import torch
+    T = torch.Tensor
+    if type(q) is not T or type(k) is not T or type(v) is not T or not (config is None or
+                                                                      isinstance(config, AttentionConfig)):
+        return None
+    return (q.shape, q.stride(), k.shape, k.stride(), v.shape, v.stride(), q.dtype, k.dtype, v.dtype, q.device,
+            k.device, v.device, causal, scale, return_lse, layout, config)
+
+
+def _fast_call(fp: _FastPlan, q, k, v):
+    """The launch of a call `_FAST` has seen, or None when a base address lost its 16-byte alignment
+    (the full path copies such an input)."""
+    import torch
+    src = (q, k, v)
+    ptrs = (q.data_ptr(), k.data_ptr(), v.data_ptr())
+    if (ptrs[0] | ptrs[1] | ptrs[2]) & 15:
+        return None
+    base = torch.empty(fp.alloc, device=q.device, dtype=q.dtype)
+    flat = list(fp.template)
+    for pos, which, shape, strides, p in fp.slots:
+        t, ptr = (base, base.data_ptr()) if which == 3 else (src[which], ptrs[which])
+        flat[pos] = ptr if p is None else TensorDescriptor(t, ptr, shape, strides, p.dtype, p.block_shape,
+                                                           p.swizzle_bytes, p.box, "zero", t.get_device(), True)
+    lse = None
+    if fp.lse_pos is not None:
+        lse = flat[fp.lse_pos] = torch.empty(fp.lse_shape, device=q.device, dtype=torch.float32)
+    fp.launcher(fp.grid, *flat)
+    o = base.transpose(1, 2) if fp.transpose_out else base
+    return (o, lse) if lse is not None else o
+
+
+def _fast_plan(ck, plan: _Plan, la, views: tuple, o_work, q, layout: str, return_lse: bool, lse):
+    """The `_FastPlan` of a first call whose inputs were TMA-ready as given, or None where the call's
+    launch arguments cannot be matched to its inputs (then every call takes the full path)."""
+    params = [p for p in ck.abi.params if p.kind is not ParamKind.CONSTEXPR]
+    if len(params) != len(la):
+        return None
+    slots, lse_pos = [], None
+    for i, a in enumerate(la):
+        which = next((j for j, t in enumerate(views) if a is t), None)
+        if which is not None:
+            p = params[i]
+            if p.kind is ParamKind.TENSORDESC:
+                slots.append((i, which, tuple(a.shape), tuple(a.stride()), p))
+            elif p.kind is ParamKind.POINTER:
+                slots.append((i, which, None, None, None))
+            else:
+                return None
+        elif return_lse and a is lse:
+            lse_pos = i
+    if sorted(s[1] for s in slots) != [0, 1, 2, 3] or (return_lse and lse_pos is None):
+        return None
+    B, H, Sq, D = q.shape
+    rows_bshd = o_work.stride(2) != D          # [B, S, H, D] rows: the allocation is [B, S, H, D]
+    alloc = (B, Sq, H, D) if rows_bshd else (B, H, Sq, D)
+    return _FastPlan(ck.launcher, plan.bound.grid, list(la), tuple(slots), lse_pos, alloc,
+                     rows_bshd != (layout == "bshd"), (B, H, Sq))
 
 
 def _fail(msg: str) -> None:
@@ -88,8 +168,11 @@ def _view2d(t):
 
 
 def _as_view(t):
+    """(2-D view, bshd, copied): the view of `t` itself, or of a contiguous copy where TMA cannot read `t`."""
     got = _view2d(t)
-    return got if got is not None else _view2d(t.contiguous())
+    if got is not None:
+        return got + (False,)
+    return _view2d(t.contiguous()) + (True,)
 
 
 def attention(q, k, v, causal: bool = False, scale: float | None = None, config: AttentionConfig | Mapping | None = None,
@@ -107,6 +190,14 @@ def attention(q, k, v, causal: bool = False, scale: float | None = None, config:
     kernel already compiled for this config and these inputs (a gluon.jit.CompiledKernel, e.g. the one
     the tuner's pool built from `stand_ins`), launched instead of specializing here."""
     import torch
+    fast_key = _fast_key(q, k, v, causal, scale, config, return_lse, layout) if out is None and compiled is None \
+        else None
+    if fast_key is not None:
+        fp = _FAST.get(fast_key)
+        if fp is not None:
+            got = _fast_call(fp, q, k, v)
+            if got is not None:
+                return got
     if layout not in ("bhsd", "bshd"):
         _fail(f"layout={layout!r}: use 'bhsd' ([batch, heads, seq, head_dim]) or 'bshd' ([batch, seq, heads, "
               "head_dim])")
@@ -123,9 +214,9 @@ def attention(q, k, v, causal: bool = False, scale: float | None = None, config:
     scale = 1.0 / math.sqrt(D) if scale is None else float(scale)
     if not math.isfinite(scale):
         _fail(f"scale={scale} must be a finite number")
-    q2, q_bshd = _as_view(q)
-    k2, k_bshd = _as_view(k)
-    v2, v_bshd = _as_view(v)
+    q2, q_bshd, q_copied = _as_view(q)
+    k2, k_bshd, k_copied = _as_view(k)
+    v2, v_bshd, v_copied = _as_view(v)
     if out is not None and (tuple(out.shape) != (B, H, Sq, D) or out.dtype != q.dtype or out.device != q.device):
         _fail(f"out must be a {q.dtype} tensor of q's shape on {q.device}, got {out.dtype} {tuple(out.shape)}")
     o = out if out is not None else _empty_like_rows(q, q_bshd)
@@ -154,7 +245,12 @@ def attention(q, k, v, causal: bool = False, scale: float | None = None, config:
         if plan.ck is None:
             plan.ck = plan.bound.compiled(*args, **plan.kw)
         ck = plan.ck
-    ck.launcher(plan.bound.grid, *ck.launch_args(args, {}))
+    la = ck.launch_args(args, {})
+    ck.launcher(plan.bound.grid, *la)
+    if fast_key is not None and o_work is o and not (q_copied or k_copied or v_copied) and len(_FAST) < 256:
+        fp = _fast_plan(ck, plan, la, (q2, k2, v2, o2), o_work, q, layout, return_lse, lse)
+        if fp is not None:
+            _FAST[fast_key] = fp
     if o_work is not o:
         o.copy_(o_work)
     if layout == "bshd":
