@@ -15,7 +15,7 @@ File layout (TOML; YAML is the same tree):
     [tiles]    NAME = 128 | { values = [...] } | { range = [lo, hi], step = s } | { range = [lo, hi], log = true }
                (powers of two)
     [swizzle]  NAME = 0 | 32 | 64 | 128, or a domain of them
-    [stages]   NAME = 1..8, or a domain
+    [stages]   NAME = 1..32, or a domain
     [warp_roles.ROLE]  warps = 1..32 | domain, registers = multiple of 8 in 24..256 | domain
                        (parameters ROLE_WARPS, ROLE_REGS, upper case)
     [params]   NAME = int | float | string | bool | domain

@@ -5,7 +5,7 @@ place: CONSUMER_WARPS -> CONSUMER_WGS = warps // 4; PRODUCER_WARPS must be 1 (on
 CONSUMER_REGS left out, "auto" or 0 keeps the default (the second warpgroup's budget, with SPLIT_WGS);
 SPLIT_K ("auto"/0 = the split_k heuristic, else forced) is the launch's `splits`; the rest are
 GemmConfig fields (BLOCK_M, BLOCK_N, BLOCK_K, STAGES, GROUP_M, SWIZZLE, EPILOGUE, PRODUCER_REGS,
-SPLIT_WGS, CLUSTER_M, EARLY_LOADS, LEAN_PROLOGUE, K_ZIGZAG) on top of DEFAULT_CONFIG, with the "auto"
+SPLIT_WGS, CLUSTER_M, EARLY_LOADS, LEAN_PROLOGUE, K_ZIGZAG, SWAP_AB, SPLITK_FIXUP) on top of DEFAULT_CONFIG, with the "auto"
 values resolved as `launch` resolves them. GemmConfig checks the knobs, the compiler passes the rest
 (shared memory, registers, warp roles, layouts). Output dtype = input dtype; B is [K, N] row-major.
 """
@@ -36,7 +36,7 @@ class _GemmSM90Tuning(TuningTemplate):
     archs = ("sm90",)
     params = ("BLOCK_M", "BLOCK_N", "BLOCK_K", "STAGES", "GROUP_M", "SWIZZLE", "EPILOGUE", "CONSUMER_WARPS",
               "CONSUMER_REGS", "PRODUCER_WARPS", "PRODUCER_REGS", "CONSUMER_WGS", "SPLIT_K", "SPLIT_WGS", "CLUSTER_M",
-              "EARLY_LOADS", "LEAN_PROLOGUE", "K_ZIGZAG")
+              "EARLY_LOADS", "LEAN_PROLOGUE", "K_ZIGZAG", "SWAP_AB", "SPLITK_FIXUP")
 
     def __init__(self):
         self._runs: dict[tuple, tuple[GemmConfig, int | None]] = {}      # run(): (config, dtype) -> launch args
