@@ -2,10 +2,11 @@
 
 A launch of a problem it has seen costs one dict lookup (the plan: resolved config, split count, grid,
 the compiled specialization) and the compiled kernel's launcher. Operands whose strides TMA cannot
-describe are copied into zero-padded aligned buffers first; a split-K launch writes fp32 partials into a
-per-(device, stream) workspace that `splitk_reduce` sums into C (or, with SPLITK_FIXUP, the kernel's last
-K slice of each element, counting arrivals in a per-(device, stream) int32 buffer). `compile_variant` and `stand_ins`
-compile the kernel without tensors (no GPU needed).
+describe are copied into zero-padded aligned buffers first (cached per device, stream and shape); a
+split-K launch writes fp32 partials into a per-(device, stream) workspace that `splitk_reduce` sums into
+C (or, with SPLITK_FIXUP, the kernel's last K slice of each element, counting arrivals in a per-(device,
+stream) int32 buffer). `compile_variant` and `stand_ins` compile the kernel without tensors (no GPU
+needed).
 """
 from __future__ import annotations
 
@@ -25,6 +26,8 @@ from .kernel import gemm_sm90
 
 _WORKSPACE: dict[tuple, object] = {}
 _COUNTERS: dict[tuple, object] = {}
+_SCRATCH: dict[tuple, object] = {}     # unaligned operands' padded copies, per (role, device, stream, shape)
+_SCRATCH_MAX = 32
 _PLANS: dict[tuple, "_Plan"] = {}
 
 
@@ -59,10 +62,24 @@ class _Plan:
     ck: object = None               # the compiled specialization, after the first launch
 
 
-def _padded(t, rows: int, cols: int):
+def _scratch(role: str, t, rows: int, cols: int, zeroed: bool):
+    """A rows x cols buffer of t's dtype for `role` ("a", "b", "c"), kept per (device, stream, t's shape):
+    repeated launches of one unaligned problem allocate nothing. `zeroed` buffers are zero when made and
+    only ever written at t's extent, so their padding stays zero."""
     import torch
-    out = torch.zeros(rows, cols, device=t.device, dtype=t.dtype)
-    out[: t.shape[0], : t.shape[1]] = t
+    key = (role, t.device, torch.cuda.current_stream(t.device).cuda_stream, rows, cols, tuple(t.shape), t.dtype)
+    buf = _SCRATCH.get(key)
+    if buf is None:
+        if len(_SCRATCH) >= _SCRATCH_MAX:      # the oldest goes (same-stream reuse is ordered by torch)
+            _SCRATCH.pop(next(iter(_SCRATCH)))
+        buf = _SCRATCH[key] = (torch.zeros if zeroed else torch.empty)(rows, cols, device=t.device, dtype=t.dtype)
+    return buf
+
+
+def _padded(role: str, t, rows: int, cols: int):
+    """t copied into the top-left of a cached zero-padded rows x cols buffer."""
+    out = _scratch(role, t, rows, cols, zeroed=True)
+    out[: t.shape[0], : t.shape[1]].copy_(t)
     return out
 
 
@@ -75,8 +92,9 @@ def launch(a, b, c, config: GemmConfig | Mapping | None = None, b_kmajor: bool =
     specializing here.
 
     Operands whose strides TMA cannot describe (a row of K or N elements that is not a multiple of
-    16 bytes, or a misaligned base) are copied into zero-padded aligned buffers first: exact, but it
-    costs a copy, so aligned inputs are the fast path."""
+    16 bytes, or a misaligned base) are copied into zero-padded aligned buffers first (kept per device,
+    stream and shape, so repeated calls allocate nothing): exact, but it costs a copy, so aligned inputs
+    are the fast path."""
     sa, sb = a.stride(), b.stride()
     if not (_tma_ready(a, sa) and _tma_ready(b, sb) and _tma_ready(c)):
         align = 16 // a.element_size()
@@ -84,9 +102,9 @@ def launch(a, b, c, config: GemmConfig | Mapping | None = None, b_kmajor: bool =
         N = c.shape[1]
         Kp, Np = -(-K // align) * align, -(-N // (16 // c.element_size())) * (16 // c.element_size())
         Np = max(Np, -(-N // align) * align)
-        a2 = _padded(a, M, Kp)
-        b2 = _padded(b, Np, Kp) if b_kmajor else _padded(b, Kp, Np)
-        c2 = c if (Np == N and _tma_ready(c)) else c.new_empty(M, Np)
+        a2 = _padded("a", a, M, Kp)
+        b2 = _padded("b", b, Np, Kp) if b_kmajor else _padded("b", b, Kp, Np)
+        c2 = c if (Np == N and _tma_ready(c)) else _scratch("c", c, M, Np, zeroed=False)
         launch(a2, b2, c2, config, b_kmajor, splits, compiled)
         if c2 is not c:
             c.copy_(c2[:, :N])
