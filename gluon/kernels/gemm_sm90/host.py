@@ -193,7 +193,8 @@ def compile_variant(dtype=None, out_dtype=None, B_KMAJOR: bool = False, **overri
 def stand_ins(dtype, out_dtype=None, splits: int = 1) -> tuple:
     """What `gemm_sm90.trace` / `.compile` take for (A, B, C, W, CNT, SPLITS) without tensors: A, B and C
     of `dtype` (C of `out_dtype` if given; B [K, N] or [N, K] alike, its sizes are symbols), the fp32
-    split-K workspace and its int32 counters, and SPLITS with the divisibility a launch with `splits` K slices specializes on.
+    split-K workspace and its int32 counters, and SPLITS with the divisibility a launch with `splits` K
+    slices specializes on.
     The symbols are named as JITFunction.specialize names a launch's, so the TTGIR is what `launch`
     compiles (the tuner's traces hit the cache at launch)."""
     refs = [TensorRef(n, d, shape=tuple(f"{n}_shape{i}" for i in range(r)))
