@@ -405,3 +405,38 @@ def test_splitk_fixup_sass_fences_once_around_relaxed_atomics():
 def test_swap_and_fixup_rules_name_the_field(kw, match):
     with pytest.raises(GluonError, match=match):
         DEFAULT_CONFIG.replace(**kw)
+
+
+# ------------------------------------------------------------------------------ fp8
+
+@pytest.mark.parametrize("dt,name", [(DType.f8e4m3, "E4M3"), (DType.f8e5m2, "E5M2")])
+@pytest.mark.parametrize("M,scale", [(8192, "tensor"), (16, "rowcol"), (1000, "rowcol")])
+def test_fp8_compiles_to_qgmma_with_the_k_step_in_bytes(dt, name, M, scale):
+    from gluon.kernels.gemm_sm90.config import resolve_config
+    cfg = resolve_config(M, 4096, 4096, 132, 2, True, None, 1)
+    assert cfg.BLOCK_K == 2 * choose_config(M, 4096, 4096, 132).BLOCK_K      # 8-bit: twice the elements
+    ck = gemm_sm90.compile(*stand_ins(dt, DType.bf16, splits=2), num_warps=num_warps(cfg), CFG=cfg, B_KMAJOR=True,
+                           SCALE=scale)
+    ops = sass_instructions(ck.sass())
+    assert any(k.startswith("QGMMA.") and k.endswith(f".F32.{name}.{name}") for k in ops)
+    assert ck.shared_bytes <= 227 * 1024
+
+
+def test_fp8_refuses_a_row_major_b_and_bad_scales():
+    torch = pytest.importorskip("torch")
+    from gluon.kernels.gemm_sm90 import launch
+    a = torch.zeros(64, 128).to(torch.float8_e4m3fn)
+    b = torch.zeros(128, 256).to(torch.float8_e4m3fn)
+    c = torch.empty(64, 256, dtype=torch.bfloat16)
+    with pytest.raises(GluonError, match="8-bit inputs need B K-major"):
+        launch(a, b, c)
+    bt = torch.zeros(256, 128).to(torch.float8_e4m3fn)
+    one = torch.ones(1)
+    with pytest.raises(GluonError, match="give both scale_a and scale_b"):
+        launch(a, bt, c, b_kmajor=True, scale_a=one)
+    with pytest.raises(GluonError, match="per row and column 64 .* and 256"):
+        launch(a, bt, c, b_kmajor=True, scale_a=torch.ones(3), scale_b=one)
+    with pytest.raises(GluonError, match="contiguous torch.float32"):
+        launch(a, bt, c, b_kmajor=True, scale_a=one.double(), scale_b=one)
+    with pytest.raises(GluonError, match="scales are for fp8 inputs"):
+        launch(a.bfloat16(), bt.bfloat16(), c, b_kmajor=True, scale_a=one, scale_b=one)

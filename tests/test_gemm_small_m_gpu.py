@@ -105,3 +105,35 @@ def test_unaligned_calls_allocate_nothing_after_the_first(M, N, K, b_kmajor):
         launch(a, b, c, b_kmajor=b_kmajor)
         torch.cuda.synchronize()
         assert not torch.isnan(c).any() and _rel_err(c, a, b, b_kmajor) < 1e-2
+
+
+def _fp8(x, dtype):
+    """x quantized to `dtype` with a per-row absmax scale: (q, fp32 scale per row)."""
+    fmax = torch.finfo(dtype).max
+    s = (x.abs().amax(dim=1, keepdim=True).float() / fmax).clamp(min=1e-12)
+    return (x / s).to(dtype), s
+
+
+@pytest.mark.parametrize("M,N,K", [(1, 4096, 4096), (16, 1000, 3072), (300, 2048, 1024), (1024, 1024, 2048),
+                                   (4096, 4096, 4096)])
+@pytest.mark.parametrize("scale", ["tensor", "rowcol"])
+@pytest.mark.parametrize("fp8", ["e4m3", "e5m2"])
+def test_fp8_matches_the_dequantized_fp64_product(M, N, K, scale, fp8):
+    """C = (sa A) (sb B)^T with A, B fp8 and B K-major: against fp64 of the same dequantized operands, on
+    poisoned outputs; bf16 out."""
+    dt = torch.float8_e4m3fn if fp8 == "e4m3" else torch.float8_e5m2
+    g = torch.Generator(device="cuda").manual_seed(M + N)
+    a32 = torch.randn(M, K, device="cuda", generator=g)
+    b32 = torch.randn(N, K, device="cuda", generator=g)
+    a, sa = _fp8(a32, dt)
+    b, sb = _fp8(b32, dt)
+    if scale == "tensor":
+        sa, sb = sa.max().reshape(1), sb.max().reshape(1)
+        a, b = (a32 / sa).to(dt), (b32 / sb).to(dt)
+    sa, sb = sa.reshape(-1).contiguous(), sb.reshape(-1).contiguous()
+    c = torch.full((M, N), float("nan"), device="cuda", dtype=torch.bfloat16)
+    launch(a, b, c, b_kmajor=True, scale_a=sa, scale_b=sb)
+    torch.cuda.synchronize()
+    ref = (a.double() * sa.double().reshape(-1, 1)) @ (b.double() * sb.double().reshape(-1, 1)).T
+    assert not torch.isnan(c).any()
+    assert ((c.double() - ref).norm() / ref.norm()).item() < 1e-2

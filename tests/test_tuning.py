@@ -236,7 +236,7 @@ def test_gemm_template_traces_what_the_launch_compiles(monkeypatch):
     a = torch.empty(64, 32, dtype=torch.bfloat16)
     w = torch.empty(16, dtype=torch.float32)
     cnt = torch.zeros(16, dtype=torch.int32)
-    launch = _captured_launch_module(monkeypatch, gemm_sm90, (a, a, a, w, cnt, 1), dict(CFG=cfg, B_KMAJOR=False), None,
+    launch = _captured_launch_module(monkeypatch, gemm_sm90, (a, a, a, w, cnt, w, w, 1), dict(CFG=cfg, B_KMAJOR=False), None,
                                      num_warps(cfg))
     assert mine == launch
     assert TUNING.flops((2, 3, 4)) == 48 and TUNING.bytes((2, 3, 4), "fp16") == 2 * (8 + 12 + 6)

@@ -350,9 +350,13 @@ def choose_config(M: int, N: int, K: int, num_sms: int, pitch_aligned: bool = Tr
 
 
 def resolve_config(M: int, N: int, K: int, num_sms: int, out_size: int, pitch_aligned: bool = True,
-                   config: GemmConfig | Mapping | None = None) -> GemmConfig:
+                   config: GemmConfig | Mapping | None = None, in_size: int = 2) -> GemmConfig:
     """The config `launch` runs for a problem: `config` if it is a GemmConfig, else `choose_config` with
-    the dict's overrides on top; its "auto" values resolved for an output of `out_size`-byte elements."""
+    the dict's overrides on top; its "auto" values resolved for an output of `out_size`-byte elements.
+    For 1-byte (fp8) inputs choose_config's k-step holds twice the elements: the same bytes per stage."""
     if not isinstance(config, GemmConfig):
-        config = to_config(config, choose_config(M, N, K, num_sms, pitch_aligned, out_size))
+        base = choose_config(M, N, K, num_sms, pitch_aligned, out_size)
+        if in_size == 1:
+            base = base.replace(BLOCK_K=base.BLOCK_K * 2)
+        config = to_config(config, base)
     return config.resolve(out_size)

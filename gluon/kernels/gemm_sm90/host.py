@@ -15,6 +15,7 @@ from typing import Mapping
 
 import gluon.language as gl
 from gluon.dtypes import DType
+from gluon.ir import GluonError
 from gluon.jit import jit
 from gluon.language.kernel import ScalarArg
 from gluon.runtime.cuda import sm_count
@@ -84,7 +85,7 @@ def _padded(role: str, t, rows: int, cols: int):
 
 
 def launch(a, b, c, config: GemmConfig | Mapping | None = None, b_kmajor: bool = False, splits: int | None = None,
-           compiled=None):
+           compiled=None, scale_a=None, scale_b=None):
     """c = a @ b with the persistent kernel (b is [K, N], or [N, K] when b_kmajor). `choose_config` picks
     the tiles by problem size; `config` is a dict overriding any of its fields, or a whole GemmConfig.
     `splits` overrides the split-K heuristic (1 disables it). `compiled`: the kernel already compiled for
@@ -94,7 +95,16 @@ def launch(a, b, c, config: GemmConfig | Mapping | None = None, b_kmajor: bool =
     Operands whose strides TMA cannot describe (a row of K or N elements that is not a multiple of
     16 bytes, or a misaligned base) are copied into zero-padded aligned buffers first (kept per device,
     stream and shape, so repeated calls allocate nothing): exact, but it costs a copy, so aligned inputs
-    are the fast path."""
+    are the fast path.
+
+    fp8 inputs (float8_e4m3fn / float8_e5m2, one for both) take B K-major (`b_kmajor`: the tensor cores
+    read 8-bit operands only so) and fp32 dequantization scales `scale_a`, `scale_b`: one element each
+    (per tensor) or M and N elements (per row of A, per column of B), as torch._scaled_mm takes them;
+    C = (scale_a * A) @ (scale_b * B) accumulated in fp32, rounded once to C's dtype."""
+    scale = "none" if scale_a is None and scale_b is None else _scale_mode(a, b, c, scale_a, scale_b, b_kmajor)
+    if a.element_size() == 1 and not b_kmajor:
+        raise GluonError("gemm: 8-bit inputs need B K-major: pass b as [N, K] rows (nn.Linear's weight) with "
+                         "b_kmajor=True; WGMMA reads 8-bit operands K-major only")
     sa, sb = a.stride(), b.stride()
     if not (_tma_ready(a, sa) and _tma_ready(b, sb) and _tma_ready(c)):
         align = 16 // a.element_size()
@@ -105,7 +115,7 @@ def launch(a, b, c, config: GemmConfig | Mapping | None = None, b_kmajor: bool =
         a2 = _padded("a", a, M, Kp)
         b2 = _padded("b", b, Np, Kp) if b_kmajor else _padded("b", b, Kp, Np)
         c2 = c if (Np == N and _tma_ready(c)) else _scratch("c", c, M, Np, zeroed=False)
-        launch(a2, b2, c2, config, b_kmajor, splits, compiled)
+        launch(a2, b2, c2, config, b_kmajor, splits, compiled, scale_a, scale_b)
         if c2 is not c:
             c.copy_(c2[:, :N])
         return c
@@ -115,12 +125,12 @@ def launch(a, b, c, config: GemmConfig | Mapping | None = None, b_kmajor: bool =
     aligned = sa[0] * es % 128 == 0 and sb[0] * es % 128 == 0
     # everything the plan and the kernel's specialization depend on (the operands are TMA-ready, so
     # 16-byte aligned): repeated launches of one problem take the cached compiled kernel directly
-    plan_key = (a.get_device(), M, N, K, a.dtype, b.dtype, c.dtype, b_kmajor, splits, aligned,
+    plan_key = (a.get_device(), M, N, K, a.dtype, b.dtype, c.dtype, b_kmajor, splits, aligned, scale,
                 config if isinstance(config, GemmConfig) else tuple(sorted(config.items())) if config else ())
     plan = _PLANS.get(plan_key)
     if plan is None:
         on_the_launch_device("gemm", a=a, b=b, c=c)     # when a problem is first seen: no per-call cost
-        plan = _PLANS[plan_key] = _plan(a, c, M, N, K, config, b_kmajor, splits, aligned)
+        plan = _PLANS[plan_key] = _plan(a, c, M, N, K, config, b_kmajor, splits, aligned, scale)
     S = plan.splits
     if S > 1:                       # one fp32 workspace per (device, stream): same-stream launches run in order
         import torch
@@ -130,26 +140,52 @@ def launch(a, b, c, config: GemmConfig | Mapping | None = None, b_kmajor: bool =
     else:                           # unused by the kernel when S == 1
         w = _workspace((plan.dev, None), 16, a.device)
         cnt = _counters((plan.dev, None), 16, a.device)
+    if scale == "none":             # unused by the kernel: any fp32 buffer
+        scale_a = scale_b = w
     ck = compiled
+    args = (a, b, c, w, cnt, scale_a, scale_b, S)
     if ck is None:
         if plan.ck is None:
-            plan.ck = plan.bound.compiled(a, b, c, w, cnt, S, **plan.kw)
+            plan.ck = plan.bound.compiled(*args, **plan.kw)
         ck = plan.ck
-    ck.launcher(plan.bound.grid, *ck.launch_args((a, b, c, w, cnt, S), {}))
+    ck.launcher(plan.bound.grid, *ck.launch_args(args, {}))
     if S > 1 and not plan.fixup:
         splitk_reduce[(gl.cdiv(M * N, 1024),), (1024,)](c, w, M * N, S, XBLOCK=1024, num_warps=4)
     return c
 
 
+def _scale_mode(a, b, c, scale_a, scale_b, b_kmajor: bool) -> str:
+    """"tensor" or "rowcol" for the scales of an fp8 GEMM, or a GluonError naming what is wrong."""
+    import torch
+    if a.element_size() != 1 or b.dtype != a.dtype:
+        raise GluonError(f"gemm: scales are for fp8 inputs (one of torch.float8_e4m3fn, torch.float8_e5m2 for both a "
+                         f"and b), got a {a.dtype} and b {b.dtype}")
+    if scale_a is None or scale_b is None:
+        raise GluonError("gemm: give both scale_a and scale_b (fp32; one element each, or M and N elements)")
+    for name, t in (("scale_a", scale_a), ("scale_b", scale_b)):
+        if not isinstance(t, torch.Tensor) or t.dtype != torch.float32 or not t.is_contiguous():
+            raise GluonError(f"gemm: {name} must be a contiguous torch.float32 tensor, got "
+                             f"{getattr(t, 'dtype', type(t).__name__)}")
+        if t.device != a.device:
+            raise GluonError(f"gemm: {name} is on {t.device}, a on {a.device}")
+    M, N = c.shape
+    if scale_a.numel() == 1 and scale_b.numel() == 1:
+        return "tensor"
+    if scale_a.numel() == M and scale_b.numel() == N:
+        return "rowcol"
+    raise GluonError(f"gemm: scale_a has {scale_a.numel()} elements and scale_b {scale_b.numel()}; per tensor they "
+                     f"have 1 each, per row and column {M} (A's rows) and {N} (B's columns)")
+
+
 def _plan(a, c, M: int, N: int, K: int, config: GemmConfig | Mapping | None, b_kmajor: bool, splits: int | None,
-          pitch_aligned: bool = True):
+          pitch_aligned: bool = True, scale: str = "none"):
     """What a launch of this problem needs besides the operands: resolved config, split count, grid,
     fp32 workspace. Computed once per (device, sizes, output width, config) and kept in _PLANS, so a
     repeated launch costs a dict lookup here."""
     import torch
     dev = a.device.index if a.device.index is not None else torch.cuda.current_device()
     sms = sm_count(dev)
-    cfg = resolve_config(M, N, K, sms, c.element_size(), pitch_aligned, config)
+    cfg = resolve_config(M, N, K, sms, c.element_size(), pitch_aligned, config, a.element_size())
     S = split_k(M, N, K, cfg, sms) if splits is None else splits
     # no empty K slice: the kernel's consumers release a stage after every unit, so a unit without
     # k-steps would release one it never took (e.g. splits=5 over 16 k-steps: 4, 4, 4, 4, 0)
@@ -157,6 +193,8 @@ def _plan(a, c, M: int, N: int, K: int, config: GemmConfig | Mapping | None, b_k
     S = max(1, gl.cdiv(k_tiles, gl.cdiv(k_tiles, max(S, 1))))
     bound = gemm_sm90[grid(M, N, cfg, sms, S)]
     kw = dict(CFG=cfg, B_KMAJOR=b_kmajor, num_warps=num_warps(cfg))
+    if scale != "none":
+        kw["SCALE"] = scale
     if cfg.EPILOGUE == "coalesced" and N % 16 == 0:     # its 16-byte stores need 16-element rows
         kw["N_MULTIPLE_16"] = True
     return _Plan(bound, dev, S, kw, fixup=S > 1 and cfg.SPLITK_FIXUP)
@@ -191,13 +229,13 @@ def compile_variant(dtype=None, out_dtype=None, B_KMAJOR: bool = False, **overri
 
 
 def stand_ins(dtype, out_dtype=None, splits: int = 1) -> tuple:
-    """What `gemm_sm90.trace` / `.compile` take for (A, B, C, W, CNT, SPLITS) without tensors: A, B and C
-    of `dtype` (C of `out_dtype` if given; B [K, N] or [N, K] alike, its sizes are symbols), the fp32
-    split-K workspace and its int32 counters, and SPLITS with the divisibility a launch with `splits` K
+    """What `gemm_sm90.trace` / `.compile` take for (A, B, C, W, CNT, SA, SB, SPLITS) without tensors: A, B
+    and C of `dtype` (C of `out_dtype` if given; B [K, N] or [N, K] alike, its sizes are symbols), the fp32
+    split-K workspace and its int32 counters, the fp32 scales, and SPLITS with the divisibility a launch with `splits` K
     slices specializes on.
     The symbols are named as JITFunction.specialize names a launch's, so the TTGIR is what `launch`
     compiles (the tuner's traces hit the cache at launch)."""
     refs = [TensorRef(n, d, shape=tuple(f"{n}_shape{i}" for i in range(r)))
             for n, d, r in (("A", dtype, 2), ("B", dtype, 2), ("C", out_dtype or dtype, 2), ("W", DType.f32, 1),
-                            ("CNT", DType.i32, 1))]
+                            ("CNT", DType.i32, 1), ("SA", DType.f32, 1), ("SB", DType.f32, 1))]
     return (*refs, ScalarArg(DType.i32, 16 if splits % 16 == 0 else 1))

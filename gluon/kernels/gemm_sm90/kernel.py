@@ -126,6 +126,23 @@ def _splitk_partial(C, W, CNT, acc, off_m, off_n, split, M, N, SPLITS, RM: int, 
             gl.store(CNT + offs, 0, mask=last)
 
 
+def _scaled(acc, SA, SB, off_m, off_n, M, N, SCALE: str, SWAPPED: bool):
+    """acc times the fp32 dequantization scales: one per tensor (SA[0] * SB[0]) or one per row of A and
+    column of B ("rowcol"); with SWAPPED acc is C^T's tile (rows along N)."""
+    if SCALE == "tensor":
+        return acc * (gl.load(SA) * gl.load(SB))
+    rl, cl = SliceLayout(1, acc.layout), SliceLayout(0, acc.layout)
+    r = gl.arange(0, acc.shape[0], layout=rl)
+    c = gl.arange(0, acc.shape[1], layout=cl)
+    if SWAPPED:
+        sb = gl.load(SB + (off_n + r), mask=off_n + r < N, other=0.0)
+        sa = gl.load(SA + (off_m + c), mask=off_m + c < M, other=0.0)
+        return acc * sb[:, None] * sa[None, :]
+    sa = gl.load(SA + (off_m + r), mask=off_m + r < M, other=0.0)
+    sb = gl.load(SB + (off_n + c), mask=off_n + c < N, other=0.0)
+    return acc * sa[:, None] * sb[None, :]
+
+
 @gl.helper
 def _store_swapped(C, W, acc, off_m, off_n, split, M, N, SPLITS):
     """SWAP_AB's epilogue: `acc` is the BLOCK_N x BLOCK_M tile of C^T at (off_n, off_m), stored into C (or
@@ -141,13 +158,14 @@ def _store_swapped(C, W, acc, off_m, off_n, split, M, N, SPLITS):
 
 
 @kernel(arch=SM90, num_warps=9)
-def gemm_sm90(A, B, C, W, CNT, SPLITS, CFG: gl.constexpr, B_KMAJOR: gl.constexpr = False,
-              N_MULTIPLE_16: gl.constexpr = False):
+def gemm_sm90(A, B, C, W, CNT, SA, SB, SPLITS, CFG: gl.constexpr, B_KMAJOR: gl.constexpr = False,
+              N_MULTIPLE_16: gl.constexpr = False, SCALE: gl.constexpr = "none"):
     """C = A @ B under the resolved GemmConfig `CFG`, in SPLITS K slices (fp32 partials into the
     workspace W when SPLITS > 1; with CFG.SPLITK_FIXUP the int32 arrival counters CNT, one per element of
     C and zero between launches, let the last slice to finish sum them); B is [N, K] with B_KMAJOR;
     N_MULTIPLE_16 is the launch's promise that N is a multiple of 16 (the coalesced epilogue's stores
-    then vectorize)."""
+    then vectorize). SCALE (fp8 inputs): "tensor" multiplies the product by SA[0] * SB[0], "rowcol" by
+    SA[row] * SB[col] (fp32 scales), before the output's rounding."""
     kernel_config(CFG)
     CL = CFG.CLUSTER_M                          # CTAs per cluster
     if CL > 1:
@@ -270,6 +288,8 @@ def gemm_sm90(A, B, C, W, CNT, SPLITS, CFG: gl.constexpr, B_KMAJOR: gl.constexpr
                 empty[(cnt + (CFG.STAGES - 1)) % CFG.STAGES].arrive(cluster=CL > 1)
                 off_m = pid_m * CFG.BLOCK_M + g * RM
                 off_n = pid_n * CFG.BLOCK_N
+                if SCALE != "none":                 # fp8's dequantization: linear, so split-K partials take it too
+                    acc = _scaled(acc, SA, SB, off_m, off_n, M, N, SCALE, CFG.SWAP_AB)
                 rows, cols, mask = _tile_indices(off_m, off_n, RM, CFG.BLOCK_N, acc_layout, M, N)  # (unused: SWAP_AB)
                 if CFG.SWAP_AB:                     # C^T's tile, from registers (or its split-K partial)
                     _store_swapped(C, W, acc, off_m, off_n, split, M, N, SPLITS)

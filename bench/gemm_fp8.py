@@ -1,0 +1,88 @@
+"""fp8 GEMM: `gemm_sm90.launch` with fp8 inputs against torch._scaled_mm (cuBLASLt), in the same run.
+
+    python3 bench/gemm_fp8.py [--shapes 4096x4096x4096,...] [--fp8 e4m3,e5m2] [--scales tensor,rowcol]
+                              [--graph] [--repeats 3] [--round-ms 1000] [--json out.json]
+
+A is [M, K] and B [N, K] (K-major: nn.Linear's weight, what _scaled_mm takes as `b.t()`), quantized from
+random fp32 with per-tensor or per-row/per-column absmax scales; bf16 output. Each case is checked first
+against fp64 of the same dequantized operands (output poisoned with NaN), then timed interleaved with
+torch._scaled_mm (median of CUDA-event timings, L2 flushed; ratio = its time / ours). TFLOP/s counts
+2*M*N*K. --json is rewritten (atomically) after every row.
+"""
+from __future__ import annotations
+
+import os
+import sys
+
+sys.path[0] = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from bench.common import environment, graphed, interleaved, parser, table, write_json  # noqa: E402
+
+SHAPES = ["4096x4096x4096", "8192x8192x8192", "16384x8192x1024", "8192x28672x4096", "8192x4096x14336",
+          "4096x14336x4096"]
+
+
+def _quantized(x, dtype, per_row: bool):
+    """x as `dtype` with absmax scales (fp32): one per row, or one for the tensor."""
+    import torch
+    fmax = torch.finfo(dtype).max
+    amax = x.abs().amax(dim=1, keepdim=True) if per_row else x.abs().amax().reshape(1, 1)
+    s = (amax.float() / fmax).clamp(min=1e-12)
+    return (x / s).to(dtype), s
+
+
+def main() -> int:
+    p = parser(__doc__)
+    p.add_argument("--shapes", default=",".join(SHAPES), help="MxNxK list")
+    p.add_argument("--fp8", default="e4m3", help="comma list of e4m3, e5m2")
+    p.add_argument("--scales", default="tensor,rowcol", help="comma list of tensor, rowcol")
+    p.add_argument("--graph", action="store_true", help="time CUDA-graph replays (GPU time without host cost)")
+    args = p.parse_args()
+    import torch
+    from gluon.kernels.gemm_sm90 import launch
+    dts = {"e4m3": torch.float8_e4m3fn, "e5m2": torch.float8_e5m2}
+    rows, meta = [], dict(environment(), complete=False)
+    for shape in args.shapes.split(","):
+        M, N, K = map(int, shape.split("x"))
+        for fp8 in args.fp8.split(","):
+            for mode in args.scales.split(","):
+                dt, per_row = dts[fp8], mode == "rowcol"
+                a, sa = _quantized(torch.randn(M, K, device="cuda"), dt, per_row)
+                b, sb = _quantized(torch.randn(N, K, device="cuda"), dt, per_row)
+                ref = (a.double() * sa.double()) @ (b.double() * sb.double()).T
+                c = torch.full((M, N), float("nan"), device="cuda", dtype=torch.bfloat16)
+                sa_k, sb_k = sa.reshape(-1).contiguous(), sb.reshape(-1).contiguous()
+                launch(a, b, c, b_kmajor=True, scale_a=sa_k, scale_b=sb_k)
+                torch.cuda.synchronize()
+                err = ((c.double() - ref).norm() / ref.norm()).item()
+                sbt = sb.reshape(1, -1) if per_row else sb.reshape(())
+                sat = sa if per_row else sa.reshape(())
+                base_c = torch.empty(M, N, device="cuda", dtype=torch.bfloat16)
+                ours = lambda: launch(a, b, c, b_kmajor=True, scale_a=sa_k, scale_b=sb_k)  # noqa: E731
+                theirs = lambda: torch._scaled_mm(a, b.t(), scale_a=sat, scale_b=sbt, out_dtype=torch.bfloat16,  # noqa: E731
+                                                  out=base_c)
+                theirs()
+                torch.cuda.synchronize()
+                t_err = ((base_c.double() - ref).norm() / ref.norm()).item()
+                if args.graph:
+                    ours, theirs = graphed(ours), graphed(theirs)
+                r = interleaved(ours, theirs, args.repeats, args.round_ms)
+                flops = 2 * M * N * K
+                r.update(shape=[M, N, K], shape_s=shape, fp8=fp8, scales=mode, graph=args.graph, rel_err=err,
+                         scaled_mm_rel_err=t_err, tflops=flops / r["time_ms"] / 1e9,
+                         scaled_mm_tflops=flops / r["baseline_ms"] / 1e9, ok=err <= 1e-2)
+                rows.append(r)
+                write_json(args.json, rows, meta)
+                print(f"{shape} {fp8} {mode}: {r['tflops']:.0f} TFLOP/s, _scaled_mm {r['scaled_mm_tflops']:.0f} -> "
+                      f"{r['ratio']:.3f}x, rel err {err:.1e} (theirs {t_err:.1e}){'' if r['ok'] else '  WRONG'}",
+                      flush=True)
+    meta["complete"] = True
+    write_json(args.json, rows, meta)
+    print(f"\nfp8 GEMM on {meta['device']} (commit {meta['commit']}); ratio = torch._scaled_mm time / ours")
+    print(table(rows, [("MxNxK", "shape_s", ""), ("fp8", "fp8", ""), ("scales", "scales", ""),
+                       ("TFLOP/s", "tflops", ".0f"), ("_scaled_mm", "scaled_mm_tflops", ".0f"),
+                       ("ratio", "ratio", ".3f"), ("rel err", "rel_err", ".1e")]))
+    return 0 if all(r["ok"] for r in rows) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
