@@ -6,8 +6,10 @@ not run when we hand it TTGIR, so we choose them here:
 
 1. Values that must share a layout (elementwise operands and results, load/store address/mask/value,
    loop-carried values and branch results) are unified into classes.
-2. Known layouts flow across `reduce` (result = slice of input) and `expand_dims` (input = slice of
-   result) until nothing changes.
+2. Known layouts flow across `reduce` and `reduce_fn` (result = slice of input; a `reduce_fn`'s
+   inputs share one layout, as do its results) and `expand_dims` (input = slice of result) until
+   nothing changes. A `scan` keeps its inputs' layout (same_layout); a `histogram`'s counts get the
+   default layout for their shape, its mask the values' layout.
 3. Open classes that address global memory (load/store/cp.async offsets) are decided first, with
    the default blocked layout for their shape: each thread owns one 16-byte vector of the element
    loaded or stored (so accesses vectorize), threads then warps tile the rest. Then step 2 runs,
@@ -117,8 +119,14 @@ def assign_layouts(kernel: ir.Kernel) -> ir.Kernel:
                     nbytes = op.operands[0].type.dtype.bytes
                     for v in group:
                         elem_bytes[v.id] = min(elem_bytes.get(v.id, 16), nbytes)
-            elif op.kind in ("reduce", "expand_dims"):
-                relations.append((op.kind, op))
+            elif op.kind in ("reduce", "reduce_fn", "expand_dims"):
+                if op.kind == "reduce_fn":   # tt.reduce's inputs share one layout, and so do its results
+                    for group in (_tiles(op.operands), _tiles(op.results)):
+                        for v in group[1:]:
+                            uf.union(group[0].id, v.id)
+                relations.append(("reduce" if op.kind == "reduce_fn" else op.kind, op))
+            elif op.kind == "histogram" and len(op.operands) == 2:     # the mask in the values' layout
+                uf.union(op.operands[0].id, op.operands[1].id)
             if op.kind == "for":
                 body = op.regions[0]
                 visit(body, warps)
@@ -259,7 +267,7 @@ def _insert_conversions(region: ir.Region) -> None:
                     cv = _convert(val, want, op.loc)
                     new_ops.append(cv)
                     op.operands[i] = cv.results[0]
-        elif op.kind == "reduce" and isinstance(op.results[0].type, ir.TileType):
+        elif op.kind in ("reduce", "reduce_fn") and isinstance(op.results[0].type, ir.TileType):
             src, dst = op.operands[0], op.results[0]
             want = SliceLayout(op.attrs["axis"], src.type.layout)
             if dst.type.layout != want:
