@@ -114,9 +114,12 @@ def _check_isolated(region: ir.Region, fn_name: str) -> None:
                                 f"gl.where, casts), but it traced a {op.kind} op", op.loc)
         for v in op.operands:
             if v.id not in defined:
-                raise ir.GluonError(f"{fn_name}: combine_fn uses %{v.name or v.id}, a GPU value from outside it; it "
-                                    "sees only its arguments: pass that value in as another input tile (x as a "
-                                    "tuple) or compute it inside", op.loc)
+                made = v.owner.loc if isinstance(v.owner, ir.Op) else None
+                what = f"%{v.name}, " if v.name else ""
+                where_ = f" (made at {made})" if made else ""
+                raise ir.GluonError(f"{fn_name}: combine_fn uses {what}a GPU value from outside it{where_}; it sees "
+                                    "only its arguments: pass that value in as another input tile (x as a tuple) or "
+                                    "compute it inside", op.loc)
         defined.update(r.id for r in op.results)
 
 
@@ -236,14 +239,17 @@ def associative_scan(x, axis, combine_fn, reverse: bool = False):
     associative function of two elements (2k for k tiles) as `reduce`'s: element i of the result combines
     elements 0..i (with `reverse`, i..n-1). Triton's `tl.associative_scan` (tt.scan); the result has x's
     shape and layout."""
-    xs, is_tuple = _inputs(x, "associative_scan")
+    return _scan(x, axis, combine_fn, reverse, "associative_scan")
+
+
+def _scan(x, axis, combine_fn, reverse, fn_name: str):
+    xs, is_tuple = _inputs(x, fn_name)
     t = _tr()
-    t.require("reduce", "associative_scan")
-    ax = _axis(axis, len(xs[0].shape), "associative_scan")
+    t.require("reduce", fn_name)
+    ax = _axis(axis, len(xs[0].shape), fn_name)
     if not isinstance(reverse, bool):
-        raise ir.GluonError(f"associative_scan: reverse must be True or False (a Python bool), got {reverse!r}",
-                            _user_loc())
-    region = _combine_region(combine_fn, xs, "associative_scan")
+        raise ir.GluonError(f"{fn_name}: reverse must be True or False (a Python bool), got {reverse!r}", _user_loc())
+    region = _combine_region(combine_fn, xs, fn_name)
     op = t.emit("scan", xs, [v.type for v in xs], {"axis": ax, "reverse": reverse}, regions=[region])
     _verify(op)
     outs = [Tensor(r) for r in op.results]
@@ -265,14 +271,14 @@ def cumsum(x, axis: int = 0, reverse: bool = False) -> Tensor:
     ... + x[i] (reverse: x[i] + ... + x[n-1]). bf16 sums in fp32 and integers narrower than 32 bits in
     (u)int32, as Triton does."""
     xs, _ = _inputs(x, "cumsum")
-    return associative_scan(_sum_dtype(xs[0]), axis, lambda a, b: a + b, reverse)
+    return _scan(_sum_dtype(xs[0]), axis, lambda a, b: a + b, reverse, "cumsum")
 
 
 def cumprod(x, axis: int = 0, reverse: bool = False) -> Tensor:
     """Inclusive prefix product of `x` along `axis` (Triton's `tl.cumprod`, a tt.scan of `*`); bf16
     multiplies in fp32, as Triton does."""
     xs, _ = _inputs(x, "cumprod")
-    return associative_scan(_promote_bf16(xs[0]), axis, lambda a, b: a * b, reverse)
+    return _scan(_promote_bf16(xs[0]), axis, lambda a, b: a * b, reverse, "cumprod")
 
 
 def histogram(x, num_bins: int, mask=None) -> Tensor:
