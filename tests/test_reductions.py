@@ -240,6 +240,34 @@ def test_constants_of_a_combine_stay_inside_its_region():
     assert "-> f32\n" in text
 
 
+@gluon.jit
+def scan_layout_kernel(out_ptr, LAYOUT: gl.constexpr):
+    """A scan of tiles in a slice layout or a WGMMA accumulator, which Triton 3.6 does not scan itself."""
+    if LAYOUT == "slice":
+        v = gl.arange(0, 64, layout=gl.Layout.slice(1, gl.Layout.blocked([1, 4], [4, 8], [4, 1]))).to(gl.float32)
+        s = gl.cumsum(v, 0)
+        gl.store(out_ptr + gl.arange(0, 64), s)
+    else:
+        t = gl.full([64, 64], 1.0, gl.float32, layout=gl.Layout.wgmma((4, 1), 64))
+        s = gl.cumsum(t, 1)
+        gl.store(out_ptr + gl.arange(0, 64)[:, None] * 64 + gl.arange(0, 64)[None, :], s)
+
+
+@pytest.mark.parametrize("layout", ["slice", "wgmma"])
+def test_scan_of_a_non_blocked_tile_runs_blocked_and_converts_back(layout):
+    m = run_passes(scan_layout_kernel.trace(PointerArg(gl.float32), LAYOUT=layout))
+    ops = list(m.kernel.walk())
+    i = next(k for k, o in enumerate(ops) if o.kind == "scan")
+    scan = ops[i]
+    assert type(scan.operands[0].type.layout).__name__ == "BlockedLayout"
+    assert ops[i - 1].kind == "convert_layout" and ops[i - 1].results[0] is scan.operands[0]
+    back = next(o for o in ops[i + 1:] if o.kind == "convert_layout")
+    assert back.operands[0] is scan.results[0]
+    assert back.results[0].type.layout == ops[i - 1].operands[0].type.layout     # the input's layout again
+    ck = scan_layout_kernel.compile(PointerArg(gl.float32), LAYOUT=layout, arch="sm90", num_warps=4)
+    assert ck.spills == 0 and sass_instructions(ck.sass()).get("SHFL.UP", 0) >= 1
+
+
 @pytest.mark.parametrize("mask", ["none", "tail", "range"])
 def test_histogram_lowers_to_tt_histogram(mask):
     text = _ttgir(histogram_kernel, PointerArg(gl.int32), PointerArg(gl.int32), ScalarArg(gl.int32), BINS=64,
@@ -351,6 +379,8 @@ def bad_kernel(x_ptr, i_ptr, WHAT: gl.constexpr):
         gl.histogram(gl.arange(0, 128), 10)
     elif WHAT == "hist_float":
         gl.histogram(gl.load(x_ptr + gl.arange(0, 128)), 16)
+    elif WHAT == "hist_i8":
+        gl.histogram(gl.arange(0, 128).to(gl.int8), 16)
     elif WHAT == "hist_mask":
         gl.histogram(gl.arange(0, 128), 16, mask=gl.arange(0, 128))
     elif WHAT == "reverse":
@@ -375,6 +405,8 @@ def bad_kernel(x_ptr, i_ptr, WHAT: gl.constexpr):
                                                     "result is a tile); use 16 bins"),
     ("hist_float", "gl.histogram(gl.load(", "histogram: x must be a 1-D tile of integers (the bin of each element), "
                                            "got tile<128xf32>"),
+    ("hist_i8", "gl.histogram(gl.arange(0, 128).to(gl.int8), 16)", "histogram: x is i8, and Triton 3.6 lowers "
+                                                                 "tt.histogram only on 32-bit integers; cast it first"),
     ("hist_mask", "mask=gl.arange(0, 128))", "histogram: mask must be a boolean (i1) tile or scalar, got i32"),
     ("reverse", "reverse=1)", "cumprod: reverse must be True or False (a Python bool), got 1"),
 ])

@@ -282,8 +282,8 @@ def cumprod(x, axis: int = 0, reverse: bool = False) -> Tensor:
 
 
 def histogram(x, num_bins: int, mask=None) -> Tensor:
-    """int32 counts of the values of the 1-D integer tile `x` in each of the bins 0..num_bins-1 (a
-    power of two), over the whole tile: Triton's `tl.histogram` (tt.histogram; per-warp counts summed in
+    """int32 counts of the values of the 1-D int32 (or uint32) tile `x` in each of the bins 0..num_bins-1
+    (a power of two), over the whole tile: Triton's `tl.histogram` (tt.histogram; per-warp counts summed in
     shared memory). `mask` (i1, broadcast to x's shape) leaves elements out. A value outside
     [0, num_bins) must be masked off: Triton's lowering does not drop it in every case. The result is a
     tile of shape (num_bins,), its layout chosen by the layout pass unless you convert it."""
@@ -293,6 +293,9 @@ def histogram(x, num_bins: int, mask=None) -> Tensor:
         got = str(x.type) if isinstance(x, Tensor) else f"{type(x).__name__} {x!r}"
         raise ir.GluonError(f"histogram: x must be a 1-D tile of integers (the bin of each element), got {got}",
                             _user_loc())
+    if x.dtype.bits != 32:
+        raise ir.GluonError(f"histogram: x is {x.dtype.name}, and Triton 3.6 lowers tt.histogram only on 32-bit "
+                            "integers; cast it first (x.to(gl.int32))", _user_loc())
     if isinstance(num_bins, Tensor):
         raise ir.GluonError("histogram: num_bins must be a Python int (a compile-time size), not a GPU value",
                             _user_loc())
