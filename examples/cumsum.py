@@ -131,8 +131,8 @@ def main() -> None:
                     scale = x.double().abs().cumsum(-1) + 1.0   # the sum's own rounding scale
                     err = ((out.double() - ref).abs() / scale).max().item()
                     ok = err < (1e-5 if dtype == torch.float32 else 1e-2)
-                ours = triton.testing.do_bench(lambda: cumsum(x, out), return_mode="median")
-                theirs = triton.testing.do_bench(lambda: torch.cumsum(x, dim=-1), return_mode="median")
+                ours = triton.testing.do_bench(lambda x=x, out=out: cumsum(x, out), return_mode="median")
+                theirs = triton.testing.do_bench(lambda x=x: torch.cumsum(x, dim=-1), return_mode="median")
                 print(f"{m:>6} x {n:<6} {str(dtype)[6:]:>8}: {'ok' if ok else 'WRONG'} (err {err:.1e})  "
                       f"{ours * 1e3:8.1f} us vs torch {theirs * 1e3:8.1f} us: {theirs / ours:.2f}x")
         return

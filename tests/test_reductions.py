@@ -170,7 +170,7 @@ def test_argmax_argmin_reduce_value_index_pairs(op, dt, want):
     assert _body_ops(region) == want
     e = dt.mlir
     assert re.search(rf"\^bb0\(%\w+: {e}, %\w+: i32, %\w+: {e}, %\w+: i32\):", region)
-    assert re.search(rf"= \"tt.reduce\"\(%\w+, %\w+\) <\{{axis = 1 : i32\}}>", text)
+    assert re.search(r"= \"tt.reduce\"\(%\w+, %\w+\) <\{axis = 1 : i32\}>", text)
     assert (f"-> (tensor<16x{e}, #ttg.slice<{{dim = 1, parent = #blocked}}>>, "
             "tensor<16xi32, #ttg.slice<{dim = 1, parent = #blocked}>>)") in text
 
