@@ -21,6 +21,10 @@ from gluon.language import PointerArg, ScalarArg
 
 HERE = __file__
 R, C = 16, 32
+ARG_OPS = ("argmax", "argmin", "argmax_fast")
+SCAN_OPS = ("cumsum", "cumprod", "cummax")
+HIST_BINS = (16, 64, 256)
+HIST_MASKS = ("none", "tail", "range")
 
 
 def _absmax(a, b):
@@ -332,20 +336,30 @@ def test_histogram_compiles_to_ballots_and_shared_atomics():
     assert ops.get("VOTE.ANY", 0) and ops.get("POPC", 0) and ops.get("ATOMS.ADD", 0), sorted(ops.items())
 
 
-def test_the_gpu_tests_kernels_specialize_and_compile_from_torch_tensors():
-    """The launch path of the GPU tests below, without launching: CPU tensors stand in for CUDA ones."""
-    torch = pytest.importorskip("torch")
+def _gpu_launches(torch):
+    """Every (kernel, args, constexprs) the GPU tests below launch, with CPU tensors standing in."""
     f32, i32 = torch.zeros(4 * R * C, dtype=torch.float32), torch.zeros(4 * R * C, dtype=torch.int32)
-    cases = [
-        (reduce_kernel, (f32, f32), {"OP": "prod", "AXIS": 0, "R": R, "C": C}),
-        (reduce_kernel, (i32, f32), {"OP": "argmin", "AXIS": 1, "R": R, "C": C}),
-        (reduce_kernel, (i32, i32), {"OP": "argmax_all", "AXIS": 1, "R": R, "C": C}),
-        (scan_kernel, (i32, i32), {"OP": "cumprod", "AXIS": 0, "REVERSE": True, "R": R, "C": C}),
-        (histogram_kernel, (i32, i32, 1000), {"BINS": 256, "BLOCK": 1024, "MASK": "range"}),
-    ]
-    for kern, args, kw in cases:
+    out = []
+    for axis in (0, 1):
+        out += [(reduce_kernel, (f32, f32), {"OP": op, "AXIS": axis}) for op in ("absmax", "prod")]
+        out += [(reduce_kernel, (i32, x), {"OP": op, "AXIS": axis}) for op in ARG_OPS for x in (f32, i32)]
+    out += [(reduce_kernel, (f32, f32), {"OP": "absmax_keep", "AXIS": 1}),
+            (reduce_kernel, (i32, i32), {"OP": "argmax_all", "AXIS": 1})]
+    out += [(scan_kernel, (x, x), {"OP": op, "AXIS": axis, "REVERSE": rev})
+            for op in SCAN_OPS for axis in (0, 1) for rev in (False, True) for x in (f32, i32)]
+    for kern, args, kw in out:
+        kw.update(R=R, C=C)
+    out += [(histogram_kernel, (i32, i32, 1000), {"BINS": bins, "BLOCK": 1024, "MASK": mask})
+            for bins in HIST_BINS for mask in HIST_MASKS]
+    return out
+
+
+def test_the_gpu_tests_kernels_specialize_and_compile_from_torch_tensors():
+    """The launch path of every GPU test below, without launching: CPU tensors stand in for CUDA ones."""
+    torch = pytest.importorskip("torch")
+    for kern, args, kw in _gpu_launches(torch):
         ck = kern[(2,)].compiled(*args, arch="sm90", **kw)
-        assert ck.spills == 0 and ck.registers > 0, kern.name
+        assert ck.spills == 0 and ck.registers > 0, (kern.name, kw)
 
 
 # ------------------------------------------------------------------ errors at the user's line
@@ -473,7 +487,7 @@ def _first_index(x, dim: int, largest: bool):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("op", ["argmax", "argmin", "argmax_fast"])
+@pytest.mark.parametrize("op", ARG_OPS)
 @pytest.mark.parametrize("axis", [0, 1])
 @pytest.mark.parametrize("dtype", ["float32", "int32"])
 def test_gpu_argmax_argmin_with_ties(op, axis, dtype):
@@ -505,7 +519,7 @@ def test_gpu_argmax_over_the_whole_tile():
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("op", ["cumsum", "cumprod", "cummax"])
+@pytest.mark.parametrize("op", SCAN_OPS)
 @pytest.mark.parametrize("axis", [0, 1])
 @pytest.mark.parametrize("reverse", [False, True])
 @pytest.mark.parametrize("dtype", ["float32", "int32"])
@@ -540,8 +554,8 @@ def test_gpu_scans_match_torch(op, axis, reverse, dtype):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("bins", [16, 64, 256])
-@pytest.mark.parametrize("mask", ["none", "tail", "range"])
+@pytest.mark.parametrize("bins", HIST_BINS)
+@pytest.mark.parametrize("mask", HIST_MASKS)
 def test_gpu_histogram_matches_bincount(bins, mask):
     torch, dev = _cuda()
     block = 1024
