@@ -157,6 +157,21 @@ def test_keep_dims_and_axis_none():
     assert "arith.muli" in text           # the flat index: row * C + col
 
 
+def test_reduce_over_every_axis_keeping_dims():
+    @gluon.jit
+    def total(out_ptr, x_ptr):
+        offs = gl.arange(0, 16)[:, None] * 8 + gl.arange(0, 8)[None, :]
+        t = gl.load(x_ptr + offs)
+        gl.store(out_ptr + offs, t - gl.reduce(t, None, lambda a, b: a + b, keep_dims=True))
+
+    m = total.trace(PointerArg(gl.float32), PointerArg(gl.float32))
+    reds = [o for o in m.kernel.walk() if o.kind == "reduce_fn"]
+    assert [o.attrs["axis"] for o in reds] == [1, 0] and str(reds[-1].results[0].type) == "f32"
+    (splat,) = [o for o in m.kernel.walk() if o.kind == "splat" and o.operands[0] is reds[-1].results[0]]
+    assert splat.results[0].type.shape == (1, 1)
+    assert len(_regions(_ttgir(total, PointerArg(gl.float32), PointerArg(gl.float32)), "tt.reduce")) == 2
+
+
 @pytest.mark.parametrize("op,dt,want", [
     ("argmax", gl.float32, ["arith.cmpf ogt", "arith.cmpf oeq", "arith.cmpi slt", "arith.andi", "arith.ori",
                             "arith.select", "arith.select", "tt.reduce.return"]),
