@@ -460,6 +460,71 @@ _register("convert_layout", "move a tile to another register layout", "convert_l
 _register("split_cols", "a WGMMA accumulator tile's left and right column halves (two results; the halves are "
           "subsets of each thread's registers, nothing moves)", verify=_verify_split_cols)
 _register("reduce", "reduce a tile along attrs['axis'] with attrs['op'] (sum max min)", "reduce")
+# Reductions and scans with a combine region (tt.reduce / tt.scan, Triton's region ops) and tt.histogram
+# (gluon.language.reductions). The region takes (lhs..., rhs...) scalars, one of each per input, and ends
+# with a yield of one combined scalar per input, of its input's dtype.
+def _verify_combine(op: Op, result_shape: Callable[[tuple[int, ...], int], tuple[int, ...]]) -> str | None:
+    ins = op.operands
+    if not ins or not all(isinstance(v.type, TileType) for v in ins):
+        return "takes one or more register tiles"
+    shape = ins[0].type.shape
+    if any(v.type.shape != shape for v in ins):
+        return "inputs of different shapes " + ", ".join(str(v.type.shape) for v in ins)
+    axis = op.attrs.get("axis")
+    if not isinstance(axis, int) or not 0 <= axis < len(shape):
+        return f"attrs['axis'] must be in 0..{len(shape) - 1}, got {axis!r}"
+    if len(op.results) != len(ins):
+        return f"gives one result per input ({len(ins)}), got {len(op.results)}"
+    want = result_shape(shape, axis)
+    for v, r in zip(ins, op.results):
+        if element_dtype(r.type) != v.type.dtype or _shape_of(r.type) != want:
+            return f"result {r.type} should be {v.type.dtype.name} of shape {want}"
+    if len(op.regions) != 1:
+        return "needs one combine region"
+    body = op.regions[0]
+    scalars = [ScalarType(v.type.dtype) for v in ins]
+    if [a.type for a in body.args] != scalars * 2:
+        return "the combine region takes (lhs..., rhs...): " + ", ".join(str(t) for t in scalars * 2)
+    if not body.ops or body.ops[-1].kind != "yield" or [v.type for v in body.ops[-1].operands] != scalars:
+        return "the combine region must end with a yield of " + ", ".join(str(t) for t in scalars)
+    return None
+
+
+def _verify_reduce_fn(op: Op) -> str | None:
+    return _verify_combine(op, lambda shape, axis: shape[:axis] + shape[axis + 1:])
+
+
+def _verify_scan(op: Op) -> str | None:
+    if not isinstance(op.attrs.get("reverse"), bool):
+        return f"attrs['reverse'] must be a bool, got {op.attrs.get('reverse')!r}"
+    return _verify_combine(op, lambda shape, axis: shape)
+
+
+def _verify_histogram(op: Op) -> str | None:
+    x = op.operands[0].type if op.operands else None
+    if not isinstance(x, TileType) or len(x.shape) != 1 or not x.dtype.is_int:
+        return f"takes a 1-D integer tile, got {x}"
+    if len(op.operands) == 2:
+        m = op.operands[1].type
+        if not isinstance(m, TileType) or m.shape != x.shape or m.dtype != DType.i1:
+            return f"the mask must be an i1 tile of shape {x.shape}, got {m}"
+    elif len(op.operands) != 1:
+        return f"takes the values and an optional mask, got {len(op.operands)} operands"
+    n = op.attrs.get("num_bins")
+    if not isinstance(n, int) or n <= 0 or n & (n - 1):
+        return f"attrs['num_bins'] must be a positive power of two, got {n!r}"
+    if len(op.results) != 1 or op.results[0].type.dtype != DType.i32 or _shape_of(op.results[0].type) != (n,):
+        return f"gives one i32 tile of shape ({n},)"
+    return None
+
+
+_register("reduce_fn", "tt.reduce of one or more same-shaped tiles along attrs['axis'] with a combine region "
+          "(lhs..., rhs...) -> yield; one result per input", "reduce", _verify_reduce_fn)
+_register("scan", "tt.scan: inclusive scan of one or more same-shaped tiles along attrs['axis'] (attrs['reverse']) "
+          "with a combine region as reduce_fn's; results shaped and laid out as the inputs", "reduce", _verify_scan,
+          same_layout=True)
+_register("histogram", "tt.histogram: i32 counts of a 1-D int tile's values in [0, attrs['num_bins']) (optional i1 "
+          "mask operand)", "reduce", _verify_histogram)
 _register("load", "masked global load: ptr + offsets (mask, other optional; attrs has_mask/has_other)", "load",
           same_layout=True)
 _register("store", "masked global store: ptr + offsets <- value (mask optional)", "store", same_layout=True)

@@ -2,7 +2,8 @@
 
 The language is an arch-neutral core, `tracing` (the trace state), `core` (`Tensor` and the builtins
 on it), `memory` (pointers, global tensors, shared memory), `atomics` (Triton's `atomic_*` on global
-memory), `inline_asm` (the target's assembly over tile elements), `control` (loops, branches, warp
+memory), `reductions` (`reduce` / `associative_scan` with a combine function, `argmax`, `cumsum`,
+`histogram`), `inline_asm` (the target's assembly over tile elements), `control` (loops, branches, warp
 roles) and `kernel` (the `KernelTemplate` a kernel function traces through; the decorators
 `@gluon.kernel` and `@gluon.jit` are gluon.jit's), plus one module per architecture:
 `gl.nvidia.ampere`, `gl.nvidia.hopper`, `gl.nvidia.blackwell`, `gl.amd.cdna3` (their MMA builtins share
@@ -31,6 +32,7 @@ from .nvidia.hopper import (  # noqa: F401
     set_cluster, set_lean_prologue, set_tma_prefetch, split_cols, tma_load,
     tma_store, tma_store_wait, wgmma, wgmma_wait,
 )
+from .reductions import argmax, argmin, associative_scan, cumprod, cumsum, histogram, reduce  # noqa: F401
 from ..types import DType, Layout, MemorySpace, SwizzleMode, WarpRole  # noqa: F401
 
 float16 = DType.f16

@@ -6,8 +6,10 @@ not run when we hand it TTGIR, so we choose them here:
 
 1. Values that must share a layout (elementwise operands and results, load/store address/mask/value,
    loop-carried values and branch results) are unified into classes.
-2. Known layouts flow across `reduce` (result = slice of input) and `expand_dims` (input = slice of
-   result) until nothing changes.
+2. Known layouts flow across `reduce` and `reduce_fn` (result = slice of input; a `reduce_fn`'s
+   inputs share one layout, as do its results) and `expand_dims` (input = slice of result) until
+   nothing changes. A `scan` keeps its inputs' layout (same_layout); a `histogram`'s counts get the
+   default layout for their shape, its mask the values' layout.
 3. Open classes that address global memory (load/store/cp.async offsets) are decided first, with
    the default blocked layout for their shape: each thread owns one 16-byte vector of the element
    loaded or stored (so accesses vectorize), threads then warps tile the rest. Then step 2 runs,
@@ -15,7 +17,8 @@ not run when we hand it TTGIR, so we choose them here:
 4. Where a value reaches `expand_dims` in a layout other than the slice it needs (the same `arange`
    used for A's rows and C's rows), or a store's value is in another layout than its addresses (an
    MMA accumulator written to memory), a `convert_layout` is inserted; likewise an atomic's values
-   (its old values come back in the address layout, as a load's do).
+   (its old values come back in the address layout, as a load's do), and around a `scan` of tiles
+   that are not in a blocked layout (Triton 3.6 scans only those).
 """
 from __future__ import annotations
 
@@ -117,8 +120,14 @@ def assign_layouts(kernel: ir.Kernel) -> ir.Kernel:
                     nbytes = op.operands[0].type.dtype.bytes
                     for v in group:
                         elem_bytes[v.id] = min(elem_bytes.get(v.id, 16), nbytes)
-            elif op.kind in ("reduce", "expand_dims"):
-                relations.append((op.kind, op))
+            elif op.kind in ("reduce", "reduce_fn", "expand_dims"):
+                if op.kind == "reduce_fn":   # tt.reduce's inputs share one layout, and so do its results
+                    for group in (_tiles(op.operands), _tiles(op.results)):
+                        for v in group[1:]:
+                            uf.union(group[0].id, v.id)
+                relations.append(("reduce" if op.kind == "reduce_fn" else op.kind, op))
+            elif op.kind == "histogram" and len(op.operands) == 2:     # the mask in the values' layout
+                uf.union(op.operands[0].id, op.operands[1].id)
             if op.kind == "for":
                 body = op.regions[0]
                 visit(body, warps)
@@ -214,7 +223,7 @@ def assign_layouts(kernel: ir.Kernel) -> ir.Kernel:
         if v.type.layout != lay:
             v.type = ir.TileType(v.type.dtype, v.type.shape, lay)
 
-    _insert_conversions(kernel.body)
+    _insert_conversions(kernel.body, kernel.num_warps, kernel.arch.warp_size)
     return kernel
 
 
@@ -234,10 +243,34 @@ def _rematerialize(src: ir.Value, want: Layout) -> ir.Op | None:
     return None
 
 
-def _insert_conversions(region: ir.Region) -> None:
-    """Make every expand_dims see the slice it needs and every store or atomic its values in its address layout."""
+def _blocked_scan(op: ir.Op, warps: int, warp_size: int, new_ops: list[ir.Op]) -> None:
+    """Triton 3.6 lowers tt.scan only on blocked layouts ("TODO: unsupported scan layout"): a scan of tiles in
+    another layout (a slice, an MMA accumulator) runs on them converted to the default blocked layout, and
+    its results are converted back, so the scan still keeps its inputs' layout."""
+    shape = op.operands[0].type.shape
+    want = default_layout(shape, warps, max(v.type.dtype.bytes for v in op.operands), warp_size)
+    for i, v in enumerate(op.operands):
+        cv = _convert(v, want, op.loc)
+        new_ops.append(cv)
+        op.operands[i] = cv.results[0]
+    new_ops.append(op)
+    old, op.results = op.results, []
+    for r in old:
+        scanned = ir.Value(ir.TileType(r.type.dtype, shape, want), r.name, owner=op)
+        op.results.append(scanned)
+        back = ir.Op("convert_layout", [scanned], [r], {}, [], op.loc)
+        r.owner = back
+        new_ops.append(back)
+
+
+def _insert_conversions(region: ir.Region, warps: int, warp_size: int) -> None:
+    """Make every expand_dims see the slice it needs, every store or atomic its values in its address layout
+    and every scan its tiles in a blocked layout."""
     new_ops: list[ir.Op] = []
     for op in region.ops:
+        if op.kind == "scan" and not all(isinstance(v.type.layout, BlockedLayout) for v in op.operands):
+            _blocked_scan(op, warps, warp_size, new_ops)
+            continue
         if op.kind == "expand_dims":
             src, dst = op.operands[0], op.results[0]
             want = SliceLayout(op.attrs["axis"], dst.type.layout)
@@ -259,12 +292,17 @@ def _insert_conversions(region: ir.Region) -> None:
                     cv = _convert(val, want, op.loc)
                     new_ops.append(cv)
                     op.operands[i] = cv.results[0]
-        elif op.kind == "reduce" and isinstance(op.results[0].type, ir.TileType):
+        elif op.kind in ("reduce", "reduce_fn") and isinstance(op.results[0].type, ir.TileType):
             src, dst = op.operands[0], op.results[0]
             want = SliceLayout(op.attrs["axis"], src.type.layout)
             if dst.type.layout != want:
                 raise ir.GluonError(f"reduce result must be in {want}, got {dst.type.layout}", op.loc)
-        for r in op.regions:
-            _insert_conversions(r)
+        if op.kind == "warp_specialize":
+            for r, role in zip(op.regions, op.attrs["roles"]):
+                first, last = role["warps"]
+                _insert_conversions(r, last - first + 1, warp_size)
+        else:
+            for r in op.regions:
+                _insert_conversions(r, warps, warp_size)
         new_ops.append(op)
     region.ops[:] = new_ops
