@@ -30,6 +30,7 @@ from .language.nvidia.hopper import (  # noqa: F401
     set_cluster, set_lean_prologue, set_tma_prefetch, split_cols, tma_load,
     tma_store, tma_store_wait, wgmma, wgmma_wait,
 )
+from .language.shapes import gather, join, permute, reshape, split, trans  # noqa: F401
 from .language.tracing import UNDEF, ArchError, UndefinedValue  # noqa: F401
 from .types import (DotOperandLayout, DType, Layout, MMALayout, NVMMASharedLayout, SliceLayout,  # noqa: F401
                     SwizzleMode, TensorMemoryLayout, TensorRef, WarpRole)

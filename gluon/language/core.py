@@ -196,8 +196,8 @@ class Tensor(_Handle):
     def __eq__(self, o): return _cmp(self, o, "eq")  # type: ignore[override]
     def __ne__(self, o): return _cmp(self, o, "ne")  # type: ignore[override]
 
-    def to(self, dtype: DType) -> "Tensor":
-        return cast(self, dtype)
+    def to(self, dtype: DType, rounding: str | None = None) -> "Tensor":
+        return cast(self, dtype, rounding)
 
     def __getitem__(self, idx) -> "Tensor":
         """`x[:, None]` / `x[None, :]`: insert size-1 dimensions (numpy style)."""
@@ -320,12 +320,30 @@ def _unary(x: Tensor, op: str) -> Tensor:
 # ---------------------------------------------------------------------------------- math builtins
 
 
-def cast(x, dtype: DType) -> Tensor:
+# The float downcasts that round toward zero in Triton 3.6 on NVIDIA (sm90); round-to-nearest-even is every
+# downcast's default (and the only mode of the other fp8 conversions: cvt.rn.satfinite).
+_RTZ_CASTS = {(DType.f32, DType.f16), (DType.f32, DType.bf16), (DType.f32, DType.f8e5m2)}
+
+
+def cast(x, dtype: DType, rounding: str | None = None) -> Tensor:
+    """`x` converted to `dtype`. `rounding` ("rtne" or "rtz", Triton's `fp_downcast_rounding`) applies to a
+    float downcast only; "rtz" exists for f32 -> f16 / bf16 / float8e5m2."""
     x = _to_tensor(x)
     dtype = DType(dtype) if not isinstance(dtype, DType) else dtype
+    if rounding is not None:
+        if rounding not in ("rtne", "rtz"):
+            raise ir.GluonError(f"cast: rounding={rounding!r} is not a rounding mode; give 'rtne' (to nearest even) "
+                                "or 'rtz' (toward zero)", _user_loc())
+        if not (x.dtype.is_float and dtype.is_float and dtype.bits < x.dtype.bits):
+            raise ir.GluonError(f"cast: rounding={rounding!r} applies to float downcasts only, not "
+                                f"{x.dtype.name} -> {dtype.name}; leave rounding out", _user_loc())
+        if rounding == "rtz" and (x.dtype, dtype) not in _RTZ_CASTS:
+            raise ir.GluonError(f"cast: the target has no round-toward-zero {x.dtype.name} -> {dtype.name} conversion "
+                                "(rtz exists for f32 -> f16, bf16, f8e5m2); use rounding='rtne'", _user_loc())
     if x.dtype == dtype:
         return x
-    return Tensor(_tr().emit("cast", [x], [ir.same_shape_kind(x.type, dtype)]).result)
+    attrs = {"rounding": rounding} if rounding == "rtz" else {}
+    return Tensor(_tr().emit("cast", [x], [ir.same_shape_kind(x.type, dtype)], attrs).result)
 
 
 def exp(x): return _unary(x, "exp")
