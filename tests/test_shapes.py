@@ -7,7 +7,9 @@ other than the one it infers, so a compile checks the layouts), and the errors a
 GPU (marked): every op against torch on fresh random inputs into NaN- or sentinel-poisoned outputs, and fp8
 conversions bit for bit against torch's float8_e4m3fn / float8_e5m2.
 """
+import os
 import random
+import sys
 
 import pytest
 
@@ -392,3 +394,72 @@ def test_rtz_downcasts_round_toward_zero():
     cast_kernel[(n // 1024,)](x, h, n, DT=gl.float16, ROUNDING="rtz", BLOCK=1024, num_warps=4)
     assert torch.equal(h.view(torch.int16), _rtz_reference(torch, x, torch.float16, torch.int16))
     assert bool((h.float().abs() <= x.abs()).all())
+
+
+def test_rtz_reference_is_round_toward_zero():
+    """The GPU test's rtz reference, checked on the CPU against torch.nextafter (f16) and against truncating
+    the f16 result's low byte (e5m2 is f16's top byte, and truncating rounds toward zero)."""
+    torch = pytest.importorskip("torch")
+    g = torch.Generator().manual_seed(19)
+    x = torch.randn(1 << 16, generator=g) * torch.exp2(torch.randint(-20, 14, (1 << 16,), generator=g).float())
+    x = x.clamp(-57344.0, 57344.0)
+    h = _rtz_reference(torch, x, torch.float16, torch.int16).view(torch.float16)
+    r = x.to(torch.float16)
+    want = torch.where(r.float().abs() > x.abs(), torch.nextafter(r, torch.zeros_like(r)), r)
+    assert torch.equal(h.view(torch.int16), want.view(torch.int16)) and bool((h.float().abs() <= x.abs()).all())
+    e5 = _rtz_reference(torch, x, torch.float8_e5m2, torch.uint8)
+    assert torch.equal(e5, (h.view(torch.int16) >> 8).to(torch.uint8))
+    assert not torch.equal(e5, x.to(torch.float8_e5m2).view(torch.uint8))     # it is not nearest-even
+
+
+# ---------------------------------------------------------------------------------- the fp8_quantize example
+
+EXAMPLES = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples")
+
+
+def _example():
+    if EXAMPLES not in sys.path:
+        sys.path.insert(0, EXAMPLES)
+    import fp8_quantize
+    return fp8_quantize
+
+
+@pytest.mark.parametrize("dt", [gl.float16, gl.bfloat16, gl.float32])
+def test_fp8_quantize_example_compiles_to_16_byte_loads_and_fp8_conversions(dt):
+    from gluon.backend.machine_code import sass_instructions
+    fq = _example()
+    cfg = fq.default_config(8192, 4096, dt.bytes)
+    ck = fq.fp8_quantize_kernel.compile(PointerArg(gl.float8e4m3), F32, PointerArg(dt), *[ScalarArg(gl.int32, 16)] * 4,
+                                        arch="sm90", num_warps=cfg["NUM_WARPS"], **cfg)
+    ops = sass_instructions(ck.sass())
+    assert ck.spills == 0 and ops.get("LDG.E.128", 0) >= 1
+    assert ops.get("F2FP.SATFINITE.E4M3.F32.PACK_AB_MERGE_C", 0) >= 1
+
+
+def test_fp8_quantize_check_accepts_torchs_quantization_and_nothing_else():
+    torch = pytest.importorskip("torch")
+    fq = _example()
+    x = torch.randn(64, 256, generator=torch.Generator().manual_seed(19)) * 3
+    q, s = fq.reference(x)
+    assert fq.check(x, q, s) is None
+    assert "scales differ" in fq.check(x, q, s * (1 + 1e-5))
+    bad = q.view(torch.uint8).clone()
+    bad[3, 7] ^= 0x04                                      # a code 4 steps off
+    assert "more than a step" in fq.check(x, bad.view(torch.float8_e4m3fn), s)
+    many = q.view(torch.uint8).clone()
+    many[:, :8] = torch.where((many[:, :8] & 0x7F) > 1, many[:, :8] - 1, many[:, :8])   # 3% one step off
+    assert "of the fp8 codes differ" in fq.check(x, many.view(torch.float8_e4m3fn), s)
+
+
+@pytest.mark.gpu
+def test_fp8_quantize_example_matches_torch():
+    torch = _cuda()
+    fq = _example()
+    for (m, n), dtype in zip(((512, 4096), (1000, 1000), (33, 4095)), (torch.float16, torch.bfloat16, torch.float32)):
+        x = torch.randn(m, n, device="cuda", dtype=dtype) * torch.rand(m, 1, device="cuda", dtype=dtype) * 10
+        x[0] = 0                                           # an all-zero row
+        q = torch.full((m, n), 0x7F, device="cuda", dtype=torch.uint8).view(torch.float8_e4m3fn)
+        s = torch.full((m,), float("nan"), device="cuda")
+        fq.quantize(x, q, s)
+        assert fq.check(x, q, s) is None, (m, n, dtype, fq.check(x, q, s))
+        assert bool((q[0].float() == 0).all()) and s[0].item() == pytest.approx(fq.MIN_AMAX / fq.FP8_MAX)
