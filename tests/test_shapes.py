@@ -123,8 +123,8 @@ def _ttgir(kernel, *args, **kw) -> str:
     return lower(run_passes(kernel.trace(*args, arch="sm90", num_warps=4, **kw))).ttgir
 
 
-def _compile(kernel, *args, **kw):
-    ck = kernel.compile(*args, arch="sm90", num_warps=4, **kw)
+def _compile(kernel, *args, arch="sm90", **kw):
+    ck = kernel.compile(*args, arch=arch, num_warps=4, **kw)
     return ck.binary.asm["ptx"] if hasattr(ck.binary, "asm") else ck.ptx
 
 
@@ -292,6 +292,15 @@ def test_errors_at_the_users_line(case, match):
     with pytest.raises(GluonError, match=match) as e:
         bad_kernel.trace(F32, I32, CASE=case, arch="sm90", num_warps=4)
     assert "test_shapes.py" in str(e.value)
+
+
+def test_e4m3_casts_are_refused_before_sm89():
+    with pytest.raises(GluonError, match=r"cast f32 -> f8e4m3: sm80 has no float8e4m3 conversions") as e:
+        cast_kernel.trace(F32, PointerArg(gl.float8e4m3), ScalarArg(gl.int32), DT=gl.float8e4m3, ROUNDING=None,
+                          BLOCK=512, arch="sm80", num_warps=4)
+    assert "test_shapes.py" in str(e.value)
+    assert ".visible .entry" in _compile(cast_kernel, F32, PointerArg(gl.float8e5m2), ScalarArg(gl.int32),
+                                         DT=gl.float8e5m2, ROUNDING=None, BLOCK=512, arch="sm80")
 
 
 # ---------------------------------------------------------------------------------- GPU

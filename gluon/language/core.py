@@ -342,6 +342,11 @@ def cast(x, dtype: DType, rounding: str | None = None) -> Tensor:
                                 "(rtz exists for f32 -> f16, bf16, f8e5m2); use rounding='rtne'", _user_loc())
     if x.dtype == dtype:
         return x
+    arch = _tr().arch
+    if DType.f8e4m3 in (x.dtype, dtype) and arch.vendor == "nvidia" and isinstance(arch.version, int) \
+            and arch.version < 89:
+        raise ir.GluonError(f"cast {x.dtype.name} -> {dtype.name}: {arch.name} has no float8e4m3 conversions (they "
+                            "need sm89 or later; float8e5m2 works on every NVIDIA arch)", _user_loc())
     attrs = {"rounding": rounding} if rounding == "rtz" else {}
     return Tensor(_tr().emit("cast", [x], [ir.same_shape_kind(x.type, dtype)], attrs).result)
 
