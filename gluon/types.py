@@ -372,13 +372,30 @@ class TensorMemoryLayout(Layout):
         return f"tmem(block={list(self.block)})"
 
 
-REGISTER_LAYOUTS = (BlockedLayout, SliceLayout, MMALayout, DotOperandLayout, MFMALayout)
+@dataclass(frozen=True)
+class LinearLayout(Layout):
+    """A register layout as Triton's linear layout (`#ttg.linear`), for one tile shape: for each bit of the
+    register, lane and warp index, the tile coordinates it selects (an index's element is the XOR of its set
+    bits' coordinates). What the shape ops (`gl.reshape`, `gl.join`, ...) leave their results in: the layout
+    Triton's inference gives for their operand's (gluon/linear.py)."""
+
+    register: tuple[tuple[int, ...], ...]
+    lane: tuple[tuple[int, ...], ...]
+    warp: tuple[tuple[int, ...], ...]
+    rank: int
+
+    def __str__(self) -> str:
+        return f"linear(register={[list(b) for b in self.register]}, lane={[list(b) for b in self.lane]}, " \
+               f"warp={[list(b) for b in self.warp]})"
+
+
+REGISTER_LAYOUTS = (BlockedLayout, SliceLayout, MMALayout, DotOperandLayout, MFMALayout, LinearLayout)
 SHARED_LAYOUTS = (NVMMASharedLayout, SwizzledSharedLayout)
 
 
 def layout_rank(layout: Layout) -> int | None:
     """Number of tensor dimensions a register layout describes (None when not fixed by the layout)."""
-    if isinstance(layout, BlockedLayout):
+    if isinstance(layout, (BlockedLayout, LinearLayout)):
         return layout.rank
     if isinstance(layout, SliceLayout):
         parent = layout_rank(layout.parent)
@@ -394,6 +411,8 @@ def layout_warps(layout: Layout) -> int | None:
         return math.prod(layout.warps_per_cta)
     if isinstance(layout, (SliceLayout, DotOperandLayout)):
         return layout_warps(layout.parent)
+    if isinstance(layout, LinearLayout):
+        return 2 ** len(layout.warp)
     return None
 
 

@@ -15,7 +15,7 @@ import pytest
 
 import gluon
 import gluon.language as gl
-from gluon.backend.lowering import linear
+from gluon import linear
 from gluon.ir import GluonError
 from gluon.jit import lower, run_passes
 from gluon.language import PointerArg, ScalarArg
@@ -190,10 +190,18 @@ def test_ttgir_uses_tritons_ops():
     assert "{order = array<i32: 2, 0, 1>}" in t and "-> tensor<16x4x8xf32" in t
     t = _ttgir(reshape_sum_kernel, F32, F32, M=32, N=64, G=4)
     assert "tt.reshape" in t and "-> tensor<32x16x4xf32" in t and '"tt.reduce"' in t
+    reshaped = next(ln for ln in t.splitlines() if "tt.reshape" in ln).split(" = ")[0].strip()
+    assert f'"tt.reduce"({reshaped})' in t            # reduced in the reshape's own layout, not converted first
     t = _ttgir(interleave_kernel, F32, F32, F32, M=16, N=32)
-    join = next(ln for ln in t.splitlines() if "tt.join" in ln)
-    # the join's result is in Triton's inferred layout: the new dimension in register bit 0
-    assert "-> tensor<16x32x2xf32, #ttg.linear<{register = [[0, 0, 1]," in join
+    lines = t.splitlines()
+    join = next(ln for ln in lines if "tt.join" in ln)
+    # the join's result is in Triton's inferred layout (the new dimension in register bit 0), and the reshape
+    # takes it as it is, no conversion in between
+    alias = join.split("tensor<16x32x2xf32, ")[1].rstrip(">")
+    assert any(ln.startswith(f"{alias} = #ttg.linear<{{register = [[0, 0, 1],") for ln in lines), alias
+    reshape = next(ln for ln in lines if "tt.reshape" in ln)
+    assert reshape.split("tt.reshape ")[1].split(" ")[0] == join.split(" = ")[0].strip()
+    assert "convert_layout" not in t.split(join)[1].split(reshape)[0]
     t = _ttgir(deinterleave_kernel, F32, F32, F32, F32, F32, M=16, N=32)
     assert t.count("tt.split") == 2 and t.count("tt.join") == 1
     t = _ttgir(gather_kernel, F32, I32, F32, M=32, N=64, K=16, AXIS=1)

@@ -7,7 +7,9 @@ not run when we hand it TTGIR, so we choose them here:
 1. Values that must share a layout (elementwise operands and results, load/store address/mask/value,
    loop-carried values and branch results) are unified into classes.
 2. Known layouts flow across `reduce` (result = slice of input) and `expand_dims` (input = slice of
-   result) until nothing changes.
+   result), and from the operand of a shape op (reshape, trans, join, split) to its open result, which
+   takes the layout Triton infers (gluon/linear.py; a `LinearLayout`), until nothing changes. A gather's
+   result is in its index's layout (step 1).
 3. Open classes that address global memory (load/store/cp.async offsets) are decided first, with
    the default blocked layout for their shape: each thread owns one 16-byte vector of the element
    loaded or stored (so accesses vectorize), threads then warps tile the rest. Then step 2 runs,
@@ -21,12 +23,13 @@ from __future__ import annotations
 
 import math
 
-from .. import ir
+from .. import ir, linear
 from ..types import BlockedLayout, Layout, SliceLayout
 
 _SAME = ir.kinds("same_layout")      # result tile in its tile operands' layout
 _ATOMICS = {"atomic_rmw": 1, "atomic_cas": 2}   # how many value operands follow (ptr, offsets)
 _MEMORY = ("load", "store", "cp_async", *_ATOMICS)   # ops that address global memory (their offsets anchor)
+_SHAPE = ("reshape", "trans", "join", "split")   # result layout: Triton's inference from the operand's (linear.py)
 
 
 class _UF:
@@ -117,8 +120,10 @@ def assign_layouts(kernel: ir.Kernel) -> ir.Kernel:
                     nbytes = op.operands[0].type.dtype.bytes
                     for v in group:
                         elem_bytes[v.id] = min(elem_bytes.get(v.id, 16), nbytes)
-            elif op.kind in ("reduce", "expand_dims"):
+            elif op.kind in ("reduce", "expand_dims") or op.kind in _SHAPE:
                 relations.append((op.kind, op))
+            elif op.kind == "gather":       # tt.gather's result is in its index's layout
+                uf.union(op.operands[1].id, op.results[0].id)
             if op.kind == "for":
                 body = op.regions[0]
                 visit(body, warps)
@@ -171,6 +176,16 @@ def assign_layouts(kernel: ir.Kernel) -> ir.Kernel:
             changed = False
             for kind, op in relations:
                 src, dst = op.operands[0], op.results[0]
+                if kind in _SHAPE:          # forward only: an open result takes the inferred layout
+                    rs = uf.find(src.id)
+                    for res in op.results:
+                        rd = uf.find(res.id)
+                        if rs in layout and rd not in layout:
+                            bases = linear.infer(kind, op.attrs, src.type.shape, res.type.shape, layout[rs])
+                            if bases is not None:
+                                layout[rd] = linear.as_layout(bases, len(res.type.shape))
+                                changed = True
+                    continue
                 rs, rd = uf.find(src.id), uf.find(dst.id) if isinstance(dst.type, ir.TileType) else None
                 axis = op.attrs["axis"]
                 if kind == "reduce":
@@ -204,8 +219,11 @@ def assign_layouts(kernel: ir.Kernel) -> ir.Kernel:
         open_roots = [r for r in members if r not in layout]
         if not open_roots:
             break
-        # highest rank first: its slices then follow by propagation
-        root = max(open_roots, key=lambda r: max(len(values[m].type.shape) for m in members[r]))
+        # highest rank first: its slices then follow by propagation; a shape op's result waits for its operand
+        waiting = {uf.find(r.id) for kind, op in relations if kind in _SHAPE for r in op.results
+                   if uf.find(op.operands[0].id) not in layout}
+        root = max([r for r in open_roots if r not in waiting] or open_roots,
+                   key=lambda r: max(len(values[m].type.shape) for m in members[r]))
         choose_default(root)
         propagate()
 

@@ -3,9 +3,10 @@
 
 Triton 3.6's verifier wants the result of reshape, trans, join and split in the layout its own inference
 gives for the operand's (equal as linear layouts). So each rule spells the operand's layout as a linear
-layout (linear.py; a layout that is not blocked is first converted to the default blocked one), applies
+layout (gluon/linear.py; a layout that is not blocked is first converted to the default blocked one), applies
 Triton's inference to it, emits the op with that result layout (`#ttg.linear<...>`) and adds a
-`ttg.convert_layout` to the layout the IR gave the result, unless it is the same one. tt.split needs the
+`ttg.convert_layout` to the layout the IR gave the result, unless it is the same one; a shape op whose
+operand is such a result takes it in the inferred layout (join then reshape: no conversion in between). tt.split needs the
 size-2 dimension in register bit 0: a source holding it elsewhere is converted to such a layout first.
 tt.gather gives its result in the index's layout: an index in another layout than the IR's result is
 converted to it.
@@ -14,7 +15,7 @@ from __future__ import annotations
 
 from ...ir import Op, TileType, Value
 from ...types import layout_warps
-from . import linear
+from ... import linear
 from .context import KernelLowering
 from .literals import dims
 from .registry import rule
@@ -27,11 +28,14 @@ def _lin_ty(shape, dtype, bases) -> str:
 def _operand(lw: KernelLowering, v: Value) -> tuple[str, str, linear.Bases]:
     """`v`'s SSA name, type and linear layout, converted to the default blocked layout when not blocked."""
     t = v.type
+    held = lw.scopes[-1].inferred.get(v.id)
+    if held is not None:            # the result of a shape op: take it in the layout it was inferred in
+        return held
     bases = linear.to_linear(t.layout, t.shape)
     if bases is not None:
         return lw.ref(v), lw.ty(t), bases
     from ...passes.layout_assign import default_layout
-    warps = layout_warps(t.layout) or lw.k.num_warps
+    warps = layout_warps(t.layout) or lw.cur_warps
     blocked = TileType(t.dtype, t.shape, default_layout(t.shape, warps, max(1, t.dtype.bytes), lw.k.arch.warp_size))
     name = lw.names.fresh(v.name)
     lw.emit(f"{name} = ttg.convert_layout {lw.ref(v)} : {lw.ty(t)} -> {lw.ty(blocked)}")
@@ -46,7 +50,14 @@ def _result(lw: KernelLowering, res: Value, bases: linear.Bases, emit_op) -> Non
         return
     tmp, lin = lw.names.fresh(res.name), _lin_ty(t.shape, t.dtype, bases)
     emit_op(tmp, lin)
-    lw.emit(f"{lw.define(res)} = ttg.convert_layout {tmp} : {lin} -> {lw.ty(t)}")
+    _converted(lw, res, tmp, lin, bases)
+
+
+def _converted(lw: KernelLowering, res: Value, tmp: str, lin: str, bases: linear.Bases) -> None:
+    """Define `res` as `tmp` (type `lin`, layout `bases`) converted to `res`'s layout; a shape op using `res`
+    takes `tmp` (Triton drops the conversion when nothing else uses it)."""
+    lw.emit(f"{lw.define(res)} = ttg.convert_layout {tmp} : {lin} -> {lw.ty(res.type)}")
+    lw.scopes[-1].inferred[res.id] = (tmp, lin, bases)
 
 
 @rule("reshape")
@@ -98,7 +109,7 @@ def lower_split(lw: KernelLowering, op: Op) -> None:
     names = [lw.names.fresh(lo.name or "lo"), lw.names.fresh(hi.name or "hi")]
     lw.emit(f"{names[0]}, {names[1]} = tt.split {src} : {sty} -> {halves}")
     for res, name in zip((lo, hi), names):
-        lw.emit(f"{lw.define(res)} = ttg.convert_layout {name} : {halves} -> {lw.ty(res.type)}")
+        _converted(lw, res, name, halves, out)
 
 
 @rule("gather")

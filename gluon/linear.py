@@ -9,13 +9,13 @@ element in its register (the flat row-major index of each basis, re-split over t
 permutes the coordinates, a join adds its new minor dimension as register bit 0, a split removes it again.
 
 `to_linear(layout, shape)` spells the blocked layouts (and slices of them) the way Triton's
-`toLinearLayout` does, bit for bit (tests/test_shapes.py checks it against Triton's own conversion); other
-layouts return None and the rules convert the tile to a blocked layout first.
+`toLinearLayout` does, bit for bit (tests/test_shapes.py checks it against Triton's own conversion), and a
+`LinearLayout` as itself; other layouts return None and the rules convert the tile to a blocked layout first.
+`infer(op, operand layout)` is the result layout of a shape op (the layout pass gives it to open results).
 """
 from __future__ import annotations
 
-from ...types import BlockedLayout, Layout, SliceLayout
-from .literals import int_array
+from .types import BlockedLayout, Layout, LinearLayout, SliceLayout
 
 Bases = dict[str, list[list[int]]]
 IN_DIMS = ("register", "lane", "warp")
@@ -58,6 +58,8 @@ def to_linear(layout: Layout | None, shape: tuple[int, ...]) -> Bases | None:
     of one."""
     if isinstance(layout, BlockedLayout) and len(layout.size_per_thread) == len(shape):
         return _blocked(layout, tuple(shape))
+    if isinstance(layout, LinearLayout) and layout.rank == len(shape):
+        return {k: [list(b) for b in getattr(layout, k)] for k in IN_DIMS}
     if isinstance(layout, SliceLayout):
         pshape = list(shape)
         pshape.insert(layout.dim, 1)
@@ -128,6 +130,27 @@ def split(bases: Bases) -> Bases:
     return out
 
 
+def as_layout(bases: Bases, rank: int) -> LinearLayout:
+    return LinearLayout(*(tuple(tuple(b) for b in bases[k]) for k in IN_DIMS), rank)
+
+
 def spell(bases: Bases) -> str:
-    parts = ", ".join(f"{k} = [{', '.join(int_array(b) for b in bases[k])}]" for k in IN_DIMS)
+    parts = ", ".join(f"{k} = [{', '.join('[' + ', '.join(map(str, b)) + ']' for b in bases[k])}]" for k in IN_DIMS)
     return f"#ttg.linear<{{{parts}, block = []}}>"
+
+
+def infer(kind: str, attrs: dict, in_shape, out_shape, layout: Layout | None) -> Bases | None:
+    """The linear layout Triton infers for the result of shape op `kind` whose (first) operand is in `layout`
+    (None when that layout has no linear form here); for split, after the move `splittable` makes."""
+    bases = to_linear(layout, tuple(in_shape)) if layout is not None else None
+    if bases is None:
+        return None
+    if kind == "reshape":
+        return reshape(bases, in_shape, out_shape)
+    if kind == "trans":
+        return trans(bases, attrs["order"])
+    if kind == "join":
+        return join(bases, len(in_shape))
+    if kind == "split":
+        return split(splittable(bases))
+    return None
