@@ -15,11 +15,11 @@ import pytest
 
 import gluon
 import gluon.language as gl
-from gluon import linear
 from gluon.ir import GluonError
 from gluon.jit import lower, run_passes
 from gluon.language import PointerArg, ScalarArg
-from gluon.types import BlockedLayout, SliceLayout
+from gluon.types import (BlockedLayout, SliceLayout, linear_join, linear_reshape, linear_split, linear_splittable,
+                         linear_trans, to_linear)
 
 F32, I32, F16 = PointerArg(gl.float32), PointerArg(gl.int32), PointerArg(gl.float16)
 
@@ -139,7 +139,7 @@ def _pow2_split(n: int, k: int, rng) -> tuple:
 
 
 def test_linear_layouts_are_tritons():
-    """linear.to_linear spells blocked layouts and their slices bit for bit as Triton's toLinearLayout."""
+    """to_linear spells blocked layouts and their slices bit for bit as Triton's toLinearLayout."""
     ir_mod = pytest.importorskip("triton._C.libtriton")
     ttgl = pytest.importorskip("triton.experimental.gluon.language")
     ctx = ir_mod.ir.context()
@@ -162,7 +162,7 @@ def test_linear_layouts_are_tritons():
             d = rng.randrange(rank)
             lay, shape = SliceLayout(d, lay), shape[:d] + shape[d + 1:]
         ll = b.to_linear_layout(tritons(lay)._to_ir(b), list(shape))
-        assert linear.to_linear(lay, shape) == {"register": ll.reg_bases, "lane": ll.lane_bases,
+        assert to_linear(lay, shape) == {"register": ll.reg_bases, "lane": ll.lane_bases,
                                                 "warp": ll.warp_bases}, (lay, shape)
 
 
@@ -170,14 +170,14 @@ def test_inference_rules():
     """reshape keeps each element's flat index, trans permutes coordinates, join adds register bit 0 and
     split removes it; a split source holding the size-2 dimension in a lane moves it to register bit 0."""
     bases = {"register": [[0, 1], [4, 0]], "lane": [[0, 2], [1, 0], [2, 0]], "warp": [[0, 0]]}
-    assert linear.reshape(bases, (8, 4), (32,)) == {"register": [[1], [16]], "lane": [[2], [4], [8]],
+    assert linear_reshape(bases, (8, 4), (32,)) == {"register": [[1], [16]], "lane": [[2], [4], [8]],
                                                     "warp": [[0]]}
-    assert linear.trans(bases, (1, 0))["lane"] == [[2, 0], [0, 1], [0, 2]]
-    joined = linear.join(bases, 2)
-    assert joined["register"] == [[0, 0, 1], [0, 1, 0], [4, 0, 0]] and linear.split(joined) == bases
+    assert linear_trans(bases, (1, 0))["lane"] == [[2, 0], [0, 1], [0, 2]]
+    joined = linear_join(bases, 2)
+    assert joined["register"] == [[0, 0, 1], [0, 1, 0], [4, 0, 0]] and linear_split(joined) == bases
     in_lane = {"register": [[1, 0]], "lane": [[0, 1]], "warp": []}
-    assert linear.splittable(in_lane) == {"register": [[0, 1]], "lane": [[1, 0]], "warp": []}
-    assert linear.splittable(joined) == joined
+    assert linear_splittable(in_lane) == {"register": [[0, 1]], "lane": [[1, 0]], "warp": []}
+    assert linear_splittable(joined) == joined
 
 
 # ---------------------------------------------------------------------------------- TTGIR and compiles (CPU)

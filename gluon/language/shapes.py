@@ -1,9 +1,11 @@
 """Register-tile shape ops, named and behaving as Triton's: `reshape`, `permute` / `trans`, `join`, `split`
 and `gather`.
 
-Their results leave the layout open (the layout pass picks one, as for any new tile); the lowering
-(backend/lowering/shapes.py) emits each op in the layout Triton's own inference gives for the operand's
-layout and converts from it where the IR chose another, so any layout of the operand is accepted.
+Their results leave the layout open: the layout pass gives each the layout Triton's own inference gives for
+the operand's layout (a `LinearLayout`, `#ttg.linear`), so chained shape ops and a reduction after a
+reshape move no data; a gather's result is in its index's layout. The lowering
+(backend/lowering/shapes.py) converts where the IR ended up with another layout, so any operand layout is
+accepted.
 """
 from __future__ import annotations
 

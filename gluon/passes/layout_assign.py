@@ -8,7 +8,7 @@ not run when we hand it TTGIR, so we choose them here:
    loop-carried values and branch results) are unified into classes.
 2. Known layouts flow across `reduce` (result = slice of input) and `expand_dims` (input = slice of
    result), and from the operand of a shape op (reshape, trans, join, split) to its open result, which
-   takes the layout Triton infers (gluon/linear.py; a `LinearLayout`), until nothing changes. A gather's
+   takes the layout Triton infers (types.linear_infer; a `LinearLayout`), until nothing changes. A gather's
    result is in its index's layout (step 1).
 3. Open classes that address global memory (load/store/cp.async offsets) are decided first, with
    the default blocked layout for their shape: each thread owns one 16-byte vector of the element
@@ -23,13 +23,13 @@ from __future__ import annotations
 
 import math
 
-from .. import ir, linear
-from ..types import BlockedLayout, Layout, SliceLayout
+from .. import ir
+from ..types import BlockedLayout, Layout, SliceLayout, linear_infer, linear_layout
 
 _SAME = ir.kinds("same_layout")      # result tile in its tile operands' layout
 _ATOMICS = {"atomic_rmw": 1, "atomic_cas": 2}   # how many value operands follow (ptr, offsets)
 _MEMORY = ("load", "store", "cp_async", *_ATOMICS)   # ops that address global memory (their offsets anchor)
-_SHAPE = ("reshape", "trans", "join", "split")   # result layout: Triton's inference from the operand's (linear.py)
+_SHAPE = ("reshape", "trans", "join", "split")   # result layout: Triton's inference from the operand's (linear_infer)
 
 
 class _UF:
@@ -181,9 +181,9 @@ def assign_layouts(kernel: ir.Kernel) -> ir.Kernel:
                     for res in op.results:
                         rd = uf.find(res.id)
                         if rs in layout and rd not in layout:
-                            bases = linear.infer(kind, op.attrs, src.type.shape, res.type.shape, layout[rs])
+                            bases = linear_infer(kind, op.attrs, src.type.shape, res.type.shape, layout[rs])
                             if bases is not None:
-                                layout[rd] = linear.as_layout(bases, len(res.type.shape))
+                                layout[rd] = linear_layout(bases, len(res.type.shape))
                                 changed = True
                     continue
                 rs, rd = uf.find(src.id), uf.find(dst.id) if isinstance(dst.type, ir.TileType) else None

@@ -12,8 +12,8 @@ The package: `context.KernelLowering` is one kernel's lowering (names, aliases, 
 constants, type and layout spelling, module header, dispatch); `registry.RULES` holds one rule per IR op
 kind, `rule(lw, op) -> None`, registered with `@rule("kind")` in the rule modules, which are named
 like the DSL's: `core` (arithmetic, tile shapes, reductions), `memory` (global and shared memory),
-`atomics` (tt.atomic_rmw / tt.atomic_cas), `shapes` (reshape, trans, join, split, gather; gluon/linear.py
-spells layouts as Triton's linear layouts for them),
+`atomics` (tt.atomic_rmw / tt.atomic_cas), `shapes` (reshape, trans, join, split, gather; gluon.types
+spells layouts as Triton's linear layouts for them, to_linear),
 `control` (for, if, warp_specialize), `nvidia.ampere` (mma, cp.async), `nvidia.hopper` (wgmma,
 mbarriers, TMA, clusters), `nvidia.blackwell` (tensor memory, tcgen05), `amd.cdna3` (mfma); `dot`
 is the tt.dot that mma and mfma share, `literals` the MLIR literals. Importing this package imports
