@@ -226,6 +226,29 @@ def test_compiles_for_sm90(kernel, args, kw):
     assert ".visible .entry" in _compile(kernel, *args, **kw)
 
 
+@pytest.mark.parametrize("kernel,args,kw,op", [
+    (reshape_sum_kernel, (F32, F32), dict(M=32, N=64, G=4), "tt.reshape"),
+    (trans_kernel, (F32, F32), dict(M=32, N=64, COLMAJOR=False), "tt.trans"),
+    (deinterleave_kernel, (F32,) * 5, dict(M=16, N=32), "tt.split"),
+])
+def test_a_result_layout_other_than_tritons_inference_does_not_compile(kernel, args, kw, op):
+    """What makes the compiles above a check of the layouts: the same TTGIR with the op's result layout changed
+    (its first register and lane bases swapped) is refused by Triton's verifier."""
+    import re
+
+    from gluon.backend.compile import compile_ttgir
+    from gluon.backend.compile_job import CompileError
+    lk = lower(run_passes(kernel.trace(*args, arch="sm90", num_warps=4, **kw)))
+    lines = lk.ttgir.splitlines()
+    line = next(ln for ln in lines if op in ln)
+    alias = re.findall(r"#linear\d*", line.split("->")[1])[0]
+    head = next(ln for ln in lines if ln.startswith(alias + " = "))
+    m = re.match(r"(.*register = \[)(\[[\d, ]+\])(.*lane = \[)(\[[\d, ]+\])(.*)", head)
+    swapped = m.group(1) + m.group(4) + m.group(3) + m.group(2) + m.group(5)
+    with pytest.raises(CompileError, match="inferred type|Expected result encoding"):
+        compile_ttgir(lk.ttgir.replace(head, swapped), lk.abi.target, abi=lk.abi)
+
+
 def test_fp8_casts_ttgir_and_ptx():
     f8e4, f8e5 = PointerArg(gl.float8e4m3), PointerArg(gl.float8e5m2)
     n = ScalarArg(gl.int32)
