@@ -7,6 +7,7 @@ other than the one it infers, so a compile checks the layouts), and the errors a
 GPU (marked): every op against torch on fresh random inputs into NaN- or sentinel-poisoned outputs, and fp8
 conversions bit for bit against torch's float8_e4m3fn / float8_e5m2.
 """
+import math
 import os
 import random
 import sys
@@ -80,6 +81,18 @@ def deinterleave_kernel(x_ptr, even_ptr, odd_ptr, p_ptr, q_ptr, M: gl.constexpr,
     p, q = gl.split(gl.join(even * 2.0, odd + 1.0))
     gl.store(p_ptr + _rows(M, N), p)
     gl.store(q_ptr + _rows(M, N), q)
+
+
+@gluon.jit
+def loop_join_kernel(x_ptr, lo_ptr, hi_ptr, M: gl.constexpr, N: gl.constexpr, STEPS: gl.constexpr):
+    """A loop-carried joined tile: acc = sum_i join(x_i, 2 x_i) over STEPS (M x N) slices of x, split at the end."""
+    acc = gl.zeros((M, N, 2), gl.float32)
+    for i in gl.range(0, STEPS):
+        x = gl.load(x_ptr + i * (M * N) + _rows(M, N))
+        acc = acc + gl.join(x, x * 2.0)
+    lo, hi = gl.split(acc)
+    gl.store(lo_ptr + _rows(M, N), lo)
+    gl.store(hi_ptr + _rows(M, N), hi)
 
 
 @gluon.jit
@@ -204,6 +217,9 @@ def test_ttgir_uses_tritons_ops():
     assert "convert_layout" not in t.split(join)[1].split(reshape)[0]
     t = _ttgir(deinterleave_kernel, F32, F32, F32, F32, F32, M=16, N=32)
     assert t.count("tt.split") == 2 and t.count("tt.join") == 1
+    t = _ttgir(loop_join_kernel, F32, F32, F32, M=32, N=32, STEPS=4)
+    carried = next(ln for ln in t.splitlines() if "scf.for" in ln)
+    assert "-> (tensor<32x32x2xf32, #linear" in carried           # the loop carries the join's inferred layout
     t = _ttgir(gather_kernel, F32, I32, F32, M=32, N=64, K=16, AXIS=1)
     g = next(ln for ln in t.splitlines() if "tt.gather" in ln)
     assert "{axis = 1 : i32}" in g and "tensor<32x64xf32" in g and "-> tensor<32x16xf32" in g
@@ -220,8 +236,9 @@ def test_ttgir_uses_tritons_ops():
     (gather_kernel, (F32, I32, F32), dict(M=32, N=64, K=16, AXIS=1)),
     (gather_kernel, (F32, I32, F32), dict(M=32, N=64, K=8, AXIS=0)),
     (wgmma_trans_kernel, (F32, F32), {}),
+    (loop_join_kernel, (F32, F32, F32), dict(M=32, N=32, STEPS=4)),
 ], ids=["trans", "trans-colmajor-f16", "permute3", "reshape-sum", "reshape-sum-f16", "interleave", "deinterleave",
-        "gather1", "gather0", "trans-of-wgmma-layout"])
+        "gather1", "gather0", "trans-of-wgmma-layout", "loop-carried-join"])
 def test_compiles_for_sm90(kernel, args, kw):
     assert ".visible .entry" in _compile(kernel, *args, **kw)
 
@@ -374,17 +391,22 @@ def test_shape_ops_on_the_gpu_match_torch():
     for axis, ishape, hi in ((1, (32, 16), 64), (0, (8, 64), 32)):
         idx = torch.randint(0, hi, ishape, device="cuda", dtype=torch.int32)
         out = torch.full(ishape, nan, device="cuda")
-        gather_kernel[(1,)](src, idx, out, M=32, N=64, K=ishape[1 - axis], AXIS=axis, num_warps=4)
+        gather_kernel[(1,)](src, idx, out, M=32, N=64, K=ishape[axis], AXIS=axis, num_warps=4)
         assert torch.equal(out, torch.gather(src, axis, idx.long()))
     x = torch.randn(64, 64, device="cuda")
     y = torch.full((64, 64), nan, device="cuda")
     wgmma_trans_kernel[(1,)](x, y, num_warps=4)
     assert torch.equal(y, x.t())
+    x = torch.randn(4, 32, 32, device="cuda")
+    lo, hi = torch.full((32, 32), nan, device="cuda"), torch.full((32, 32), nan, device="cuda")
+    loop_join_kernel[(1,)](x, lo, hi, M=32, N=32, STEPS=4, num_warps=4)
+    torch.testing.assert_close(lo, x.sum(0))
+    torch.testing.assert_close(hi, (2 * x).sum(0))
 
 
 def _fp8_inputs(torch, fmax: float, n: int):
     """Random f32 values over fp8's whole finite range (normals, subnormals, ties, zeros of both signs)."""
-    e = torch.randint(-24, int(torch.log2(torch.tensor(fmax))), (n,), device="cuda").float()
+    e = torch.randint(-24, int(math.log2(fmax)) + 1, (n,), device="cuda").float()      # past fmax: clamped
     x = (torch.rand(n, device="cuda") + 1) * torch.exp2(e) * torch.where(torch.rand(n, device="cuda") < 0.5, -1, 1)
     x = x.clamp(-fmax, fmax)
     x[:64] = torch.tensor([0.0, -0.0, fmax, -fmax] * 16, device="cuda")
@@ -406,7 +428,7 @@ def test_fp8_round_trips_are_torchs_bit_for_bit(dt, tdt_name, fmax):
     # every fp8 bit pattern up to f32 (NaN stays NaN), and copied through fp8 pointers
     codes = torch.arange(256, device="cuda", dtype=torch.int32).to(torch.uint8).view(tdt)
     y = torch.full((256,), -1.0, device="cuda")
-    c = torch.zeros(256, device="cuda", dtype=torch.uint8).view(tdt)
+    c = (255 - torch.arange(256, device="cuda", dtype=torch.int32)).to(torch.uint8).view(tdt)   # no code in place
     upcast_kernel[(1,)](codes, y, c, 256, BLOCK=256, num_warps=4)
     ref = codes.float()
     assert torch.equal(y.isnan(), ref.isnan()) and torch.equal(y[~ref.isnan()], ref[~ref.isnan()])
