@@ -243,6 +243,22 @@ def test_compiles_for_sm90(kernel, args, kw):
     assert ".visible .entry" in _compile(kernel, *args, **kw)
 
 
+@pytest.mark.parametrize("kernel,args,kw", [
+    (interleave_kernel, (F32, F32, F32), dict(M=16, N=32)),
+    (deinterleave_kernel, (F32,) * 5, dict(M=16, N=32)),
+    (reshape_sum_kernel, (F32, F32), dict(M=32, N=64, G=4)),
+    (gather_kernel, (F32, I32, F32), dict(M=32, N=64, K=16, AXIS=1)),
+], ids=["interleave", "deinterleave", "reshape-sum", "gather"])
+def test_compiles_for_cdna3_with_64_lane_warps(kernel, args, kw):
+    ck = kernel.compile(*args, arch="cdna3", num_warps=4, **kw)
+    assert "amdgcn" in ck.asm
+    if kernel is gather_kernel:
+        assert "tt.gather" in ck.lowered.ttgir
+        return
+    head = next(ln for ln in ck.lowered.ttgir.splitlines() if ln.startswith("#linear = "))
+    assert head.split("lane = [")[1].split("], warp")[0].count("[") == 6      # 64 lanes: 6 lane bits
+
+
 @pytest.mark.parametrize("kernel,args,kw,op", [
     (reshape_sum_kernel, (F32, F32), dict(M=32, N=64, G=4), "tt.reshape"),
     (trans_kernel, (F32, F32), dict(M=32, N=64, COLMAJOR=False), "tt.trans"),
