@@ -64,6 +64,17 @@ def reshape_sum_kernel(x_ptr, y_ptr, M: gl.constexpr, N: gl.constexpr, G: gl.con
 
 
 @gluon.jit
+def group_scale_kernel(x_ptr, y_ptr, z_ptr):
+    """Groups of 4 columns: y[m, j] = sum of group j + j; z = x times its group's sum (reshape, gl.sum,
+    expand_dims back into the reshaped layout, broadcast, reshape back)."""
+    x = gl.load(x_ptr + _rows(16, 64))
+    r = gl.reshape(x, (16, 16, 4))
+    s = gl.sum(r, 2)
+    gl.store(y_ptr + _rows(16, 16), s + gl.arange(0, 16)[None, :].to(gl.float32))
+    gl.store(z_ptr + _rows(16, 64), gl.reshape(gl.expand_dims(s, 2) * r, (16, 64)))
+
+
+@gluon.jit
 def interleave_kernel(a_ptr, b_ptr, y_ptr, M: gl.constexpr, N: gl.constexpr):
     """y[m, 2n] = a[m, n], y[m, 2n + 1] = b[m, n]: join, then reshape to (M, 2N)."""
     a = gl.load(a_ptr + _rows(M, N))
@@ -237,8 +248,9 @@ def test_ttgir_uses_tritons_ops():
     (gather_kernel, (F32, I32, F32), dict(M=32, N=64, K=8, AXIS=0)),
     (wgmma_trans_kernel, (F32, F32), {}),
     (loop_join_kernel, (F32, F32, F32), dict(M=32, N=32, STEPS=4)),
+    (group_scale_kernel, (F32, F32, F32), {}),
 ], ids=["trans", "trans-colmajor-f16", "permute3", "reshape-sum", "reshape-sum-f16", "interleave", "deinterleave",
-        "gather1", "gather0", "trans-of-wgmma-layout", "loop-carried-join"])
+        "gather1", "gather0", "trans-of-wgmma-layout", "loop-carried-join", "reshape-reduce-broadcast"])
 def test_compiles_for_sm90(kernel, args, kw):
     assert ".visible .entry" in _compile(kernel, *args, **kw)
 
@@ -413,6 +425,12 @@ def test_shape_ops_on_the_gpu_match_torch():
     y = torch.full((64, 64), nan, device="cuda")
     wgmma_trans_kernel[(1,)](x, y, num_warps=4)
     assert torch.equal(y, x.t())
+    x = torch.randn(16, 64, device="cuda")
+    y, z = torch.full((16, 16), nan, device="cuda"), torch.full((16, 64), nan, device="cuda")
+    group_scale_kernel[(1,)](x, y, z, num_warps=4)
+    g = x.reshape(16, 16, 4).sum(2)
+    torch.testing.assert_close(y, g + torch.arange(16, device="cuda"))
+    torch.testing.assert_close(z, (x.reshape(16, 16, 4) * g[:, :, None]).reshape(16, 64))
     x = torch.randn(4, 32, 32, device="cuda")
     lo, hi = torch.full((32, 32), nan, device="cuda"), torch.full((32, 32), nan, device="cuda")
     loop_join_kernel[(1,)](x, lo, hi, M=32, N=32, STEPS=4, num_warps=4)
