@@ -301,6 +301,11 @@ def test_fp8_casts_ttgir_and_ptx():
     assert "tt.fp_to_fp %" in t and "rounding = rtne" in t and "xf8E4M3FN" in t
     assert "cvt.rn.satfinite.e4m3x2.f32" in _compile(cast_kernel, F32, f8e4, n, DT=gl.float8e4m3, ROUNDING=None,
                                                      BLOCK=512)
+    @gluon.jit
+    def tritons_keyword(x_ptr, q_ptr):
+        offs = gl.arange(0, 512)
+        gl.store(q_ptr + offs, gl.load(x_ptr + offs).to(gl.float8e5m2, fp_downcast_rounding="rtz"))
+    assert "rounding = rtz" in _ttgir(tritons_keyword, F32, f8e5)
     t = _ttgir(cast_kernel, F32, f8e5, n, DT=gl.float8e5m2, ROUNDING="rtz", BLOCK=512)
     assert "rounding = rtz" in t and "xf8E5M2" in t
     assert ".visible .entry" in _compile(cast_kernel, F32, f8e5, n, DT=gl.float8e5m2, ROUNDING="rtz", BLOCK=512)

@@ -196,7 +196,13 @@ class Tensor(_Handle):
     def __eq__(self, o): return _cmp(self, o, "eq")  # type: ignore[override]
     def __ne__(self, o): return _cmp(self, o, "ne")  # type: ignore[override]
 
-    def to(self, dtype: DType, rounding: str | None = None) -> "Tensor":
+    def to(self, dtype: DType, rounding: str | None = None, *, fp_downcast_rounding: str | None = None) -> "Tensor":
+        """`gl.cast(self, dtype, rounding)`; `fp_downcast_rounding` is Triton's name for `rounding`."""
+        if fp_downcast_rounding is not None:
+            if rounding is not None:
+                raise ir.GluonError("to(): give rounding or fp_downcast_rounding (Triton's name for it), not both",
+                                    _user_loc())
+            rounding = fp_downcast_rounding
         return cast(self, dtype, rounding)
 
     def __getitem__(self, idx) -> "Tensor":
