@@ -564,3 +564,20 @@ def test_fp8_quantize_example_matches_torch():
         fq.quantize(x, q, s)
         assert fq.check(x, q, s) is None, (m, n, dtype, fq.check(x, q, s))
         assert bool((q[0].float() == 0).all()) and s[0].item() == pytest.approx(fq.MIN_AMAX / fq.FP8_MAX)
+
+
+def test_the_ir_verifier_checks_the_shape_ops():
+    from gluon import ir
+    mod = reshape_sum_kernel.trace(F32, F32, M=32, N=64, G=4, arch="sm90", num_warps=4)
+    op = next(o for o in mod.kernel.walk() if o.kind == "reshape")
+    good = op.results[0].type
+    op.results[0].type = ir.TileType(good.dtype, (32, 16, 2))
+    with pytest.raises(ir.IRVerificationError, match=r"reshape: a \(32, 64\) tile has 2048 elements, \(32, 16, 2\)"):
+        mod.verify()
+    op.results[0].type = good
+    mod.verify()
+    mod = deinterleave_kernel.trace(F32, F32, F32, F32, F32, M=16, N=32, arch="sm90", num_warps=4)
+    op = next(o for o in mod.kernel.walk() if o.kind == "split")
+    op.results[1].type = ir.TileType(gl.float16, op.results[1].type.shape)
+    with pytest.raises(ir.IRVerificationError, match="split: operands and results must have one element type"):
+        mod.verify()
