@@ -459,6 +459,49 @@ _register("broadcast", "broadcast size-1 dimensions to the result shape", same_l
 _register("convert_layout", "move a tile to another register layout", "convert_layout")
 _register("split_cols", "a WGMMA accumulator tile's left and right column halves (two results; the halves are "
           "subsets of each thread's registers, nothing moves)", verify=_verify_split_cols)
+# Shape ops (gluon/language/shapes.py). Their results are not in their operands' layout: the lowering
+# (backend/lowering/shapes.py) emits each in the layout Triton's inference gives and converts to the IR's.
+def _verify_shape_op(op: Op) -> str | None:
+    ins, outs = [v.type for v in op.operands], [v.type for v in op.results]
+    if not all(isinstance(t, TileType) for t in ins + outs):
+        return "operands and results must be register tiles"
+    x = ins[0]
+    if any(t.dtype != x.dtype for t in (ins[:1] if op.kind == "gather" else ins) + outs):
+        return "operands and results must have one element type"
+    n = 1
+    for d in x.shape:
+        n *= d
+    if op.kind == "reshape" and n != _numel(outs[0]):
+        return f"a {x.shape} tile has {n} elements, {outs[0].shape} has {_numel(outs[0])}"
+    if op.kind == "trans" and (sorted(op.attrs.get("order", ())) != list(range(len(x.shape)))
+                               or outs[0].shape != tuple(x.shape[o] for o in op.attrs["order"])):
+        return f"attrs['order'] {op.attrs.get('order')} must permute the {len(x.shape)} dims into {outs[0].shape}"
+    if op.kind == "join" and (len(ins) != 2 or ins[0].shape != ins[1].shape or outs[0].shape != (*x.shape, 2)):
+        return "joins two tiles of one type into one with a new minor dimension of size 2"
+    if op.kind == "split" and (len(outs) != 2 or x.shape[-1:] != (2,) or any(t.shape != x.shape[:-1] for t in outs)):
+        return "splits a tile whose last dimension is 2 into two tiles without it"
+    if op.kind == "gather" and (len(ins) != 2 or not ins[1].dtype.is_int or outs[0].shape != ins[1].shape):
+        return "gathers src along attrs['axis'] at an integer index tile, giving the index's shape"
+    return None
+
+
+def _numel(t: TileType) -> int:
+    n = 1
+    for d in t.shape:
+        n *= d
+    return n
+
+
+_register("reshape", "the same elements in another shape (row-major order; attrs can_reorder)", pure=True,
+          verify=_verify_shape_op)
+_register("trans", "permute a tile's dimensions: result dim i is operand dim attrs['order'][i]", pure=True,
+          verify=_verify_shape_op)
+_register("join", "two same-typed tiles as one with a new minor dimension of size 2", pure=True,
+          verify=_verify_shape_op)
+_register("split", "a tile whose last dimension is 2 as its two halves (two results)", pure=True,
+          verify=_verify_shape_op)
+_register("gather", "(src, index): src's elements at index along attrs['axis'] (tt.gather)", pure=True,
+          verify=_verify_shape_op)
 _register("reduce", "reduce a tile along attrs['axis'] with attrs['op'] (sum max min)", "reduce")
 # Reductions and scans with a combine region (tt.reduce / tt.scan, Triton's region ops) and tt.histogram
 # (gluon.language.reductions). The region takes (lhs..., rhs...) scalars, one of each per input, and ends

@@ -196,8 +196,14 @@ class Tensor(_Handle):
     def __eq__(self, o): return _cmp(self, o, "eq")  # type: ignore[override]
     def __ne__(self, o): return _cmp(self, o, "ne")  # type: ignore[override]
 
-    def to(self, dtype: DType) -> "Tensor":
-        return cast(self, dtype)
+    def to(self, dtype: DType, rounding: str | None = None, *, fp_downcast_rounding: str | None = None) -> "Tensor":
+        """`gl.cast(self, dtype, rounding)`; `fp_downcast_rounding` is Triton's name for `rounding`."""
+        if fp_downcast_rounding is not None:
+            if rounding is not None:
+                raise ir.GluonError("to(): give rounding or fp_downcast_rounding (Triton's name for it), not both",
+                                    _user_loc())
+            rounding = fp_downcast_rounding
+        return cast(self, dtype, rounding)
 
     def __getitem__(self, idx) -> "Tensor":
         """`x[:, None]` / `x[None, :]`: insert size-1 dimensions (numpy style)."""
@@ -320,12 +326,35 @@ def _unary(x: Tensor, op: str) -> Tensor:
 # ---------------------------------------------------------------------------------- math builtins
 
 
-def cast(x, dtype: DType) -> Tensor:
+# The float downcasts that round toward zero in Triton 3.6 on NVIDIA (sm90); round-to-nearest-even is every
+# downcast's default (and the only mode of the other fp8 conversions: cvt.rn.satfinite).
+_RTZ_CASTS = {(DType.f32, DType.f16), (DType.f32, DType.bf16), (DType.f32, DType.f8e5m2)}
+
+
+def cast(x, dtype: DType, rounding: str | None = None) -> Tensor:
+    """`x` converted to `dtype`. `rounding` ("rtne" or "rtz", Triton's `fp_downcast_rounding`) applies to a
+    float downcast only; "rtz" exists for f32 -> f16 / bf16 / float8e5m2."""
     x = _to_tensor(x)
     dtype = DType(dtype) if not isinstance(dtype, DType) else dtype
+    if rounding is not None:
+        if rounding not in ("rtne", "rtz"):
+            raise ir.GluonError(f"cast: rounding={rounding!r} is not a rounding mode; give 'rtne' (to nearest even) "
+                                "or 'rtz' (toward zero)", _user_loc())
+        if not (x.dtype.is_float and dtype.is_float and dtype.bits < x.dtype.bits):
+            raise ir.GluonError(f"cast: rounding={rounding!r} applies to float downcasts only, not "
+                                f"{x.dtype.name} -> {dtype.name}; leave rounding out", _user_loc())
+        if rounding == "rtz" and (x.dtype, dtype) not in _RTZ_CASTS:
+            raise ir.GluonError(f"cast: the target has no round-toward-zero {x.dtype.name} -> {dtype.name} conversion "
+                                "(rtz exists for f32 -> f16, bf16, f8e5m2); use rounding='rtne'", _user_loc())
     if x.dtype == dtype:
         return x
-    return Tensor(_tr().emit("cast", [x], [ir.same_shape_kind(x.type, dtype)]).result)
+    arch = _tr().arch
+    if DType.f8e4m3 in (x.dtype, dtype) and arch.vendor == "nvidia" and isinstance(arch.version, int) \
+            and arch.version < 89:
+        raise ir.GluonError(f"cast {x.dtype.name} -> {dtype.name}: {arch.name} has no float8e4m3 conversions (they "
+                            "need sm89 or later; float8e5m2 works on every NVIDIA arch)", _user_loc())
+    attrs = {"rounding": rounding} if rounding == "rtz" else {}
+    return Tensor(_tr().emit("cast", [x], [ir.same_shape_kind(x.type, dtype)], attrs).result)
 
 
 def exp(x): return _unary(x, "exp")

@@ -7,9 +7,11 @@ not run when we hand it TTGIR, so we choose them here:
 1. Values that must share a layout (elementwise operands and results, load/store address/mask/value,
    loop-carried values and branch results) are unified into classes.
 2. Known layouts flow across `reduce` and `reduce_fn` (result = slice of input; a `reduce_fn`'s
-   inputs share one layout, as do its results) and `expand_dims` (input = slice of result) until
-   nothing changes. A `scan` keeps its inputs' layout (same_layout); a `histogram`'s counts get the
-   default layout for their shape, its mask the values' layout.
+   inputs share one layout, as do its results) and `expand_dims` (input = slice of result), and from
+   the operand of a shape op (reshape, trans, join, split) to its open result, which takes the layout
+   Triton infers (types.linear_infer; a `LinearLayout`), until nothing changes. A `scan` keeps its
+   inputs' layout (same_layout); a `histogram`'s counts get the default layout for their shape, its
+   mask the values' layout. A gather's result is in its index's layout (step 1).
 3. Open classes that address global memory (load/store/cp.async offsets) are decided first, with
    the default blocked layout for their shape: each thread owns one 16-byte vector of the element
    loaded or stored (so accesses vectorize), threads then warps tile the rest. Then step 2 runs,
@@ -25,11 +27,12 @@ from __future__ import annotations
 import math
 
 from .. import ir
-from ..types import BlockedLayout, Layout, SliceLayout
+from ..types import BlockedLayout, Layout, SliceLayout, linear_infer, linear_layout
 
 _SAME = ir.kinds("same_layout")      # result tile in its tile operands' layout
 _ATOMICS = {"atomic_rmw": 1, "atomic_cas": 2}   # how many value operands follow (ptr, offsets)
 _MEMORY = ("load", "store", "cp_async", *_ATOMICS)   # ops that address global memory (their offsets anchor)
+_SHAPE = ("reshape", "trans", "join", "split")   # result layout: Triton's inference from the operand's (linear_infer)
 
 
 class _UF:
@@ -120,7 +123,7 @@ def assign_layouts(kernel: ir.Kernel) -> ir.Kernel:
                     nbytes = op.operands[0].type.dtype.bytes
                     for v in group:
                         elem_bytes[v.id] = min(elem_bytes.get(v.id, 16), nbytes)
-            elif op.kind in ("reduce", "reduce_fn", "expand_dims"):
+            elif op.kind in ("reduce", "reduce_fn", "expand_dims") or op.kind in _SHAPE:
                 if op.kind == "reduce_fn":   # tt.reduce's inputs share one layout, and so do its results
                     for group in (_tiles(op.operands), _tiles(op.results)):
                         for v in group[1:]:
@@ -128,6 +131,8 @@ def assign_layouts(kernel: ir.Kernel) -> ir.Kernel:
                 relations.append(("reduce" if op.kind == "reduce_fn" else op.kind, op))
             elif op.kind == "histogram" and len(op.operands) == 2:     # the mask in the values' layout
                 uf.union(op.operands[0].id, op.operands[1].id)
+            elif op.kind == "gather":       # tt.gather's result is in its index's layout
+                uf.union(op.operands[1].id, op.results[0].id)
             if op.kind == "for":
                 body = op.regions[0]
                 visit(body, warps)
@@ -180,6 +185,16 @@ def assign_layouts(kernel: ir.Kernel) -> ir.Kernel:
             changed = False
             for kind, op in relations:
                 src, dst = op.operands[0], op.results[0]
+                if kind in _SHAPE:          # forward only: an open result takes the inferred layout
+                    rs = uf.find(src.id)
+                    for res in op.results:
+                        rd = uf.find(res.id)
+                        if rs in layout and rd not in layout:
+                            bases = linear_infer(kind, op.attrs, src.type.shape, res.type.shape, layout[rs])
+                            if bases is not None:
+                                layout[rd] = linear_layout(bases, len(res.type.shape))
+                                changed = True
+                    continue
                 rs, rd = uf.find(src.id), uf.find(dst.id) if isinstance(dst.type, ir.TileType) else None
                 axis = op.attrs["axis"]
                 if kind == "reduce":
@@ -213,8 +228,11 @@ def assign_layouts(kernel: ir.Kernel) -> ir.Kernel:
         open_roots = [r for r in members if r not in layout]
         if not open_roots:
             break
-        # highest rank first: its slices then follow by propagation
-        root = max(open_roots, key=lambda r: max(len(values[m].type.shape) for m in members[r]))
+        # highest rank first: its slices then follow by propagation; a shape op's result waits for its operand
+        waiting = {uf.find(r.id) for kind, op in relations if kind in _SHAPE for r in op.results
+                   if uf.find(op.operands[0].id) not in layout}
+        root = max([r for r in open_roots if r not in waiting] or open_roots,
+                   key=lambda r: max(len(values[m].type.shape) for m in members[r]))
         choose_default(root)
         propagate()
 

@@ -13,7 +13,8 @@ constants, type and layout spelling, module header, dispatch); `registry.RULES` 
 kind, `rule(lw, op) -> None`, registered with `@rule("kind")` in the rule modules, which are named
 like the DSL's: `core` (arithmetic, tile shapes, reductions), `memory` (global and shared memory),
 `atomics` (tt.atomic_rmw / tt.atomic_cas), `reductions` (tt.reduce / tt.scan with a traced combine region,
-tt.histogram),
+tt.histogram), `shapes` (reshape, trans, join, split, gather; gluon.types
+spells layouts as Triton's linear layouts for them, to_linear),
 `control` (for, if, warp_specialize), `nvidia.ampere` (mma, cp.async), `nvidia.hopper` (wgmma,
 mbarriers, TMA, clusters), `nvidia.blackwell` (tensor memory, tcgen05), `amd.cdna3` (mfma); `dot`
 is the tt.dot that mma and mfma share, `literals` the MLIR literals. Importing this package imports
@@ -53,7 +54,7 @@ from __future__ import annotations
 
 from ...abi import LoweredKernel
 from ...ir import Kernel, Module
-from . import atomics, control, core, inline_asm, memory, reductions  # noqa: F401  (rule modules: importing them fills RULES)
+from . import atomics, control, core, inline_asm, memory, reductions, shapes  # noqa: F401  (rule modules: importing them fills RULES)
 from .amd import cdna3  # noqa: F401
 from .context import KernelLowering, LoweringError
 from .literals import float_literal, int_literal, scalar_literal

@@ -15,8 +15,8 @@ from typing import Any, Callable
 from ...abi import LoweredKernel
 from ...ir import (OPS, BarrierType, DescType, GluonError, Kernel, Op, PointerType, Region, ScalarType,
                    SmemType, TileType, TmemType, Value)
-from ...types import (BlockedLayout, DotOperandLayout, DType, Layout, MFMALayout, MMALayout, NVMMASharedLayout,
-                      SliceLayout, SwizzledSharedLayout, TensorMemoryLayout)
+from ...types import (BlockedLayout, DotOperandLayout, DType, Layout, LinearLayout, MFMALayout, MMALayout,
+                      NVMMASharedLayout, SliceLayout, SwizzledSharedLayout, TensorMemoryLayout)
 from .abi import kernel_abi
 from .literals import bool_literal, dims, int_array, scalar_literal
 from .registry import RULES
@@ -101,6 +101,8 @@ class _Scope:
         self.env: dict[int, str] = {}
         self.consts: dict[tuple[str, str], str] = {}
         self.const_lines: list[str] = []
+        # shape-op results (lowering/shapes.py) also held in the layout Triton inferred: value id -> (name, type, bases)
+        self.inferred: dict[int, tuple] = {}
         self.insert_at = insert_at
         self.depth = depth
 
@@ -370,6 +372,10 @@ class KernelLowering:
                 f"warpsPerCTA = {int_array(lay.warps_per_cta)}, order = {int_array(lay.order)}}}>"))
         if isinstance(lay, SliceLayout):
             return f"#ttg.slice<{{dim = {lay.dim}, parent = {self.layout(lay.parent)}}}>"
+        if isinstance(lay, LinearLayout):
+            parts = ", ".join(f"{k} = [{', '.join(int_array(b) for b in getattr(lay, k))}]"
+                              for k in ("register", "lane", "warp"))
+            return self.aliases.get("linear", f"#ttg.linear<{{{parts}, block = []}}>")
         if isinstance(lay, MMALayout):
             instr = tuple(lay.instr_shape)
             if lay.version == 3 and lay in self.wgmma_k and len(instr) == 3:

@@ -140,12 +140,16 @@ def lower_cast(lw: KernelLowering, op: Op) -> None:
             isinstance(res.type, TileType) and (x.type.shape, x.type.layout) != (res.type.shape, res.type.layout):
         raise lw.err(f"cast changes only the element type; {x.type} -> {res.type} changes shape or layout "
                      "(use convert_layout)")
-    name = _cast(lw, lw.ref(x), x.type, res.type, res.name)
+    rounding = op.attrs.get("rounding", "rtne")
+    if rounding not in ("rtne", "rtz"):
+        raise lw.err(f"rounding {rounding!r} is neither 'rtne' nor 'rtz'")
+    name = _cast(lw, lw.ref(x), x.type, res.type, res.name, rounding)
     lw.alias_value(res, name)
 
 
-def _cast(lw: KernelLowering, val: str, st, dt_type, hint: str) -> str:
-    """Emit the ops converting `val` of type `st` to `dt_type`; returns the new SSA name."""
+def _cast(lw: KernelLowering, val: str, st, dt_type, hint: str, rounding: str = "rtne") -> str:
+    """Emit the ops converting `val` of type `st` to `dt_type`; returns the new SSA name. `rounding` is the
+    float downcast's (the last step's, where it takes several)."""
     src, dst = st.dtype, dt_type.dtype
     if src.mlir == dst.mlir:
         return val
@@ -164,14 +168,16 @@ def _cast(lw: KernelLowering, val: str, st, dt_type, hint: str) -> str:
                 return _cast(lw, _cast(lw, val, st, mid, hint), mid, dt_type, hint)
             if dst in fp8 and src == DType.f64 or src in fp8 and dst == DType.f64:
                 mid = _like(st, DType.f32)
-                return _cast(lw, _cast(lw, val, st, mid, hint), mid, dt_type, hint)
+                return _cast(lw, _cast(lw, val, st, mid, hint), mid, dt_type, hint, rounding)
             narrowing = dst.bits < src.bits
-            return step("tt.fp_to_fp", ", rounding = rtne" if narrowing else "", " -> ")
+            return step("tt.fp_to_fp", f", rounding = {rounding}" if narrowing else "", " -> ")
         if src.bits == dst.bits or (src in (DType.f16, DType.bf16) and dst != DType.f32) \
                 or (dst in (DType.f16, DType.bf16) and src != DType.f32):
             # f16 <-> bf16, f16/bf16 <-> f64: through f32, as Triton does.
             mid = _like(st, DType.f32)
-            return _cast(lw, _cast(lw, val, st, mid, hint), mid, dt_type, hint)
+            return _cast(lw, _cast(lw, val, st, mid, hint), mid, dt_type, hint, rounding)
+        if rounding == "rtz" and dst.bits < src.bits:
+            return step("tt.fp_to_fp", ", rounding = rtz", " -> ")
         return step("arith.extf" if dst.bits > src.bits else "arith.truncf")
     if src.is_int and dst.is_float:
         if dst in fp8:
