@@ -583,3 +583,32 @@ def test_gpu_histogram_matches_bincount(bins, mask):
     kept = x[x < bins].long()
     assert torch.equal(hist, torch.bincount(kept, minlength=bins).to(torch.int32))
     assert int(hist.sum()) == kept.numel()
+
+
+@gluon.jit
+def both_axes_kernel(x_ptr, z_ptr, N: gl.constexpr):
+    """z = max over rows + argmax over columns + a custom reduce over rows: three reductions along two
+    axes of one tile meet in one elementwise sum."""
+    r = gl.arange(0, N)
+    t = gl.load(x_ptr + r[:, None] * N + r[None, :])
+    s = gl.max(t, 0) + gl.argmax(t, 1).to(gl.float32) + gl.reduce(t, 0, lambda a, b: gl.minimum(a, b))
+    gl.store(z_ptr + r, s)
+
+
+def test_reductions_along_different_axes_meet_through_a_conversion():
+    """Their results have different natural layouts (slices of the tile along 0 and 1): each reduces into its
+    own slice and a convert_layout brings them together (was a GluonError 'reduce result must be in ...')."""
+    t = _ttgir(both_axes_kernel, PointerArg(gl.float32), PointerArg(gl.float32), N=32, arch="sm90", num_warps=4)
+    assert t.count("ttg.convert_layout") >= 1 and t.count('"tt.reduce"') == 3
+    ck = both_axes_kernel.compile(PointerArg(gl.float32), PointerArg(gl.float32), N=32, arch="sm90", num_warps=4)
+    assert ck.spills == 0
+
+
+@pytest.mark.gpu
+def test_reductions_along_different_axes_on_the_gpu():
+    torch = pytest.importorskip("torch")
+    x = torch.randn(32, 32, device="cuda")
+    z = torch.full((32,), float("nan"), device="cuda")
+    both_axes_kernel[(1,)](x, z, N=32, num_warps=4)
+    want = x.max(0).values + x.argmax(1).float() + x.min(0).values
+    assert torch.equal(z, want)

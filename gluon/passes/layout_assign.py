@@ -281,9 +281,23 @@ def _blocked_scan(op: ir.Op, warps: int, warp_size: int, new_ops: list[ir.Op]) -
         new_ops.append(back)
 
 
+def _reduce_then_convert(op: ir.Op, want, new_ops: list[ir.Op]) -> None:
+    """A reduction whose results were given another layout than the slice of its input (they meet values
+    reduced along another axis, say `gl.max(t, 0) + gl.max(t, 1)`): it reduces into the slice, and a
+    convert_layout takes each result to the layout its users share."""
+    new_ops.append(op)
+    old, op.results = op.results, []
+    for r in old:
+        reduced = ir.Value(ir.TileType(r.type.dtype, r.type.shape, want), r.name, owner=op)
+        op.results.append(reduced)
+        back = ir.Op("convert_layout", [reduced], [r], {}, [], op.loc)
+        r.owner = back
+        new_ops.append(back)
+
+
 def _insert_conversions(region: ir.Region, warps: int, warp_size: int) -> None:
-    """Make every expand_dims see the slice it needs, every store or atomic its values in its address layout
-    and every scan its tiles in a blocked layout."""
+    """Make every expand_dims see the slice it needs, every store or atomic its values in its address layout,
+    every reduction produce the slice of its input and every scan its tiles in a blocked layout."""
     new_ops: list[ir.Op] = []
     for op in region.ops:
         if op.kind == "scan" and not all(isinstance(v.type.layout, BlockedLayout) for v in op.operands):
@@ -311,10 +325,10 @@ def _insert_conversions(region: ir.Region, warps: int, warp_size: int) -> None:
                     new_ops.append(cv)
                     op.operands[i] = cv.results[0]
         elif op.kind in ("reduce", "reduce_fn") and isinstance(op.results[0].type, ir.TileType):
-            src, dst = op.operands[0], op.results[0]
-            want = SliceLayout(op.attrs["axis"], src.type.layout)
-            if dst.type.layout != want:
-                raise ir.GluonError(f"reduce result must be in {want}, got {dst.type.layout}", op.loc)
+            want = SliceLayout(op.attrs["axis"], op.operands[0].type.layout)
+            if any(r.type.layout != want for r in op.results):
+                _reduce_then_convert(op, want, new_ops)
+                continue
         if op.kind == "warp_specialize":
             for r, role in zip(op.regions, op.attrs["roles"]):
                 first, last = role["warps"]
