@@ -35,6 +35,7 @@ from __future__ import annotations
 
 from .. import ir
 from .analysis import Site, alloc_name, const_value, expr_key, root_of, sites, view_name
+from .protocol_checks import check_protocol
 
 
 def check_warp_roles(kernel: ir.Kernel) -> ir.Kernel:
@@ -42,6 +43,7 @@ def check_warp_roles(kernel: ir.Kernel) -> ir.Kernel:
         if op.kind == "warp_specialize":
             _check_section(kernel, op)
     check_barrier_protocol(kernel)
+    check_protocol(kernel)
     return kernel
 
 
