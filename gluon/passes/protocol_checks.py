@@ -37,10 +37,20 @@ Async ordering
   loop around both).
 * GL205: `cp_async` copies with no `cp_async_commit` after them: `cp_async_wait` waits only for
   committed groups.
+
+The kernel
+* GL301: a register layout whose warps (the product of warps_per_cta) are not the warps that run the
+  code (the warp role's, or the kernel's num_warps outside the roles); Triton's verifier would reject
+  the generated TTGIR ("Layout has a total of N warps per CTA, but the context requires M").
+* GL302: a blocked layout whose threads per warp (the product of threads_per_warp) are not the arch's
+  warp size (32 on NVIDIA, 64 on CDNA3).
 """
 from __future__ import annotations
 
+import math
+
 from .. import ir
+from ..types import BlockedLayout, DotOperandLayout, MFMALayout, MMALayout, SliceLayout
 from .analysis import Site, alloc_name, const_value, expr_key, expr_str, root_of, sites, view_name
 
 
@@ -66,6 +76,7 @@ def check_protocol(kernel: ir.Kernel) -> None:
     _check_fences(ordered, where)
     _check_async_wgmma(kernel, ordered, where)
     _check_cp_async(ordered, where)
+    _check_layout_sizes(kernel, ordered, where)
 
 
 # ------------------------------------------------------------------------------ shared helpers
@@ -647,3 +658,48 @@ def _check_cp_async(ordered: list[ir.Op], where: dict[ir.Op, Site]) -> None:
                           "cp_async_wait between: the copies may not have landed. Call cp_async_commit() and "
                           "cp_async_wait(0) (and a thread barrier if other threads' copies are read) before the read",
                           rd.loc)
+
+
+# ------------------------------------------------------------------------------ the kernel: layout sizes
+
+
+def _layout_counts(layout) -> tuple[int | None, int | None]:
+    """(warps, threads per warp) a register layout spreads a tile over; None where it does not say."""
+    if isinstance(layout, (SliceLayout, DotOperandLayout)):
+        return _layout_counts(layout.parent)
+    if isinstance(layout, BlockedLayout):
+        return math.prod(layout.warps_per_cta), math.prod(layout.threads_per_warp)
+    if isinstance(layout, (MMALayout, MFMALayout)):
+        return math.prod(layout.warps_per_cta), None
+    return None, None
+
+
+def _check_layout_sizes(kernel: ir.Kernel, ordered: list[ir.Op], where: dict[ir.Op, Site]) -> None:
+    ws_ops = [o for o in ordered if o.kind == "warp_specialize"]
+    default_warps = {r["warps"][1] - r["warps"][0] + 1 for o in ws_ops for r in o.attrs["roles"] if r["warps"][0] == 0}
+    warp_size = kernel.arch.warp_size
+    for op in ordered:
+        for v in op.results:
+            t = v.type
+            if not isinstance(t, ir.TileType) or t.layout is None:
+                continue
+            warps, tpw = _layout_counts(t.layout)
+            site = where[op]
+            if site.role is not None:
+                ws, i = site.role
+                first, last = ws.attrs["roles"][i]["warps"]
+                allowed = {last - first + 1}
+                ctx = f"role {ws.attrs['roles'][i]['role']} (warps {first}..{last}) runs on {last - first + 1}"
+            else:
+                allowed = {kernel.num_warps} | default_warps
+                ctx = f"kernel {kernel.name} runs on num_warps={kernel.num_warps}"
+            if tpw is not None and tpw != warp_size:
+                raise err("GL302", f"{op.kind} makes a {'x'.join(map(str, t.shape))} tile in layout {t.layout}, whose "
+                          f"threads_per_warp multiply to {tpw}, but a warp of {kernel.arch.name} has {warp_size} "
+                          f"threads; make threads_per_warp multiply to {warp_size}", op.loc)
+            if warps is not None and warps not in allowed:
+                want = min(allowed)
+                raise err("GL301", f"{op.kind} makes a {'x'.join(map(str, t.shape))} tile in layout {t.layout}, which "
+                          f"spreads it over {warps} warps (warps_per_cta), but the {ctx} warps; make warps_per_cta "
+                          f"multiply to {want} (Layout.rows(..., num_warps={want}), Layout.wgmma(({want}, 1)), ...)",
+                          op.loc)
