@@ -264,6 +264,9 @@ def _check_arrive_counts(sets: dict[int, _Set], where: dict[ir.Op, Site], num_ct
                     per += 1
             if per == count:
                 continue
+            if real and not all(where[w].loops and not _conditional(where[w])
+                                and _same_bounds(where[w].loops[-1], real[0]) for w in s.waits):
+                continue                              # waited outside the loop (a counter of iterations)
             name = f"'{alloc_name(s.root)}'"
             listing = ", ".join(
                 f"{_at(c)} ({_arrivals(c, num_ctas)})" for c in comps)
@@ -379,6 +382,10 @@ def _check_reads_without_wait(ordered: list[ir.Op], where: dict[ir.Op, Site], se
     for op in ordered:
         if op.kind == "tma_load" and _barrier_of(op) is not None:
             filled.setdefault(root_of(op.operands[1]).id, set()).add(root_of(op.operands[2]).id)
+    stored: dict[int, list[ir.Op]] = {}               # smem root id -> smem_store into it
+    for op in ordered:
+        if op.kind == "smem_store":
+            stored.setdefault(root_of(op.operands[1]).id, []).append(op)
     role_waits: dict = {}
     for op in ordered:
         if op.kind in ("barrier_wait", "named_barrier_sync"):
@@ -391,7 +398,11 @@ def _check_reads_without_wait(ordered: list[ir.Op], where: dict[ir.Op, Site], se
             r = root_of(v)
             for bid in filled.get(r.id, ()):
                 bs = sets[bid]
-                mine = [w for w in bs.waits if _role_key(where[w]) == _role_key(rs)]
+                mine = [w for w in bs.waits if _role_key(where[w]) == _role_key(rs)
+                        or ((where[w].role is None or rs.role is None) and where[w].index < rs.index)]
+                if any(where[x].index < rs.index and _role_key(where[x]) == _role_key(rs)
+                       for x in stored.get(r.id, ())):
+                    continue                          # the role writes the region itself (a staging tile)
                 bname = alloc_name(bs.root)
                 if not bs.waits:
                     raise err("GL103", f"{_at(rd)} reads '{view_name(v)}', which TMA loads fill ({_at(bs.loads[0])}), "

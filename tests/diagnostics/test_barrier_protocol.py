@@ -301,3 +301,34 @@ def arrive_one_shot(A, C):
 def test_gl107_one_shot_arrive_after_the_load():
     expect_error(arrive_one_shot, (TensorRef("A", DType.f16, shape=("M", "K")),
                                    TensorRef("C", DType.f16, shape=("M", "K"))), "GL107", "# should be expect")
+
+
+# ------------------------------------------------------------------ what the checks leave alone
+
+
+def test_a_counter_barrier_waited_after_the_loop_passes():
+    @kernel(arch=SM90, num_warps=8)
+    def counter(A):
+        done = mbarrier(count=4, name="done")
+        with warp_role(WarpRole.CONSUMER, warp_range=(0, 3)):
+            done.wait(0)
+            gl.store(A + gl.arange(0, 128), gl.arange(0, 128))
+        with warp_role(WarpRole.PRODUCER, warp_range=(4, 7)):
+            for i in range(4):
+                done.arrive()
+    passes(counter, (TensorRef("A", DType.i32, shape=("N",)),))
+
+
+def test_a_read_after_the_roles_that_waited_passes():
+    @kernel(arch=SM90, num_warps=8)
+    def after_roles(A, C):
+        a_s = smem(A.dtype, Layout.swizzled(128, 64), name="a")
+        bar = mbarrier(count=1, name="bar")
+        with warp_role(WarpRole.CONSUMER, warp_range=(0, 3)):
+            bar.wait(0)
+        with warp_role(WarpRole.PRODUCER, warp_range=(4, 7)):
+            bar.expect(a_s.nbytes)
+            tma_load(a_s, A, (0, 0), bar)
+        c = a_s.load()
+        C[gl.arange(0, 128)[:, None] * 64 + gl.arange(0, 64)[None, :]] = c
+    passes(after_roles, (TensorRef("A", DType.f16, shape=("M", "K")), TensorRef("C", DType.f16, shape=("M", "K"))))
