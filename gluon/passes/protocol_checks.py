@@ -44,6 +44,15 @@ The kernel
   the generated TTGIR ("Layout has a total of N warps per CTA, but the context requires M").
 * GL302: a blocked layout whose threads per warp (the product of threads_per_warp) are not the arch's
   warp size (32 on NVIDIA, 64 on CDNA3).
+
+Shared memory
+* GL401: a read of a shared region (any view of it) that nothing writes: no store, TMA load, cp.async
+  or initial value.
+* GL402: `cp_async` from a global tensor of another dtype than the region (cp.async copies bytes).
+* GL403: `tma_store` of a staging region of another dtype than the global tensor.
+* GL404: `smem.store(tile)` of a tile whose shape is not the region's (stage) shape.
+* GL405 (warning): a multi-stage region or barrier set indexed by a loop's induction variable that is
+  not wrapped (`% STAGES`) in a loop whose trip count is not known to stay inside the ring.
 """
 from __future__ import annotations
 
@@ -77,6 +86,7 @@ def check_protocol(kernel: ir.Kernel) -> None:
     _check_async_wgmma(kernel, ordered, where)
     _check_cp_async(ordered, where)
     _check_layout_sizes(kernel, ordered, where)
+    _check_shared(ordered, where)
 
 
 # ------------------------------------------------------------------------------ shared helpers
@@ -714,3 +724,79 @@ def _check_layout_sizes(kernel: ir.Kernel, ordered: list[ir.Op], where: dict[ir.
                           f"spreads it over {warps} warps (warps_per_cta), but the {ctx} warps; make warps_per_cta "
                           f"multiply to {want} (Layout.rows(..., num_warps={want}), Layout.wgmma(({want}, 1)), ...)",
                           op.loc)
+
+
+# ------------------------------------------------------------------------------ shared memory
+
+
+def _warn(code: str, message: str, loc) -> None:
+    import warnings
+    from .bank_conflicts import GluonWarning
+    msg = f"[{code}] {message}"
+    if loc is not None:
+        warnings.warn_explicit(f"{loc}: {msg}", GluonWarning, loc.file, loc.line)
+    else:
+        warnings.warn(msg, GluonWarning, stacklevel=3)
+
+
+def _check_shared(ordered: list[ir.Op], where: dict[ir.Op, Site]) -> None:
+    written: set[int] = set()
+    for op in ordered:
+        if op.kind == "smem_store":
+            written.add(root_of(op.operands[1]).id)
+        elif op.kind == "tma_load":
+            written.add(root_of(op.operands[1]).id)
+        elif op.kind == "cp_async":
+            written.add(root_of(op.operands[2]).id)
+        elif op.kind == "smem_alloc" and op.operands:
+            written.add(op.results[0].id)
+    for op in ordered:
+        if op.kind == "cp_async":
+            ptr, dst = op.operands[0].type, op.operands[2].type
+            if isinstance(ptr, ir.PointerType) and isinstance(dst, ir.SmemType) and ptr.dtype != dst.dtype:
+                raise err("GL402", f"cp_async copies {ptr.dtype.name} elements of '{op.operands[0].name or 'the source'}' "
+                          f"into '{view_name(op.operands[2])}', a {dst.dtype.name} region: cp.async copies bytes, "
+                          f"so the region would hold {ptr.dtype.name} bits read as {dst.dtype.name}; give the region "
+                          f"the source's dtype ({ptr.dtype.name}) and convert after loading it", op.loc)
+        elif op.kind == "tma_store":
+            desc, src = op.operands[0].type, op.operands[1].type
+            if isinstance(desc, ir.DescType) and isinstance(src, ir.SmemType) and desc.dtype != src.dtype:
+                raise err("GL403", f"tma_store of '{view_name(op.operands[1])}' ({src.dtype.name}) into a "
+                          f"{desc.dtype.name} tensor: TMA copies bytes and does not convert; store the tile as "
+                          f"{desc.dtype.name} (tile.to({desc.dtype.name})) into a {desc.dtype.name} staging region",
+                          op.loc)
+        elif op.kind == "smem_store":
+            tile, dst = op.operands[0].type, op.operands[1].type
+            if isinstance(tile, ir.TileType) and isinstance(dst, ir.SmemType) and tuple(tile.shape) != tuple(dst.shape):
+                raise err("GL404", f"store of a {'x'.join(map(str, tile.shape))} tile into '{view_name(op.operands[1])}', "
+                          f"whose {'stages are' if dst.stages > 1 else 'tile is'} {'x'.join(map(str, dst.shape))}: "
+                          "the shapes must match (store a tile of the region's shape, or make the region that shape)",
+                          op.loc)
+        if op.kind in _READERS:
+            for v in _read_operands(op):
+                if root_of(v).id not in written:
+                    raise err("GL401", f"{_at(op)} reads '{view_name(v)}', but nothing writes that region (no store, "
+                              "TMA load, cp_async or initial value): it holds garbage; fill it before reading it",
+                              op.loc)
+        if op.kind in ("smem_index", "barrier_index"):
+            _check_ring_index(op, where)
+
+
+def _check_ring_index(op: ir.Op, where: dict[ir.Op, Site]) -> None:
+    stages = op.operands[0].type.stages
+    idx = op.operands[1]
+    while isinstance(idx.owner, ir.Op) and idx.owner.kind == "cast":
+        idx = idx.owner.operands[0]
+    body = idx.owner
+    if not isinstance(body, ir.Region) or not body.args or body.args[0] is not idx:
+        return
+    loop = next((lp for lp in where[op].loops if lp.regions[0] is body), None)
+    if loop is None:
+        return
+    lb, ub, step = (const_value(x) for x in loop.operands[:3])
+    if ub is not None and lb is not None and lb >= 0 and ub <= stages:
+        return
+    name = alloc_name(root_of(op.operands[0]))
+    _warn("GL405", f"'{name}' has {stages} stages but is indexed by the loop index {idx.name or 'i'} of the loop at "
+          f"{loop.loc}, whose trip count is not known to stay below {stages}: an index past the ring reads and writes "
+          f"other memory. Wrap it ({name}[{idx.name or 'i'} % {stages}]) or bound the loop", op.loc)
