@@ -147,13 +147,6 @@ def _same_bounds(a: ir.Op, b: ir.Op) -> bool:
     return all(expr_key(x) == expr_key(y) for x, y in zip(a.operands[:3], b.operands[:3]))
 
 
-def _role_label(site: Site) -> str:
-    if site.role is None:
-        return "outside the warp roles"
-    ws, i = site.role
-    return f"in role {ws.attrs['roles'][i]['role']}"
-
-
 _BINOPS = {
     "add": lambda a, b: a + b, "sub": lambda a, b: a - b, "mul": lambda a, b: a * b,
     "floordiv": lambda a, b: a // b if b else None, "div": lambda a, b: a // b if b else None,
@@ -206,27 +199,20 @@ def _ring_counter(bar: ir.Value, stages: int) -> ir.Value | None:
     return None
 
 
-def _first_value(v: ir.Value) -> int | None:
+def _first_value(v: ir.Value, loop_of: dict[int, ir.Op]) -> int | None:
     """The value of a loop counter in the loop's first iteration: a loop's iv (its constant start) or a
-    loop-carried value (its constant initial value); None otherwise."""
+    loop-carried value (its constant initial value); None otherwise. `loop_of`: body region id -> loop."""
     r = v.owner
     if not isinstance(r, ir.Region):
         c = const_value(v)
         return int(c) if isinstance(c, int) else None
-    # find the loop whose body is r
-    loop = getattr(r, "_loop", None)
+    loop = loop_of.get(id(r))
     if loop is None:
         return None
     i = r.args.index(v)
     init = loop.operands[0] if i == 0 else loop.operands[3 + i - 1]
     c = const_value(init)
     return int(c) if isinstance(c, int) else None
-
-
-def _link_loops(ordered: list[ir.Op]) -> None:
-    for op in ordered:
-        if op.kind == "for":
-            op.regions[0]._loop = op
 
 
 # ------------------------------------------------------------------------------ barrier protocol
@@ -421,8 +407,9 @@ def _check_reads_without_wait(ordered: list[ir.Op], where: dict[ir.Op, Site], se
                 if not mine:
                     if not role_waits.get(_role_key(rs)):
                         raise err("GL103", f"{_at(rd)} reads '{view_name(v)}', which TMA loads fill "
-                                  f"({_at(bs.loads[0])}), but its role waits on no barrier (the waits on '{bname}' are in "
-                                  f"other roles: {_at(bs.waits[0])}); wait on '{bname}' in the reading role before the read",
+                                  f"({_at(bs.loads[0])}), but its role waits on no barrier (the waits on '{bname}' "
+                                  f"are in other roles: {_at(bs.waits[0])}); wait on '{bname}' in the reading role "
+                                  "before the read",
                                   rd.loc)
                     continue
                 if all(where[w].index > rs.index for w in mine):
@@ -470,14 +457,14 @@ def _check_ring_phases(ordered: list[ir.Op], where: dict[ir.Op, Site]) -> None:
 
 
 def _check_first_empty_wait(ordered: list[ir.Op], where: dict[ir.Op, Site], sets: dict[int, _Set]) -> None:
-    _link_loops(ordered)
+    loop_of = {id(op.regions[0]): op for op in ordered if op.kind == "for"}
     for w in ordered:
         if w.kind != "barrier_wait":
             continue
         ws = where[w]
         if ws.role is None or not ws.loops:
             continue
-        if _first_phase(w, ws) != 0:
+        if _first_phase(w, loop_of) != 0:
             continue
         s = sets[root_of(w.operands[0]).id]
         comps = s.completers
@@ -495,7 +482,7 @@ def _check_first_empty_wait(ordered: list[ir.Op], where: dict[ir.Op, Site], sets
                 if (w2.kind != "barrier_wait" or w2s.role != cs.role or w2s.index > cs.index
                         or not w2s.loops or w2s.loops[-1] is not cs.loops[-1]):
                     continue
-                if _first_phase(w2, w2s) != 0:
+                if _first_phase(w2, loop_of) != 0:
                     continue
                 s2 = sets[root_of(w2.operands[0]).id]
                 c2 = s2.completers
@@ -533,7 +520,7 @@ def _report_here(w: ir.Op, gate: ir.Op, where: dict[ir.Op, Site], sets: dict[int
     return where[w].index < where[gate].index
 
 
-def _first_phase(w: ir.Op, ws: Site):
+def _first_phase(w: ir.Op, loop_of: dict[int, ir.Op]):
     """The phase a wait in a loop waits on in the loop's first iteration, or None if unknown."""
     p = w.operands[1]
     c = const_value(p)
@@ -543,7 +530,7 @@ def _first_phase(w: ir.Op, ws: Site):
     if info is None:
         return None
     i = info[0]
-    n0 = _first_value(i)
+    n0 = _first_value(i, loop_of)
     if n0 is None:
         return None
     v = _eval(p, expr_key(i), n0)
@@ -696,8 +683,8 @@ def _layout_counts(layout) -> tuple[int | None, int | None]:
 
 
 def _check_layout_sizes(kernel: ir.Kernel, ordered: list[ir.Op], where: dict[ir.Op, Site]) -> None:
-    ws_ops = [o for o in ordered if o.kind == "warp_specialize"]
-    default_warps = {r["warps"][1] - r["warps"][0] + 1 for o in ws_ops for r in o.attrs["roles"] if r["warps"][0] == 0}
+    from .layout_assign import module_warps
+    outside = module_warps(kernel)
     warp_size = kernel.arch.warp_size
     for op in ordered:
         for v in op.results:
@@ -712,8 +699,9 @@ def _check_layout_sizes(kernel: ir.Kernel, ordered: list[ir.Op], where: dict[ir.
                 allowed = {last - first + 1}
                 ctx = f"role {ws.attrs['roles'][i]['role']} (warps {first}..{last}) runs on {last - first + 1}"
             else:
-                allowed = {kernel.num_warps} | default_warps
-                ctx = f"kernel {kernel.name} runs on num_warps={kernel.num_warps}"
+                allowed = {outside}
+                ctx = (f"kernel {kernel.name} runs on num_warps={kernel.num_warps}" if outside == kernel.num_warps else
+                       f"code outside the warp roles of kernel {kernel.name} runs on the default role's {outside}")
             if tpw is not None and tpw != warp_size:
                 raise err("GL302", f"{op.kind} makes a {'x'.join(map(str, t.shape))} tile in layout {t.layout}, whose "
                           f"threads_per_warp multiply to {tpw}, but a warp of {kernel.arch.name} has {warp_size} "
@@ -754,8 +742,9 @@ def _check_shared(ordered: list[ir.Op], where: dict[ir.Op, Site]) -> None:
         if op.kind == "cp_async":
             ptr, dst = op.operands[0].type, op.operands[2].type
             if isinstance(ptr, ir.PointerType) and isinstance(dst, ir.SmemType) and ptr.dtype != dst.dtype:
-                raise err("GL402", f"cp_async copies {ptr.dtype.name} elements of '{op.operands[0].name or 'the source'}' "
-                          f"into '{view_name(op.operands[2])}', a {dst.dtype.name} region: cp.async copies bytes, "
+                src = op.operands[0].name or "the source"
+                raise err("GL402", f"cp_async copies {ptr.dtype.name} elements of '{src}' into "
+                          f"'{view_name(op.operands[2])}', a {dst.dtype.name} region: cp.async copies bytes, "
                           f"so the region would hold {ptr.dtype.name} bits read as {dst.dtype.name}; give the region "
                           f"the source's dtype ({ptr.dtype.name}) and convert after loading it", op.loc)
         elif op.kind == "tma_store":
@@ -768,10 +757,11 @@ def _check_shared(ordered: list[ir.Op], where: dict[ir.Op, Site]) -> None:
         elif op.kind == "smem_store":
             tile, dst = op.operands[0].type, op.operands[1].type
             if isinstance(tile, ir.TileType) and isinstance(dst, ir.SmemType) and tuple(tile.shape) != tuple(dst.shape):
-                raise err("GL404", f"store of a {'x'.join(map(str, tile.shape))} tile into '{view_name(op.operands[1])}', "
-                          f"whose {'stages are' if dst.stages > 1 else 'tile is'} {'x'.join(map(str, dst.shape))}: "
-                          "the shapes must match (store a tile of the region's shape, or make the region that shape)",
-                          op.loc)
+                shape = "x".join(map(str, tile.shape))
+                whose = "stages are" if dst.stages > 1 else "tile is"
+                raise err("GL404", f"store of a {shape} tile into '{view_name(op.operands[1])}', whose {whose} "
+                          f"{'x'.join(map(str, dst.shape))}: the shapes must match (store a tile of the region's "
+                          "shape, or make the region that shape)", op.loc)
         if op.kind in _READERS:
             for v in _read_operands(op):
                 if root_of(v).id not in written:

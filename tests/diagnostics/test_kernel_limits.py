@@ -109,3 +109,32 @@ def test_matching_layouts_pass():
             offs = gl.arange(0, 256, layout=Layout.blocked([2], [32], [4], [0]))
             gl.store(A + offs, offs)
     passes(ok, I32)
+
+
+@kernel(arch=SM90, num_warps=8)
+def outside_roles_on_all_warps(A):
+    offs = gl.arange(0, 256, layout=Layout.blocked([1], [32], [8], [0]))  # all 8 warps, outside the roles
+    gl.store(A + offs, offs)
+    with warp_role(WarpRole.CONSUMER, warp_range=(0, 3)):
+        gl.store(A + gl.arange(0, 128), gl.arange(0, 128))
+    with warp_role(WarpRole.PRODUCER, warp_range=(4, 7)):
+        pass
+
+
+def test_gl301_code_outside_the_roles_runs_on_the_default_roles_warps():
+    e = expect_error(outside_roles_on_all_warps, I32, "GL301", "# all 8 warps, outside the roles")
+    assert "code outside the warp roles of kernel outside_roles_on_all_warps runs on the default role's 4" in e.message
+
+
+def test_default_layouts_outside_the_roles_get_the_default_roles_warps():
+    @kernel(arch=SM90, num_warps=8)
+    def outside(A):
+        offs = gl.arange(0, 256)
+        gl.store(A + offs, offs)
+        with warp_role(WarpRole.CONSUMER, warp_range=(0, 3)):
+            gl.store(A + gl.arange(0, 128), gl.arange(0, 128))
+        with warp_role(WarpRole.PRODUCER, warp_range=(4, 7)):
+            pass
+    k = passes(outside, I32).kernel
+    ar = next(op for op in k.body.ops if op.kind == "arange")
+    assert ar.results[0].type.layout.warps_per_cta == (4,)

@@ -3,7 +3,6 @@ nothing wrote, cp.async or a TMA store between different dtypes, a store of the 
 errors), and a ring indexed past its stages (GL405, a warning: the loop may be short)."""
 import warnings
 
-import pytest
 
 import gluon.language as gl
 from gluon import SM80, SM90, DType, Layout, TensorRef, kernel

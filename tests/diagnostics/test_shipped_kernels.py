@@ -32,7 +32,11 @@ GEMM_VARIANTS = [dict(), dict(B_KMAJOR=True), dict(EPILOGUE="direct", STAGES=4),
                  dict(SPLITS=3, SPLITK_FIXUP=True), dict(TMA_PREFETCH=True)]
 
 
-@pytest.mark.parametrize("variant", GEMM_VARIANTS, ids=lambda v: ",".join(f"{k}={x}" for k, x in v.items()) or "default")
+def _ids(v):
+    return ",".join(f"{k}={x}" for k, x in v.items()) or "default"
+
+
+@pytest.mark.parametrize("variant", GEMM_VARIANTS, ids=_ids)
 def test_gemm_sm90_variants_are_clean(variant):
     from gluon.kernels.gemm_sm90 import DEFAULT_CONFIG, gemm_sm90, num_warps, stand_ins
     v = dict(variant)
