@@ -332,3 +332,41 @@ def test_a_read_after_the_roles_that_waited_passes():
         c = a_s.load()
         C[gl.arange(0, 128)[:, None] * 64 + gl.arange(0, 64)[None, :]] = c
     passes(after_roles, (TensorRef("A", DType.f16, shape=("M", "K")), TensorRef("C", DType.f16, shape=("M", "K"))))
+
+
+def carried(v: str):
+    """A persistent-style ring whose counter is carried across the tiles loop (as gemm_sm90's `cnt`)."""
+
+    @kernel(arch=SM90, num_warps=8)
+    def carried_ring(A, T, K):
+        bar = mbarrier(count=1, name="step", stages=3)
+        free = mbarrier(count=1, name="free", stages=3)
+        with warp_role(WarpRole.CONSUMER, warp_range=(0, 3)):
+            cnt = gl.full((), 0, gl.int32)
+            for t in range(T):
+                for k in range(K):
+                    if v == "wrong":
+                        bar[cnt % 3].wait((cnt // 2) & 1)                       # carried, wrong
+                    else:
+                        bar[cnt % 3].wait((cnt // 3) & 1)
+                    free[cnt % 3].arrive()
+                    cnt += 1
+        with warp_role(WarpRole.PRODUCER, warp_range=(4, 7)):
+            cnt = gl.full((), 0, gl.int32)
+            for t in range(T):
+                for k in range(K):
+                    free[cnt % 3].wait(((cnt // 3) & 1) ^ 1)
+                    bar[cnt % 3].arrive()
+                    cnt += 1
+        gl.store(A + gl.arange(0, 128), gl.arange(0, 128))
+    return carried_ring
+
+
+def test_gl105_a_carried_ring_counter_with_the_wrong_divisor():
+    e = expect_error(carried("wrong"), (TensorRef("A", DType.i32, shape=("N",)), DType.i32, DType.i32), "GL105",
+                     "# carried, wrong")
+    assert "(cnt // 3) & 1" in e.message
+
+
+def test_a_carried_ring_counter_with_the_right_phases_passes():
+    passes(carried("ok"), (TensorRef("A", DType.i32, shape=("N",)), DType.i32, DType.i32))
