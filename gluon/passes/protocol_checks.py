@@ -176,7 +176,10 @@ def _eval(v: ir.Value, bind_key, n: int, depth: int = 0):
         b = _eval(o.operands[1], bind_key, n, depth + 1)
         if a is None or b is None:
             return None
-        return _BINOPS[o.attrs["op"]](a, b)
+        try:
+            return _BINOPS[o.attrs["op"]](a, b)
+        except (ValueError, OverflowError, ZeroDivisionError):     # a negative shift: not decided here
+            return None
     return None
 
 
