@@ -40,11 +40,13 @@ def ring(v: str = ""):
                     ready[s].wait(s & 1)                                    # GL105 stage
                 elif v == "phase_shift":
                     ready[s].wait((i >> 1) & 1)                             # GL105 shift
+                elif v == "const_phase":
+                    ready[s].wait(0)                                        # GL113 here
                 elif v == "read_before_wait":
                     acc = wgmma(a_s[s], b_s[s], acc)                        # GL103 early read
                     ready[s].wait((i // STAGES) & 1)
                 else:
-                    ready[s].wait((i // STAGES) & 1)
+                    ready[s].wait((i // STAGES) & 1)                        # default ready wait
                 if v != "read_before_wait":
                     acc = wgmma(a_s[s], b_s[s], acc)                        # the read
                 if v == "empty_count_2_arrive_3":
@@ -69,6 +71,10 @@ def ring(v: str = ""):
                     ready[s].arrive()                                       # GL107 here
                 elif v == "expect_then_if":
                     ready[s].expect(a_s.nbytes)                             # GL104 here
+                elif v == "expect_wrong":
+                    ready[s].expect(a_s.nbytes + 128)                       # GL112 here
+                elif v == "no_expect":
+                    pass
                 else:
                     ready[s].expect(a_s.nbytes + b_s.nbytes)
                 if v == "expect_then_if":
@@ -370,3 +376,33 @@ def test_gl105_a_carried_ring_counter_with_the_wrong_divisor():
 
 def test_a_carried_ring_counter_with_the_right_phases_passes():
     passes(carried("ok"), (TensorRef("A", DType.i32, shape=("N",)), DType.i32, DType.i32))
+
+
+# ------------------------------------------------------------------ warp_spec's own checks, with their codes
+
+
+def test_gl110_the_producer_never_expects():
+    e = expect_error(ring("no_expect"), gemm_refs(), "GL110", "# default ready wait")
+    assert "nothing arrives on it" in e.message
+
+
+def test_gl112_expect_bytes_of_one_region():
+    e = expect_error(ring("expect_wrong"), gemm_refs(), "GL112", "# GL112 here")
+    assert "announces 16512 bytes" in e.message
+
+
+def test_gl113_constant_phase_on_a_ring_in_a_loop():
+    e = expect_error(ring("const_phase"), gemm_refs(), "GL113", "# GL113 here")
+    assert "the phase does not alternate" in e.message
+
+
+@kernel(arch=SM90, num_warps=4)
+def arrive_after_wait(A):
+    done = mbarrier(count=1, name="done")
+    done.wait(0)                                                            # waits forever
+    done.arrive()
+    gl.store(A + gl.arange(0, 128), gl.arange(0, 128))
+
+
+def test_gl111_the_only_arrive_comes_after_the_wait():
+    expect_error(arrive_after_wait, (TensorRef("A", DType.i32, shape=("N",)),), "GL111", "# waits forever")
