@@ -38,7 +38,7 @@ def test_num_warps_over_the_nvidia_limit_names_the_limit_at_the_def_line():
     with pytest.raises(GluonError) as e:
         _trace_fill(num_warps=64)
     msg = str(e.value)
-    assert msg.startswith(f"{HERE}:{_line_of(fill, 'def fill')} (in fill): kernel fill: num_warps=64 is 2048 "
+    assert msg.startswith(f"{HERE}:{_line_of(fill, 'def fill')} (in fill): [GL303] kernel fill: num_warps=64 is 2048 "
                           "threads per block, but sm90 allows at most 1024 (32 warps of 32); use num_warps <= 32"), msg
 
 

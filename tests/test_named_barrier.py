@@ -16,6 +16,7 @@ from gluon.ir import GluonError
 from gluon.jit import run_passes
 from gluon.language import (
     PointerArg,
+    fence_async_shared,
     for_range,
     mbarrier,
     smem,
@@ -71,6 +72,9 @@ def pingpong_runtime_ids(A, B, C, K, base):
     """The same turns with the ids computed on the GPU (from the i32 argument `base`, which must be 8)."""
     a_s = smem(A.dtype, Layout.swizzled(64, 64), name="a_tile")
     b_s = smem(B.dtype, Layout.swizzled(64, 128), name="b_tile")
+    a_s.store(gl.zeros((64, 64), A.dtype))           # operands of some value (reading unwritten ones is GL401)
+    b_s.store(gl.zeros((64, 128), B.dtype))
+    fence_async_shared()
     num_k = gl.cdiv(K, 64)
     with warp_role(WarpRole.CONSUMER, warp_range=(0, 3)):
         acc = gl.zeros((64, 128), gl.float32, layout=ACC)

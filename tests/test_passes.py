@@ -65,15 +65,19 @@ def test_nvmma_rows_must_fill_the_swizzle():
 
 def _ws_kernel(producer, consumer, num_warps=8, registers=None):
     @gluon.kernel(arch=SM90, num_warps=num_warps)
-    def ws(A, K):
+    def ws(A, B, K):
         a = smem(DType.f16, Layout.swizzled(128, 64), name="a")
         b = smem(DType.f16, Layout.swizzled(64, 128), name="b")
         bar = mbarrier(name="bar")
         with warp_role(WarpRole.CONSUMER, warp_range=consumer):
+            bar.wait(0)
             wgmma(a, b, "acc")
         with warp_role(WarpRole.PRODUCER, warp_range=producer, registers=registers):
+            bar.expect(a.nbytes + b.nbytes)
             tma_load(a, A, (0, 0), bar)
-    return ws.trace(TensorRef("A", DType.f16, shape=("M", "K")), DType.i32)
+            tma_load(b, B, (0, 0), bar)
+    return ws.trace(TensorRef("A", DType.f16, shape=("M", "K")), TensorRef("B", DType.f16, shape=("K", "N")),
+                    DType.i32)
 
 
 def test_warp_roles_checked():

@@ -185,7 +185,8 @@ def test_wait_with_nothing_arriving_is_a_deadlock():
     wait_line = _line_of(fn.fn, "ready[s].wait((i // STAGES) & 1)")
     load_line = _line_of(fn.fn, "tma_load(a_s[s]")
     msg = str(e.value)
-    assert msg.startswith(f"{HERE}:{wait_line} (in ws_ring): possible deadlock: barrier_wait at {HERE}:{wait_line} "
+    assert msg.startswith(f"{HERE}:{wait_line} (in ws_ring): [GL110] possible deadlock: barrier_wait at "
+                          f"{HERE}:{wait_line} "
                           f"waits on 'ready[i % 3]' but nothing arrives on it (tma_load at {HERE}:{load_line} delivers "
                           "bytes to it, but TMA bytes complete a phase only after an arrive")
 

@@ -161,7 +161,7 @@ class KernelTemplate:
                                 self.loc)
         if num_warps * arch.warp_size > limit:
             raise ir.GluonError(
-                f"kernel {self.name}: num_warps={num_warps} is {num_warps * arch.warp_size} threads per block, "
+                f"[GL303] kernel {self.name}: num_warps={num_warps} is {num_warps * arch.warp_size} threads per block, "
                 f"but {arch.name} allows at most {limit} ({warps} {unit} of {arch.warp_size}); "
                 f"use num_warps <= {warps}", self.loc)
 

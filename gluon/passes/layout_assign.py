@@ -82,6 +82,17 @@ def default_layout(shape: tuple[int, ...], warps: int, elem_bytes: int, warp_siz
     return BlockedLayout(spt, tpw, wpc, order)
 
 
+def module_warps(kernel: ir.Kernel) -> int:
+    """The warps running the code outside warp roles: with warp_specialize, the default role's (the
+    module's ttg.num-warps, as the lowering emits it), else the kernel's num_warps."""
+    for op in kernel.walk():
+        if op.kind == "warp_specialize":
+            for r in op.attrs.get("roles") or []:
+                if r.get("default") or r["warps"][0] == 0:
+                    return r["warps"][1] - r["warps"][0] + 1
+    return kernel.num_warps
+
+
 def assign_layouts(kernel: ir.Kernel) -> ir.Kernel:
     uf = _UF()
     warps_of: dict[int, int] = {}
@@ -158,7 +169,7 @@ def assign_layouts(kernel: ir.Kernel) -> ir.Kernel:
             for r in op.regions:
                 visit(r, warps)
 
-    visit(kernel.body, kernel.num_warps)
+    visit(kernel.body, module_warps(kernel))
     for p in kernel.params:
         if isinstance(p.value.type, ir.TileType):
             values[p.value.id] = p.value

@@ -29,12 +29,15 @@ is one barrier). It is conservative: it reports only what cannot work.
   from the second use on ("the phase does not alternate"). A barrier indexed per iteration without
   wrapping (`bars[i]`, each used once) may wait on a constant phase.
 
-Errors are `GluonError(message, loc of the op)`.
+Errors are `GluonError(message, loc of the op)`, their messages starting with a code (docs/DIAGNOSTICS.md):
+GL110 (nothing arrives), GL111 (the arrives all come after the wait), GL112 (expect bytes of one region),
+GL113 (a constant phase in a loop). gluon/passes/protocol_checks.py runs after these, for the rest.
 """
 from __future__ import annotations
 
 from .. import ir
 from .analysis import Site, alloc_name, const_value, expr_key, root_of, sites, view_name
+from .protocol_checks import check_protocol
 
 
 def check_warp_roles(kernel: ir.Kernel) -> ir.Kernel:
@@ -42,6 +45,7 @@ def check_warp_roles(kernel: ir.Kernel) -> ir.Kernel:
         if op.kind == "warp_specialize":
             _check_section(kernel, op)
     check_barrier_protocol(kernel)
+    check_protocol(kernel)
     return kernel
 
 
@@ -177,7 +181,8 @@ def _check_wait(w: ir.Op, completers: list[ir.Op], loads: list[ir.Op], where: di
         if loads:
             hint = (f" ({_at(loads[0])} delivers bytes to it, but TMA bytes complete a phase only after an arrive: "
                     f"announce them with {alloc_name(root_of(bar))}.expect(nbytes) before the loads)")
-        raise ir.GluonError(f"possible deadlock: {_at(w)} waits on {name} but nothing arrives on it{hint}", w.loc)
+        raise ir.GluonError(f"[GL110] possible deadlock: {_at(w)} waits on {name} but nothing arrives on it{hint}",
+                            w.loc)
     ws = where[w]
     if any(where[c].role != ws.role for c in completers):
         return                                       # another role completes it: concurrent
@@ -187,8 +192,9 @@ def _check_wait(w: ir.Op, completers: list[ir.Op], loads: list[ir.Op], where: di
         return                                       # a loop around both: a later iteration may come first
     if const_value(w.operands[1]) == 1:
         return                                       # waiting for the phase before the first one: passes
-    raise ir.GluonError(f"possible deadlock: {_at(w)} waits on {name} but nothing arrives on it before: its only "
-                        f"{'arrive' if len(completers) == 1 else 'arrives'} ({', '.join(_at(c) for c in completers)}) "
+    listed = ", ".join(_at(c) for c in completers)
+    raise ir.GluonError(f"[GL111] possible deadlock: {_at(w)} waits on {name} but nothing arrives on it before: "
+                        f"its only {'arrive' if len(completers) == 1 else 'arrives'} ({listed}) "
                         f"come{'s' if len(completers) == 1 else ''} after the wait in the same {_role_name(ws)}, "
                         "with no loop around both", w.loc)
 
@@ -222,7 +228,7 @@ def _check_phases(where: dict[ir.Op, Site]) -> None:
             if reused and (in_loop or other_role_loops):
                 c = (in_loop or other_role_loops)[0]
                 raise ir.GluonError(
-                    f"{_at(w)} waits on '{view_name(bar)}' with the constant phase {phase} inside the loop at "
+                    f"[GL113] {_at(w)} waits on '{view_name(bar)}' with the constant phase {phase} inside the loop at "
                     f"{loop.loc}, but the barrier completes again in later iterations ({_at(c)}): the phase does not "
                     "alternate. mbarrier phases flip at every completion; wait on a phase that flips with each "
                     "reuse, e.g. (i // STAGES) & 1 for a STAGES-deep ring", w.loc)
@@ -303,7 +309,7 @@ def _check_expect_bytes(ordered: list[ir.Op], where: dict[ir.Op, Site], num_ctas
                                    f"{f', multicast by {num_ctas} CTAs' if ld.attrs.get('multicast') else ''})"
                                    for ld in lds)
                 raise ir.GluonError(
-                    f"barrier_expect on '{view_name(exps[0].operands[0])}' announces {want} bytes, but the TMA loads "
-                    f"completing on it here bring {have} bytes: {parts}; the phase would "
+                    f"[GL112] barrier_expect on '{view_name(exps[0].operands[0])}' announces {want} bytes, but the "
+                    f"TMA loads completing on it here bring {have} bytes: {parts}; the phase would "
                     f"{'never complete' if want > have else 'complete before all the data has landed'}",
                     exps[0].loc)
