@@ -141,3 +141,11 @@ def users(kernel: ir.Kernel) -> dict[int, list[ir.Op]]:
         for v in op.operands:
             out.setdefault(v.id, []).append(op)
     return out
+
+
+def barrier_key(v: ir.Value):
+    """One key per barrier: its set and the structure of its index (None for a 1-barrier set)."""
+    o = v.owner
+    if isinstance(o, ir.Op) and o.kind == "barrier_index":
+        return (root_of(v).id, expr_key(o.operands[1]))
+    return (root_of(v).id, None)

@@ -57,10 +57,13 @@ Shared memory
 from __future__ import annotations
 
 import math
+import warnings
 
 from .. import ir
 from ..types import BlockedLayout, DotOperandLayout, MFMALayout, MMALayout, SliceLayout
-from .analysis import Site, alloc_name, const_value, expr_key, expr_str, root_of, sites, view_name
+from .analysis import Site, alloc_name, barrier_key, const_value, expr_key, expr_str, root_of, sites, view_name
+from .bank_conflicts import GluonWarning
+from .layout_assign import module_warps
 
 
 def err(code: str, message: str, loc) -> ir.GluonError:
@@ -336,7 +339,6 @@ def _branch_totals(region: ir.Region, key, num_ctas: int, from_barrier_key) -> s
 
 
 def _check_expect_in_branches(ordered: list[ir.Op], where: dict[ir.Op, Site], num_ctas: int) -> None:
-    from .warp_spec import barrier_key
     for e in ordered:
         if e.kind != "barrier_expect" or not isinstance(e.operands[0].type, ir.BarrierType):
             continue
@@ -686,7 +688,6 @@ def _layout_counts(layout) -> tuple[int | None, int | None]:
 
 
 def _check_layout_sizes(kernel: ir.Kernel, ordered: list[ir.Op], where: dict[ir.Op, Site]) -> None:
-    from .layout_assign import module_warps
     outside = module_warps(kernel)
     warp_size = kernel.arch.warp_size
     for op in ordered:
@@ -721,8 +722,6 @@ def _check_layout_sizes(kernel: ir.Kernel, ordered: list[ir.Op], where: dict[ir.
 
 
 def _warn(code: str, message: str, loc) -> None:
-    import warnings
-    from .bank_conflicts import GluonWarning
     msg = f"[{code}] {message}"
     if loc is not None:
         warnings.warn_explicit(f"{loc}: {msg}", GluonWarning, loc.file, loc.line)

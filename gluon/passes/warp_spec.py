@@ -36,7 +36,7 @@ GL113 (a constant phase in a loop). gluon/passes/protocol_checks.py runs after t
 from __future__ import annotations
 
 from .. import ir
-from .analysis import Site, alloc_name, const_value, expr_key, root_of, sites, view_name
+from .analysis import Site, alloc_name, barrier_key, const_value, root_of, sites, view_name
 from .protocol_checks import check_protocol
 
 
@@ -135,14 +135,6 @@ def _barrier_operand(op: ir.Op) -> ir.Value | None:
     if op.kind == "tcgen05_mma":
         return op.operands[3] if len(op.operands) > 3 else None
     return None
-
-
-def barrier_key(v: ir.Value):
-    """One key per barrier: its set and the structure of its index (None for a 1-barrier set)."""
-    o = v.owner
-    if isinstance(o, ir.Op) and o.kind == "barrier_index":
-        return (root_of(v).id, expr_key(o.operands[1]))
-    return (root_of(v).id, None)
 
 
 def _at(op: ir.Op) -> str:
