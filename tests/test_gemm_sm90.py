@@ -440,3 +440,12 @@ def test_fp8_refuses_a_row_major_b_and_bad_scales():
         launch(a, bt, c, b_kmajor=True, scale_a=one.double(), scale_b=one)
     with pytest.raises(GluonError, match="scales are for fp8 inputs"):
         launch(a.bfloat16(), bt.bfloat16(), c, b_kmajor=True, scale_a=one, scale_b=one)
+
+
+def test_overrides_without_swap_ab_apply_to_the_ordinary_kernels_pick():
+    """A dict such as {"SPLIT_WGS": True} at a small M means the unswapped family (as before SWAP_AB existed);
+    no dict gets the swapped pick, and {"SWAP_AB": True, ...} overrides it."""
+    assert resolve_config(128, 8192, 8192, 132, 2).SWAP_AB
+    cfg = resolve_config(128, 8192, 8192, 132, 2, True, {"SPLIT_WGS": True})
+    assert not cfg.SWAP_AB and cfg.SPLIT_WGS
+    assert resolve_config(16, 4096, 4096, 132, 2, True, {"SWAP_AB": True, "STAGES": 8}).BLOCK_M == 16

@@ -318,12 +318,13 @@ def small_m_config(M: int, N: int, num_sms: int) -> GemmConfig:
     return fit(64, 128)
 
 
-def choose_config(M: int, N: int, K: int, num_sms: int, pitch_aligned: bool = True, out_size: int = 2) -> GemmConfig:
+def choose_config(M: int, N: int, K: int, num_sms: int, pitch_aligned: bool = True, out_size: int = 2,
+                  swap_ab: bool = True) -> GemmConfig:
     """The hand-picked configuration for a problem when the caller gives none (a rule on tile counts,
     not a table of shapes; its "auto" values are resolved by `resolve_config`):
 
     * M <= 64, or M <= SMALL_M where 128x256 tiles make under 3/4 of a wave (decode):
-      `small_m_config`, A and B swapped;
+      `small_m_config`, A and B swapped (unless `swap_ab` is False: the ordinary kernel's pick);
     * under about one wave of 128x256 tiles: the first of SMALL_CONFIGS whose tiles fit in one wave;
     * an fp32 output (`out_size` 4): FP32_OUT_CONFIG;
     * rows of A and B not on 128-byte boundaries (`pitch_aligned` False): 2-CTA clusters (CLUSTER_M=2)
@@ -332,7 +333,7 @@ def choose_config(M: int, N: int, K: int, num_sms: int, pitch_aligned: bool = Tr
     * one tile per program, output rows of 16-element multiples, aligned: EPILOGUE="coalesced".
 
     The measurements behind each rule: docs/PERF.md."""
-    if M <= _SWAP_ALWAYS_M or (M <= SMALL_M and tiles(M, N, DEFAULT_CONFIG) * 4 < num_sms * 3):
+    if swap_ab and (M <= _SWAP_ALWAYS_M or (M <= SMALL_M and tiles(M, N, DEFAULT_CONFIG) * 4 < num_sms * 3)):
         return small_m_config(M, N, num_sms)
     if tiles(M, N, DEFAULT_CONFIG) * 10 >= num_sms * 9:
         if out_size > 2:
@@ -352,10 +353,13 @@ def choose_config(M: int, N: int, K: int, num_sms: int, pitch_aligned: bool = Tr
 def resolve_config(M: int, N: int, K: int, num_sms: int, out_size: int, pitch_aligned: bool = True,
                    config: GemmConfig | Mapping | None = None, in_size: int = 2) -> GemmConfig:
     """The config `launch` runs for a problem: `config` if it is a GemmConfig, else `choose_config` with
-    the dict's overrides on top; its "auto" values resolved for an output of `out_size`-byte elements.
-    For 1-byte (fp8) inputs choose_config's k-step holds twice the elements: the same bytes per stage."""
+    the dict's overrides on top (of the unswapped pick unless the dict sets SWAP_AB); its "auto" values
+    resolved for an output of `out_size`-byte elements. For 1-byte (fp8) inputs choose_config's k-step holds twice the elements: the same bytes per stage."""
     if not isinstance(config, GemmConfig):
-        base = choose_config(M, N, K, num_sms, pitch_aligned, out_size)
+        # a dict of overrides that does not ask for SWAP_AB overrides the ordinary kernel's pick: its fields
+        # (SPLIT_WGS, CONSUMER_WGS, a BLOCK_N for 128-row tiles) mean that family
+        swap = not config or bool(config.get("SWAP_AB"))
+        base = choose_config(M, N, K, num_sms, pitch_aligned, out_size, swap_ab=swap)
         if in_size == 1:
             base = base.replace(BLOCK_K=base.BLOCK_K * 2)
         config = to_config(config, base)
