@@ -175,3 +175,94 @@ def test_builtin_kernels_have_nothing_to_report(build):
         warnings.simplefilter("error", GluonWarning)
         m = run_passes(build())
     assert "bank_conflicts" not in m.kernel.attrs
+
+
+# ------------------------------------------------------------------------------ NVMMA layouts
+
+from gluon import SwizzleMode  # noqa: E402
+from gluon.passes.bank_conflicts import (BANK_BYTES, NUM_BANKS, WARP_SIZE, nvmma_byte_offset,  # noqa: E402
+                                         run_length)
+
+_DT = {1: DType.f8e4m3, 2: DType.f16, 4: DType.f32}
+
+
+def _brute_nvmma(i, j, rows, cols, e, w, transposed):
+    """TMA's swizzle in the PTX manual's words: W-byte lines, stored one column block of W bytes after
+    another; in line L of a block, 16-byte chunk c lands at chunk c ^ ((L * W // 128) % (W // 16))."""
+    if transposed:
+        i, j, rows, cols = j, i, cols, rows
+    if w == 0:
+        return (i * cols + j) * e
+    block, byte = divmod(j * e, w)
+    chunk, within = divmod(byte, 16)
+    chunk ^= (i * w // 128) % (w // 16)
+    return block * rows * w + i * w + chunk * 16 + within
+
+
+def _brute_degree(layout, shape, dtype, shared):
+    """Every lane's every byte of its first access, through the offset of each element separately (not the
+    model's contiguous-run shortcut); banks counted byte by byte, per 128-byte phase group."""
+    e = dtype.bytes
+    run = run_length(layout, shape, dtype, shared)
+    width = run * e
+    groups = 1 if width <= 4 else width * WARP_SIZE // 128
+    per = WARP_SIZE // groups
+    fast = layout.order[0]
+    total = 0
+    for g in range(groups):
+        words: dict[int, set] = {}
+        for lane in range(g * per, (g + 1) * per):
+            c, rest = [0, 0], lane
+            for d in layout.order:
+                c[d], rest = rest % layout.threads_per_warp[d], rest // layout.threads_per_warp[d]
+            base = [(c[d] * layout.size_per_thread[d]) % shape[d] for d in range(2)]
+            for k in range(run):
+                idx = list(base)
+                idx[fast] += k
+                addr = _brute_nvmma(idx[0], idx[1], *shape, e, shared.swizzle.bytes, shared.transposed)
+                for b in range(e):
+                    words.setdefault((addr + b) // BANK_BYTES % NUM_BANKS, set()).add((addr + b) // BANK_BYTES)
+        total += max(len(v) for v in words.values())
+    return total / groups
+
+
+_REG_LAYOUTS = [Layout.blocked([1, v], [r, 32 // r], [4, 1], order) for v in (1, 2, 4, 8, 16)
+                for r in (1, 2, 4, 8, 32) for order in ((1, 0), (0, 1))]
+
+
+@pytest.mark.parametrize("e", [1, 2, 4])
+@pytest.mark.parametrize("mode", list(SwizzleMode))
+@pytest.mark.parametrize("transposed", [False, True])
+def test_nvmma_model_matches_a_brute_force_address_simulation(e, mode, transposed):
+    """For every swizzle mode x element size x common register layout: the offsets are a bijection onto the
+    tile's bytes and agree with the PTX manual's chunk-XOR form, and the predicted degree equals the
+    byte-by-byte simulation."""
+    dt = _DT[e]
+    cols = 2 * 128 // e                              # two swizzle blocks of the widest swizzle
+    shape = (cols, 64) if transposed else (64, cols)
+    shared = Layout.swizzled(*shape, mode, transposed=transposed)
+    offs = {nvmma_byte_offset((i, j), shape, e, shared) for i in range(shape[0]) for j in range(shape[1])}
+    assert len(offs) == shape[0] * shape[1] and max(offs) < shape[0] * shape[1] * e
+    for i, j in ((0, 0), (5, 17), (63 if not transposed else cols - 1, 3), (7, cols // 2 + 9)):
+        i, j = min(i, shape[0] - 1), min(j, shape[1] - 1)
+        assert nvmma_byte_offset((i, j), shape, e, shared) == _brute_nvmma(i, j, *shape, e, mode.bytes, transposed)
+    for layout in _REG_LAYOUTS:
+        assert bank_conflict_degree(layout, shape, dt, shared) == _brute_degree(layout, shape, dt, shared), layout
+
+
+def test_nvmma_row_reads_are_conflict_free_and_column_reads_are_not():
+    """16-byte row reads of a 128-byte-swizzled f16 tile (the coalesced epilogue's pattern) take one wavefront
+    per 8 lanes; one element per lane down a column conflicts without a swizzle and not with one."""
+    sh = Layout.swizzled(64, 128, SwizzleMode.B128)
+    assert bank_conflict_degree(Layout.blocked([1, 8], [2, 16], [4, 1]), (64, 128), F16, sh) == 1.0
+    col = Layout.blocked([1, 1], [32, 1], [1, 4], (0, 1))
+    plain = Layout.swizzled(64, 128, SwizzleMode.NONE)
+    assert bank_conflict_degree(col, (64, 128), F32, plain) > 1.0
+    assert bank_conflict_degree(col, (64, 128), F32, Layout.swizzled(64, 128, SwizzleMode.B128)) < \
+        bank_conflict_degree(col, (64, 128), F32, plain)
+
+
+def test_nvmma_conflict_is_warned_with_a_swizzle_that_removes_it():
+    k = _ir_kernel(Layout.blocked([1, 4], [32, 1], [1, 4]), Layout.swizzled(32, 32, SwizzleMode.NONE))
+    with pytest.warns(GluonWarning, match=r"bank conflict.*use Layout.swizzled\(32, 32, SwizzleMode.B128\)"):
+        check_layouts(k)

@@ -1,11 +1,12 @@
 """Analysis: shared-memory bank conflicts of register <-> shared copies (`smem_store`, `smem_load`).
 
 Covered: a shared tile in a generic swizzled layout (`Layout.shared(vec, per_phase, max_phase, order)`,
-#ttg.swizzled_shared) of rank 1 or 2, copied to or from a register tile in a `BlockedLayout`. Everything
-else is skipped without a report: MMA / dot-operand / slice register layouts (those copies go through
-ldmatrix / stmatrix or shuffles, not plain ld.shared / st.shared), NVMMA shared layouts (swizzled for
-TMA and WGMMA by construction), transposed or reinterpreted views (`smem_trans`, `smem_reinterpret`) and
-ranks above 2.
+#ttg.swizzled_shared) of rank 1 or 2, or in an NVMMA layout (`Layout.swizzled(rows, cols, swizzle)`,
+#ttg.nvmma_shared, what TMA and WGMMA read) of rank 2, copied to or from a register tile in a
+`BlockedLayout`. Everything else is skipped without a report: MMA / dot-operand / slice register layouts
+(those copies go through ldmatrix / stmatrix or shuffles, not plain ld.shared / st.shared), transposed or
+reinterpreted views (`smem_trans`, `smem_reinterpret`), NVMMA tiles whose rows are not whole swizzle
+lines, and ranks above 2.
 
 The model, exact for what it covers:
 
@@ -14,6 +15,11 @@ The model, exact for what it covers:
   i * C + swizzled(j), with phase = (i // per_phase) % max_phase and
   swizzled(j) = (((j // vec) ^ phase) % (C // vec)) * vec + j % vec. Order (0, 1) swaps the roles of
   i and j (the row length is then R). A 1-D tile is not swizzled: offset = index.
+* NVMMA, W-byte swizzle (W = 32, 64, 128; `transposed` swaps the roles of i and j): the tile is stored
+  as column blocks of W bytes (what one TMA box moves), block b = j * e // W, each R lines of W bytes:
+  byte o = b * R * W + i * W + (j * e) % W, then the 16-byte chunk bits XOR the line bits above them,
+  o ^ (((o >> 7) % (W / 16)) << 4), as TMA writes and WGMMA reads it (CUTLASS's Swizzle<log2(W/16), 4, 3>).
+  Without swizzle (W = 0) it is row-major.
 * Lane l of warp 0 holds what the BlockedLayout gives it (size_per_thread x threads_per_warp x
   warps_per_cta, `order` fastest first; an index past the tile wraps, i.e. lanes replicate). Only
   the first instruction of warp 0 is analysed (the pattern repeats): per lane, the largest
@@ -43,7 +49,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from .. import ir
-from ..types import BlockedLayout, DType, SwizzledSharedLayout
+from ..types import BlockedLayout, DType, NVMMASharedLayout, SwizzledSharedLayout, SwizzleMode
 
 NUM_BANKS = 32
 BANK_BYTES = 4
@@ -89,6 +95,27 @@ class Access:
 # ------------------------------------------------------------------------------ the model
 
 
+def nvmma_byte_offset(index: Sequence[int], shape: Sequence[int], elem_bytes: int, shared: NVMMASharedLayout) -> int:
+    """Byte offset of `index` in a 2-D tile of `shape` in an NVMMA layout (see the module docstring)."""
+    i, j = index
+    rows, cols = shape
+    if shared.transposed:
+        i, j, rows, cols = j, i, cols, rows
+    w = shared.swizzle.bytes
+    if w == 0:
+        return (i * cols + j) * elem_bytes
+    b, byte = divmod(j * elem_bytes, w)
+    o = b * rows * w + i * w + byte
+    return o ^ (((o >> 7) % (w // 16)) << 4)
+
+
+def nvmma_in_model(shape: Sequence[int], elem_bytes: int, shared: NVMMASharedLayout) -> bool:
+    """Whether the tile's contiguous rows are whole swizzle lines (else the layout is not the one modelled)."""
+    inner = shape[0] if shared.transposed else shape[1]
+    w = shared.swizzle.bytes
+    return len(shape) == 2 and (w == 0 or (inner * elem_bytes) % w == 0)
+
+
 def element_offset(index: Sequence[int], shape: Sequence[int], shared: SwizzledSharedLayout) -> int:
     """Element offset of `index` in a tile of `shape` laid out by `shared` (rank 1 or 2)."""
     if len(shape) == 1:
@@ -110,9 +137,15 @@ def _lane_coords(lane: int, layout: BlockedLayout) -> list[int]:
 
 
 def run_length(layout: BlockedLayout, shape: Sequence[int], dtype: DType,
-               shared: SwizzledSharedLayout) -> int:
-    """Elements one lane moves in one instruction (see the module docstring)."""
+               shared: SwizzledSharedLayout | NVMMASharedLayout) -> int:
+    """Elements one lane moves in one instruction (see the module docstring; in an NVMMA tile a run stays
+    in one 16-byte chunk, which the swizzle moves whole)."""
     fast = layout.order[0]
+    if isinstance(shared, NVMMASharedLayout):
+        if fast != (0 if shared.transposed else 1):
+            return 1
+        n = min(layout.size_per_thread[fast], shape[fast], max(1, MAX_ACCESS_BYTES // dtype.bytes))
+        return 1 << (max(1, n).bit_length() - 1)
     contiguous = 0 if len(shape) == 1 else shared.order[0]
     if fast != contiguous:
         return 1
@@ -123,20 +156,33 @@ def run_length(layout: BlockedLayout, shape: Sequence[int], dtype: DType,
 
 
 def warp_access(layout: BlockedLayout, shape: Sequence[int], dtype: DType,
-                shared: SwizzledSharedLayout) -> Access:
+                shared: SwizzledSharedLayout | NVMMASharedLayout) -> Access:
     """The first instruction of warp 0 copying a `shape` tile between `layout` and `shared`."""
     run = run_length(layout, shape, dtype, shared)
     starts = []
     for lane in range(WARP_SIZE):
         c = _lane_coords(lane, layout)
         index = [(c[d] * layout.size_per_thread[d]) % shape[d] for d in range(len(shape))]
-        starts.append(element_offset(index, shape, shared) * dtype.bytes)
+        if isinstance(shared, NVMMASharedLayout):
+            starts.append(nvmma_byte_offset(index, shape, dtype.bytes, shared))
+        else:
+            starts.append(element_offset(index, shape, shared) * dtype.bytes)
     return Access(tuple(starts), run * dtype.bytes)
 
 
 def bank_conflict_degree(layout: BlockedLayout, shape: Sequence[int], dtype: DType,
-                         shared: SwizzledSharedLayout) -> float:
+                         shared: SwizzledSharedLayout | NVMMASharedLayout) -> float:
     return warp_access(layout, shape, dtype, shared).degree
+
+
+def suggest_nvmma_swizzle(layout: BlockedLayout, shape: Sequence[int], dtype: DType,
+                          shared: NVMMASharedLayout) -> NVMMASharedLayout | None:
+    """The widest swizzle (same orientation) that makes the access conflict-free, or None."""
+    for mode in (SwizzleMode.B128, SwizzleMode.B64, SwizzleMode.B32):
+        cand = NVMMASharedLayout(shared.shape, mode, shared.transposed)
+        if nvmma_in_model(shape, dtype.bytes, cand) and bank_conflict_degree(layout, shape, dtype, cand) == 1.0:
+            return cand
+    return None
 
 
 def suggest_swizzle(layout: BlockedLayout, shape: Sequence[int], dtype: DType,
@@ -165,13 +211,16 @@ def _in_model(op: ir.Op) -> tuple[BlockedLayout, ir.SmemType] | None:
     else:
         return None
     st = smem.type
-    if not (isinstance(tile, ir.TileType) and isinstance(tile.layout, BlockedLayout)
-            and isinstance(st, ir.SmemType) and isinstance(st.layout, SwizzledSharedLayout)):
+    if not (isinstance(tile, ir.TileType) and isinstance(tile.layout, BlockedLayout) and isinstance(st, ir.SmemType)
+            and isinstance(st.layout, (SwizzledSharedLayout, NVMMASharedLayout))):
         return None
     rank = len(st.shape)
     if rank not in (1, 2) or tile.layout.rank != rank or tuple(tile.shape) != tuple(st.shape):
         return None
-    if rank == 2 and sorted(st.layout.order) != [0, 1]:
+    if isinstance(st.layout, NVMMASharedLayout):
+        if not nvmma_in_model(st.shape, st.dtype.bytes, st.layout):
+            return None
+    elif rank == 2 and sorted(st.layout.order) != [0, 1]:
         return None
     if any(d <= 0 for d in st.shape) or math.prod(tile.layout.threads_per_warp) != WARP_SIZE:
         return None
@@ -203,12 +252,20 @@ def _message(c: dict) -> str:
     where = f"{c['loc']}: " if c["loc"] is not None else ""
     what = "store of a register tile to" if c["op"] == "smem_store" else "load of a register tile from"
     deg = f"{c['degree']:g}"
-    fix = suggest_swizzle(c["layout"], st.shape, st.dtype, st.layout)
-    if fix is None:
-        advice = "no swizzle in the searched set removes it"
+    if isinstance(st.layout, NVMMASharedLayout):
+        fix = suggest_nvmma_swizzle(c["layout"], st.shape, st.dtype, st.layout)
+        rows, cols = st.layout.shape
+        t = ", transposed=True" if st.layout.transposed else ""
+        advice = ("no NVMMA swizzle removes it: a register layout whose lanes run along the contiguous "
+                  "dimension does" if fix is None else
+                  f"use Layout.swizzled({rows}, {cols}, SwizzleMode.{fix.swizzle.name}{t}) to make it conflict-free")
     else:
-        advice = (f"use Layout.shared(vec={fix.vec}, per_phase={fix.per_phase}, max_phase={fix.max_phase}, "
-                  f"order={tuple(fix.order)}) to make it conflict-free")
+        fix = suggest_swizzle(c["layout"], st.shape, st.dtype, st.layout)
+        if fix is None:
+            advice = "no swizzle in the searched set removes it"
+        else:
+            advice = (f"use Layout.shared(vec={fix.vec}, per_phase={fix.per_phase}, max_phase={fix.max_phase}, "
+                      f"order={tuple(fix.order)}) to make it conflict-free")
     return (f"{where}{c['op']} ({what} shared memory, {'x'.join(map(str, st.shape))} {st.dtype.name}): "
             f"{deg}-way bank conflict: {acc.wavefronts()} wavefronts where {acc.groups} would do "
             f"({acc.width}-byte accesses); register layout {c['layout']}, shared layout {c['shared']}; {advice}")
