@@ -22,6 +22,7 @@ lookup.
 """
 from __future__ import annotations
 
+import os
 import sys
 import time
 from dataclasses import dataclass, field
@@ -51,6 +52,14 @@ PIPELINE: list[tuple[str, Callable[[ir.Kernel], ir.Kernel]]] = [
     ("warp_spec", check_warp_roles),
     ("smem_alloc", allocate_shared),
 ]
+
+
+_INTERPRET_ENV = "GLUON_INTERPRET"
+
+
+def _interpret_enabled() -> bool:
+    """GLUON_INTERPRET=1: `kernel[grid](...)` runs in the CPU interpreter (gluon/interpret), no GPU touched."""
+    return os.environ.get(_INTERPRET_ENV, "").strip().lower() in ("1", "true", "yes", "on")
 
 
 def run_passes(module: ir.Module) -> ir.Module:
@@ -390,6 +399,14 @@ class JITKernel(KernelTemplate):
         """Trace with stand-ins and compile (no GPU needed): see `gluon.jit.compile`."""
         return compile(self, *args, **kwargs)
 
+    def interpret(self, grid, *args, block: Sequence[int] | None = None, num_warps: int | None = None,
+                  arch: Arch | str | None = None, programs=None, **kwargs) -> None:
+        """Run on the CPU in the IR interpreter (gluon/interpret, docs/INTERPRETER.md): `grid` and the
+        arguments as `kernel[grid, block](...)` takes them, on CPU torch tensors or numpy arrays (written in
+        place); `programs` runs only those programs of the grid (ints or (x, y, z) tuples)."""
+        from .interpret import interpret
+        interpret(self, grid, *args, block=block, num_warps=num_warps, arch=arch, programs=programs, **kwargs)
+
 
 def kernel(fn: Callable | None = None, *, arch: Arch | str | None = None, num_warps: int = 4,
            name: str | None = None):
@@ -444,6 +461,10 @@ class BoundLaunch:
         return self._specialize(args, num_warps, arch, kwargs)[0]
 
     def __call__(self, *args, num_warps: int | None = None, stream=None, arch: Arch | str | None = None, **kwargs):
+        if _INTERPRET_ENV in os.environ and _interpret_enabled():
+            from .interpret import interpret
+            return interpret(self.template, self.grid, *args, block=self.block, num_warps=num_warps, arch=arch,
+                             **kwargs)
         jf = self.jf
         key = jf.seen_key(args, kwargs, num_warps, arch, self.block)
         try:
