@@ -53,11 +53,12 @@ def shape_of(t) -> tuple:
 
 
 def _out(op: Op, x, i: int = 0) -> np.ndarray:
-    """`x` as result i of `op`: its numpy type and shape (a scalar operand broadcast to a tile result)."""
+    """`x` as result i of `op`: its shape (a scalar operand broadcast to a tile result). A value with more
+    dimensions than the result's type is a combine region's, run over whole arrays: kept as it is."""
     t = op.results[i].type
     x = np.asarray(x)
     want = shape_of(t)
-    if x.shape != want:
+    if x.shape != want and x.ndim <= len(want):
         x = np.broadcast_to(x, want)
     return x
 

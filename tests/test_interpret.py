@@ -1,0 +1,372 @@
+"""The CPU interpreter of the IR (gluon/interpret, docs/INTERPRETER.md): the examples without wgmma/TMA
+against torch at small sizes (not multiples of the block, outputs poisoned first), every op family it
+runs, the errors it gives (an op it does not run yet, inline asm, an out-of-bounds access: each at the
+user's line), and GLUON_INTERPRET=1 running an ordinary `kernel[grid](...)` launch. CPU only."""
+import inspect
+import os
+import sys
+
+import numpy as np
+import pytest
+import torch
+
+import gluon
+import gluon.language as gl
+from gluon import GluonError, ir
+from gluon.interpret import NOT_YET, RULES
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "examples"))
+
+import copy_kernel as ck  # noqa: E402
+import cumsum as cs  # noqa: E402
+import elementwise_kernel as ew  # noqa: E402
+import fp8_quantize as fq  # noqa: E402
+import rmsnorm_kernel as rn  # noqa: E402
+import softmax_kernel as sm  # noqa: E402
+
+NAN = float("nan")
+
+
+@pytest.fixture
+def interpret_env(monkeypatch):
+    """Ordinary launches run in the interpreter (the examples' host functions launch `kernel[grid](...)`)."""
+    monkeypatch.setenv("GLUON_INTERPRET", "1")
+
+
+def _line_of(fn, text: str) -> int:
+    """The file line of the first line of `fn`'s source containing `text`."""
+    lines, start = inspect.getsourcelines(fn)
+    for i, line in enumerate(lines):
+        if text in line:
+            return start + i
+    raise AssertionError(f"{text!r} not in {fn.__name__}")
+
+
+def _poisoned(like, dtype=None):
+    return torch.full(like.shape, NAN, dtype=dtype or like.dtype)
+
+
+# ------------------------------------------------------------------------------ the examples
+
+
+@pytest.mark.parametrize("form", ["simt", "explicit", "persistent"])
+def test_copy_kernel_forms(form):
+    n = 3001                                   # not a multiple of the block
+    src = torch.randn(n)
+    dst = _poisoned(src)
+    if form == "simt":
+        ck.copy_kernel.interpret((3,), dst, src, n, block=(1024,), XBLOCK=1024)
+    elif form == "explicit":
+        ck.copy_kernel_explicit.interpret((3,), dst, src, n, XBLOCK=1024, VEC=4, NUM_WARPS=4)
+    else:                                      # 2 programs walking 6 blocks of 512
+        ck.copy_kernel_persistent.interpret((2,), dst, src, n, block=(512,), XBLOCK=512)
+    assert torch.equal(dst, src)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("m,n", [(5, 100), (3, 37)])
+def test_softmax_example(interpret_env, dtype, m, n):
+    x = torch.randn(m, n, dtype=dtype) * 4
+    out = _poisoned(x)
+    sm.softmax(x, out)
+    ref = torch.softmax(x.float(), -1)
+    tol = {torch.float32: 1e-5, torch.float16: 2e-3, torch.bfloat16: 1.6e-2}[dtype]
+    torch.testing.assert_close(out.float(), ref, atol=tol, rtol=tol)
+
+
+def test_softmax_looped(interpret_env):
+    x = torch.randn(3, 300)
+    out = _poisoned(x)
+    sm.softmax(x, out, BLOCK_N=128, LOOPED=True)
+    torch.testing.assert_close(out, torch.softmax(x, -1), atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("m,n", [(6, 96), (3, 33)])
+def test_rmsnorm_example(interpret_env, dtype, m, n):
+    x = torch.randn(m, n, dtype=dtype)
+    w = torch.rand(n, dtype=dtype) + 0.5
+    out = _poisoned(x)
+    rn.rms_norm(x, w, 1e-6, out)
+    tol = 1e-5 if dtype == torch.float32 else 1.6e-2
+    torch.testing.assert_close(out.float(), rn.reference(x, w, 1e-6), atol=tol, rtol=tol)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+def test_swiglu_example(interpret_env, dtype):
+    n = 5000                                   # the last block partial (masked path), the others full
+    a, b = torch.randn(n, dtype=dtype), torch.randn(n, dtype=dtype)
+    out = _poisoned(a)
+    ew.swiglu(a, b, out, BLOCK=1024)
+    ref = (torch.nn.functional.silu(a.float()) * b.float())
+    tol = {torch.float32: 1e-5, torch.float16: 2e-3, torch.bfloat16: 1.6e-2}[dtype]
+    torch.testing.assert_close(out.float(), ref, atol=tol, rtol=tol)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.int32])
+@pytest.mark.parametrize("looped", [False, True])
+def test_cumsum_example(interpret_env, dtype, looped):
+    m, n = 5, 300
+    x = torch.randint(-1000, 1000, (m, n), dtype=dtype) if dtype == torch.int32 else torch.randn(m, n)
+    out = torch.full_like(x, -7) if dtype == torch.int32 else _poisoned(x)
+    cs.cumsum(x, out, **({"BLOCK_N": 128, "ROWS_PER_PROGRAM": 1, "NUM_WARPS": 1, "LOOPED": True} if looped else {}))
+    ref = torch.cumsum(x.double(), -1)
+    if dtype == torch.int32:
+        assert torch.equal(out, ref.to(torch.int32))
+    else:
+        torch.testing.assert_close(out.double(), ref, atol=1e-4, rtol=1e-5)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_fp8_quantize_example(interpret_env, dtype):
+    x = torch.randn(7, 200, dtype=dtype) * 3
+    x[2] = 0                                   # an all-zero row: the smallest scale, zeros
+    q = torch.zeros(7, 200, dtype=torch.float8_e4m3fn)
+    scales = torch.full((7,), NAN)
+    fq.quantize(x, q, scales)
+    assert fq.check(x, q, scales) is None
+
+
+# ------------------------------------------------------------------------------ op families
+
+
+@gluon.jit
+def _arith_kernel(out_f, out_i, out_h, out_b, x_ptr, i_ptr, n, BLOCK: gl.constexpr):
+    offs = gl.program_id(0) * BLOCK + gl.arange(0, BLOCK)
+    m = offs < n
+    x = gl.load(x_ptr + offs, mask=m, other=1.0)
+    i = gl.load(i_ptr + offs, mask=m, other=1)
+    y = gl.exp2(x) - gl.log(gl.abs(x) + 1.0) + gl.sqrt(gl.abs(x)) * gl.rsqrt(gl.abs(x) + 2.0)
+    y = gl.maximum(y, gl.sin(x)) + gl.minimum(gl.cos(x), x) + gl.floor(x) - gl.ceil(x * 0.5)
+    y = gl.fma(x, x, y) + gl.where(x > 0.0, -x, x * 2.0)
+    gl.store(out_f + offs, y, mask=m)
+    k = (i * 7 + 3) // 4 + (i % 5) - (i << 2) + (i >> 1) + (i & 12) + (i | 3) + (i ^ 6) - i * 1000000
+    gl.store(out_i + offs, k, mask=m)
+    gl.store(out_h + offs, x.to(gl.float16) * 3.0, mask=m)
+    gl.store(out_b + offs, x.to(gl.bfloat16) * 3.0, mask=m)
+
+
+def test_elementwise_math_ints_and_rounding():
+    n, B = 300, 128
+    x = torch.randn(n) * 3
+    i = torch.randint(-50000, 50000, (n,), dtype=torch.int32)
+    out_f, out_i = _poisoned(x), torch.zeros(n, dtype=torch.int32)
+    out_h, out_b = torch.zeros(n, dtype=torch.float16), torch.zeros(n, dtype=torch.bfloat16)
+    _arith_kernel.interpret((3,), out_f, out_i, out_h, out_b, x, i, n, BLOCK=B)
+    xd = x.double()
+    y = torch.exp2(xd) - torch.log(xd.abs() + 1) + xd.abs().sqrt() * torch.rsqrt(xd.abs() + 2)
+    y = torch.maximum(y, torch.sin(xd)) + torch.minimum(torch.cos(xd), xd) + torch.floor(xd) - torch.ceil(xd * 0.5)
+    y = xd * xd + y + torch.where(xd > 0, -xd, xd * 2)
+    torch.testing.assert_close(out_f.double(), y, atol=1e-4, rtol=1e-5)
+    il = i.long()
+    q = (il * 7 + 3)
+    trunc = torch.where((q < 0) & (q % 4 != 0), q // 4 + 1, q // 4)            # C division, toward zero
+    k = trunc + torch.fmod(il, 5) - (il << 2) + (il >> 1) + (il & 12) + (il | 3) + (il ^ 6) - il * 1000000
+    k = ((k + 2**31) % 2**32 - 2**31).to(torch.int32)                         # int32 wraparound
+    assert torch.equal(out_i, k)
+    assert torch.equal(out_h, x.to(torch.float16) * 3)                          # f16 rounding per op
+    assert torch.equal(out_b, x.to(torch.bfloat16) * 3)                         # bf16 round-to-nearest-even
+
+
+@gluon.jit
+def _shapes_kernel(out_ptr, x_ptr, R: gl.constexpr, C: gl.constexpr):
+    rows = gl.expand_dims(gl.arange(0, R), 1)
+    cols = gl.expand_dims(gl.arange(0, C), 0)
+    x = gl.load(x_ptr + rows * C + cols)                          # [R, C]
+    t = gl.trans(x)                                               # [C, R]
+    r = gl.reshape(t, [C * R])
+    a, b = gl.split(gl.reshape(r, [C * R // 2, 2]))               # even / odd elements
+    j = gl.join(b, a)                                             # swapped pairs
+    flat = gl.reshape(j, [R * C])
+    idx = gl.arange(0, R * C)
+    g = gl.gather(flat, (R * C - 1) - idx, 0)                     # reversed
+    gl.store(out_ptr + idx, g)
+
+
+def test_shape_ops():
+    R, C = 4, 8
+    x = torch.arange(R * C, dtype=torch.float32)
+    out = _poisoned(x)
+    _shapes_kernel.interpret((1,), out, x, R=R, C=C)
+    ref = x.view(R, C).t().reshape(-1, 2).flip(1).reshape(-1).flip(0)
+    assert torch.equal(out, ref)
+
+
+def _add(a, b):
+    return a + b
+
+
+def _max_and_index(v1, i1, v2, i2):
+    take = (v1 > v2) | ((v1 == v2) & (i1 < i2))
+    return gl.where(take, v1, v2), gl.where(take, i1, i2)
+
+
+@gluon.jit
+def _reductions_kernel(sums, maxs, mins, amax, scan, rscan, hist, x_ptr, h_ptr, N: gl.constexpr):
+    row = gl.program_id(0)
+    cols = gl.arange(0, N)
+    x = gl.load(x_ptr + row * N + cols)
+    gl.store(sums + row, gl.sum(x, 0))
+    gl.store(maxs + row, gl.max(x, 0))
+    gl.store(mins + row, gl.min(x, 0))
+    _, i = gl.reduce((x, cols), 0, _max_and_index)
+    gl.store(amax + row, i)
+    gl.store(scan + row * N + cols, gl.associative_scan(x, 0, _add))
+    gl.store(rscan + row * N + cols, gl.cumsum(x, 0, reverse=True))
+    h = gl.load(h_ptr + row * N + cols)
+    gl.store(hist + row * 16 + gl.arange(0, 16), gl.histogram(h, 16, mask=h < 12))
+
+
+def test_reductions_scans_histogram():
+    M, N = 3, 64
+    x = torch.randint(-100, 100, (M, N)).float()
+    h = torch.randint(0, 16, (M, N), dtype=torch.int32)
+    outs = [torch.full((M,), NAN) for _ in range(3)] + [torch.full((M,), -1, dtype=torch.int32)]
+    scan, rscan = torch.full((M, N), NAN), torch.full((M, N), NAN)
+    hist = torch.full((M, 16), -1, dtype=torch.int32)
+    _reductions_kernel.interpret((M,), *outs, scan, rscan, hist, x, h, N=N)
+    assert torch.equal(outs[0], x.sum(1))
+    assert torch.equal(outs[1], x.max(1).values)
+    assert torch.equal(outs[2], x.min(1).values)
+    first_max = torch.tensor([int((r == r.max()).nonzero()[0]) for r in x], dtype=torch.int32)
+    assert torch.equal(outs[3], first_max)
+    assert torch.equal(scan, x.cumsum(1))
+    assert torch.equal(rscan, x.flip(1).cumsum(1).flip(1))
+    ref = torch.stack([torch.bincount(r[r < 12].long(), minlength=16) for r in h]).to(torch.int32)
+    assert torch.equal(hist, ref)
+
+
+@gluon.jit
+def _atomics_kernel(counter, hist, mx, cas, x_ptr, n, BLOCK: gl.constexpr):
+    offs = gl.program_id(0) * BLOCK + gl.arange(0, BLOCK)
+    m = offs < n
+    x = gl.load(x_ptr + offs, mask=m, other=0)
+    gl.atomic_add(counter + offs * 0, 1, mask=m)                  # one address from every element
+    gl.atomic_add(hist + (x & 7), 1, mask=m)                      # repeated addresses
+    gl.atomic_max(mx + offs * 0, x, mask=m)
+    gl.atomic_cas(cas + gl.program_id(0), 0, gl.program_id(0) + 10)
+
+
+def test_atomics():
+    n, B = 1000, 256
+    x = torch.randint(0, 1 << 20, (n,), dtype=torch.int32)
+    counter, hist = torch.zeros(1, dtype=torch.int32), torch.zeros(8, dtype=torch.int32)
+    mx, cas = torch.full((1,), -1, dtype=torch.int32), torch.tensor([0, 5, 0, 0], dtype=torch.int32)
+    _atomics_kernel.interpret((4,), counter, hist, mx, cas, x, n, BLOCK=B)
+    assert counter.item() == n
+    assert torch.equal(hist, torch.bincount((x & 7).long(), minlength=8).to(torch.int32))
+    assert mx.item() == x.max().item()
+    assert cas.tolist() == [10, 5, 12, 13]
+
+
+@gluon.jit
+def _control_kernel(out_ptr, x_ptr, n, flag, BLOCK: gl.constexpr):
+    pid = gl.program_id(0)
+    idx = gl.thread_id(0)
+    acc = gl.zeros([BLOCK], gl.float32)
+    for k in range(0, n, 2):                                      # loop-carried tile
+        acc = acc + gl.load(x_ptr + k * BLOCK + idx) * k
+    if flag > pid:                                                # a scalar branch
+        acc = acc * 2.0
+    else:
+        acc = acc - 1.0
+    if idx % 2 == 0:                                              # a per-thread condition: a masked store
+        out_ptr[pid * BLOCK + idx] = acc + gl.num_programs(0)
+
+
+def test_loops_branches_and_simt_threads():
+    B, n, P = 16, 5, 3
+    x = torch.randn(n * B)
+    out = _poisoned(torch.empty(P * B))
+    _control_kernel.interpret((P,), out, x, n, 1, block=(B,), BLOCK=B)
+    acc = sum(x[k * B:(k + 1) * B] * k for k in range(0, n, 2))
+    for p in range(P):
+        want = (acc * 2 if 1 > p else acc - 1) + P
+        got = out[p * B:(p + 1) * B]
+        torch.testing.assert_close(got[0::2], want[0::2])
+        assert torch.isnan(got[1::2]).all()                       # the odd threads stored nothing
+
+
+def test_program_subset_and_numpy_arrays():
+    n = 4096
+    src = np.arange(n, dtype=np.float32)
+    dst = np.full(n, np.nan, np.float32)
+    ck.copy_kernel.interpret((4,), dst, src, n, block=(1024,), XBLOCK=1024, programs=[1, 3])
+    assert np.isnan(dst[:1024]).all() and np.isnan(dst[2048:3072]).all()
+    assert np.array_equal(dst[1024:2048], src[1024:2048]) and np.array_equal(dst[3072:], src[3072:])
+
+
+def test_every_ir_op_kind_is_interpreted_or_refused():
+    assert set(RULES) | NOT_YET == set(ir.OPS)
+    assert not set(RULES) & NOT_YET
+
+
+# ------------------------------------------------------------------------------ errors at the user's line
+
+
+@gluon.jit
+def _oob_kernel(dst_ptr, src_ptr, n, BLOCK: gl.constexpr):
+    offs = gl.program_id(0) * BLOCK + gl.arange(0, BLOCK)
+    x = gl.load(src_ptr + offs)                                   # no mask: reads past n
+    gl.store(dst_ptr + offs, x, mask=offs < n)
+
+
+def test_out_of_bounds_load_at_its_line():
+    src, dst = torch.randn(100), torch.zeros(100)
+    with pytest.raises(GluonError) as e:
+        _oob_kernel.interpret((2,), dst, src, 100, BLOCK=64)
+    msg = str(e.value)
+    assert f"test_interpret.py:{_line_of(_oob_kernel.fn, 'x = gl.load')}" in msg
+    assert "out-of-bounds load" in msg and "'src_ptr' has 100 elements" in msg and "element 100" in msg
+
+
+@gluon.kernel(arch="sm90", num_warps=4)
+def _smem_kernel(x_ptr: gl.pointer(gl.float32)):
+    offs = gl.arange(0, 128)
+    s = gl.smem(gl.float32, gl.Layout.shared(), shape=(128,))
+    s.store(gl.load(x_ptr + offs))
+    gl.store(x_ptr + offs, s.load() + 1.0)
+
+
+def test_unsupported_op_is_one_error_at_its_line():
+    x = torch.zeros(128)
+    with pytest.raises(GluonError) as e:
+        _smem_kernel.interpret((1,), x)
+    msg = str(e.value)
+    assert "the interpreter does not run smem_alloc yet" in msg
+    assert f"test_interpret.py:{_line_of(_smem_kernel.fn, 'gl.smem(')}" in msg
+    assert torch.equal(x, torch.zeros(128))                       # refused before anything ran
+
+
+@gluon.jit
+def _asm_kernel(out_ptr, x_ptr, BLOCK: gl.constexpr):
+    offs = gl.arange(0, BLOCK)
+    x = gl.load(x_ptr + offs)
+    y = gl.inline_asm_elementwise("mov.b32 $0, $1;", "=r,r", [x], gl.float32, True, 1)
+    gl.store(out_ptr + offs, y)
+
+
+def test_inline_asm_is_refused_clearly():
+    with pytest.raises(GluonError) as e:
+        _asm_kernel.interpret((1,), torch.zeros(32), torch.zeros(32), BLOCK=32)
+    msg = str(e.value)
+    assert "cannot run inline assembly" in msg
+    assert f"test_interpret.py:{_line_of(_asm_kernel.fn, 'inline_asm_elementwise')}" in msg
+
+
+# ------------------------------------------------------------------------------ GLUON_INTERPRET=1
+
+
+def test_env_var_runs_ordinary_launches_without_cuda(interpret_env, monkeypatch):
+    gj = sys.modules["gluon.jit"]
+    monkeypatch.setattr(gj, "compile_module", lambda *a, **k: pytest.fail("GLUON_INTERPRET=1 compiled the kernel"))
+    n = 2500
+    src = torch.randn(n)
+    dst = _poisoned(src)
+    ck.copy_kernel[(gl.cdiv(n, 1024),), (1024,)](dst, src, n, XBLOCK=1024)
+    assert torch.equal(dst, src)
+    dst2 = _poisoned(src)                                         # a grid function, as the launcher takes it
+    ck.copy_kernel_explicit[lambda meta: (gl.cdiv(meta["n_elements"], meta["XBLOCK"]),)](
+        dst2, src, n, XBLOCK=512, VEC=4, NUM_WARPS=4)
+    assert torch.equal(dst2, src)
