@@ -297,6 +297,87 @@ def test_program_subset_and_numpy_arrays():
     assert np.array_equal(dst[1024:2048], src[1024:2048]) and np.array_equal(dst[3072:], src[3072:])
 
 
+@gluon.kernel(arch="sm90", num_warps=4)
+def _explicit_sized(X, Y, BLOCK: gl.constexpr):
+    m, n = X.shape[0], X.shape[1]                                 # sizes read off the tensor at launch
+    offs = gl.program_id(0) * BLOCK + gl.arange(0, BLOCK)
+    r, c = offs // n, offs % n
+    ok = offs < m * n
+    gl.store(Y + c * m + r, gl.load(X + offs, mask=ok), mask=ok)  # the transpose, row-major
+
+
+def test_explicit_form_with_sizes_from_the_tensors():
+    x = torch.randn(5, 7)
+    y = torch.full((7, 5), NAN)
+    _explicit_sized.interpret((2,), x, y, BLOCK=32)
+    assert torch.equal(y, x.t())
+
+
+@gluon.jit
+def _cast_kernel(i_out, u_out, h_rtz, b_rtz, f8_out, x_ptr, n, BLOCK: gl.constexpr):
+    offs = gl.arange(0, BLOCK)
+    m = offs < n
+    x = gl.load(x_ptr + offs, mask=m, other=0.0)
+    gl.store(i_out + offs, x.to(gl.int32) + (x > 0.0).to(gl.int32) * 1000, mask=m)  # fptosi truncates
+    gl.store(u_out + offs, (x.to(gl.int32).to(gl.int8)).to(gl.float32), mask=m)   # trunci wraps, sitofp
+    gl.store(h_rtz + offs, gl.cast(x, gl.float16, rounding="rtz"), mask=m)
+    gl.store(b_rtz + offs, gl.cast(x, gl.bfloat16, rounding="rtz"), mask=m)
+    gl.store(f8_out + offs, x.to(gl.float8e5m2), mask=m)
+
+
+def test_casts_and_rounding_modes():
+    n = 100
+    x = torch.randn(n) * 300
+    outs = (torch.zeros(n, dtype=torch.int32), torch.zeros(n), torch.zeros(n, dtype=torch.float16),
+            torch.zeros(n, dtype=torch.bfloat16), torch.zeros(n, dtype=torch.float8_e5m2))
+    _cast_kernel.interpret((1,), *outs, x, n, BLOCK=128)
+    assert torch.equal(outs[0], x.to(torch.int32) + (x > 0).int() * 1000)
+    assert torch.equal(outs[1], x.to(torch.int32).to(torch.int8).float())
+    h = outs[2].numpy()                                           # f16 rtz: the largest magnitude not above |x|
+    away = np.nextafter(h, np.where(x.numpy() < 0, -np.inf, np.inf).astype(np.float16))
+    assert (np.abs(h) <= np.abs(x.numpy())).all() and (np.abs(away) > np.abs(x.numpy())).all()
+    assert not torch.equal(outs[2], x.to(torch.float16))         # (some elements round differently from rtne)
+    assert torch.equal(outs[3].view(torch.int16), (x.view(torch.int32) >> 16).to(torch.int16))  # bf16 rtz: truncate
+    assert torch.equal(outs[4].view(torch.uint8), x.to(torch.float8_e5m2).view(torch.uint8))
+
+
+def test_fp8_and_bf16_codecs_match_torch():
+    from gluon.interpret.values import bf16_bits, fp8_codes, fp8_value
+    codes = np.arange(256, dtype=np.uint8)
+    for dt, tdt, big in ((gl.float8e4m3, torch.float8_e4m3fn, 448.0), (gl.float8e5m2, torch.float8_e5m2, 57344.0)):
+        ours, theirs = fp8_value(codes, dt), torch.from_numpy(codes).view(tdt).float().numpy()
+        assert np.array_equal(ours, theirs, equal_nan=True)
+        x = (torch.randn(20000) * big / 8).clamp(-big, big)
+        assert np.array_equal(fp8_codes(x.numpy(), dt), x.to(tdt).view(torch.uint8).numpy())
+        assert fp8_codes(np.array([1e9, -np.inf]), dt).tolist() == fp8_codes(np.array([big, -big]), dt).tolist()
+    x = torch.randn(20000) * 1e4
+    assert np.array_equal(bf16_bits(x.numpy()).view(np.int16), x.to(torch.bfloat16).view(torch.int16).numpy())
+
+
+@gluon.jit
+def _more_atomics(f_acc, bits, xchg, old_out, x_ptr, BLOCK: gl.constexpr):
+    offs = gl.arange(0, BLOCK)
+    x = gl.load(x_ptr + offs)
+    gl.atomic_add(f_acc + offs % 4, x)                            # float adds, repeated addresses
+    gl.atomic_or(bits + offs * 0, (offs * 0 + 1) << (offs % 31))
+    old = gl.atomic_xchg(xchg + offs, x * 2.0)
+    gl.store(old_out + offs, old)
+
+
+def test_float_bitwise_and_exchange_atomics():
+    B = 64
+    x = torch.randn(B)
+    f_acc, bits = torch.zeros(4), torch.zeros(1, dtype=torch.int32)
+    xchg, old = torch.arange(B, dtype=torch.float32), torch.full((B,), NAN)
+    _more_atomics.interpret((1,), f_acc, bits, xchg, old, x, BLOCK=B)
+    want = torch.zeros(4)
+    for i in range(B):                                            # in element order, rounded to f32 each add
+        want[i % 4] += x[i]
+    assert torch.equal(f_acc, want)
+    assert bits.item() == (2**31 - 1)
+    assert torch.equal(old, torch.arange(B, dtype=torch.float32)) and torch.equal(xchg, x * 2)
+
+
 def test_every_ir_op_kind_is_interpreted_or_refused():
     assert set(RULES) | NOT_YET == set(ir.OPS)
     assert not set(RULES) & NOT_YET
