@@ -55,11 +55,26 @@ PIPELINE: list[tuple[str, Callable[[ir.Kernel], ir.Kernel]]] = [
 
 
 _INTERPRET_ENV = "GLUON_INTERPRET"
+# The CPU interpreter's entry, `interpret(template, grid, *args, **kw)`: gluon.interpret sits above this module
+# (it traces through the JIT's stand-ins) and installs itself here when imported (`import gluon` imports it).
+_INTERPRETER: Callable | None = None
 
 
 def _interpret_enabled() -> bool:
     """GLUON_INTERPRET=1: `kernel[grid](...)` runs in the CPU interpreter (gluon/interpret), no GPU touched."""
     return os.environ.get(_INTERPRET_ENV, "").strip().lower() in ("1", "true", "yes", "on")
+
+
+def install_interpreter(fn: Callable) -> None:
+    """Make `fn(template, grid, *args, **kw)` the entry of `kernel.interpret` and of GLUON_INTERPRET=1 launches."""
+    global _INTERPRETER
+    _INTERPRETER = fn
+
+
+def _interpreter() -> Callable:
+    if _INTERPRETER is None:
+        raise ir.GluonError("the CPU interpreter is not loaded: import gluon.interpret")
+    return _INTERPRETER
 
 
 def run_passes(module: ir.Module) -> ir.Module:
@@ -404,8 +419,7 @@ class JITKernel(KernelTemplate):
         """Run on the CPU in the IR interpreter (gluon/interpret, docs/INTERPRETER.md): `grid` and the
         arguments as `kernel[grid, block](...)` takes them, on CPU torch tensors or numpy arrays (written in
         place); `programs` runs only those programs of the grid (ints or (x, y, z) tuples)."""
-        from .interpret import interpret
-        interpret(self, grid, *args, block=block, num_warps=num_warps, arch=arch, programs=programs, **kwargs)
+        _interpreter()(self, grid, *args, block=block, num_warps=num_warps, arch=arch, programs=programs, **kwargs)
 
 
 def kernel(fn: Callable | None = None, *, arch: Arch | str | None = None, num_warps: int = 4,
@@ -462,8 +476,7 @@ class BoundLaunch:
 
     def __call__(self, *args, num_warps: int | None = None, stream=None, arch: Arch | str | None = None, **kwargs):
         if _INTERPRET_ENV in os.environ and _interpret_enabled():
-            from .interpret import interpret
-            return interpret(self.template, self.grid, *args, block=self.block, num_warps=num_warps, arch=arch,
+            return _interpreter()(self.template, self.grid, *args, block=self.block, num_warps=num_warps, arch=arch,
                              **kwargs)
         jf = self.jf
         key = jf.seen_key(args, kwargs, num_warps, arch, self.block)

@@ -9,18 +9,36 @@ What runs and what does not yet: docs/INTERPRETER.md.
     memory.py   loads, stores and atomics on global memory, bounds-checked
     regions.py  for / if, and the reductions and scans (with combine regions), histogram
     run.py      binding a launch's arguments, the driver over the grid, the JIT entry
-"""
-from .ops import NOT_YET, RULES, InterpretError
-from .run import bind_params, check_supported, interpret, run_kernel, trace_for
 
-ENV_VAR = "GLUON_INTERPRET"
+`import gluon` imports this package, which installs the entry in gluon.jit; the modules above (and numpy)
+load on the first interpreted launch, so `import gluon` stays as fast as it was.
+"""
+from ..jit import _INTERPRET_ENV, _interpret_enabled, install_interpreter
+
+ENV_VAR = _INTERPRET_ENV
+_LAZY = {"NOT_YET": "ops", "RULES": "ops", "InterpretError": "ops", "bind_params": "run",
+         "check_supported": "run", "run_kernel": "run", "trace_for": "run"}
+
+
+def interpret(template, grid, *args, **kwargs) -> None:
+    """Run JIT kernel `template` on the CPU (run.interpret; the signature is `kernel.interpret`'s)."""
+    from .run import interpret as run
+    return run(template, grid, *args, **kwargs)
 
 
 def enabled() -> bool:
     """Whether GLUON_INTERPRET asks ordinary launches to run in the interpreter ("1", "true", "yes")."""
-    import os
-    return os.environ.get(ENV_VAR, "").strip().lower() in ("1", "true", "yes", "on")
+    return _interpret_enabled()
 
 
-__all__ = ["ENV_VAR", "InterpretError", "NOT_YET", "RULES", "bind_params", "check_supported", "enabled",
-           "interpret", "run_kernel", "trace_for"]
+def __getattr__(name: str):
+    mod = _LAZY.get(name)
+    if mod is None:
+        raise AttributeError(f"module 'gluon.interpret' has no attribute {name!r}")
+    import importlib
+    return getattr(importlib.import_module(f"{__name__}.{mod}"), name)
+
+
+install_interpreter(interpret)         # kernel.interpret(...) and GLUON_INTERPRET=1 launches come here
+
+__all__ = ["ENV_VAR", "enabled", "interpret", *_LAZY]

@@ -16,7 +16,9 @@ from typing import Any, Iterable, Sequence
 import numpy as np
 
 from .. import ir
-from ..types import DType, GluonError, SourceKind
+from ..arch import SM90, arch_by_name
+from ..jit import _arg_key, _jit_of, _stand_in
+from ..types import GluonError, SourceKind
 from . import memory as _memory  # noqa: F401 - registers the load/store/atomic rules
 from . import regions as _regions  # noqa: F401 - registers the region and reduction rules
 from .ops import NOT_YET, RULES, InterpretError
@@ -152,7 +154,6 @@ def run_kernel(kernel: ir.Kernel, grid, args: Sequence[Any], kwargs: dict | None
 def _stand_ins(template, args: Sequence[Any]) -> tuple[dict, tuple]:
     """The trace stand-ins of a launch's runtime arguments, as gluon.jit's specialization takes them
     (numpy arrays as CPU torch tensors sharing their memory); and the arguments so converted."""
-    from ..jit import _arg_key, _jit_of, _stand_in
     jf = _jit_of(template)
     if len(args) != len(jf.runtime_params):
         raise GluonError(f"kernel {template.name} takes {len(jf.runtime_params)} runtime arguments "
@@ -177,7 +178,6 @@ def _stand_ins(template, args: Sequence[Any]) -> tuple[dict, tuple]:
 
 def trace_for(template, args: Sequence[Any], constexprs: dict, block=None, num_warps=None, arch=None):
     """The traced module a launch with these arguments runs (cached per specialization on the template)."""
-    from ..arch import SM90, arch_by_name
     stand, conv = _stand_ins(template, args)
     arch = arch_by_name(arch) if isinstance(arch, str) else (arch or template.arch or SM90)
     nw = num_warps or template.num_warps
@@ -201,7 +201,6 @@ def interpret(template, grid, *args, block: Sequence[int] | None = None, num_war
     constexprs and keyword sizes as keywords. `programs` picks a subset of the grid's programs."""
     constexprs = {k: kwargs.pop(k) for k in list(kwargs) if k in template.constexprs}
     names = list(template.signature.parameters)
-    from ..jit import _jit_of
     runtime = _jit_of(template).runtime_params
     if len(args) > len(runtime):                 # constexprs given positionally
         bound = dict(zip(names, args))
