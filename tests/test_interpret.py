@@ -399,7 +399,8 @@ def test_out_of_bounds_load_at_its_line():
         _oob_kernel.interpret((2,), dst, src, 100, BLOCK=64)
     msg = str(e.value)
     assert f"test_interpret.py:{_line_of(_oob_kernel.fn, 'x = gl.load')}" in msg
-    assert "out-of-bounds load" in msg and "'src_ptr' has 100 elements" in msg and "element 100" in msg
+    assert "out-of-bounds load" in msg and "in program (1,): 'src_ptr' has 100 elements" in msg
+    assert "element 100 (element (36,) of the access)" in msg
 
 
 @gluon.kernel(arch="sm90", num_warps=4)

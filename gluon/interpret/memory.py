@@ -19,7 +19,7 @@ from .ops import InterpretError, rule, shape_of
 from .values import Ptr, from_memory, reg_dtype, round_to, to_memory
 
 
-def _addresses(op, ptr, offsets, mask) -> tuple[np.ndarray, np.ndarray, tuple]:
+def _addresses(it, op, ptr, offsets, mask) -> tuple[np.ndarray, np.ndarray, tuple]:
     """(flat element indices, flat active mask, the access's shape), checked against the buffer."""
     if not isinstance(ptr, Ptr):
         raise InterpretError(f"{op.kind} needs a global pointer, got {type(ptr).__name__}", op.loc)
@@ -33,10 +33,11 @@ def _addresses(op, ptr, offsets, mask) -> tuple[np.ndarray, np.ndarray, tuple]:
     bad = active & ((addr < 0) | (addr >= n))
     if bad.any():
         i = int(np.argmax(bad))
-        where = f" (element {np.unravel_index(i, shape) if shape else ()} of the access)" if shape else ""
+        where = f" (element {tuple(int(k) for k in np.unravel_index(i, shape))} of the access)" if shape else ""
         raise InterpretError(
-            f"out-of-bounds {op.kind}: '{ptr.buf.name}' has {n} elements of {ptr.buf.dtype.name}, this accesses "
-            f"element {int(addr[i])}{where}; mask the access (mask=offs < n)", op.loc)
+            f"out-of-bounds {op.kind} in program {it.pid[:it.rank]}: '{ptr.buf.name}' has {n} "
+            f"elements of {ptr.buf.dtype.name}, this accesses element {int(addr[i])}{where}; mask the access "
+            "(mask=offs < n)", op.loc)
     return addr, active, shape
 
 
@@ -46,7 +47,7 @@ def _load(it, op, args):
     mask = rest.pop(0) if op.attrs.get("has_mask") and rest else None
     other = rest.pop(0) if op.attrs.get("has_other") and rest else None
     dt = op.result.type.dtype
-    addr, active, shape = _addresses(op, ptr, offsets, mask)
+    addr, active, shape = _addresses(it, op, ptr, offsets, mask)
     buf = ptr.buf
     if active.all():
         return [from_memory(buf.data[addr], dt).reshape(shape)]
@@ -63,7 +64,7 @@ def _store(it, op, args):
     ptr, offsets, value, *rest = args
     mask = rest[0] if op.attrs.get("has_mask") and rest else None
     dt = op.operands[0].type.dtype
-    addr, active, shape = _addresses(op, ptr, offsets, mask)
+    addr, active, shape = _addresses(it, op, ptr, offsets, mask)
     vals = to_memory(np.broadcast_to(np.asarray(value), shape).reshape(-1), dt)
     ptr.buf.data[addr[active]] = vals[active]
     return []
@@ -96,10 +97,10 @@ def _combine(kind: str, dt: DType, old: np.ndarray, val: np.ndarray) -> np.ndarr
     raise ValueError(f"unknown atomic op {kind!r}")
 
 
-def _atomic(op, ptr, offsets, mask, update) -> np.ndarray:
+def _atomic(it, op, ptr, offsets, mask, update) -> np.ndarray:
     """Apply `update(old_regs, idx) -> new_regs` at the active addresses; the old values (result)."""
     dt = op.operands[0].type.dtype
-    addr, active, shape = _addresses(op, ptr, offsets, mask)
+    addr, active, shape = _addresses(it, op, ptr, offsets, mask)
     data = ptr.buf.data
     old = np.zeros(addr.shape, reg_dtype(dt))
     idx = np.nonzero(active)[0]
@@ -124,7 +125,7 @@ def _atomic_rmw(it, op, args):
     kind = op.attrs["op"]
     vals = np.broadcast_to(np.asarray(value, reg_dtype(dt)), np.shape(offsets)).reshape(-1)
     try:
-        return [_atomic(op, ptr, offsets, mask, lambda cur, idx: _combine(kind, dt, cur, vals[idx]))]
+        return [_atomic(it, op, ptr, offsets, mask, lambda cur, idx: _combine(kind, dt, cur, vals[idx]))]
     except ValueError as e:
         raise InterpretError(str(e), op.loc) from None
 
@@ -141,7 +142,7 @@ def _atomic_cas(it, op, args):
         same = _as_unsigned(np.ascontiguousarray(to_memory(cur, dt))) == _as_unsigned(np.ascontiguousarray(cmps[idx]))
         return np.where(same, vals[idx], cur)
 
-    return [_atomic(op, ptr, offsets, None, update)]
+    return [_atomic(it, op, ptr, offsets, None, update)]
 
 
 __all__ = ["shape_of"]

@@ -26,12 +26,13 @@ from .values import Ptr, buffer_of, scalar
 
 
 class Program:
-    """One program of the grid: its ids, the grid, and the values defined so far."""
+    """One program of the grid: its ids, the grid (3-D; `rank` the launch's own dimensions), and the values
+    defined so far."""
 
-    __slots__ = ("pid", "grid", "env")
+    __slots__ = ("pid", "grid", "env", "rank")
 
-    def __init__(self, pid: tuple[int, int, int], grid: tuple[int, int, int], env: dict[int, Any]):
-        self.pid, self.grid, self.env = pid, grid, dict(env)
+    def __init__(self, pid: tuple[int, int, int], grid: tuple[int, int, int], env: dict[int, Any], rank: int = 3):
+        self.pid, self.grid, self.env, self.rank = pid, grid, dict(env), rank
 
     def run_region(self, region: ir.Region, args: Sequence[Any], combine: bool = False) -> list:
         """Run `region` with its arguments bound to `args`; the values its closing yield passes out."""
@@ -135,6 +136,7 @@ def run_kernel(kernel: ir.Kernel, grid, args: Sequence[Any], kwargs: dict | None
     """Run every program of `grid` (or those in `programs`: ints or (x, y, z) tuples) of a traced kernel."""
     check_supported(kernel)
     g = _grid3(grid)
+    rank = len(grid) if isinstance(grid, (tuple, list)) else 1
     env = bind_params(kernel, args, kwargs or {})
     if programs is None:
         pids: Iterable = ((x, y, z) for z, y, x in itertools.product(range(g[2]), range(g[1]), range(g[0])))
@@ -145,7 +147,7 @@ def run_kernel(kernel: ir.Kernel, grid, args: Sequence[Any], kwargs: dict | None
                 raise GluonError(f"program {p} is outside the grid {g}")
     with np.errstate(all="ignore"):
         for pid in pids:
-            Program(tuple(pid), g, env).run_region(kernel.body, [])
+            Program(tuple(pid), g, env, rank).run_region(kernel.body, [])
 
 
 # ------------------------------------------------------------------------------ the JIT entry
