@@ -60,9 +60,23 @@ _INTERPRET_ENV = "GLUON_INTERPRET"
 _INTERPRETER: Callable | None = None
 
 
-def _interpret_enabled() -> bool:
-    """GLUON_INTERPRET=1: `kernel[grid](...)` runs in the CPU interpreter (gluon/interpret), no GPU touched."""
+def _env_says_interpret() -> bool:
     return os.environ.get(_INTERPRET_ENV, "").strip().lower() in ("1", "true", "yes", "on")
+
+
+# GLUON_INTERPRET=1: `kernel[grid](...)` runs in the CPU interpreter (gluon/interpret), no GPU touched. Read
+# once, when gluon is imported (as Triton reads TRITON_INTERPRET), so a launch pays one global lookup;
+# gluon.interpret.set_enabled() switches it at run time.
+_INTERPRET_LAUNCHES = _env_says_interpret()
+
+
+def _interpret_enabled() -> bool:
+    return _INTERPRET_LAUNCHES
+
+
+def _set_interpret(flag: bool) -> None:
+    global _INTERPRET_LAUNCHES
+    _INTERPRET_LAUNCHES = bool(flag)
 
 
 def install_interpreter(fn: Callable) -> None:
@@ -475,7 +489,7 @@ class BoundLaunch:
         return self._specialize(args, num_warps, arch, kwargs)[0]
 
     def __call__(self, *args, num_warps: int | None = None, stream=None, arch: Arch | str | None = None, **kwargs):
-        if _INTERPRET_ENV in os.environ and _interpret_enabled():
+        if _INTERPRET_LAUNCHES:
             return _interpreter()(self.template, self.grid, *args, block=self.block, num_warps=num_warps, arch=arch,
                              **kwargs)
         jf = self.jf

@@ -29,9 +29,13 @@ NAN = float("nan")
 
 
 @pytest.fixture
-def interpret_env(monkeypatch):
-    """Ordinary launches run in the interpreter (the examples' host functions launch `kernel[grid](...)`)."""
-    monkeypatch.setenv("GLUON_INTERPRET", "1")
+def interpret_env():
+    """Ordinary launches run in the interpreter (the examples' host functions launch `kernel[grid](...)`), as
+    with GLUON_INTERPRET=1 at import."""
+    from gluon.interpret import set_enabled
+    was = set_enabled(True)
+    yield
+    set_enabled(was)
 
 
 def _line_of(fn, text: str) -> int:
@@ -440,9 +444,9 @@ def test_inline_asm_is_refused_clearly():
 # ------------------------------------------------------------------------------ GLUON_INTERPRET=1
 
 
-def test_env_var_runs_ordinary_launches_without_cuda(interpret_env, monkeypatch):
+def test_launches_run_in_the_interpreter_when_enabled(interpret_env, monkeypatch):
     gj = sys.modules["gluon.jit"]
-    monkeypatch.setattr(gj, "compile_module", lambda *a, **k: pytest.fail("GLUON_INTERPRET=1 compiled the kernel"))
+    monkeypatch.setattr(gj, "compile_module", lambda *a, **k: pytest.fail("the interpreted launch compiled the kernel"))
     n = 2500
     src = torch.randn(n)
     dst = _poisoned(src)
@@ -452,3 +456,32 @@ def test_env_var_runs_ordinary_launches_without_cuda(interpret_env, monkeypatch)
     ck.copy_kernel_explicit[lambda meta: (gl.cdiv(meta["n_elements"], meta["XBLOCK"]),)](
         dst2, src, n, XBLOCK=512, VEC=4, NUM_WARPS=4)
     assert torch.equal(dst2, src)
+
+
+_ENV_SCRIPT = """
+import sys, torch
+sys.modules["torch"].cuda.is_available = lambda: (_ for _ in ()).throw(AssertionError("CUDA touched"))
+import gluon, gluon.language as gl
+assert gluon.interpret.enabled()
+
+@gluon.jit
+def double(dst_ptr, src_ptr, n, XBLOCK: gl.constexpr):
+    idx = gl.program_id(0) * XBLOCK + gl.thread_id(0)
+    if idx < n:
+        dst_ptr[idx] = src_ptr[idx] * 2.0
+
+src = torch.arange(1000, dtype=torch.float32)
+dst = torch.full_like(src, float("nan"))
+double[(4,), (256,)](dst, src, 1000, XBLOCK=256)
+assert torch.equal(dst, src * 2), dst
+print("ok")
+"""
+
+
+def test_gluon_interpret_env_var_in_a_fresh_process(tmp_path):
+    import subprocess
+    script = tmp_path / "launch.py"                               # kernels need a source file
+    script.write_text(_ENV_SCRIPT)
+    env = dict(os.environ, GLUON_INTERPRET="1", PYTHONPATH=ROOT)
+    r = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0 and r.stdout.strip() == "ok", r.stderr[-2000:]

@@ -13,7 +13,7 @@ What runs and what does not yet: docs/INTERPRETER.md.
 `import gluon` imports this package, which installs the entry in gluon.jit; the modules above (and numpy)
 load on the first interpreted launch, so `import gluon` stays as fast as it was.
 """
-from ..jit import _INTERPRET_ENV, _interpret_enabled, install_interpreter
+from ..jit import _INTERPRET_ENV, _interpret_enabled, _set_interpret, install_interpreter
 
 ENV_VAR = _INTERPRET_ENV
 _LAZY = {"NOT_YET": "ops", "RULES": "ops", "InterpretError": "ops", "bind_params": "run",
@@ -27,8 +27,17 @@ def interpret(template, grid, *args, **kwargs) -> None:
 
 
 def enabled() -> bool:
-    """Whether GLUON_INTERPRET asks ordinary launches to run in the interpreter ("1", "true", "yes")."""
+    """Whether ordinary launches run in the interpreter: GLUON_INTERPRET=1 (also true, yes, on) when gluon was
+    imported, or `set_enabled(True)` since."""
     return _interpret_enabled()
+
+
+def set_enabled(flag: bool = True) -> bool:
+    """Make ordinary `kernel[grid](...)` launches run in the interpreter (True) or on the GPU (False), as
+    GLUON_INTERPRET=1 at import does; returns the previous setting."""
+    was = _interpret_enabled()
+    _set_interpret(flag)
+    return was
 
 
 def __getattr__(name: str):
@@ -41,4 +50,4 @@ def __getattr__(name: str):
 
 install_interpreter(interpret)         # kernel.interpret(...) and GLUON_INTERPRET=1 launches come here
 
-__all__ = ["ENV_VAR", "enabled", "interpret", *_LAZY]
+__all__ = ["ENV_VAR", "enabled", "interpret", "set_enabled", *_LAZY]
