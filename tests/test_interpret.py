@@ -382,6 +382,40 @@ def test_float_bitwise_and_exchange_atomics():
     assert torch.equal(old, torch.arange(B, dtype=torch.float32)) and torch.equal(xchg, x * 2)
 
 
+@gluon.jit
+def _grid2d_kernel(out_ptr, total_ptr, M, N, BM: gl.constexpr, BN: gl.constexpr):
+    r = gl.program_id(0) * BM + gl.thread_id(0)                   # a 2-D block: [BM, BN] logical threads
+    c = gl.program_id(1) * BN + gl.thread_id(1)
+    if (r < M) & (c < N):
+        out_ptr[r * N + c] = (r * 1000 + c).to(gl.float32)
+    first = gl.program_id(0) + gl.program_id(1) == 0
+    if first:                                                     # a scalar load and store
+        total_ptr[0] = total_ptr[0] + gl.num_programs(0) * 10 + gl.num_programs(1)
+
+
+def test_2d_grid_2d_block_scalar_memory_and_a_subset():
+    M, N = 10, 13
+    out = torch.full((M * N,), NAN)
+    total = torch.tensor([5], dtype=torch.int32)
+    _grid2d_kernel.interpret((3, 2), out, total, M, N, block=(4, 8), BM=4, BN=8)
+    r, c = torch.meshgrid(torch.arange(M), torch.arange(N), indexing="ij")
+    assert torch.equal(out, (r * 1000 + c).float().reshape(-1))
+    assert total.item() == 5 + 32
+    out2 = torch.full((M * N,), NAN)
+    _grid2d_kernel.interpret((3, 2), out2, total, M, N, block=(4, 8), BM=4, BN=8, programs=[(2, 1)])
+    got = out2.view(M, N)
+    assert torch.equal(got[8:, 8:], (r * 1000 + c).float()[8:, 8:]) and int((~got.isnan()).sum()) == 2 * 5
+    assert total.item() == 37                                     # program (0, 0) did not run
+
+
+def test_launch_errors_are_gluon_errors():
+    src = torch.zeros(10)
+    with pytest.raises(GluonError, match="takes 3 runtime arguments"):
+        ck.copy_kernel.interpret((1,), src, 10, block=(16,), XBLOCK=16)
+    with pytest.raises(GluonError, match="outside the grid"):
+        ck.copy_kernel.interpret((1,), src, src, 10, block=(16,), XBLOCK=16, programs=[3])
+
+
 def test_every_ir_op_kind_is_interpreted_or_refused():
     assert set(RULES) | NOT_YET == set(ir.OPS)
     assert not set(RULES) & NOT_YET

@@ -141,9 +141,10 @@ def run_kernel(kernel: ir.Kernel, grid, args: Sequence[Any], kwargs: dict | None
     if programs is None:
         pids: Iterable = ((x, y, z) for z, y, x in itertools.product(range(g[2]), range(g[1]), range(g[0])))
     else:
-        pids = [_grid3(p) if isinstance(p, (tuple, list)) else (int(p), 0, 0) for p in programs]
+        pids = [tuple(int(x) for x in p) + (0,) * (3 - len(p)) if isinstance(p, (tuple, list)) else (int(p), 0, 0)
+                for p in programs]
         for p in pids:
-            if any(not 0 <= p[i] < g[i] for i in range(3)):
+            if len(p) != 3 or any(not 0 <= p[i] < g[i] for i in range(3)):
                 raise GluonError(f"program {p} is outside the grid {g}")
     with np.errstate(all="ignore"):
         for pid in pids:
