@@ -345,6 +345,15 @@ def test_casts_and_rounding_modes():
     assert torch.equal(outs[4].view(torch.uint8), x.to(torch.float8_e5m2).view(torch.uint8))
 
 
+def test_int_to_float_rounds_once():
+    from gluon.interpret.ops import convert
+    big = np.array([2**40 + 2**16 + 1, -(2**53) - 3], np.int64)
+    assert np.array_equal(convert(big, gl.int64, gl.float32), torch.from_numpy(big).float().numpy())
+    assert convert(np.array([True, False]), gl.DType.i1, gl.float32).tolist() \
+        == [1.0, 0.0]
+    assert convert(np.array([-1], np.int32), gl.DType.i32, gl.DType.u8).tolist() == [255]     # trunci
+
+
 def test_fp8_and_bf16_codecs_match_torch():
     from gluon.interpret.values import bf16_bits, fp8_codes, fp8_value
     codes = np.arange(256, dtype=np.uint8)

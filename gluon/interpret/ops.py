@@ -217,7 +217,9 @@ def convert(x: np.ndarray, src: DType, dst: DType, rounding: str = "rtne") -> np
     if src.is_int and dst.is_float:
         if src == DType.i1:
             x = x.astype(np.uint8)
-        return round_to(dst, x.astype(np.float64) if dst == DType.f64 or src.bits > 32 else x.astype(np.float32))
+        if dst in (DType.f16, DType.f32, DType.f64):    # sitofp / uitofp: one rounding, numpy's own
+            return x.astype(reg_dtype(dst))
+        return round_to(dst, x.astype(np.float32))      # bf16, fp8: through f32 (as Triton does for fp8)
     if src.is_float and dst.is_int:
         if dst == DType.i1:
             return x != 0
