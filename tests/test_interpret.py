@@ -468,6 +468,16 @@ def test_unsupported_op_is_one_error_at_its_line():
     assert torch.equal(x, torch.zeros(128))                       # refused before anything ran
 
 
+def test_the_shipped_tma_wgmma_gemm_is_refused_at_its_first_unsupported_op(interpret_env):
+    from gluon.kernels import gemm_tile_sm90 as g
+    a, b, c = torch.randn(256, 128).half(), torch.randn(128, 256).half(), torch.zeros(256, 256).half()
+    with pytest.raises(GluonError) as e:
+        g.launch(a, b, c)
+    msg = str(e.value)
+    assert "the interpreter does not run smem_alloc yet" in msg
+    assert f"gemm_tile_sm90.py:{_line_of(g.gemm_tile_sm90.fn, 'a_s = smem(')}" in msg
+
+
 @gluon.jit
 def _asm_kernel(out_ptr, x_ptr, BLOCK: gl.constexpr):
     offs = gl.arange(0, BLOCK)
