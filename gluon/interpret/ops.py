@@ -125,8 +125,19 @@ def _int_div(a, b, unsigned: bool):
     return (q + fix.astype(q.dtype)).astype(q.dtype)
 
 
-def _shift_mask(a, b):
-    return np.asarray(b).astype(a.dtype) & a.dtype.type(a.dtype.itemsize * 8 - 1)
+def _shift(a, b, left: bool):
+    """PTX shl / shr: a shift amount of the width or more (as unsigned) is clamped to the width, so shl and
+    a logical shr give 0 and an arithmetic shr the sign fill."""
+    a = np.asarray(a)
+    bits = a.dtype.itemsize * 8
+    ub = np.asarray(b).astype(a.dtype).view(np.dtype(f"u{a.dtype.itemsize}")) if a.dtype != np.bool_ else b
+    big = ub >= bits
+    amt = np.where(big, 0, ub).astype(a.dtype)
+    if left:
+        return np.where(big, a.dtype.type(0), np.left_shift(a, amt))
+    if np.issubdtype(a.dtype, np.signedinteger):
+        return np.right_shift(a, np.where(big, bits - 1, ub).astype(a.dtype))
+    return np.where(big, a.dtype.type(0), np.right_shift(a, amt))
 
 
 _FLOAT_BIN = {
@@ -158,10 +169,8 @@ def _binary(it, op, args):
         r = _int_div(a, b, unsigned)
     elif kind == "rem":                          # arith.remsi: the sign of the dividend (C's %)
         r = np.fmod(a, b)
-    elif kind == "shl":
-        r = np.left_shift(a, _shift_mask(a, b))
-    elif kind == "shr":                          # arithmetic for signed types, logical for unsigned ones
-        r = np.right_shift(a, _shift_mask(a, b))
+    elif kind in ("shl", "shr") and dt != DType.i1:   # shr: arithmetic for signed types, logical for unsigned
+        r = _shift(a, b, kind == "shl")
     else:
         raise InterpretError(f"binary op {kind!r} is not defined for {dt.name}", op.loc)
     return [_out(op, np.asarray(r).astype(reg_dtype(dt), copy=False))]
