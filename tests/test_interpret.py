@@ -354,6 +354,15 @@ def test_int_to_float_rounds_once():
     assert convert(np.array([-1], np.int32), gl.DType.i32, gl.DType.u8).tolist() == [255]     # trunci
 
 
+def test_shifts_by_the_width_clamp_as_ptx():
+    from gluon.interpret.ops import _shift
+    a, b = np.array([-8, 8, 1], np.int32), np.array([1, 33, -1], np.int32)
+    assert _shift(a, b, True).tolist() == [-16, 0, 0]
+    assert _shift(a, b, False).tolist() == [-4, 0, 0]                     # arithmetic: the sign fill
+    assert _shift(np.array([-8], np.int32), np.array([40], np.int32), False).tolist() == [-1]
+    assert _shift(a.view(np.uint32), b.view(np.uint32), False).tolist() == [2**31 - 4, 0, 0]
+
+
 def test_fp8_and_bf16_codecs_match_torch():
     from gluon.interpret.values import bf16_bits, fp8_codes, fp8_value
     codes = np.arange(256, dtype=np.uint8)
