@@ -277,6 +277,8 @@ def _control_kernel(out_ptr, x_ptr, n, flag, BLOCK: gl.constexpr):
         acc = acc - 1.0
     if idx % 2 == 0:                                              # a per-thread condition: a masked store
         out_ptr[pid * BLOCK + idx] = acc + gl.num_programs(0)
+    elif idx % 4 == 1:                                            # the else: masked by not(cond) and its own
+        out_ptr[pid * BLOCK + idx] = -acc
 
 
 def test_loops_branches_and_simt_threads():
@@ -289,7 +291,9 @@ def test_loops_branches_and_simt_threads():
         want = (acc * 2 if 1 > p else acc - 1) + P
         got = out[p * B:(p + 1) * B]
         torch.testing.assert_close(got[0::2], want[0::2])
-        assert torch.isnan(got[1::2]).all()                       # the odd threads stored nothing
+        base = acc * 2 if 1 > p else acc - 1
+        torch.testing.assert_close(got[1::4], -base[1::4])
+        assert torch.isnan(got[3::4]).all()                       # threads 3, 7, ... stored nothing
 
 
 def test_program_subset_and_numpy_arrays():
