@@ -490,8 +490,8 @@ class BoundLaunch:
 
     def __call__(self, *args, num_warps: int | None = None, stream=None, arch: Arch | str | None = None, **kwargs):
         if _INTERPRET_LAUNCHES:
-            return _interpreter()(self.template, self.grid, *args, block=self.block, num_warps=num_warps, arch=arch,
-                             **kwargs)
+            return _interpreter()(self.template, self.grid, *args, block=self.block, num_warps=num_warps,
+                                  arch=arch, **kwargs)
         jf = self.jf
         key = jf.seen_key(args, kwargs, num_warps, arch, self.block)
         try:
