@@ -19,6 +19,7 @@ from .version import __version__  # noqa: F401
 
 from .arch import CDNA3, SM80, SM90, SM100, Arch, current_arch  # noqa: E402,F401
 from .jit import jit, kernel  # noqa: E402,F401  (the decorators: `gluon.jit` is the decorator, not the module)
+from . import interpret  # noqa: E402,F401  (the CPU interpreter; installs kernel.interpret / GLUON_INTERPRET=1)
 from . import dsl  # noqa: E402,F401  (the compatibility module: `gluon.dsl.kernel` after `import gluon`)
 from .ir import GluonError  # noqa: E402,F401
 from .loader import load  # noqa: E402,F401  (gluon.load("gemm_sm90"): a built, tuned kernel)

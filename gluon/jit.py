@@ -22,6 +22,7 @@ lookup.
 """
 from __future__ import annotations
 
+import os
 import sys
 import time
 from dataclasses import dataclass, field
@@ -51,6 +52,43 @@ PIPELINE: list[tuple[str, Callable[[ir.Kernel], ir.Kernel]]] = [
     ("warp_spec", check_warp_roles),
     ("smem_alloc", allocate_shared),
 ]
+
+
+_INTERPRET_ENV = "GLUON_INTERPRET"
+# The CPU interpreter's entry, `interpret(template, grid, *args, **kw)`: gluon.interpret sits above this module
+# (it traces through the JIT's stand-ins) and installs itself here when imported (`import gluon` imports it).
+_INTERPRETER: Callable | None = None
+
+
+def _env_says_interpret() -> bool:
+    return os.environ.get(_INTERPRET_ENV, "").strip().lower() in ("1", "true", "yes", "on")
+
+
+# GLUON_INTERPRET=1: `kernel[grid](...)` runs in the CPU interpreter (gluon/interpret), no GPU touched. Read
+# once, when gluon is imported (as Triton reads TRITON_INTERPRET), so a launch pays one global lookup;
+# gluon.interpret.set_enabled() switches it at run time.
+_INTERPRET_LAUNCHES = _env_says_interpret()
+
+
+def _interpret_enabled() -> bool:
+    return _INTERPRET_LAUNCHES
+
+
+def _set_interpret(flag: bool) -> None:
+    global _INTERPRET_LAUNCHES
+    _INTERPRET_LAUNCHES = bool(flag)
+
+
+def install_interpreter(fn: Callable) -> None:
+    """Make `fn(template, grid, *args, **kw)` the entry of `kernel.interpret` and of GLUON_INTERPRET=1 launches."""
+    global _INTERPRETER
+    _INTERPRETER = fn
+
+
+def _interpreter() -> Callable:
+    if _INTERPRETER is None:
+        raise ir.GluonError("the CPU interpreter is not loaded: import gluon.interpret")
+    return _INTERPRETER
 
 
 def run_passes(module: ir.Module) -> ir.Module:
@@ -390,6 +428,13 @@ class JITKernel(KernelTemplate):
         """Trace with stand-ins and compile (no GPU needed): see `gluon.jit.compile`."""
         return compile(self, *args, **kwargs)
 
+    def interpret(self, grid, *args, block: Sequence[int] | None = None, num_warps: int | None = None,
+                  arch: Arch | str | None = None, programs=None, **kwargs) -> None:
+        """Run on the CPU in the IR interpreter (gluon/interpret, docs/INTERPRETER.md): `grid` and the
+        arguments as `kernel[grid, block](...)` takes them, on CPU torch tensors or numpy arrays (written in
+        place); `programs` runs only those programs of the grid (ints or (x, y, z) tuples)."""
+        _interpreter()(self, grid, *args, block=block, num_warps=num_warps, arch=arch, programs=programs, **kwargs)
+
 
 def kernel(fn: Callable | None = None, *, arch: Arch | str | None = None, num_warps: int = 4,
            name: str | None = None):
@@ -444,6 +489,9 @@ class BoundLaunch:
         return self._specialize(args, num_warps, arch, kwargs)[0]
 
     def __call__(self, *args, num_warps: int | None = None, stream=None, arch: Arch | str | None = None, **kwargs):
+        if _INTERPRET_LAUNCHES:
+            return _interpreter()(self.template, self.grid, *args, block=self.block, num_warps=num_warps,
+                                  arch=arch, **kwargs)
         jf = self.jf
         key = jf.seen_key(args, kwargs, num_warps, arch, self.block)
         try:

@@ -1,0 +1,53 @@
+"""A CPU interpreter of the IR on numpy (issue 20, item 2; first slice).
+
+`kernel.interpret(grid, *args, **constexprs)` on a JIT kernel, or `GLUON_INTERPRET=1` for ordinary
+`kernel[grid](...)` launches, runs the traced IR program by program on CPU torch tensors or numpy arrays.
+What runs and what does not yet: docs/INTERPRETER.md.
+
+    values.py   the register / memory value model (dtypes, bf16 and fp8 rounding, buffers and pointers)
+    ops.py      the rule registry (op kind -> numpy) and the elementwise, shape and id rules
+    memory.py   loads, stores and atomics on global memory, bounds-checked
+    regions.py  for / if, and the reductions and scans (with combine regions), histogram
+    run.py      binding a launch's arguments, the driver over the grid, the JIT entry
+
+`import gluon` imports this package, which installs the entry in gluon.jit; the modules above (and numpy)
+load on the first interpreted launch, so `import gluon` stays as fast as it was.
+"""
+from ..jit import _INTERPRET_ENV, _interpret_enabled, _set_interpret, install_interpreter
+
+ENV_VAR = _INTERPRET_ENV
+_LAZY = {"NOT_YET": "ops", "RULES": "ops", "InterpretError": "ops", "bind_params": "run",
+         "check_supported": "run", "run_kernel": "run", "trace_for": "run"}
+
+
+def interpret(template, grid, *args, **kwargs) -> None:
+    """Run JIT kernel `template` on the CPU (run.interpret; the signature is `kernel.interpret`'s)."""
+    from .run import interpret as run
+    return run(template, grid, *args, **kwargs)
+
+
+def enabled() -> bool:
+    """Whether ordinary launches run in the interpreter: GLUON_INTERPRET=1 (also true, yes, on) when gluon was
+    imported, or `set_enabled(True)` since."""
+    return _interpret_enabled()
+
+
+def set_enabled(flag: bool = True) -> bool:
+    """Make ordinary `kernel[grid](...)` launches run in the interpreter (True) or on the GPU (False), as
+    GLUON_INTERPRET=1 at import does; returns the previous setting."""
+    was = _interpret_enabled()
+    _set_interpret(flag)
+    return was
+
+
+def __getattr__(name: str):
+    mod = _LAZY.get(name)
+    if mod is None:
+        raise AttributeError(f"module 'gluon.interpret' has no attribute {name!r}")
+    import importlib
+    return getattr(importlib.import_module(f"{__name__}.{mod}"), name)
+
+
+install_interpreter(interpret)         # kernel.interpret(...) and GLUON_INTERPRET=1 launches come here
+
+__all__ = ["ENV_VAR", "enabled", "interpret", "set_enabled", *_LAZY]
