@@ -223,7 +223,7 @@ class _Rewriter(ast.NodeTransformer):
         for n in _jumps(stmts, loops_too=True):
             kind = type(n).__name__.lower()
             raise FrontendError(
-                f"'{kind}' inside a {what} over GPU values is not supported: the loop/branch runs on the GPU; "
+                f"[GL512] '{kind}' inside a {what} over GPU values is not supported: the loop/branch runs on the GPU; "
                 "restructure with a condition or a mask", (self.filename, n.lineno + self.line_offset, n.col_offset + 1,
                                                            None))
 
@@ -323,7 +323,7 @@ def _reject_return_values(fdef: ast.FunctionDef, filename: str, line_offset: int
             if isinstance(child, ast.Return) and child.value is not None and not (
                     isinstance(child.value, ast.Constant) and child.value.value is None):
                 raise ReturnValueError(
-                    "a kernel cannot return a value (a launch has no result, so it would be dropped); "
+                    "[GL511] a kernel cannot return a value (a launch has no result, so it would be dropped); "
                     "write it to an output pointer instead, e.g. gl.store(out_ptr + offs, value)",
                     (filename, child.lineno + line_offset, child.col_offset + 1, None))
             visit(child)

@@ -229,7 +229,7 @@ def test_a_bad_warp_role_inside_a_kernel_names_the_with_line():
 
 # ------------------------------------------------------------------ 4. `return value` in a kernel
 
-RETURN_MSG = ("a kernel cannot return a value (a launch has no result, so it would be dropped); write it to an "
+RETURN_MSG = ("[GL511] a kernel cannot return a value (a launch has no result, so it would be dropped); write it to an "
               "output pointer instead, e.g. gl.store(out_ptr + offs, value)")
 
 
@@ -251,7 +251,7 @@ def test_return_value_under_a_constexpr_if_is_refused_too():
         if FLAG:
             return 1
         gl.store(y_ptr + gl.arange(0, 64), gl.arange(0, 64))
-    with pytest.raises(GluonError, match=r"in early\): a kernel cannot return a value"):
+    with pytest.raises(GluonError, match=r"in early\): \[GL511\] a kernel cannot return a value"):
         early.trace(PointerArg(gl.int32), FLAG=False)
 
 

@@ -383,7 +383,13 @@ class helper:
 
     def __call__(self, *args, **kwargs):
         if self._traceable is None:
-            self._traceable = frontend.transform(self.fn, _FrontendHelpers)
+            try:
+                self._traceable = frontend.transform(self.fn, _FrontendHelpers)
+            except frontend.FrontendError as e:
+                if e.lineno is None:
+                    raise
+                from .kernel import KernelSyntaxError
+                raise KernelSyntaxError(e.msg, ir.Loc(e.filename, e.lineno, self.fn.__name__)) from None
         return self._traceable(*args, **kwargs)
 
 

@@ -69,6 +69,15 @@ def _pointer_annotation(fn: Callable, a) -> pointer | None:
     return a if isinstance(a, pointer) else None
 
 
+class KernelSyntaxError(ir.GluonError, SyntaxError):
+    """A construct the frontend cannot rewrite (`break` in a GPU loop), at its line: a GluonError like every
+    diagnostic, and still the SyntaxError (with .lineno / .filename) the frontend raised before."""
+
+    def __init__(self, message: str, loc: ir.Loc):
+        super().__init__(message, loc)
+        self.msg, self.filename, self.lineno = str(self), loc.file, loc.line
+
+
 def _recursion_error(kernel: str, e: RecursionError) -> ir.GluonError:
     """Python's RecursionError out of a trace (a @gl.helper calling itself with no base case the trace
     reaches): the user's line that repeats most in the traceback, as a GluonError."""
@@ -130,6 +139,10 @@ class KernelTemplate:
                 self._traceable = frontend.transform(self.fn, _FrontendHelpers, kernel=True)
             except frontend.ReturnValueError as e:
                 raise ir.GluonError(e.msg, ir.Loc(e.filename, e.lineno, self.fn.__name__)) from None
+            except frontend.FrontendError as e:
+                if e.lineno is None:
+                    raise
+                raise KernelSyntaxError(e.msg, ir.Loc(e.filename, e.lineno, self.fn.__name__)) from None
         return self._traceable
 
     def trace(self, *args, arch: Arch | str | None = None, num_warps: int | None = None,
