@@ -51,7 +51,8 @@ def _construct(line: str, need: str) -> str | None:
     m = _MATH.search(line)
     if m and need in ("float", "int"):
         name = m.group(1)
-        return f"[GL506] math.{name}() on a GPU value: the math module computes on Python floats on the host; {_fix(name)}"
+        return (f"[GL506] math.{name}() on a GPU value: the math module computes on Python floats on the host; "
+                f"{_fix(name)}")
     m = _MINMAX.search(line)
     if m and need == "bool":
         name = m.group(1)
