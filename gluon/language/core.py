@@ -249,7 +249,7 @@ _NUMPY_OPERATORS = {"add": _operator.add, "subtract": _operator.sub, "multiply":
 
 
 def _const(x, dtype: DType) -> Tensor:
-    if isinstance(x, _Handle):
+    if isinstance(x, _Handle) and not isinstance(x, Tensor):
         raise _not_a_scalar(x)
     if dtype.is_float:
         x = float(x)
