@@ -53,6 +53,26 @@ class ReturnValueError(FrontendError):
     """A kernel's `return value` (the caller turns it into a GluonError at that line)."""
 
 
+class SelfCallError(ReturnValueError):
+    """A kernel calling itself (the caller turns it into a GluonError at that line, as a return value)."""
+
+
+def _reject_self_calls(fdef: ast.FunctionDef, filename: str, line_offset: int) -> None:
+    """A kernel that calls itself by name: inside the rewritten function the name is the traced function
+    itself, so the trace recursed until Python's RecursionError (and a GPU kernel cannot call a kernel at
+    all). A name the kernel rebinds (a parameter or a local) is not a self-call."""
+    if fdef.name in {a.arg for a in fdef.args.args + fdef.args.kwonlyargs + fdef.args.posonlyargs} \
+            or fdef.name in _assigned_names(fdef.body):
+        return
+    for n in ast.walk(fdef):
+        if isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id == fdef.name:
+            raise SelfCallError(
+                f"[GL501] kernel {fdef.name} calls itself: a GPU kernel cannot call a kernel (no recursion, no "
+                "nested launch); move the shared code into a @gl.helper function and call that, or unroll the "
+                "repetition with gl.static_range over a constexpr",
+                (filename, n.lineno + line_offset, n.col_offset + 1, None))
+
+
 def _jumps(nodes, loops_too: bool):
     """The Return (and, while `loops_too`, Break/Continue) statements under `nodes` that leave them:
     not inside a nested function or lambda; a Break/Continue not inside a nested loop."""
@@ -203,7 +223,7 @@ class _Rewriter(ast.NodeTransformer):
         for n in _jumps(stmts, loops_too=True):
             kind = type(n).__name__.lower()
             raise FrontendError(
-                f"'{kind}' inside a {what} over GPU values is not supported: the loop/branch runs on the GPU; "
+                f"[GL512] '{kind}' inside a {what} over GPU values is not supported: the loop/branch runs on the GPU; "
                 "restructure with a condition or a mask", (self.filename, n.lineno + self.line_offset, n.col_offset + 1,
                                                            None))
 
@@ -303,7 +323,7 @@ def _reject_return_values(fdef: ast.FunctionDef, filename: str, line_offset: int
             if isinstance(child, ast.Return) and child.value is not None and not (
                     isinstance(child.value, ast.Constant) and child.value.value is None):
                 raise ReturnValueError(
-                    "a kernel cannot return a value (a launch has no result, so it would be dropped); "
+                    "[GL511] a kernel cannot return a value (a launch has no result, so it would be dropped); "
                     "write it to an output pointer instead, e.g. gl.store(out_ptr + offs, value)",
                     (filename, child.lineno + line_offset, child.col_offset + 1, None))
             visit(child)
@@ -327,6 +347,7 @@ def transform(fn: Callable, helpers: Any, kernel: bool = False) -> Callable:
         raise FrontendError(f"{fn.__qualname__} is not a plain function")
     fdef.decorator_list = []
     if kernel:
+        _reject_self_calls(fdef, filename, first_line - 1)
         _reject_return_values(fdef, filename, first_line - 1)
     _Rewriter(filename, first_line - 1).visit(fdef)
     freevars = fn.__code__.co_freevars

@@ -79,7 +79,7 @@ def enum_member(cls: type[enum.Enum], value, what: str | None = None):
         if isinstance(value, str) else []
     hint = f"; did you mean {near[0]!r}?" if near else ""
     given = f"{what}={value!r}" if what else repr(value)
-    raise GluonError(f"{given} is not a {cls.__name__}; allowed: "
+    raise GluonError(f"[GL503] {given} is not a {cls.__name__}; allowed: "
                      + ", ".join(repr(a) for a in allowed) + f" (or {cls.__name__}.{'/'.join(m.name for m in cls)})"
                      + hint, _caller_loc())
 

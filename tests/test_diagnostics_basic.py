@@ -148,7 +148,7 @@ def test_float_constexpr_as_arange_bound_names_the_parameter():
     with pytest.raises(GluonError) as e:
         _trace_fill(BLOCK=128.0)
     assert str(e.value).startswith(
-        f"{HERE}:{_line_of(fill, 'gl.arange(0, BLOCK)')} (in fill): arange's end must be a Python int (a compile-time "
+        f"{HERE}:{_line_of(fill, 'gl.arange(0, BLOCK)')} (in fill): [GL502] arange's end must be a Python int (a compile-time "
         "size), but constexpr BLOCK=128.0 is a float; pass BLOCK=128"), str(e.value)
 
 
@@ -223,13 +223,13 @@ def test_a_bad_warp_role_inside_a_kernel_names_the_with_line():
             gl.store(y_ptr + gl.arange(0, 128), gl.arange(0, 128))
     with pytest.raises(GluonError) as e:
         roles.trace(PointerArg(gl.int32))
-    assert str(e.value).startswith(f"{HERE}:{_line_of(roles, 'consumr')} (in roles): warp_role='consumr' is not a "
+    assert str(e.value).startswith(f"{HERE}:{_line_of(roles, 'consumr')} (in roles): [GL503] warp_role='consumr' is not a "
                                    f"WarpRole; {ROLE_ALLOWED}; did you mean 'consumer'?"), str(e.value)
 
 
 # ------------------------------------------------------------------ 4. `return value` in a kernel
 
-RETURN_MSG = ("a kernel cannot return a value (a launch has no result, so it would be dropped); write it to an "
+RETURN_MSG = ("[GL511] a kernel cannot return a value (a launch has no result, so it would be dropped); write it to an "
               "output pointer instead, e.g. gl.store(out_ptr + offs, value)")
 
 
@@ -251,7 +251,7 @@ def test_return_value_under_a_constexpr_if_is_refused_too():
         if FLAG:
             return 1
         gl.store(y_ptr + gl.arange(0, 64), gl.arange(0, 64))
-    with pytest.raises(GluonError, match=r"in early\): a kernel cannot return a value"):
+    with pytest.raises(GluonError, match=r"in early\): \[GL511\] a kernel cannot return a value"):
         early.trace(PointerArg(gl.int32), FLAG=False)
 
 
@@ -308,21 +308,21 @@ def host_constructs(y_ptr, n, WHICH: gl.constexpr):
 
 
 HOST_CASES = {
-    "max": ("max(x, 0.0)", "Python's max() on a GPU value: it compares on the host and needs a Python bool; use "
+    "max": ("max(x, 0.0)", "[GL505] Python's max() on a GPU value: it compares on the host and needs a Python bool; use "
                            "gl.maximum(a, b) elementwise, or gl.max(x, axis) to reduce a tile"),
-    "min": ("min(x, 1.0)", "Python's min() on a GPU value: it compares on the host and needs a Python bool; use "
+    "min": ("min(x, 1.0)", "[GL505] Python's min() on a GPU value: it compares on the host and needs a Python bool; use "
                            "gl.minimum(a, b) elementwise, or gl.min(x, axis) to reduce a tile"),
-    "exp": ("math.exp(x)", "math.exp() on a GPU value: the math module computes on Python floats on the host; "
+    "exp": ("math.exp(x)", "[GL506] math.exp() on a GPU value: the math module computes on Python floats on the host; "
                            "use gl.exp(x)"),
-    "sqrt": ("math.sqrt(x)", "math.sqrt() on a GPU value: the math module computes on Python floats on the host; "
+    "sqrt": ("math.sqrt(x)", "[GL506] math.sqrt() on a GPU value: the math module computes on Python floats on the host; "
                              "use gl.sqrt(x)"),
-    "while": ("while i < n", "`while` over a GPU value: Python would need the condition on the host, but it exists "
+    "while": ("while i < n", "[GL504] `while` over a GPU value: Python would need the condition on the host, but it exists "
                              "only on the GPU; write a `for` loop with a GPU bound (`for i in range(n):`) and mask "
                              "the elements that are done (mask= / gl.where), or make the bound a gl.constexpr"),
-    "and": ("offs < n and", "`and` on a GPU value: Python's `and` needs a Python bool; combine GPU conditions with "
+    "and": ("offs < n and", "[GL509] `and` on a GPU value: Python's `and` needs a Python bool; combine GPU conditions with "
                             "`&` (parenthesized: `(a < n) & (b < m)`)"),
-    "float": ("float(n)", "float() of a GPU value: it exists only on the GPU; convert with x.to(gl.float32)"),
-    "other": ("assert flag", "a GPU value was used as a Python bool: use an `if` statement directly in the kernel "
+    "float": ("float(n)", "[GL508] float() of a GPU value: it exists only on the GPU; convert with x.to(gl.float32)"),
+    "other": ("assert flag", "[GL510] a GPU value was used as a Python bool: use an `if` statement directly in the kernel "
                              "body or in a @gl.helper function (they are rewritten), or gl.where(cond, a, b); common "
                              "causes: Python's max/min (use gl.maximum/gl.minimum), math.exp/math.sqrt"),
 }

@@ -383,7 +383,13 @@ class helper:
 
     def __call__(self, *args, **kwargs):
         if self._traceable is None:
-            self._traceable = frontend.transform(self.fn, _FrontendHelpers)
+            try:
+                self._traceable = frontend.transform(self.fn, _FrontendHelpers)
+            except frontend.FrontendError as e:
+                if e.lineno is None:
+                    raise
+                from .kernel import KernelSyntaxError
+                raise KernelSyntaxError(e.msg, ir.Loc(e.filename, e.lineno, self.fn.__name__)) from None
         return self._traceable(*args, **kwargs)
 
 
@@ -398,6 +404,10 @@ class warp_role:
 
     def __init__(self, role: WarpRole | str, warp_range: tuple[int, int], registers: int | None = None):
         self.role = enum_member(WarpRole, role, "warp_role")
+        if (not isinstance(warp_range, (tuple, list)) or len(warp_range) != 2
+                or any(isinstance(w, bool) or not isinstance(w, int) for w in warp_range)):
+            raise ir.GluonError(f"[GL701] warp_range={warp_range!r}: it must be a pair of Python ints (first, last), "
+                                "both inclusive, e.g. warp_range=(0, 3) for 4 warps", _user_loc())
         self.first, self.last = warp_range
         self.registers = registers
 
@@ -408,7 +418,9 @@ class warp_role:
         ws = ops[-1] if ops and ops[-1].kind == "warp_specialize" and ops[-1].attrs.get("_open") else None
         if ws is None:
             ws = t.emit("warp_specialize", [], [], {"roles": [], "_open": True})
+        self._check_range(ws)
         region = ir.Region()
+        region.loc = _user_loc()          # the `with warp_role(...)` line: warp_spec's role errors point here
         ws.regions.append(region)
         ws.attrs["roles"].append({"role": self.role.value, "warps": (self.first, self.last),
                                   "registers": self.registers, "default": self.first == 0})
@@ -416,6 +428,23 @@ class warp_role:
         t.role_regions.append((region, self.last - self.first + 1))
         self._named_before = dict(t.named)
         return self
+
+    def _check_range(self, ws: ir.Op) -> None:
+        """A reversed or negative range, or one overlapping an earlier role of the section, refused at this
+        `with` line before the role's code is traced (the trace counts the role's warps from the range,
+        so a bad one used to surface as a warpgroup-size error of a wgmma inside it)."""
+        first, last, name = self.first, self.last, f"{self.role.value} warps {self.first}..{self.last}"
+        if first < 0 or last < first:
+            fix = f"; did you mean warp_range=({last}, {first})?" if 0 <= last < first else ""
+            raise ir.GluonError(f"[GL701] warp role {name}: warp_range must be (first, last) with 0 <= first <= last "
+                                f"(both inclusive){fix}", _user_loc())
+        for other in ws.attrs["roles"]:
+            o_first, o_last = other["warps"]
+            common = builtins.range(max(first, o_first), min(last, o_last) + 1)
+            if common:
+                raise ir.GluonError(f"[GL702] warp {common[0]} belongs to two roles: {other['role']} warps "
+                                    f"{o_first}..{o_last} and {name}; the warp ranges of a section's roles must not "
+                                    "overlap", _user_loc())
 
     def __exit__(self, exc_type, exc, tb):
         t = _tr()

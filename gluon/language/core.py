@@ -12,7 +12,7 @@ from typing import Sequence
 
 from .. import ir
 from ..types import DType, Layout, ParamSource, SliceLayout
-from .host_use import host_use_error
+from .host_use import builtin_error, host_use_error, ufunc_error
 from .tracing import UndefinedValue, _Handle, _static_int, _tr, _user_loc
 
 
@@ -164,7 +164,25 @@ class Tensor(_Handle):
         raise host_use_error("float")
 
     def __iter__(self):
-        raise ir.GluonError("cannot iterate over a GPU value", _user_loc())
+        raise builtin_error("iter")
+
+    def __len__(self):
+        raise builtin_error("len")
+
+    def __abs__(self):
+        raise builtin_error("abs")
+
+    def __round__(self, ndigits=None):
+        raise builtin_error("round")
+
+    def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
+        """numpy on a GPU value: arithmetic with a numpy scalar (np.float32(2) * x) is that of the Python
+        number; any other ufunc (np.exp(x), np.maximum(x, 0)) is an error naming the gl builtin."""
+        op = _NUMPY_OPERATORS.get(ufunc.__name__)
+        if op is not None and method == "__call__" and not kwargs and len(inputs) == 2:
+            a, b = (x.item() if hasattr(x, "item") and not isinstance(x, Tensor) else x for x in inputs)
+            return op(a, b)
+        raise ufunc_error(ufunc.__name__)
 
     # arithmetic
     def __add__(self, o): return _binary(self, o, "add")
@@ -221,7 +239,18 @@ class Tensor(_Handle):
         return out
 
 
+import operator as _operator
+
+_NUMPY_OPERATORS = {"add": _operator.add, "subtract": _operator.sub, "multiply": _operator.mul,
+                    "true_divide": _operator.truediv, "floor_divide": _operator.floordiv, "remainder": _operator.mod,
+                    "less": _operator.lt, "less_equal": _operator.le, "greater": _operator.gt,
+                    "greater_equal": _operator.ge, "equal": _operator.eq, "not_equal": _operator.ne,
+                    "bitwise_and": _operator.and_, "bitwise_or": _operator.or_, "bitwise_xor": _operator.xor}
+
+
 def _const(x, dtype: DType) -> Tensor:
+    if isinstance(x, _Handle) and not isinstance(x, Tensor):
+        raise _not_a_scalar(x)
     if dtype.is_float:
         x = float(x)
     elif dtype == DType.i1:
@@ -229,6 +258,22 @@ def _const(x, dtype: DType) -> Tensor:
     else:
         x = int(x)
     return Tensor(_tr().emit("constant", (), [ir.ScalarType(dtype)], {"value": x}).result)
+
+
+def _not_a_scalar(x) -> ir.GluonError:
+    """A tensor argument (a GlobalTensor: a pointer to global memory) or a shared region where a scalar
+    is needed (`offs < n` with `n` given as torch.tensor(5)): it failed in Python's int()/float()."""
+    ref = getattr(x, "ref", None)
+    if ref is not None:
+        name = getattr(ref, "name", "?")
+        shape = tuple(getattr(ref, "shape", ()) or ())
+        what = "a 0-d tensor" if not shape else f"a {len(shape)}-d tensor"
+        return ir.GluonError(
+            f"[GL601] argument '{name}' is {what}, used here as a scalar: a tensor argument is a pointer to global "
+            f"memory, not a number; pass a Python number at the launch ({name}.item(), or an int/float), or "
+            f"load the value in the kernel (gl.load({name} + 0))", _user_loc())
+    return ir.GluonError(f"[GL601] a {type(x).__name__} used as a scalar operand: it is not a GPU number; "
+                         "load a value from it first (.load() for a shared region)", _user_loc())
 
 
 def _to_tensor(x, dtype: DType | None = None) -> Tensor:

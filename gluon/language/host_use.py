@@ -29,33 +29,73 @@ COMMON_CAUSES = ("common causes: Python's max/min (use gl.maximum/gl.minimum), m
                  "`and`/`or`/`not` (use `&`/`|`/`~`)")
 
 
+def _fix(name: str) -> str:
+    """The DSL's replacement for math/numpy function `name` on a GPU value."""
+    if name in MATH_FUNCTIONS:
+        return f"use {MATH_FUNCTIONS[name]}(x)"
+    import gluon.language as gl        # loaded by now: only a traced kernel gets here
+    if name in ("pow", "power"):
+        return "use x * x for a small integer power, or gl.exp2(y * gl.log2(x)) for x > 0"
+    if hasattr(gl, name):
+        return f"use gl.{name}(x)"
+    return (f"gl has no {name}; compose it from gl.exp / gl.log / gl.sqrt (tanh(x) = 1 - 2 / (gl.exp(2 * x) + 1)) "
+            "or use gl.inline_asm_elementwise")
+
+
 def _construct(line: str, need: str) -> str | None:
     """The message for the host construct on `line` that asked a GPU value for a `need` (bool/int/float)."""
     if _WHILE.match(line):
-        return ("`while` over a GPU value: Python would need the condition on the host, but it exists only on "
+        return ("[GL504] `while` over a GPU value: Python would need the condition on the host, but it exists only on "
                 "the GPU; write a `for` loop with a GPU bound (`for i in range(n):`) and mask the elements that "
                 "are done (mask= / gl.where), or make the bound a gl.constexpr")
     m = _MATH.search(line)
     if m and need in ("float", "int"):
         name = m.group(1)
-        fix = f"use {MATH_FUNCTIONS[name]}(x)" if name in MATH_FUNCTIONS else "use the gl builtin of that name"
-        return f"math.{name}() on a GPU value: the math module computes on Python floats on the host; {fix}"
+        return (f"[GL506] math.{name}() on a GPU value: the math module computes on Python floats on the host; "
+                f"{_fix(name)}")
     m = _MINMAX.search(line)
     if m and need == "bool":
         name = m.group(1)
         elementwise = "gl.maximum" if name == "max" else "gl.minimum"
-        return (f"Python's {name}() on a GPU value: it compares on the host and needs a Python bool; use "
+        return (f"[GL505] Python's {name}() on a GPU value: it compares on the host and needs a Python bool; use "
                 f"{elementwise}(a, b) elementwise, or gl.{name}(x, axis) to reduce a tile")
     m = _CAST.search(line)
     if m:
-        return (f"{m.group(1)}() of a GPU value: it exists only on the GPU; convert with x.to(gl.float32) / "
+        return (f"[GL508] {m.group(1)}() of a GPU value: it exists only on the GPU; convert with x.to(gl.float32) / "
                 "x.to(gl.int32), or make it a gl.constexpr if it must be known at trace time")
     m = _LOGIC.search(line)
     if m and need == "bool":
         op = {"and": "&", "or": "|", "not": "~"}[m.group(1)]
-        return (f"`{m.group(1)}` on a GPU value: Python's `{m.group(1)}` needs a Python bool; combine GPU "
+        return (f"[GL509] `{m.group(1)}` on a GPU value: Python's `{m.group(1)}` needs a Python bool; combine GPU "
                 f"conditions with `{op}` (parenthesized: `(a < n) & (b < m)`)")
     return None
+
+
+_BUILTIN_FIX = {
+    "abs": "use gl.abs(x)",
+    "round": "gl has no round; use gl.floor(x + 0.5)",
+    "len": "a tile's sizes are compile-time: use x.shape[0] (or the gl.constexpr it was built from)",
+    "sum": "use gl.sum(x, axis) to reduce a tile",
+    "iter": ("a tile cannot be iterated on the host; index it with gl.arange and masks, or loop with "
+             "`for i in range(n)` over offsets"),
+}
+
+
+def builtin_error(name: str) -> ir.GluonError:
+    """Python's builtin `name` (abs, round, len, or an iteration: sum, list, `for x in tile`) on a GPU value."""
+    loc = _user_loc()
+    line = loc.source_line() if loc else ""
+    if name == "iter" and re.search(r"(?<![\w.])sum\s*\(", line):
+        name = "sum"
+    what = "iterating over a GPU value" if name == "iter" else f"Python's {name}() on a GPU value"
+    return ir.GluonError(f"[GL507] {what}: it runs on the host, but the value exists only on the GPU; "
+                         f"{_BUILTIN_FIX[name]}", loc)
+
+
+def ufunc_error(name: str) -> ir.GluonError:
+    """A numpy ufunc (np.exp, np.maximum, ...) on a GPU value."""
+    return ir.GluonError(f"[GL506] numpy.{name}() on a GPU value: numpy computes on host arrays; {_fix(name)}",
+                         _user_loc())
 
 
 def host_use_error(need: str) -> ir.GluonError:
@@ -73,4 +113,4 @@ def host_use_error(need: str) -> ir.GluonError:
                    "static_range, an index); make it a gl.constexpr")
     else:
         general = "a GPU value was used as a Python float; it exists only on the GPU"
-    return ir.GluonError(f"{general}; {COMMON_CAUSES}", loc)
+    return ir.GluonError(f"[GL510] {general}; {COMMON_CAUSES}", loc)

@@ -69,6 +69,34 @@ def _pointer_annotation(fn: Callable, a) -> pointer | None:
     return a if isinstance(a, pointer) else None
 
 
+class KernelSyntaxError(ir.GluonError, SyntaxError):
+    """A construct the frontend cannot rewrite (`break` in a GPU loop), at its line: a GluonError like every
+    diagnostic, and still the SyntaxError (with .lineno / .filename) the frontend raised before."""
+
+    def __init__(self, message: str, loc: ir.Loc):
+        super().__init__(message, loc)
+        self.msg, self.filename, self.lineno = str(self), loc.file, loc.line
+
+
+def _recursion_error(kernel: str, e: RecursionError) -> ir.GluonError:
+    """Python's RecursionError out of a trace (a @gl.helper calling itself with no base case the trace
+    reaches): the user's line that repeats most in the traceback, as a GluonError."""
+    import collections
+    import os
+    import traceback
+    gluon_dir = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
+    frames = [f for f in traceback.extract_tb(e.__traceback__) if not f.filename.startswith(gluon_dir)]
+    counts = collections.Counter((f.filename, f.lineno, f.name) for f in frames)
+    loc = None
+    if counts:
+        (file, line, func), _ = counts.most_common(1)[0]
+        loc = ir.Loc(file, line, func)
+    where = f" in {loc.func}" if loc is not None else ""
+    return ir.GluonError(f"[GL501] the trace of kernel {kernel} recursed without end{where}: a function calling "
+                         "itself is unrolled at trace time, so it needs a base case decided by Python values "
+                         "(constexprs); a GPU kernel cannot recurse at run time", loc)
+
+
 def _def_line(fn: Callable) -> int:
     """The line of `def name(` (co_firstlineno points at the first decorator)."""
     try:
@@ -111,6 +139,10 @@ class KernelTemplate:
                 self._traceable = frontend.transform(self.fn, _FrontendHelpers, kernel=True)
             except frontend.ReturnValueError as e:
                 raise ir.GluonError(e.msg, ir.Loc(e.filename, e.lineno, self.fn.__name__)) from None
+            except frontend.FrontendError as e:
+                if e.lineno is None:
+                    raise
+                raise KernelSyntaxError(e.msg, ir.Loc(e.filename, e.lineno, self.fn.__name__)) from None
         return self._traceable
 
     def trace(self, *args, arch: Arch | str | None = None, num_warps: int | None = None,
@@ -138,6 +170,8 @@ class KernelTemplate:
         _TRACES.append(trace)
         try:
             self.traceable(**call_args)
+        except RecursionError as e:
+            raise _recursion_error(self.name, e) from None
         finally:
             _TRACES.pop()
         for ws in (op for op in kernel.walk() if op.kind == "warp_specialize"):

@@ -91,7 +91,7 @@ def _static_int(value, what: str) -> int:
              if type(v) is type(value) and v == value]
     fix = f"; pass {names[0]}={int(value)}" if names and isinstance(value, float) and value.is_integer() else ""
     given = f"constexpr {names[0]}={value!r}" if names else repr(value)
-    raise ir.GluonError(f"{what} must be a Python int (a compile-time size), but {given} is a "
+    raise ir.GluonError(f"[GL502] {what} must be a Python int (a compile-time size), but {given} is a "
                         f"{type(value).__name__}{fix}", _user_loc())
 
 

@@ -86,7 +86,8 @@ def _check_wgmma(op: ir.Op, warps: int) -> None:
     if m % 64 or n % 8:
         raise ir.GluonError(f"wgmma tile {m}x{n}: M must be a multiple of 64 and N of 8", op.loc)
     if warps % 4:
-        raise ir.GluonError(f"wgmma runs on whole warpgroups: its role has {warps} warps (need a multiple of 4)", op.loc)
+        raise ir.GluonError(f"[GL706] wgmma runs on whole warpgroups: its role has {warps} warps (need a multiple "
+                            "of 4)", op.loc)
     regs = m * n * acc.dtype.bits // 32 // (32 * warps)
     if regs > ACC_REG_LIMIT:
         groups = warps // 4

@@ -31,7 +31,8 @@ is one barrier). It is conservative: it reports only what cannot work.
 
 Errors are `GluonError(message, loc of the op)`, their messages starting with a code (docs/DIAGNOSTICS.md):
 GL110 (nothing arrives), GL111 (the arrives all come after the wait), GL112 (expect bytes of one region),
-GL113 (a constant phase in a loop). gluon/passes/protocol_checks.py runs after these, for the rest.
+GL113 (a constant phase in a loop); the warp-role checks GL701-GL710 (docs/DIAGNOSTICS.md, "Warp roles").
+gluon/passes/protocol_checks.py runs after these, for the rest.
 """
 from __future__ import annotations
 
@@ -49,30 +50,41 @@ def check_warp_roles(kernel: ir.Kernel) -> ir.Kernel:
     return kernel
 
 
+def _role_loc(region: ir.Region, op: ir.Op):
+    """The line of the role's `with warp_role(...)` (control.warp_role records it), else the section's."""
+    return getattr(region, "loc", None) or op.loc
+
+
 def _check_section(kernel: ir.Kernel, op: ir.Op) -> None:
     roles = op.attrs["roles"]
     owner: dict[int, str] = {}
-    for role in roles:
+    for role, region in zip(roles, op.regions):
         first, last = role["warps"]
         name = f"{role['role']} warps {first}..{last}"
         if first < 0 or last < first:
-            raise ir.GluonError(f"warp role {name}: warp_range must be (first, last) with first <= last", op.loc)
+            fix = f"; did you mean warp_range=({last}, {first})?" if 0 <= last < first else ""
+            raise ir.GluonError(f"[GL701] warp role {name}: warp_range must be (first, last) with 0 <= first <= last "
+                                f"(both inclusive){fix}", _role_loc(region, op))
         for w in range(first, last + 1):
             if w in owner:
-                raise ir.GluonError(f"warp {w} belongs to two roles: {owner[w]} and {name}", op.loc)
+                raise ir.GluonError(f"[GL702] warp {w} belongs to two roles: {owner[w]} and {name}; the warp ranges "
+                                    "of a section's roles must not overlap", _role_loc(region, op))
             owner[w] = name
     missing = [w for w in range(kernel.num_warps) if w not in owner]
     extra = [w for w in owner if w >= kernel.num_warps]
     if extra:
-        raise ir.GluonError(f"warp roles use warps {extra}, but the kernel has num_warps={kernel.num_warps}", op.loc)
-    if missing:
-        raise ir.GluonError(f"warps {missing} of the kernel's {kernel.num_warps} have no role; every warp needs one",
+        raise ir.GluonError(f"[GL703] warp roles use warps {extra}, but the kernel has num_warps={kernel.num_warps}",
                             op.loc)
+    if missing:
+        raise ir.GluonError(f"[GL704] warps {missing} of the kernel's {kernel.num_warps} have no role; every warp "
+                            "needs one", op.loc)
+    default_region = next(r for role, r in zip(roles, op.regions) if role["warps"][0] == 0)
     defaults = [r for r in roles if r["warps"][0] == 0]
     default_warps = defaults[0]["warps"][1] + 1
     if default_warps % 4:
-        raise ir.GluonError(f"the role holding warp 0 has {default_warps} warps; it runs as the default partition "
-                            "and needs a multiple of 4 (put a 1-warp producer after the consumers instead)", op.loc)
+        raise ir.GluonError(f"[GL705] the role holding warp 0 has {default_warps} warps; it runs as the default "
+                            "partition and needs a multiple of 4 (put a 1-warp producer after the consumers instead)",
+                            _role_loc(default_region, op))
     total_regs = 0
     worker_warps, worker_budget = 0, 0
     for role, region in zip(roles, op.regions):
@@ -80,13 +92,13 @@ def _check_section(kernel: ir.Kernel, op: ir.Op) -> None:
         n = last - first + 1
         uses_wgmma = any(o.kind == "wgmma" for o in region.walk())
         if uses_wgmma and (first % 4 or n % 4):
-            raise ir.GluonError(f"role {role['role']} (warps {first}..{last}) issues wgmma, which needs whole "
+            raise ir.GluonError(f"[GL706] role {role['role']} (warps {first}..{last}) issues wgmma, which needs whole "
                                 "warpgroups: start at a warp index divisible by 4 and use a multiple of 4 warps",
                                 _first_loc(region, "wgmma") or op.loc)
         r = role.get("registers")
         if r is not None and (r % 8 or not 24 <= r <= 256):
-            raise ir.GluonError(f"role {role['role']}: registers={r}; setmaxnreg takes a multiple of 8 in 24..256",
-                                op.loc)
+            raise ir.GluonError(f"[GL707] role {role['role']}: registers={r}; setmaxnreg takes a multiple of 8 in "
+                                "24..256", _role_loc(region, op))
         total_regs += n * 32 * (r if r is not None else 0)
         if first != 0:
             worker_warps += n
@@ -95,9 +107,9 @@ def _check_section(kernel: ir.Kernel, op: ir.Op) -> None:
     total_regs += pad * 32 * worker_budget
     _check_cluster_sync(roles, op, pad)
     if total_regs > kernel.arch.regs_per_block:
-        raise ir.GluonError(f"register budgets total {total_regs} registers (worker warps padded to whole warpgroups: "
-                            f"+{pad}), more than the {kernel.arch.regs_per_block} of an SM on {kernel.arch.name}",
-                            op.loc)
+        raise ir.GluonError(f"[GL710] register budgets total {total_regs} registers (worker warps padded to whole "
+                            f"warpgroups: +{pad}), more than the {kernel.arch.regs_per_block} of an SM on "
+                            f"{kernel.arch.name}", op.loc)
 
 
 def _check_cluster_sync(roles: list, op: ir.Op, pad: int) -> None:
@@ -106,16 +118,17 @@ def _check_cluster_sync(roles: list, op: ir.Op, pad: int) -> None:
     syncs = [sum(o.kind == "cluster_sync" for o in region.walk()) for region in op.regions]
     if not any(syncs):
         return
-    for role, n in zip(roles, syncs):
+    for role, n, region in zip(roles, syncs, op.regions):
         if n == 0:
             first, last = role["warps"]
-            raise ir.GluonError(f"role {role['role']} (warps {first}..{last}) never reaches cluster_sync, which "
-                                "other roles call: barrier.cluster waits for every warp of the cluster, so it would "
-                                "never complete; call cluster_sync() at the top of every warp role", op.loc)
+            raise ir.GluonError(f"[GL708] role {role['role']} (warps {first}..{last}) never reaches cluster_sync, "
+                                "which other roles call: barrier.cluster waits for every warp of the cluster, so it "
+                                "would never complete; call cluster_sync() at the top of every warp role",
+                                _role_loc(region, op))
     if pad:
-        raise ir.GluonError(f"the worker roles have {pad} warp{'s' if pad > 1 else ''} short of whole warpgroups; "
-                            "Triton pads them with warps that run no role code and so never reach cluster_sync: "
-                            "give the roles whole warpgroups (e.g. a 4-warp producer)", op.loc)
+        raise ir.GluonError(f"[GL709] the worker roles have {pad} warp{'s' if pad > 1 else ''} short of whole "
+                            "warpgroups; Triton pads them with warps that run no role code and so never reach "
+                            "cluster_sync: give the roles whole warpgroups (e.g. a 4-warp producer)", op.loc)
 
 
 def _first_loc(region: ir.Region, kind: str):

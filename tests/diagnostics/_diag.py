@@ -37,3 +37,19 @@ def expect_error(kern, args, code: str, text: str, **kw) -> GluonError:
 
 def passes(kern, args, **kw):
     return run_passes(kern.trace(*args, **kw))
+
+
+def expect_warning(kern, args, code: str, text: str, **kw):
+    """Tracing `kern` and running the passes warns (a GluonWarning whose message starts with [code]) at the
+    line of kern's source holding `text`, and raises nothing."""
+    import warnings
+
+    from gluon.passes.bank_conflicts import GluonWarning
+    with warnings.catch_warnings(record=True) as got:
+        warnings.simplefilter("always")
+        run_passes(kern.trace(*args, **kw))
+    fn = getattr(kern, "fn", kern)
+    ours = [w for w in got if issubclass(w.category, GluonWarning) and f"[{code}] " in str(w.message)]
+    assert ours, [str(w.message) for w in got]
+    assert ours[0].lineno == line_of(fn, text) and ours[0].filename == inspect.getsourcefile(fn), str(ours[0].message)
+    return ours[0]

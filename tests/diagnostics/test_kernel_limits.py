@@ -138,3 +138,40 @@ def test_default_layouts_outside_the_roles_get_the_default_roles_warps():
     k = passes(outside, I32).kernel
     ar = next(op for op in k.body.ops if op.kind == "arange")
     assert ar.results[0].type.layout.warps_per_cta == (4,)
+
+
+F32 = (TensorRef("A", DType.f32, shape=("N",)),)
+
+
+def _rc(R, C):
+    return gl.arange(0, R)[:, None] * C + gl.arange(0, C)[None, :]
+
+
+@kernel(arch=SM90, num_warps=4)
+def tile_of_16_lanes(A):
+    z = gl.zeros((64, 64), gl.float32, layout=Layout.blocked([1, 4], [4, 4], [4, 1], [1, 0]))   # 4x4 lanes
+    gl.store(A + _rc(64, 64), z)
+
+
+def test_gl302_a_2d_layout_of_16_lanes():
+    expect_error(tile_of_16_lanes, F32, "GL302", "# 4x4 lanes")
+
+
+@kernel(arch=SM90, num_warps=4)
+def tile_of_8_warps(A):
+    z = gl.zeros((64, 64), gl.float32, layout=Layout.blocked([1, 4], [8, 4], [2, 4], [1, 0]))   # 2x4 warps
+    gl.store(A + _rc(64, 64), z)
+
+
+def test_gl301_a_2d_layout_of_8_warps_in_a_4_warp_kernel():
+    expect_error(tile_of_8_warps, F32, "GL301", "# 2x4 warps")
+
+
+@kernel(arch=SM90, num_warps=4)
+def slice_of_8_warps(A):
+    offs = gl.arange(0, 64, layout=Layout.slice(0, Layout.blocked([1, 4], [8, 4], [8, 1], [1, 0])))  # parent of 8
+    gl.store(A + offs, offs.to(gl.float32))
+
+
+def test_gl301_a_slice_whose_parent_has_8_warps():
+    expect_error(slice_of_8_warps, F32, "GL301", "# parent of 8")
