@@ -16,7 +16,7 @@ from ..types import DType, WarpRole, enum_member
 from .core import Tensor, _to_tensor, cast, size, where
 from .folding import truth
 from .memory import _Negated
-from .tracing import UndefinedValue, _Handle, _static_int, _tr, _user_loc
+from .tracing import KernelSyntaxError, UndefinedValue, _Handle, _static_int, _tr, _user_loc
 
 
 # ---------------------------------------------------------------------------------- control flow
@@ -388,7 +388,6 @@ class helper:
             except frontend.FrontendError as e:
                 if e.lineno is None:
                     raise
-                from .kernel import KernelSyntaxError
                 raise KernelSyntaxError(e.msg, ir.Loc(e.filename, e.lineno, self.fn.__name__)) from None
         return self._traceable(*args, **kwargs)
 

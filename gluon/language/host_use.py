@@ -9,6 +9,7 @@ matches nothing gets the general message with the common causes listed.
 from __future__ import annotations
 
 import re
+import sys
 
 from .. import ir
 from .tracing import _user_loc
@@ -33,7 +34,7 @@ def _fix(name: str) -> str:
     """The DSL's replacement for math/numpy function `name` on a GPU value."""
     if name in MATH_FUNCTIONS:
         return f"use {MATH_FUNCTIONS[name]}(x)"
-    import gluon.language as gl        # loaded by now: only a traced kernel gets here
+    gl = sys.modules["gluon.language"]  # loaded by now (only a traced kernel gets here); importing it would cycle
     if name in ("pow", "power"):
         return "use x * x for a small integer power, or gl.exp2(y * gl.log2(x)) for x > 0"
     if hasattr(gl, name):

@@ -20,7 +20,7 @@ from ..types import DType, ParamSource, SwizzleMode, TensorRef
 from .control import _FrontendHelpers, _is_number
 from .core import Tensor, _is_constexpr_annotation, _py_dtype, constexpr, pointer
 from .memory import GlobalTensor, Pointer
-from .tracing import _TRACES, _Trace
+from .tracing import _TRACES, KernelSyntaxError, _Trace
 
 
 def _bind_problem(signature: inspect.Signature, args: tuple, kwargs: dict, error: TypeError) -> str:
@@ -67,15 +67,6 @@ def _pointer_annotation(fn: Callable, a) -> pointer | None:
         except Exception:
             return None
     return a if isinstance(a, pointer) else None
-
-
-class KernelSyntaxError(ir.GluonError, SyntaxError):
-    """A construct the frontend cannot rewrite (`break` in a GPU loop), at its line: a GluonError like every
-    diagnostic, and still the SyntaxError (with .lineno / .filename) the frontend raised before."""
-
-    def __init__(self, message: str, loc: ir.Loc):
-        super().__init__(message, loc)
-        self.msg, self.filename, self.lineno = str(self), loc.file, loc.line
 
 
 def _recursion_error(kernel: str, e: RecursionError) -> ir.GluonError:

@@ -167,3 +167,12 @@ def _val(x) -> ir.Value:
     if isinstance(x, UndefinedValue):
         x._fail()
     raise ir.GluonError(f"expected a GPU value, got {type(x).__name__} {x!r}", _user_loc())
+
+
+class KernelSyntaxError(ir.GluonError, SyntaxError):
+    """A construct the frontend cannot rewrite (`break` in a GPU loop), at its line: a GluonError like every
+    diagnostic, and still the SyntaxError (with .lineno / .filename) the frontend raised before."""
+
+    def __init__(self, message: str, loc: ir.Loc):
+        super().__init__(message, loc)
+        self.msg, self.filename, self.lineno = str(self), loc.file, loc.line
