@@ -279,38 +279,48 @@ class _Rewriter(ast.NodeTransformer):
 
     # if cond: ... else: ...
     def visit_If(self, node: ast.If):
+        """One form for both kinds of condition, each branch body written once (an `elif` chain stays linear
+        in size): on a static condition (`__gl__.is_static`) the taken body runs as Python; on a GPU value both
+        run between the branch object's marks, which merge the names they assign."""
         names = _assigned_names(node.body + node.orelse)
         self.generic_visit(node)
-        cond = self._fresh("cond")
-        br = self._fresh("if")
-        # the static form gets its own copy: shared nodes would be renumbered twice
-        static_if = ast.If(_call(_attr("__gl__", "truth"), ast.Name(cond, ast.Load())), copy.deepcopy(node.body),
-                           copy.deepcopy(node.orelse or []))
-        dynamic: list[ast.stmt] = [
-            ast.Assign([ast.Name(br, ast.Store())], _call(
-                _attr("__gl__", "branch"), ast.Name(cond, ast.Load()), ast.Constant(tuple(names)), _lookups(names))),
-            ast.Expr(_call(_attr(br, "then_begin"))),
-            *node.body,
-            ast.Expr(_call(_attr(br, "then_end"), _lookups(names))),    # (a name one side lacks is undefined)
-            *_assign(names, _call(_attr(br, "else_begin"))),
-            *(node.orelse or []),
-            ast.Expr(_call(_attr(br, "else_end"), _lookups(names))),
-            *_assign(names, _attr(br, "results")),
-        ]
+        cond, br, static, take = self._fresh("cond"), self._fresh("if"), self._fresh("static"), self._fresh("take")
+
+        def load(n: str) -> ast.expr:
+            return ast.Name(n, ast.Load())
+
+        def runs(want: bool) -> ast.expr:     # not static or (take == want)
+            t = load(take) if want else ast.UnaryOp(ast.Not(), load(take))
+            return ast.BoolOp(ast.Or(), [ast.UnaryOp(ast.Not(), load(static)), t])
         try:
             self._reject_jumps(node.body + node.orelse, "branch")
-            dynamic_ok = True
-        except FrontendError as e:
-            dynamic_ok = False
-            err = e
-        if not dynamic_ok:
+            begin: list[ast.stmt] = [
+                ast.Assign([ast.Name(br, ast.Store())], _call(
+                    _attr("__gl__", "branch"), load(cond), ast.Constant(tuple(names)), _lookups(names))),
+                ast.Expr(_call(_attr(br, "then_begin")))]
+        except FrontendError as err:
             # keep Python semantics for static conditions; a symbolic one gets the error at run time
-            dynamic = [ast.Raise(_call(_attr("__gl__", "frontend_error"), ast.Constant(str(err.msg)),
-                                       ast.Constant(err.lineno)), None)]
-        _locate([static_if], node, keep_span=(static_if,))
-        _locate([d for d in dynamic if d not in node.body and d not in (node.orelse or [])], node)
-        outer_if = ast.If(_call(_attr("__gl__", "is_static"), ast.Name(cond, ast.Load())), [static_if], dynamic)
-        return _locate([ast.Assign([ast.Name(cond, ast.Store())], node.test), outer_if], node, keep_span=(outer_if,))
+            begin = [ast.Raise(_call(_attr("__gl__", "frontend_error"), ast.Constant(str(err.msg)),
+                                     ast.Constant(err.lineno)), None)]
+        synth: list[ast.stmt] = [
+            ast.Assign([ast.Name(cond, ast.Store())], node.test),
+            ast.Assign([ast.Name(static, ast.Store())], _call(_attr("__gl__", "is_static"), load(cond))),
+            ast.If(load(static), [ast.Assign([ast.Name(take, ast.Store())], _call(_attr("__gl__", "truth"),
+                                                                              load(cond)))], begin),
+        ]
+        then_if = ast.If(runs(True), node.body, [])
+        middle = ast.If(ast.UnaryOp(ast.Not(), load(static)), [
+            ast.Expr(_call(_attr(br, "then_end"), _lookups(names))),    # (a name one side lacks is undefined)
+            *_assign(names, _call(_attr(br, "else_begin")))], [])
+        else_if = [ast.If(runs(False), node.orelse, [])] if node.orelse else []
+        end = ast.If(ast.UnaryOp(ast.Not(), load(static)), [
+            ast.Expr(_call(_attr(br, "else_end"), _lookups(names))),
+            *_assign(names, _attr(br, "results"))], [])
+        for st in synth + [middle, end]:
+            _locate([st] + [x for x in ast.walk(st) if isinstance(x, ast.stmt) and x is not st
+                            and x not in node.body and x not in node.orelse], node)
+        _locate([then_if, *else_if], node, keep_span=(then_if, *else_if))
+        return synth + [then_if, middle, *else_if, end]
 
 
 def _reject_return_values(fdef: ast.FunctionDef, filename: str, line_offset: int) -> None:

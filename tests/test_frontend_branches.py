@@ -411,3 +411,41 @@ def test_a_return_inside_a_gpu_branch_is_refused_even_in_a_nested_loop():
     with pytest.raises(GluonError, match="'return' inside a branch over GPU values") as e:
         _trace(return_in_static_loop_in_gpu_branch, F32, I32)
     assert f"test_frontend_branches.py:{_line_of('# leaves the kernel from inside')}" in str(e.value)
+
+
+_CHAIN = 30
+
+
+def _elif_chain_kernel():
+    """A kernel whose body is a 30-branch if/elif chain on a constexpr, then a 3-way chain on a GPU scalar."""
+    lines = ["def chain(x_ptr, n, C: gl.constexpr):", "    offs = gl.arange(0, 128)", "    x = gl.load(x_ptr + offs)",
+             "    if C == 0:", "        x = x + 0"]
+    for i in range(1, _CHAIN):
+        lines += [f"    elif C == {i}:", f"        x = x + {i}"]
+    lines += ["    else:", "        x = x * 2", "    if n > 3:", "        x = x + 100", "    elif n > 2:",
+              "        x = x - 100", "    else:", "        x = x * 3", "    gl.store(x_ptr + offs, x)"]
+    import tempfile
+    path = os.path.join(tempfile.mkdtemp(), "elif_chain_kernel.py")
+    with open(path, "w") as f:
+        f.write("import gluon.language as gl\n" + "\n".join(lines) + "\n")
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("elif_chain_kernel", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return gluon.jit(mod.chain)
+
+
+def test_a_long_elif_chain_traces_in_linear_size():
+    """Each branch body is written once in the rewritten code (it was copied for the static and the GPU form
+    at every level: 2^30 here); and the chain takes the branch Python would (checked in the interpreter)."""
+    import time
+    torch = pytest.importorskip("torch")
+    k = _elif_chain_kernel()
+    t0 = time.perf_counter()
+    k.trace(PointerArg(gl.float32), ScalarArg(gl.int32), C=17, arch="sm90", num_warps=4)
+    assert time.perf_counter() - t0 < 10
+    for C, n, want in ((17, 5, lambda x: x + 17 + 100), (0, 3, lambda x: x - 100), (_CHAIN + 3, 1, lambda x: x * 6)):
+        x = torch.randn(128)
+        y = x.clone()
+        k.interpret((1,), y, n, C=C)
+        assert torch.allclose(y, want(x)), (C, n)
