@@ -141,16 +141,15 @@ def run_length(layout: BlockedLayout, shape: Sequence[int], dtype: DType,
     """Elements one lane moves in one instruction (see the module docstring; in an NVMMA tile a run stays
     in one 16-byte chunk, which the swizzle moves whole)."""
     fast = layout.order[0]
-    if isinstance(shared, NVMMASharedLayout):
-        if fast != (0 if shared.transposed else 1):
-            return 1
-        n = min(layout.size_per_thread[fast], shape[fast], max(1, MAX_ACCESS_BYTES // dtype.bytes))
-        return 1 << (max(1, n).bit_length() - 1)
-    contiguous = 0 if len(shape) == 1 else shared.order[0]
+    nvmma = isinstance(shared, NVMMASharedLayout)
+    if nvmma:
+        contiguous = 0 if shared.transposed else 1
+    else:
+        contiguous = 0 if len(shape) == 1 else shared.order[0]
     if fast != contiguous:
         return 1
     n = min(layout.size_per_thread[fast], shape[fast], max(1, MAX_ACCESS_BYTES // dtype.bytes))
-    if len(shape) == 2 and shared.max_phase > 1:
+    if not nvmma and len(shape) == 2 and shared.max_phase > 1:
         n = min(n, max(1, shared.vec))
     return 1 << (max(1, n).bit_length() - 1)
 
