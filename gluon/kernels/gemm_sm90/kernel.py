@@ -93,9 +93,9 @@ def _col_chunks(acc, width: int) -> list:
 
 
 @gl.helper
-def _splitk_partial(C, W, CNT, acc, off_m, off_n, split, M, N, SPLITS, RM: int, FIXUP: bool):
-    """Split-K: this slice's fp32 partial of the RM x BLOCK_N tile at (off_m, off_n) into the workspace.
-    With FIXUP, the last K slice to finish an element of C then sums the SPLITS partials of it, in slice
+def _splitk_fixup(C, W, CNT, acc, off_m, off_n, split, M, N, SPLITS, RM: int):
+    """SPLITK_FIXUP: this slice's fp32 partial of the RM x BLOCK_N tile at (off_m, off_n) into the
+    workspace, then the last K slice to finish an element of C sums the SPLITS partials of it, in slice
     order (so the result does not depend on which slice finished last, and equals `splitk_reduce`'s),
     writes it to C and zeroes the element's counter for the next launch. Per element, so no thread waits
     for another: each thread stores its partials, fences (release), increments each element's counter
@@ -107,23 +107,22 @@ def _splitk_partial(C, W, CNT, acc, off_m, off_n, split, M, N, SPLITS, RM: int, 
     for i in static_range(len(chunks)):
         rows, cols, mask = _tile_indices(off_m, off_n + i * CW, RM, CW, chunks[i].layout, M, N)
         gl.store(W + ((split * M + rows[:, None]) * N + cols[None, :]), chunks[i], mask=mask)
-    if FIXUP:
-        ptx.fence("acq_rel", "gpu")
-        lasts = []
-        for i in static_range(len(chunks)):
-            rows, cols, mask = _tile_indices(off_m, off_n + i * CW, RM, CW, chunks[i].layout, M, N)
-            old = gl.atomic_add(CNT + (rows[:, None] * N + cols[None, :]), 1, mask=mask, sem="relaxed", scope="gpu")
-            lasts.append(mask & (old == SPLITS - 1))
-        ptx.fence("acq_rel", "gpu")
-        for i in static_range(len(chunks)):
-            rows, cols, mask = _tile_indices(off_m, off_n + i * CW, RM, CW, chunks[i].layout, M, N)
-            last = lasts[i]
-            offs = rows[:, None] * N + cols[None, :]
-            total = gl.load(W + offs, mask=last, other=0.0)
-            for s in range(1, SPLITS):
-                total = total + gl.load(W + ((s * M + rows[:, None]) * N + cols[None, :]), mask=last, other=0.0)
-            gl.store(C + offs, total.to(C.dtype), mask=last)
-            gl.store(CNT + offs, 0, mask=last)
+    ptx.fence("acq_rel", "gpu")
+    lasts = []
+    for i in static_range(len(chunks)):
+        rows, cols, mask = _tile_indices(off_m, off_n + i * CW, RM, CW, chunks[i].layout, M, N)
+        old = gl.atomic_add(CNT + (rows[:, None] * N + cols[None, :]), 1, mask=mask, sem="relaxed", scope="gpu")
+        lasts.append(mask & (old == SPLITS - 1))
+    ptx.fence("acq_rel", "gpu")
+    for i in static_range(len(chunks)):
+        rows, cols, mask = _tile_indices(off_m, off_n + i * CW, RM, CW, chunks[i].layout, M, N)
+        last = lasts[i]
+        offs = rows[:, None] * N + cols[None, :]
+        total = gl.load(W + offs, mask=last, other=0.0)
+        for s in range(1, SPLITS):
+            total = total + gl.load(W + ((s * M + rows[:, None]) * N + cols[None, :]), mask=last, other=0.0)
+        gl.store(C + offs, total.to(C.dtype), mask=last)
+        gl.store(CNT + offs, 0, mask=last)
 
 
 def _scaled(acc, SA, SB, off_m, off_n, M, N, SCALE: str, SWAPPED: bool):
@@ -131,16 +130,13 @@ def _scaled(acc, SA, SB, off_m, off_n, M, N, SCALE: str, SWAPPED: bool):
     column of B ("rowcol"); with SWAPPED acc is C^T's tile (rows along N)."""
     if SCALE == "tensor":
         return acc * (gl.load(SA) * gl.load(SB))
-    rl, cl = SliceLayout(1, acc.layout), SliceLayout(0, acc.layout)
-    r = gl.arange(0, acc.shape[0], layout=rl)
-    c = gl.arange(0, acc.shape[1], layout=cl)
-    if SWAPPED:
-        sb = gl.load(SB + (off_n + r), mask=off_n + r < N, other=0.0)
-        sa = gl.load(SA + (off_m + c), mask=off_m + c < M, other=0.0)
-        return acc * sb[:, None] * sa[None, :]
-    sa = gl.load(SA + (off_m + r), mask=off_m + r < M, other=0.0)
-    sb = gl.load(SB + (off_n + c), mask=off_n + c < N, other=0.0)
-    return acc * sa[:, None] * sb[None, :]
+    # the scales along acc's rows and columns: A's and B's, or B's and A's under the swap
+    (rs, r0, rn), (cs, c0, cn) = ((SB, off_n, N), (SA, off_m, M)) if SWAPPED else ((SA, off_m, M), (SB, off_n, N))
+    r = gl.arange(0, acc.shape[0], layout=SliceLayout(1, acc.layout))
+    c = gl.arange(0, acc.shape[1], layout=SliceLayout(0, acc.layout))
+    sr = gl.load(rs + (r0 + r), mask=r0 + r < rn, other=0.0)
+    sc = gl.load(cs + (c0 + c), mask=c0 + c < cn, other=0.0)
+    return acc * sr[:, None] * sc[None, :]
 
 
 @gl.helper
@@ -295,7 +291,7 @@ def gemm_sm90(A, B, C, W, CNT, SA, SB, SPLITS, CFG: gl.constexpr, B_KMAJOR: gl.c
                     _store_swapped(C, W, acc, off_m, off_n, split, M, N, SPLITS)
                 elif SPLITS > 1:                    # split-K: fp32 partial tile into the workspace
                     if CFG.SPLITK_FIXUP:            # ... and the last slice of each element sums them
-                        _splitk_partial(C, W, CNT, acc, off_m, off_n, split, M, N, SPLITS, RM, True)
+                        _splitk_fixup(C, W, CNT, acc, off_m, off_n, split, M, N, SPLITS, RM)
                     else:
                         gl.store(W + ((split * M + rows[:, None]) * N + cols[None, :]), acc, mask=mask)
                 elif EPILOGUE == "direct":
