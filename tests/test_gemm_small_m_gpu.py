@@ -43,7 +43,7 @@ def test_fixup_matches_fp64_and_the_two_pass_sum_bit_for_bit(M, N, K, splits, b_
         for o in outs[1:]:
             assert torch.equal(o, outs[0])
     stream = torch.cuda.current_stream().cuda_stream
-    cnt = gemm_host._COUNTERS[(torch.cuda.current_device(), stream)]
+    cnt = gemm_host._WORKSPACE[(torch.cuda.current_device(), stream, "cnt")]
     assert int(cnt.abs().sum()) == 0, "the kernel left arrival counters set"
 
 

@@ -25,8 +25,7 @@ from ..tensor_checks import on_the_launch_device
 from .config import DEFAULT_CONFIG, GemmConfig, grid, num_warps, resolve_config, split_k, to_config
 from .kernel import gemm_sm90
 
-_WORKSPACE: dict[tuple, object] = {}
-_COUNTERS: dict[tuple, object] = {}
+_WORKSPACE: dict[tuple, object] = {}    # (device, stream or None, "w" | "cnt") -> buffer
 _SCRATCH: dict[tuple, object] = {}     # unaligned operands' padded copies, per (role, device, stream, shape)
 _SCRATCH_MAX = 32
 _PLANS: dict[tuple, "_Plan"] = {}
@@ -61,6 +60,7 @@ class _Plan:
     kw: dict                        # the constexprs (CFG, B_KMAJOR, N_MULTIPLE_16) and num_warps
     fixup: bool = False             # split-K partials summed in the kernel (CFG.SPLITK_FIXUP), no second pass
     ck: object = None               # the compiled specialization, after the first launch
+    unused: tuple | None = None     # (W, CNT) stand-ins where the kernel reads neither (no split-K), once fetched
 
 
 def _scratch(role: str, t, rows: int, cols: int, zeroed: bool):
@@ -101,7 +101,7 @@ def launch(a, b, c, config: GemmConfig | Mapping | None = None, b_kmajor: bool =
     read 8-bit operands only so) and fp32 dequantization scales `scale_a`, `scale_b`: one element each
     (per tensor) or M and N elements (per row of A, per column of B), as torch._scaled_mm takes them;
     C = (scale_a * A) @ (scale_b * B) accumulated in fp32, rounded once to C's dtype."""
-    scale = "none" if scale_a is None and scale_b is None else _scale_mode(a, b, c, scale_a, scale_b, b_kmajor)
+    scale = "none" if scale_a is None and scale_b is None else _scale_mode(a, b, c, scale_a, scale_b)
     if a.element_size() == 1 and not b_kmajor:
         raise GluonError("gemm: 8-bit inputs need B K-major: pass b as [N, K] rows (nn.Linear's weight) with "
                          "b_kmajor=True; WGMMA reads 8-bit operands K-major only")
@@ -134,12 +134,15 @@ def launch(a, b, c, config: GemmConfig | Mapping | None = None, b_kmajor: bool =
     S = plan.splits
     if S > 1:                       # one fp32 workspace per (device, stream): same-stream launches run in order
         import torch
-        key = (plan.dev, torch.cuda.current_stream(plan.dev).cuda_stream)
-        w = _workspace(key, S * M * N, a.device)
-        cnt = _counters(key, M * N, a.device) if plan.fixup else _counters((plan.dev, None), 16, a.device)
-    else:                           # unused by the kernel when S == 1
-        w = _workspace((plan.dev, None), 16, a.device)
-        cnt = _counters((plan.dev, None), 16, a.device)
+        stream = torch.cuda.current_stream(plan.dev).cuda_stream
+        w = _workspace((plan.dev, stream), S * M * N, a.device)
+        cnt = _workspace((plan.dev, stream if plan.fixup else None), M * N if plan.fixup else 16, a.device,
+                         counters=True)
+    else:                           # unused by the kernel when S == 1: fetched once per plan
+        if plan.unused is None:
+            plan.unused = (_workspace((plan.dev, None), 16, a.device),
+                           _workspace((plan.dev, None), 16, a.device, counters=True))
+        w, cnt = plan.unused
     if scale == "none":             # unused by the kernel: any fp32 buffer
         scale_a = scale_b = w
     ck = compiled
@@ -154,7 +157,7 @@ def launch(a, b, c, config: GemmConfig | Mapping | None = None, b_kmajor: bool =
     return c
 
 
-def _scale_mode(a, b, c, scale_a, scale_b, b_kmajor: bool) -> str:
+def _scale_mode(a, b, c, scale_a, scale_b) -> str:
     """"tensor" or "rowcol" for the scales of an fp8 GEMM, or a GluonError naming what is wrong."""
     import torch
     if a.element_size() != 1 or b.dtype != a.dtype:
@@ -200,22 +203,16 @@ def _plan(a, c, M: int, N: int, K: int, config: GemmConfig | Mapping | None, b_k
     return _Plan(bound, dev, S, kw, fixup=S > 1 and cfg.SPLITK_FIXUP)
 
 
-def _workspace(key: tuple, numel: int, device):
-    """The split-K fp32 workspace of a (device, stream): one buffer, grown to the largest request."""
-    w = _WORKSPACE.get(key)
+def _workspace(key: tuple, numel: int, device, counters: bool = False):
+    """The split-K fp32 workspace of a (device, stream), or with `counters` its int32 arrival counters
+    (zero when made; the kernel's last slice of each element resets its counter): one buffer each, grown
+    to the largest request."""
+    full = key + ("cnt" if counters else "w",)
+    w = _WORKSPACE.get(full)
     if w is None or w.numel() < numel:
         import torch
-        w = _WORKSPACE[key] = torch.empty(numel, device=device, dtype=torch.float32)
-    return w
-
-
-def _counters(key: tuple, numel: int, device):
-    """The split-K arrival counters of a (device, stream): int32, zero between launches (the kernel's
-    last slice of each element resets its counter), grown to the largest request."""
-    w = _COUNTERS.get(key)
-    if w is None or w.numel() < numel:
-        import torch
-        w = _COUNTERS[key] = torch.zeros(numel, device=device, dtype=torch.int32)
+        make = torch.zeros if counters else torch.empty
+        w = _WORKSPACE[full] = make(numel, device=device, dtype=torch.int32 if counters else torch.float32)
     return w
 
 
@@ -231,8 +228,8 @@ def compile_variant(dtype=None, out_dtype=None, B_KMAJOR: bool = False, **overri
 def stand_ins(dtype, out_dtype=None, splits: int = 1) -> tuple:
     """What `gemm_sm90.trace` / `.compile` take for (A, B, C, W, CNT, SA, SB, SPLITS) without tensors: A, B
     and C of `dtype` (C of `out_dtype` if given; B [K, N] or [N, K] alike, its sizes are symbols), the fp32
-    split-K workspace and its int32 counters, the fp32 scales, and SPLITS with the divisibility a launch with `splits` K
-    slices specializes on.
+    split-K workspace and its int32 counters, the fp32 scales, and SPLITS with the divisibility a launch
+    with `splits` K slices specializes on.
     The symbols are named as JITFunction.specialize names a launch's, so the TTGIR is what `launch`
     compiles (the tuner's traces hit the cache at launch)."""
     refs = [TensorRef(n, d, shape=tuple(f"{n}_shape{i}" for i in range(r)))
