@@ -258,8 +258,9 @@ def grid(M: int, N: int, config: GemmConfig, num_sms: int, splits: int = 1) -> t
 
 
 def balanced_splits(t: int, k_tiles: int, num_sms: int, min_k: int = 8, max_splits: int = 16) -> int:
-    """K slices that even out the last wave of `t` tiles: the fewest whose units (t x slices) keep the
-    persistent programs busiest (within 2% of the best), each slice at least `min_k` k-steps. For
+    """K slices that even out the last wave of `t` tiles: counting up from one slice, a count is taken only
+    where it keeps the persistent programs busier (units t x slices over whole waves) by more than 2 points
+    than the count taken so far; each slice at least `min_k` k-steps. For
     problems that stream B once (small M), where a K slice costs only its small fp32 partial."""
     def busy(s: int) -> float:
         u = t * s
@@ -297,9 +298,9 @@ _SMEM_BUDGET = 216 * 1024           # what the rings may take (the barriers and 
 def small_m_config(M: int, N: int, num_sms: int) -> GemmConfig:
     """The decode-like problem's config (M <= SMALL_M): SWAP_AB with A's rows padded to a WGMMA width
     (a power of two >= 8), and the widest B tile (256, 128, 64 rows; an accumulator of at most 128
-    registers per thread) whose tiles make 3/4 to one wave,
-    so B streams once with no K split; 128-deep k-steps (64 where fewer than 4 stages would fit), as many
-    stages as fit. Otherwise 64-row B tiles, the waves evened out by `split_k`."""
+    registers per thread) whose tiles make 3/4 to one wave, so B streams once with no K split; 128-deep
+    k-steps (64 where fewer than 4 stages would fit), as many stages as fit. Otherwise 64-row B tiles, the
+    waves evened out by `split_k`."""
     bm = max(8, 1 << (M - 1).bit_length())
 
     def fit(bn: int, bk: int) -> GemmConfig | None:
@@ -354,7 +355,8 @@ def resolve_config(M: int, N: int, K: int, num_sms: int, out_size: int, pitch_al
                    config: GemmConfig | Mapping | None = None, in_size: int = 2) -> GemmConfig:
     """The config `launch` runs for a problem: `config` if it is a GemmConfig, else `choose_config` with
     the dict's overrides on top (of the unswapped pick unless the dict sets SWAP_AB); its "auto" values
-    resolved for an output of `out_size`-byte elements. For 1-byte (fp8) inputs choose_config's k-step holds twice the elements: the same bytes per stage."""
+    resolved for an output of `out_size`-byte elements. For 1-byte (fp8) inputs choose_config's k-step holds
+    twice the elements: the same bytes per stage."""
     if not isinstance(config, GemmConfig):
         # a dict of overrides that does not ask for SWAP_AB overrides the ordinary kernel's pick: its fields
         # (SPLIT_WGS, CONSUMER_WGS, a BLOCK_N for 128-row tiles) mean that family
