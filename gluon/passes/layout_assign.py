@@ -282,26 +282,20 @@ def _blocked_scan(op: ir.Op, warps: int, warp_size: int, new_ops: list[ir.Op]) -
         cv = _convert(v, want, op.loc)
         new_ops.append(cv)
         op.operands[i] = cv.results[0]
+    _results_in(op, want, new_ops)
+
+
+def _results_in(op: ir.Op, want, new_ops: list[ir.Op]) -> None:
+    """`op` (appended to new_ops) producing its results in layout `want`, each followed by a convert_layout
+    back to the layout its users were given: the same values, now defined by the conversions. Serves a
+    scan run on blocked tiles, and a reduction whose results were given another layout than the slice of
+    its input (they meet values reduced along another axis, say `gl.max(t, 0) + gl.max(t, 1)`)."""
     new_ops.append(op)
     old, op.results = op.results, []
     for r in old:
-        scanned = ir.Value(ir.TileType(r.type.dtype, shape, want), r.name, owner=op)
-        op.results.append(scanned)
-        back = ir.Op("convert_layout", [scanned], [r], {}, [], op.loc)
-        r.owner = back
-        new_ops.append(back)
-
-
-def _reduce_then_convert(op: ir.Op, want, new_ops: list[ir.Op]) -> None:
-    """A reduction whose results were given another layout than the slice of its input (they meet values
-    reduced along another axis, say `gl.max(t, 0) + gl.max(t, 1)`): it reduces into the slice, and a
-    convert_layout takes each result to the layout its users share."""
-    new_ops.append(op)
-    old, op.results = op.results, []
-    for r in old:
-        reduced = ir.Value(ir.TileType(r.type.dtype, r.type.shape, want), r.name, owner=op)
-        op.results.append(reduced)
-        back = ir.Op("convert_layout", [reduced], [r], {}, [], op.loc)
+        made = ir.Value(ir.TileType(r.type.dtype, r.type.shape, want), r.name, owner=op)
+        op.results.append(made)
+        back = ir.Op("convert_layout", [made], [r], {}, [], op.loc)
         r.owner = back
         new_ops.append(back)
 
@@ -338,7 +332,7 @@ def _insert_conversions(region: ir.Region, warps: int, warp_size: int) -> None:
         elif op.kind in ("reduce", "reduce_fn") and isinstance(op.results[0].type, ir.TileType):
             want = SliceLayout(op.attrs["axis"], op.operands[0].type.layout)
             if any(r.type.layout != want for r in op.results):
-                _reduce_then_convert(op, want, new_ops)
+                _results_in(op, want, new_ops)
                 continue
         if op.kind == "warp_specialize":
             for r, role in zip(op.regions, op.attrs["roles"]):
