@@ -9,7 +9,7 @@ import pytest
 
 import gluon
 import gluon.language as gl
-from gluon.backend.lowering.inline_asm import mlir_string
+from gluon.backend.lowering.literals import mlir_string
 from gluon.ir import GluonError
 from gluon.jit import lower, run_passes
 from gluon.language import PointerArg, ScalarArg

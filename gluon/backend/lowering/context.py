@@ -18,7 +18,7 @@ from ...ir import (OPS, BarrierType, DescType, GluonError, Kernel, Op, PointerTy
 from ...types import (BlockedLayout, DotOperandLayout, DType, Layout, LinearLayout, MFMALayout, MMALayout,
                       NVMMASharedLayout, SliceLayout, SwizzledSharedLayout, TensorMemoryLayout)
 from .abi import kernel_abi
-from .literals import bool_literal, dims, int_array, scalar_literal
+from .literals import bool_literal, dims, int_array, mlir_string, scalar_literal
 from .registry import RULES
 
 __all__ = ["LoweringError", "KernelLowering"]
@@ -153,7 +153,7 @@ class KernelLowering:
         self.emit("tt.return")
         self.pop_scope()
 
-        name = k.name if _BARE_ID.match(k.name) else '"' + k.name.replace('"', '\\"') + '"'
+        name = k.name if _BARE_ID.match(k.name) else mlir_string(k.name)
         out = self.aliases.header()
         out.append(f'module attributes {{"ttg.num-ctas" = 1 : i32, "ttg.num-warps" = {self.num_warps} : i32, '
                    f'ttg.target = "{self.target}", "ttg.threads-per-warp" = {self.warp_size} : i32}} {{')

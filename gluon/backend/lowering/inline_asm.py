@@ -4,25 +4,8 @@ from __future__ import annotations
 
 from ...ir import Op, TileType
 from .context import KernelLowering
+from .literals import mlir_string
 from .registry import rule
-
-
-def mlir_string(text: str) -> str:
-    """`text` as an MLIR string literal: quotes, backslashes and control bytes escaped."""
-    out = []
-    for b in text.encode():
-        c = chr(b)
-        if c == '"' or c == "\\":
-            out.append("\\" + c)
-        elif c == "\n":
-            out.append("\\n")
-        elif c == "\t":
-            out.append("\\t")
-        elif b < 0x20 or b >= 0x7F:
-            out.append(f"\\{b:02X}")
-        else:
-            out.append(c)
-    return '"' + "".join(out) + '"'
 
 
 def _lower(lw: KernelLowering, op: Op, pure: bool) -> None:

@@ -1,4 +1,4 @@
-"""MLIR literals: floats, integers and booleans of a dtype, integer arrays and shapes."""
+"""MLIR literals: floats, integers and booleans of a dtype, integer arrays and shapes, strings."""
 from __future__ import annotations
 
 import math
@@ -6,7 +6,7 @@ from typing import Any
 
 from ...types import DType
 
-__all__ = ["float_literal", "int_literal", "scalar_literal", "bool_literal", "int_array", "dims"]
+__all__ = ["float_literal", "int_literal", "scalar_literal", "bool_literal", "int_array", "dims", "mlir_string"]
 
 _FLOAT_SPECIAL = {  # dtype -> (+inf, -inf, nan) bit patterns, as MLIR hexadecimal float literals
     DType.f32: ("0x7F800000", "0xFF800000", "0x7FC00000"),
@@ -71,3 +71,21 @@ def int_array(xs) -> str:
 def dims(shape) -> str:
     """`128x64`, the shape part of a tensor or memdesc type."""
     return "x".join(str(int(d)) for d in shape)
+
+
+def mlir_string(text: str) -> str:
+    """`text` as an MLIR string literal: quotes, backslashes and control bytes escaped."""
+    out = []
+    for b in text.encode():
+        c = chr(b)
+        if c == '"' or c == "\\":
+            out.append("\\" + c)
+        elif c == "\n":
+            out.append("\\n")
+        elif c == "\t":
+            out.append("\\t")
+        elif b < 0x20 or b >= 0x7F:
+            out.append(f"\\{b:02X}")
+        else:
+            out.append(c)
+    return '"' + "".join(out) + '"'
