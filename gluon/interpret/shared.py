@@ -26,7 +26,7 @@ from .values import reg_dtype
 class AccessObserver(Protocol):
     """What watches shared-memory accesses and barrier events (the hazard tracker implements it)."""
 
-    def on_smem(self, view: "SmemView", who: Any, kind: str, proxy: str, loc) -> None: ...
+    def on_smem(self, view: "SmemView", who: Any, kind: str, proxy: str, loc, via: Any = None) -> None: ...
 
 
 @dataclass(eq=False)
@@ -86,11 +86,12 @@ class SmemView:
         return self._viewed(self.region.written[self._sel()])
 
     def write(self, x: np.ndarray, who: Any = None, proxy: str = "generic", loc=None,
-              mask: np.ndarray | None = None) -> None:
-        """Store `x` (the view's shape) into the view; `mask` (same shape) keeps unmasked elements."""
+              mask: np.ndarray | None = None, via: Any = None) -> None:
+        """Store `x` (the view's shape) into the view; `mask` (same shape) keeps unmasked elements. `via`: what
+        makes an async write visible to its readers (the MBarrier a TMA load completes on, a cp.async group)."""
         obs = self.region.observer
         if obs is not None:
-            obs.on_smem(self, who, "write", proxy, loc)
+            obs.on_smem(self, who, "write", proxy, loc, via)
         dst = self._viewed(self.region.data[self._sel()])        # a numpy view: writes land in data
         wr = self._viewed(self.region.written[self._sel()])
         x = np.broadcast_to(np.asarray(x, dst.dtype), dst.shape)
