@@ -1,6 +1,6 @@
 """GEMM: gluon kernels against cuBLAS (torch.matmul) and plain autotuned Triton, in the same run.
 
-    python bench/gemm.py [--kernels tile] [--dtypes fp16,bf16] [--shapes 8192x8192x8192,...|llm|decode]
+    python bench/gemm.py [--kernels tile] [--dtypes fp16,bf16] [--shapes 8192x8192x8192,...|llm|decode|deepk|shallowk|unaligned]
                          [--b-layout kn|nk] [--graph] [--json out.json] [--out-dtype fp32]
 
 Each (kernel, shape, dtype) is first checked against an fp64 reference on fresh random inputs with the
@@ -26,7 +26,15 @@ SHAPES = ["8192x8192x8192", "4096x4096x4096", "2048x2048x2048", "16384x8192x1024
 # decode-like problems: M tokens against an LLM's projection weights (N, K from 4096 to 28672)
 DECODE_SHAPES = [f"{m}x{nk}" for nk in ("4096x4096", "28672x4096", "4096x14336", "8192x28672", "14336x4096")
                  for m in (1, 8, 16, 32, 64, 128)]
-SHAPE_SETS = {"llm": SHAPES, "decode": DECODE_SHAPES}
+# few output tiles over a deep K (M, N <= 1024, K >= 32768), and shallow K (K <= 128)
+DEEPK_SHAPES = ["512x512x16384", "512x512x65536", "1024x1024x32768", "1024x1024x65536", "256x1024x65536", "1024x512x32768",
+                "768x768x49152"]
+SHALLOWK_SHAPES = ["8192x8192x64", "8192x8192x128", "4096x4096x64", "16384x16384x128", "4096x28672x128",
+                   "16384x4096x96"]
+# rows of A or B off 16-byte boundaries (the launcher pads them); cuBLAS takes >= 20 us on each
+UNALIGNED_SHAPES = ["1000x3000x777", "4095x4097x1023", "8191x8191x1001", "3000x5003x4001", "2047x28673x4095"]
+SHAPE_SETS = {"llm": SHAPES, "decode": DECODE_SHAPES, "deepk": DEEPK_SHAPES, "shallowk": SHALLOWK_SHAPES,
+              "unaligned": UNALIGNED_SHAPES}
 
 
 def _parse_configs(text: str) -> list[dict]:
@@ -87,8 +95,9 @@ def main() -> int:
     p = parser(__doc__)
     p.add_argument("--kernels", default="all", help="comma list of gluon kernels (default: all known)")
     p.add_argument("--dtypes", default="fp16,bf16")
-    p.add_argument("--shapes", default="llm", help="MxNxK list, or a named set: 'llm' (the default, large "
-                   "shapes), 'decode' (M of 1 to 128 against N, K of 4096 to 28672)")
+    p.add_argument("--shapes", default="llm", help="MxNxK list, or named sets: 'llm' (the default, large "
+                   "shapes), 'decode' (M of 1 to 128 against N, K of 4096 to 28672), 'deepk' (M, N <= 1024, K >= "
+                   "32768), 'shallowk' (K <= 128), 'unaligned' (rows off 16-byte boundaries)")
     p.add_argument("--b-layout", choices=("kn", "nk"), default="kn", help="B as [K, N] row-major (default), or "
                    "[N, K] (nn.Linear's weight: C = A @ B.T, the kernel's B_KMAJOR)")
     p.add_argument("--out-dtype", choices=("same", "fp32"), default="same",

@@ -1,4 +1,5 @@
-"""On the GPU: the GEMM at decode-like shapes (small M), and split-K summed in the kernel (SPLITK_FIXUP)."""
+"""On the GPU: the GEMM at decode-like shapes (small M), at few tiles over a deep K, and split-K summed in the
+kernel (SPLITK_FIXUP)."""
 import pytest
 
 pytestmark = pytest.mark.gpu
@@ -137,3 +138,23 @@ def test_fp8_matches_the_dequantized_fp64_product(M, N, K, scale, fp8):
     ref = (a.double() * sa.double().reshape(-1, 1)) @ (b.double() * sb.double().reshape(-1, 1)).T
     assert not torch.isnan(c).any()
     assert ((c.double() - ref).norm() / ref.norm()).item() < 1e-2
+
+
+@pytest.mark.parametrize("M,N,K", [(512, 512, 65536), (256, 1024, 32768), (300, 520, 20000), (200, 1000, 17000),
+                                   (1000, 1000, 16384)])
+@pytest.mark.parametrize("b_kmajor", [False, True])
+def test_deep_k_default_config_matches_fp64(M, N, K, b_kmajor):
+    """Few output tiles over a deep K: launch's pick (DEEP_K_CONFIG, 2-CTA clusters where A has two rows of
+    tiles, K split), on poisoned outputs, at sizes that are and are not multiples of the tiles, twice."""
+    from gluon.kernels.gemm_sm90.config import DEEP_K_CONFIG, choose_config
+    assert choose_config(M, N, K, 132).BLOCK_N == DEEP_K_CONFIG.BLOCK_N
+    a, b = _operands(M, N, K, torch.bfloat16, b_kmajor)
+    outs = []
+    for _ in range(2):
+        c = torch.full((M, N), float("nan"), device="cuda", dtype=torch.bfloat16)
+        launch(a, b, c, b_kmajor=b_kmajor)
+        outs.append(c)
+    torch.cuda.synchronize()
+    assert not torch.isnan(outs[0]).any()
+    assert _rel_err(outs[0], a, b, b_kmajor) < 1e-2
+    assert torch.equal(outs[0], outs[1])

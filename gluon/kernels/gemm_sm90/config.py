@@ -232,6 +232,11 @@ SMALL_CONFIGS = (
     DEFAULT_CONFIG.replace(BLOCK_M=128, BLOCK_N=64, STAGES=6, CONSUMER_WGS=1),
 )
 
+# Few output tiles over a deep K: 128x128 tiles on one consumer warpgroup, 2-CTA clusters multicasting
+# each B tile (half the L2 reads of B), the K split by `split_k` so about a wave of units runs.
+DEEP_K_CONFIG = DEFAULT_CONFIG.replace(BLOCK_M=128, BLOCK_N=128, STAGES=6, CONSUMER_WGS=1, CLUSTER_M=2)
+DEEP_K = 16384                      # K from which a problem of under half a wave of 128x128 tiles is "deep"
+
 
 # ------------------------------------------------------------------------------ rules on a config
 
@@ -326,6 +331,8 @@ def choose_config(M: int, N: int, K: int, num_sms: int, pitch_aligned: bool = Tr
 
     * M <= 64, or M <= SMALL_M where 128x256 tiles make under 3/4 of a wave (decode):
       `small_m_config`, A and B swapped (unless `swap_ab` is False: the ordinary kernel's pick);
+    * K >= DEEP_K with under half a wave of 128x128 tiles: DEEP_K_CONFIG (split along K by `split_k`;
+      no cluster where A has one row of tiles);
     * under about one wave of 128x256 tiles: the first of SMALL_CONFIGS whose tiles fit in one wave;
     * an fp32 output (`out_size` 4): FP32_OUT_CONFIG;
     * rows of A and B not on 128-byte boundaries (`pitch_aligned` False): 2-CTA clusters (CLUSTER_M=2)
@@ -345,6 +352,8 @@ def choose_config(M: int, N: int, K: int, num_sms: int, pitch_aligned: bool = Tr
         if N % 16 == 0 and pitch_aligned:
             return cfg.replace(EPILOGUE="coalesced")
         return cfg
+    if K >= DEEP_K and tiles(M, N, DEEP_K_CONFIG) * 2 <= num_sms:
+        return DEEP_K_CONFIG if _cdiv(M, DEEP_K_CONFIG.BLOCK_M) > 1 else DEEP_K_CONFIG.replace(CLUSTER_M=1)
     for cfg in SMALL_CONFIGS:
         if tiles(M, N, cfg) <= num_sms:
             return cfg
