@@ -27,8 +27,8 @@ SHAPES = ["8192x8192x8192", "4096x4096x4096", "2048x2048x2048", "16384x8192x1024
 DECODE_SHAPES = [f"{m}x{nk}" for nk in ("4096x4096", "28672x4096", "4096x14336", "8192x28672", "14336x4096")
                  for m in (1, 8, 16, 32, 64, 128)]
 # few output tiles over a deep K (M, N <= 1024, K >= 32768), and shallow K (K <= 128)
-DEEPK_SHAPES = ["512x512x16384", "512x512x65536", "1024x1024x32768", "1024x1024x65536", "256x1024x65536", "1024x512x32768",
-                "768x768x49152"]
+DEEPK_SHAPES = ["512x512x16384", "512x512x65536", "1024x1024x32768", "1024x1024x65536", "256x1024x65536",
+                "1024x512x32768", "768x768x49152"]
 SHALLOWK_SHAPES = ["8192x8192x64", "8192x8192x128", "4096x4096x64", "16384x16384x128", "4096x28672x128",
                    "16384x4096x96"]
 # rows of A or B off 16-byte boundaries (the launcher pads them); cuBLAS takes >= 20 us on each
