@@ -27,7 +27,7 @@ from example_cli import check_keys, main_for, parse_sets
 def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--shape", default="4x16x8192x128", help="BxHxSxD (default 4x16x8192x128); D is 64 or 128")
+    p.add_argument("--shape", default="4x16x8192x128", help="BxHxSxD (default 4x16x8192x128); D is 64, 128 or 256")
     p.add_argument("--kv-len", type=int, default=None, help="key/value length (default: S)")
     p.add_argument("--kv-heads", type=int, default=None, help="key/value heads, dividing H (grouped-query attention)")
     p.add_argument("--dtype", choices=["fp16", "bf16"], default="bf16")

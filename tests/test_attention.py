@@ -10,12 +10,13 @@ from gluon.kernels.attention_sm90 import AttentionConfig, attention, compile_var
 from gluon.kernels.attention_sm90.host import _view2d
 
 
-@pytest.mark.parametrize("D", [64, 128])
+@pytest.mark.parametrize("D", [64, 128, 256])
 @pytest.mark.parametrize("causal", [False, True])
 def test_default_configs_compile_to_hgmma_tma_setmaxnreg_without_spills(D, causal):
     ck = compile_variant(D, DType.bf16, causal)
     ops = sass_instructions(ck.sass())
-    assert ops["HGMMA.64x128x16.F32.BF16"] >= 8        # S = Q K^T: 64 rows x 128 keys, k-steps of 16
+    bn = default_config(D).BLOCK_N
+    assert ops[f"HGMMA.64x{bn}x16.F32.BF16"] >= 8       # S = Q K^T: 64 rows x BLOCK_N keys, k-steps of 16
     assert ops[f"HGMMA.64x{D}x16.F32.BF16"] >= 8       # O += P V with P from registers
     assert ops["UTMALDG.2D"] >= 3                      # Q, K, V by TMA
     assert ops["USETMAXREG"] >= 2

@@ -57,19 +57,20 @@ def _run(B, H, HK, Sq, Skv, D, causal, dtype, layout="bhsd", config=None, lse=Fa
 
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
 @pytest.mark.parametrize("causal", [False, True])
-@pytest.mark.parametrize("B,H,S,D", [(2, 16, 16384, 128), (8, 16, 4096, 128), (16, 16, 1024, 128), (4, 32, 4096, 64)])
+@pytest.mark.parametrize("B,H,S,D", [(2, 16, 16384, 128), (8, 16, 4096, 128), (16, 16, 1024, 128), (4, 32, 4096, 64),
+                                     (2, 16, 4096, 256)])
 def test_issue_shapes(B, H, S, D, causal, dtype):
     _run(B, H, H, S, S, D, causal, dtype)
 
 
-@pytest.mark.parametrize("D", [64, 128])
+@pytest.mark.parametrize("D", [64, 128, 256])
 @pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize("S", [1000, 4097, 1, 63, 200])
 def test_sizes_not_multiples_of_the_tiles(S, causal, D):
     _run(2, 4, 4, S, S, D, causal, "bfloat16", lse=True)
 
 
-@pytest.mark.parametrize("D", [64, 128])
+@pytest.mark.parametrize("D", [64, 128, 256])
 @pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize("Sq,Skv", [(300, 1700), (1700, 300), (1, 4096), (128, 129)])
 def test_query_and_key_lengths_differ(Sq, Skv, causal, D):
@@ -77,13 +78,13 @@ def test_query_and_key_lengths_differ(Sq, Skv, causal, D):
     _run(2, 4, 4, Sq, Skv, D, causal, "float16", lse=True)
 
 
-@pytest.mark.parametrize("D", [64, 128])
+@pytest.mark.parametrize("D", [64, 128, 256])
 @pytest.mark.parametrize("H,HK", [(32, 8), (16, 1), (8, 2)])
 def test_grouped_query_attention(H, HK, D):
     _run(2, H, HK, 1537, 1537, D, True, "bfloat16")
 
 
-@pytest.mark.parametrize("D", [64, 128])
+@pytest.mark.parametrize("D", [64, 128, 256])
 @pytest.mark.parametrize("causal", [False, True])
 def test_bshd_inputs_without_copies(D, causal):
     """[B, S, H, D] tensors (layout='bshd', and their [B, H, S, D] transposes) run on 2-D views of the

@@ -14,7 +14,7 @@ from gluon.ir import GluonError
 
 from ..config_checks import flag, overridden, positive_int
 
-HEAD_DIMS = (64, 128)
+HEAD_DIMS = (64, 128, 256)
 _INTS = ("BLOCK_M", "BLOCK_N", "STAGES", "CONSUMER_WGS", "CONSUMER_REGS", "PRODUCER_REGS")
 _BOOLS = ("OVERLAP", "PINGPONG", "REVERSE_M", "PERSISTENT")
 
@@ -83,10 +83,13 @@ FIELDS = tuple(f.name for f in fields(AttentionConfig))
 # per head dim: what ran best on the H200 (docs/PERF.md): at D128 persistent (two stages: the second Q
 # buffer takes the third's shared memory; 232 / 32 registers: the splits 240 / 24, 240 / 32 and 232 / 40 each
 # spill in some launch's specialization, tests/test_attention.py compiles them), at D64 three warpgroups of
-# 64 rows, whose P V GEMMs are too short to hide a softmax under (OVERLAP measured slower there)
+# 64 rows, whose P V GEMMs are too short to hide a softmax under (OVERLAP measured slower there); at D256
+# 64-key steps, serial (the 64x256 fp32 accumulator takes 128 of the 240 registers: OVERLAP's second S tile
+# spills), one CTA per tile (two Q buffers and a two-stage ring would need 256 KiB)
 DEFAULT_CONFIGS: dict[int, AttentionConfig] = {
     64: AttentionConfig(BLOCK_M=192, CONSUMER_WGS=3, CONSUMER_REGS=160, OVERLAP=False),
     128: AttentionConfig(PINGPONG=True, PERSISTENT=True, CONSUMER_REGS=232, PRODUCER_REGS=32),
+    256: AttentionConfig(BLOCK_N=64, STAGES=2, OVERLAP=False, CONSUMER_REGS=240, PRODUCER_REGS=24),
 }
 
 

@@ -180,7 +180,7 @@ def attention(q, k, v, causal: bool = False, scale: float | None = None, config:
     """softmax(q k^T * scale [+ causal mask]) v, as `torch.nn.functional.scaled_dot_product_attention`.
 
     q [B, Hq, Sq, D], k and v [B, Hkv, Skv, D] with Hkv dividing Hq (grouped-query / multi-query
-    attention: query head h reads k/v head h // (Hq // Hkv)); fp16 or bf16; D 64 or 128. `scale`
+    attention: query head h reads k/v head h // (Hq // Hkv)); fp16 or bf16; D 64, 128 or 256. `scale`
     defaults to 1/sqrt(D). `causal` aligns the mask bottom-right (FlashAttention's convention: query i
     sees key j iff j <= i + Skv - Sq; with Sq == Skv that is torch's `is_causal`); a query that sees no
     key gets zeros. `layout="bshd"` takes and returns [B, S, H, D] tensors instead. `return_lse`
