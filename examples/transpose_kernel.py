@@ -40,9 +40,10 @@ def tile_layouts(block_m: int, block_n: int, vec: int, num_warps: int) -> tuple:
     a row (what x's rows are read in), and columns of 16-byte vectors, 8 lanes down a column and 4 across
     (what out's rows are written from). Refuses tiles the warps do not cover."""
     lanes_n = min(32, block_n // vec)
-    if lanes_n < 1 or block_m * block_n < 32 * num_warps * vec or block_m < 8 * vec or block_n < 4:
+    if block_m * block_n < 32 * num_warps * vec or block_m < 8 * vec or block_n < 8 * vec:
         raise ValueError(f"transpose tile [{block_m}, {block_n}] is too small for {num_warps} warps of {vec}-element "
-                         f"vectors (BLOCK_M >= {8 * vec}, BLOCK_N >= {max(4, vec)})")
+                         f"vectors (BLOCK_M and BLOCK_N >= {8 * vec}: a column read covers 8 vectors, and a row "
+                         f"needs {MAX_PHASE} vector groups for the swizzle to spread them)")
     rows = Layout.blocked([1, vec], [32 // lanes_n, lanes_n], [num_warps, 1])
     cols = Layout.blocked([vec, 1], [8, 4], [1, num_warps], order=(0, 1))
     return rows, cols
@@ -92,10 +93,10 @@ def transpose_kernel(out_ptr, x_ptr, n_rows, n_cols, x_row_stride, out_row_strid
 
 
 def default_config(n_rows: int, n_cols: int, elem_bytes: int) -> dict:
-    """64 x 64 tiles on 4 warps (32 elements, 8 KiB of fp16 / 16 KiB of fp32 shared memory a program);
-    BLOCK_M at least the 8 x 16-byte vectors one column read covers (64 int8/fp8 rows)."""
+    """64 x 64 tiles on 4 warps (32 elements a thread, 8 KiB of fp16 / 16 KiB of fp32 shared memory a
+    program); 128 x 128 for 1-byte dtypes, whose 16-byte vectors are 16 elements (tile_layouts says why)."""
     vec = 16 // elem_bytes
-    return {"BLOCK_M": max(64, 8 * vec), "BLOCK_N": 64, "NUM_WARPS": 4, "SWIZZLE": True}
+    return {"BLOCK_M": max(64, 8 * vec), "BLOCK_N": max(64, 8 * vec), "NUM_WARPS": 4, "SWIZZLE": True}
 
 
 def launch_plan(x, out, **tunables) -> tuple[tuple, tuple, dict]:
