@@ -28,7 +28,7 @@ import gluon
 import gluon.language as gl
 from gluon import Layout
 
-MAX_BINS = 4096              # the widest bin tile a program keeps in registers
+MAX_BINS = 2048              # tt.histogram keeps NUM_BINS / 32 counters a thread: 4096 bins spill
 PROGRAMS_PER_SM = 4
 
 
@@ -51,7 +51,7 @@ def _count(x_ptr, offs, m, lo, scale, NUM_BINS: gl.constexpr, HIST_BINS: gl.cons
 
 
 @gluon.jit
-def histogram_kernel(hist_ptr, x_ptr, n, lo, scale, NUM_BINS: gl.constexpr, BLOCK: gl.constexpr = 4096,
+def histogram_kernel(hist_ptr, x_ptr, n, lo, scale, NUM_BINS: gl.constexpr, BLOCK: gl.constexpr = 2048,
                      NUM_WARPS: gl.constexpr = 4):
     """hist_ptr[b] += the count of x's elements in bin b (< NUM_BINS), over the chunks program p owns:
     [p * BLOCK, ...) striding by num_programs * BLOCK. For float x, bin = floor((x - lo) * scale) with
@@ -67,8 +67,8 @@ def histogram_kernel(hist_ptr, x_ptr, n, lo, scale, NUM_BINS: gl.constexpr, BLOC
     for start in range(gl.program_id(0) * BLOCK, n_main, gl.num_programs(0) * BLOCK):
         offs = start + lane
         counts = counts + _count(x_ptr, offs, offs < n_main, lo, scale, NUM_BINS, HIST_BINS)
-    if gl.program_id(0) == 0:                # the last n % vec elements
-        tail = n_main + lane
+    if gl.program_id(0) == 0:                # the last n % vec (< vec) elements, one a thread
+        tail = n_main + gl.arange(0, 32 * NUM_WARPS, layout=Layout.blocked([1], [32], [NUM_WARPS]))
         counts = counts + _count(x_ptr, tail, tail < n, lo, scale, NUM_BINS, HIST_BINS)
     bins = gl.arange(0, HIST_BINS)
     gl.atomic_add(hist_ptr + bins, counts, mask=bins < NUM_BINS, sem="relaxed")
@@ -78,11 +78,13 @@ def histogram_kernel(hist_ptr, x_ptr, n, lo, scale, NUM_BINS: gl.constexpr, BLOC
 
 
 def default_config(n: int, num_bins: int, elem_bytes: int) -> dict:
-    """4096-element chunks (32 a thread on 4 warps; 8 warps from 1024 bins, so the bin tile stays at most
-    16 int32 a thread)."""
+    """2048-element chunks, 16 a thread on 4 warps: `tt.histogram` costs a ballot per element and bit of
+    the bin index, all unrolled, so wider chunks grow the code more than they save in loop overhead; 8 warps
+    from 1024 bins, so the bin tile stays at most 16 int32 a thread."""
     if not 1 <= num_bins <= MAX_BINS:
         raise ValueError(f"num_bins={num_bins}: the histogram kernel takes 1 to {MAX_BINS} bins")
-    return {"BLOCK": 4096, "NUM_WARPS": 8 if num_bins >= 1024 else 4}
+    warps = 8 if num_bins >= 1024 else 4
+    return {"BLOCK": 512 * warps, "NUM_WARPS": warps}
 
 
 def _sm_count(device) -> int:
