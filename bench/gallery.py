@@ -12,7 +12,7 @@ among them ones that are not multiples of the kernel's tiles.
 Per case: fresh random inputs, our output poisoned (NaN, or -1 bins) and checked against a torch reference
 first (a case that fails is reported and not timed); then ours and torch timed interleaved (bench/common.py:
 `interleaved`, ABBA rounds, median of CUDA-event timings with the L2 flushed), both as CUDA-graph replays
-where both capture (torch.bincount syncs, so the int histogram runs eagerly on both sides). GB/s is the
+(torch.bincount reads its input's maximum on the host, so the int histogram runs eagerly on both sides). GB/s is the
 fewest bytes the operation must move (inputs read once, outputs written once) over the median time; the
 ratio is torch's time over ours. The default and the best config of the softmax/RMSNorm sweeps are in
 bench/norms.py; this reports each kernel's default config.
@@ -55,7 +55,8 @@ class Case:
 
     @property
     def label(self) -> str:
-        return f"{self.kernel} {'x'.join(map(str, self.shape))} {self.dtype}" + (f" {self.bins} bins" if self.bins else "")
+        bins = f" {self.bins} bins" if self.bins else ""
+        return f"{self.kernel} {'x'.join(map(str, self.shape))} {self.dtype}{bins}"
 
 
 CASES = [
@@ -140,6 +141,7 @@ class Bound:
     check: Callable[[], str | None]
     poison: Callable[[], None]
     keep: dict = field(default_factory=dict)
+    graph: bool = True                   # both sides capture in a CUDA graph
 
 
 def _rel_err_check(out, ref, dtype: str) -> Callable[[], str | None]:
@@ -170,7 +172,8 @@ def bind(case: Case, device: str = "cuda") -> Bound:
         if dt == torch.int32:
             x = torch.randint(0, bins, (n,), device=device, dtype=dt)
             return Bound(lambda: hg.histogram(x, bins, hist=hist), lambda: torch.bincount(x, minlength=bins),
-                         lambda: hg.check(x, hist, bins), lambda: hist.fill_(-1), {"x": x, "hist": hist})
+                         lambda: hg.check(x, hist, bins), lambda: hist.fill_(-1), {"x": x, "hist": hist},
+                         graph=False)              # bincount reads x's maximum on the host: no capture
         x = (torch.randn(n, device=device) * 2).to(dt)
         return Bound(lambda: hg.histogram(x, bins, -3.0, 3.0, hist), lambda: torch.histc(x, bins, -3.0, 3.0),
                      lambda: hg.check(x, hist, bins, -3.0, 3.0), lambda: hist.fill_(-1), {"x": x, "hist": hist})
@@ -215,21 +218,11 @@ def bind(case: Case, device: str = "cuda") -> Bound:
     raise ValueError(f"unknown kernel {case.kernel!r}")
 
 
-def _graph_pair(ours: Callable, theirs: Callable) -> tuple[Callable, Callable, bool]:
-    """Both sides as CUDA-graph replays, or both eager where either does not capture."""
-    try:
-        return graphed(ours), graphed(theirs), True
-    except Exception:                                    # e.g. torch.bincount reads the maximum on the host
-        import torch
-        torch.cuda.synchronize()
-        return ours, theirs, False
-
-
 def run_case(case: Case, repeats: int, round_ms: int) -> dict:
     """Check, then time one case interleaved with torch; its row."""
     import torch
-    row = {"kernel": case.kernel, "shape": "x".join(map(str, case.shape)), "dtype": case.dtype, "bins": case.bins or None,
-           "config": config(case), "bytes": nbytes(case)}
+    row = {"kernel": case.kernel, "shape": "x".join(map(str, case.shape)), "dtype": case.dtype,
+           "bins": case.bins or None, "config": config(case), "bytes": nbytes(case)}
     try:
         bound = bind(case)
         bound.poison()
@@ -241,15 +234,16 @@ def run_case(case: Case, repeats: int, round_ms: int) -> dict:
     row["ok"] = problem is None
     row["problem"] = problem
     if problem is None:
-        ours, theirs, row["graph"] = _graph_pair(bound.ours, bound.theirs)
+        row["graph"] = bound.graph          # both sides alike: CUDA-graph replays, or both eager
+        ours, theirs = (graphed(bound.ours), graphed(bound.theirs)) if bound.graph else (bound.ours, bound.theirs)
         it = interleaved(ours, theirs, repeats, round_ms)
         row.update(it)
         row["us"], row["torch_us"] = it["time_ms"] * 1e3, it["baseline_ms"] * 1e3
         row["gb_s"] = row["bytes"] / it["time_ms"] / 1e6
         row["torch_gb_s"] = row["bytes"] / it["baseline_ms"] / 1e6
     status = "ok" if problem is None else f"WRONG: {problem}"
-    timing = (f"{row['us']:9.1f} us {row['gb_s']:7.0f} GB/s | torch {row['torch_us']:9.1f} us {row['torch_gb_s']:7.0f} GB/s"
-              f" | {row['ratio']:.2f}x" if problem is None else "")
+    timing = (f"{row['us']:9.1f} us {row['gb_s']:7.0f} GB/s | torch {row['torch_us']:9.1f} us "
+              f"{row['torch_gb_s']:7.0f} GB/s | {row['ratio']:.2f}x" if problem is None else "")
     print(f"  {case.label:<36} {status} {timing}", flush=True)
     torch.cuda.empty_cache()
     return row

@@ -110,7 +110,8 @@ def launch_plan(x, out, **tunables) -> tuple[tuple, tuple, dict]:
     cfg = dict(default_config(n_rows, n_cols, x.element_size()), **tunables)
     grid = (-(-n_rows // cfg["BLOCK_M"]), -(-n_cols // cfg["BLOCK_N"]))
     if grid[1] > 65535:
-        raise ValueError(f"transpose_kernel: {grid[1]} column tiles are over the grid's 65535 in y; use a wider BLOCK_N")
+        raise ValueError(f"transpose_kernel: {grid[1]} column tiles are over the grid's 65535 in y; "
+                         "use a wider BLOCK_N")
     return grid, (out, x, n_rows, n_cols, x.stride(0), out.stride(0)), dict(cfg, num_warps=cfg["NUM_WARPS"])
 
 
