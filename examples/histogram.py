@@ -104,7 +104,7 @@ def launch_plan(x, hist, num_bins: int, lo: float = 0.0, hi: float = 0.0, **tuna
         raise ValueError("histogram_kernel indexes with 32-bit offsets: x is too large")
     cfg = dict(default_config(n, num_bins, x.element_size()), **tunables)
     programs = max(1, min(-(-n // cfg["BLOCK"]), PROGRAMS_PER_SM * _sm_count(x.device)))
-    scale = 0.0 if x.dtype.is_floating_point is False else num_bins / (hi - lo)
+    scale = num_bins / (hi - lo) if x.dtype.is_floating_point else 0.0
     args = (hist, x, n, float(lo), float(scale))
     return (programs,), args, dict(cfg, NUM_BINS=num_bins, num_warps=cfg["NUM_WARPS"])
 
