@@ -6,6 +6,7 @@ import dataclasses
 import json
 import os
 import pathlib
+import re
 
 from ..abi import KernelABI
 from .machine_code import cuda_resources, hip_resources
@@ -129,15 +130,18 @@ class Binary:
             raise ValueError(f"sass() is CUDA-only; {self.name} targets {self.target}: read asm['amdgcn']")
         if self._sass is not None:
             return self._sass
-        f = self.path / f"{self.name}.sass"
+        f = self.path / f"{self.name}.full.sass"      # ".sass" files of older entries may be truncated
         try:
             self._sass = f.read_text(encoding="utf-8")
             return self._sass
         except OSError:
             pass
-        from triton.tools.disasm import get_sass
+        import triton.tools.disasm as disasm
 
-        text = get_sass(bytes(self.asm["cubin"]))
+        # its line pattern takes 4-hex-digit code offsets, so a kernel over 64 KiB of code lost every line past
+        # offset 0xfff0; widened to any length (the same pattern otherwise)
+        disasm.FLINE_RE = re.compile(r"\s*/\*\w{4,}\*/\s*([^;]*;)\s*/\* 0x(\w{16}) \*/\s*")
+        text = disasm.get_sass(bytes(self.asm["cubin"]))
         self._sass = text
         tmp = self.path / f".{f.name}.{os.getpid()}.tmp"
         try:  # atomic add; a read-only cache just skips it
