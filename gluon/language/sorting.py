@@ -31,7 +31,7 @@ from .core import Tensor, _to_tensor, arange, broadcast_to, expand_dims, where
 from .shapes import join, permute, reshape, split
 from .tracing import _static_int, _user_loc
 
-_REFUSED = {DType.i1: "gl.int8", DType.f8e4m3: "gl.float16", DType.f8e5m2: "gl.float16"}
+_FP8 = (DType.f8e4m3, DType.f8e5m2)
 
 
 # ------------------------------------------------------------------------------ arguments
@@ -45,9 +45,9 @@ def _operand(x, fn: str) -> Tensor:
     x = _to_tensor(x)
     if not x.is_tile:
         raise ir.GluonError(f"{fn}: x must be a register tile, got a scalar {x.dtype.name}", _user_loc())
-    if x.dtype in _REFUSED:
-        raise ir.GluonError(f"{fn}: x is {x.dtype.name}, which has no comparisons on the GPU; cast it first "
-                            f"(x.to({_REFUSED[x.dtype]}))", _user_loc())
+    if x.dtype in _FP8:
+        raise ir.GluonError(f"{fn}: x is {x.dtype.name}, and Triton 3.6 does not compile comparisons of fp8 tiles; "
+                            "sort it as float16 (x.to(gl.float16), exact) and cast back", _user_loc())
     return x
 
 
@@ -249,7 +249,8 @@ def sort(x, dim: int | None = -1, descending: bool = False, return_indices: bool
     `tl.sort` (a bitonic network; dim any axis, Triton's only the last). With `return_indices=True`,
     `(values, indices)`: indices is int32, each element's position along `dim` in x, ties broken
     by position (a stable sort: torch.sort(x, dim, descending, stable=True)). NaN sorts above every number.
-    Integer and float dtypes (not i1 or fp8); the result has x's shape, its layout the network's (open)."""
+    Integer (i1: False first) and float dtypes but fp8; the result has x's shape, in the network's layout
+    (open: converted where it meets another)."""
     x = _operand(x, "sort")
     d = _dim(dim, x, "sort")
     descending = _flag(descending, "descending", "sort")
