@@ -250,6 +250,13 @@ def test_a_row_across_lanes_pairs_them_with_butterfly_shuffles():
     assert ops.get("BAR.SYNC", 0) <= 1, sorted(ops.items())
 
 
+def test_compiles_for_cdna3_with_64_lane_warps():
+    F = PointerArg(gl.float32)
+    ck = sort_kernel.compile(F, F, PointerArg(gl.int32), M=32, N=64, DIM=1, K=8, TOPK=True, DESC=False, IDX=True,
+                             arch="cdna3", num_warps=4)
+    assert "amdgcn" in ck.asm and "tt.split" in ck.lowered.ttgir
+
+
 def test_integer_sorts_compare_as_their_signedness():
     t = lower(run_passes(_trace(M=16, N=16, K=16, dtype=gl.uint32))).ttgir
     assert "arith.cmpi ult" in t and "arith.cmpi slt" in t          # the values unsigned, the positions signed
