@@ -8,15 +8,16 @@ bitcast and an xor-reduction; this DSL has no bitcast, so a step moves that bit'
 (`permute`), takes the two halves (`split`), keeps or swaps them elementwise (`where`) and puts them back
 (`join`, `permute`). No new IR op, lowering or interpreter rule: the composite is made of shape ops whose
 result layouts are Triton's own inference (linear layouts: a `permute` moves no data, a `split` of a
-dimension held in a thread's registers moves none, one held across lanes is a warp shuffle), so what it
-costs is what Triton's sort costs, and the interpreter runs it as it runs those ops.
+dimension held in a thread's registers moves none, one held across lanes is a warp shuffle, as Triton's
+xor-reduction over such a bit is), and the interpreter runs it as it runs those ops.
 
 `topk` is Triton's bitonic top-k (sort runs of k, then repeatedly keep the better half of two runs and
-merge again, https://www.doc.ic.ac.uk/~hlgr/pdfs/MassivelyParallelTopK.pdf): log2(n/k) fewer merges than a
-full sort, and the result tile is k wide.
+merge again, https://www.doc.ic.ac.uk/~hlgr/pdfs/MassivelyParallelTopK.pdf): with b = log2(n), c = log2(k)
+it takes c(c+1)/2 + (b-c)(c+1) columns where a sort takes b(b+1)/2 (top-2 of 64: 11, not 21), and the
+result tile is k wide.
 
-The order is a total one. NaN sorts above every number (last ascending, first descending, always in a
-top-k), as torch.sort / torch.topk do. Equal values (and -0.0 / +0.0, which compare equal) are in an
+The order is a total one. NaN sorts above every number (last ascending, first descending, kept by a
+top-k ahead of any number), as torch.sort / torch.topk do. Equal values (and -0.0 / +0.0, which compare equal) are in an
 unspecified order among themselves when only values are returned; with `return_indices=True` ties are
 broken by position, smaller first, so the result is that of a stable sort (torch.sort(..., stable=True))
 in both directions, and a top-k keeps the earliest of equal values.
@@ -98,8 +99,9 @@ class _Order:
         return _lt(b, a, self.is_float) if self.descending else _lt(a, b, self.is_float)
 
     def before(self, av: Tensor, ai: Tensor | None, bv: Tensor, bi: Tensor | None) -> Tensor:
-        """i1: a comes before b. Without positions equal values are unordered (False both ways); with them
-        the smaller position goes first (not after b's value and an earlier position)."""
+        """i1: a comes before b. Without positions, equal values are unordered (False both ways); with them,
+        equal values go in position order: a first when b's value does not come first and a's position is
+        the smaller."""
         first = self._first(av, bv)
         if ai is None:
             return first
