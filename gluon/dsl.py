@@ -33,6 +33,7 @@ from .language.nvidia.hopper import (  # noqa: F401
 from .language.reductions import (argmax, argmin, associative_scan, cumprod, cumsum, histogram,  # noqa: F401
                                  reduce)
 from .language.shapes import gather, join, permute, reshape, split, trans  # noqa: F401
+from .language.sorting import sort, topk  # noqa: F401
 from .language.tracing import UNDEF, ArchError, UndefinedValue  # noqa: F401
 from .types import (DotOperandLayout, DType, Layout, MMALayout, NVMMASharedLayout, SliceLayout,  # noqa: F401
                     SwizzleMode, TensorMemoryLayout, TensorRef, WarpRole)

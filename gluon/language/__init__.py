@@ -3,7 +3,8 @@
 The language is an arch-neutral core, `tracing` (the trace state), `core` (`Tensor` and the builtins
 on it), `memory` (pointers, global tensors, shared memory), `atomics` (Triton's `atomic_*` on global
 memory), `reductions` (`reduce` / `associative_scan` with a combine function, `argmax`, `cumsum`,
-`histogram`), `shapes` (reshape, permute/trans, join, split, gather), `inline_asm` (the target's
+`histogram`), `shapes` (reshape, permute/trans, join, split, gather), `sorting` (`sort`, `topk`: bitonic
+networks of the shape ops), `inline_asm` (the target's
 assembly over tile elements), `control` (loops, branches, warp
 roles) and `kernel` (the `KernelTemplate` a kernel function traces through; the decorators
 `@gluon.kernel` and `@gluon.jit` are gluon.jit's), plus one module per architecture:
@@ -25,6 +26,7 @@ from .core import (  # noqa: F401
 from .inline_asm import inline_asm_elementwise  # noqa: F401
 from .kernel import DescArg, PointerArg, ScalarArg  # noqa: F401
 from .shapes import gather, join, permute, reshape, split, trans  # noqa: F401
+from .sorting import sort, topk  # noqa: F401
 from .memory import Pointer, Shared, load, smem, store, thread_barrier  # noqa: F401
 from .nvidia.ampere import (cp_async, cp_async_commit, cp_async_wait, mma, named_barrier_arrive,  # noqa: F401
                              named_barrier_sync)
