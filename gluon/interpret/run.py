@@ -21,18 +21,24 @@ from ..jit import _arg_key, _jit_of, _stand_in
 from ..types import GluonError, SourceKind
 from . import memory as _memory  # noqa: F401 - registers the load/store/atomic rules
 from . import regions as _regions  # noqa: F401 - registers the region and reduction rules
+from . import smem as _smem  # noqa: F401 - registers the shared-memory and cp.async rules
 from .ops import NOT_YET, RULES, InterpretError
 from .values import Ptr, buffer_of, scalar
 
 
 class Program:
     """One program of the grid: its ids, the grid (3-D; `rank` the launch's own dimensions), and the values
-    defined so far."""
+    defined so far. `who` names the accessor of shared memory (None: a program without warp roles; a warp
+    role's task has its own), `observer` watches shared-memory accesses (the hazard tracker; smem_alloc
+    hands it to each region), `local` holds per-accessor async state (cp.async groups, in-flight WGMMAs
+    and TMA stores: smem.local_state)."""
 
-    __slots__ = ("pid", "grid", "env", "rank")
+    __slots__ = ("pid", "grid", "env", "rank", "who", "observer", "local")
 
-    def __init__(self, pid: tuple[int, int, int], grid: tuple[int, int, int], env: dict[int, Any], rank: int = 3):
+    def __init__(self, pid: tuple[int, int, int], grid: tuple[int, int, int], env: dict[int, Any], rank: int = 3,
+                 observer: Any = None):
         self.pid, self.grid, self.env, self.rank = pid, grid, dict(env), rank
+        self.who, self.observer, self.local = None, observer, {}
 
     def run_region(self, region: ir.Region, args: Sequence[Any], combine: bool = False) -> list:
         """Run `region` with its arguments bound to `args`; the values its closing yield passes out."""
