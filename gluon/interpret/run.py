@@ -22,6 +22,8 @@ from ..types import GluonError, SourceKind
 from . import memory as _memory  # noqa: F401 - registers the load/store/atomic rules
 from . import regions as _regions  # noqa: F401 - registers the region and reduction rules
 from . import smem as _smem  # noqa: F401 - registers the shared-memory and cp.async rules
+from . import dots as _dots  # noqa: F401 - registers the dot and tensor-memory rules
+from .tma import desc_of  # registers the TMA rules
 from .ops import NOT_YET, RULES, InterpretError
 from .values import Ptr, buffer_of, scalar
 
@@ -125,6 +127,8 @@ def bind_params(kernel: ir.Kernel, args: Sequence[Any], kwargs: dict) -> dict[in
             env[p.value.id] = Ptr(buffers[key], 0)
         elif isinstance(t, ir.ScalarType):
             env[p.value.id] = _scalar_value(p, v)
+        elif isinstance(t, ir.DescType):
+            env[p.value.id] = desc_of(p, v)
         else:
             raise InterpretError(f"the interpreter does not take a {t} parameter ('{p.name}') yet", p.loc)
     return env
@@ -169,6 +173,9 @@ def _stand_ins(template, args: Sequence[Any]) -> tuple[dict, tuple]:
                          f"({', '.join(jf.runtime_params)}), got {len(args)}", template.loc)
     conv = []
     for a in args:
+        if type(a).__name__ == "TensorDescriptor" and hasattr(a, "block_shape"):
+            conv.append(a)              # traced as the tensor it describes, bound as itself (tma.desc_of)
+            continue
         if isinstance(a, np.ndarray):
             import torch
             a = torch.from_numpy(a)
@@ -177,6 +184,9 @@ def _stand_ins(template, args: Sequence[Any]) -> tuple[dict, tuple]:
         conv.append(a)
     stand = {}
     for pname, v in zip(jf.runtime_params, conv):
+        if type(v).__name__ == "TensorDescriptor" and hasattr(v, "block_shape"):
+            from .tma import _described_tensor
+            v = _described_tensor(v)
         key = _arg_key(v)
         if template.pointers.get(pname) is not None and type(v) is int:
             raise GluonError(f"kernel {template.name}: argument '{pname}' is a raw device address; the interpreter "

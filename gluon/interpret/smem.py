@@ -1,8 +1,8 @@
 """Shared memory in the interpreter: regions and their stages, register <-> shared copies, transposed and
 reinterpreted views, the async-proxy fence, and cp.async copies with their groups.
 
-A `smem_alloc` makes a fresh `shared.SmemRegion` (its bytes zero, none written) whose observer is the
-program's (`it.observer`: the hazard tracker, or None); every access below passes the accessor
+A `smem_alloc` makes a fresh `shared.SmemRegion` (its bytes zero, none written) and hands it to the
+program's observer (`it.observer`: the hazard tracker, or None; `watch`); every access below passes the accessor
 (`it.who`), its proxy and the op's line, so the tracker sees them all. Reading elements never written is
 the tracker's to report (SmemView.written_mask()); without one such a read gives the zeros the region
 starts with.
@@ -68,13 +68,27 @@ def _smem_alloc(it, op, args):
     if not isinstance(t, SmemType):
         raise InterpretError(f"smem_alloc must produce shared memory, got {t}", op.loc)
     name = op.attrs.get("name") or op.result.name or "smem"
-    region = SmemRegion(name, t.dtype, tuple(t.shape), t.stages, observer_of(it), t.layout)
+    region = SmemRegion(name, t.dtype, tuple(t.shape), t.stages, None, t.layout)
     view = SmemView(region, 0 if t.stages == 1 else None)
     if args:
         if t.stages > 1:
             raise InterpretError("an initial value needs a single-stage region", op.loc)
         view.write(args[0], it.who, "generic", op.loc)
+    watch(it, view, op)
     return [view]
+
+
+def watch(it, view: SmemView, op) -> None:
+    """Hand a new region to the program's observer: `observer.attach(view, who, loc)` where it has one (it
+    then learns of the initial value written above), else as the region's observer."""
+    obs = observer_of(it)
+    if obs is None or view.region.observer is not None:
+        return
+    attach = getattr(obs, "attach", None)
+    if attach is not None:
+        attach(view, it.who, op.loc)
+    else:
+        view.region.observer = obs
 
 
 @rule("smem_index")
@@ -121,7 +135,7 @@ def _smem_reinterpret(it, op, args):
 
 @rule("fence_async_shared")
 def _fence_async_shared(it, op, args):
-    notify(it, "on_fence", it.who, op.loc)
+    notify(it, "on_fence", it.who)
     return []
 
 
@@ -193,4 +207,4 @@ def _cp_async_wait(it, op, args):
     return [None] if op.results else []
 
 
-__all__ = ["CpAsyncGroup", "local_state", "notify", "observer_of", "one_stage", "view_of"]
+__all__ = ["CpAsyncGroup", "local_state", "notify", "observer_of", "one_stage", "view_of", "watch"]
