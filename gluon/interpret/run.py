@@ -21,8 +21,11 @@ from ..jit import _arg_key, _jit_of, _stand_in
 from ..types import GluonError, SourceKind
 from . import memory as _memory  # noqa: F401 - registers the load/store/atomic rules
 from . import regions as _regions  # noqa: F401 - registers the region and reduction rules
+from . import smem as _smem  # noqa: F401 - registers the shared-memory and cp.async rules
+from . import dots as _dots  # noqa: F401 - registers the dot and tensor-memory rules
 from . import sync as _sync  # noqa: F401 - registers the mbarrier, named-barrier and cluster rules
-from .hazards import HOOKS, actor
+from .hazards import actor
+from .tma import desc_of  # registers the TMA rules
 from .ops import NOT_YET, RULES, InterpretError
 from .tasks import Cta, Role, Task
 from .values import Ptr, buffer_of, scalar
@@ -31,20 +34,27 @@ from .values import Ptr, buffer_of, scalar
 class Program:
     """One program of the grid, or one warp role of it: its ids, the grid (3-D; `rank` the launch's own
     dimensions), the values defined so far, and the CTA state its roles share (`cta`: the hazard tracker,
-    named barriers). `who` is the warp role running (tasks.Role; None outside roles) and `task` its
-    thread (None outside roles)."""
+    named barriers; `observer` is its tracker, which smem_alloc hands to each region). `who` names the
+    accessor of shared memory and barriers (the warp role running, tasks.Role; None outside roles) and
+    `task` its thread (None outside roles); `local` holds per-accessor async state (cp.async groups,
+    in-flight WGMMAs and TMA stores: smem.local_state), shared by a program's roles (keyed by `who`)."""
 
-    __slots__ = ("pid", "grid", "env", "rank", "cta", "who", "task")
+    __slots__ = ("pid", "grid", "env", "rank", "who", "observer", "local", "cta", "task")
 
     def __init__(self, pid: tuple[int, int, int], grid: tuple[int, int, int], env: dict[int, Any], rank: int = 3,
-                 cta: Cta | None = None, who: Role | None = None, task: Task | None = None):
+                 observer: Any = None, cta: Cta | None = None, who: Role | None = None, task: Task | None = None,
+                 local: dict | None = None):
         self.pid, self.grid, self.env, self.rank = pid, grid, dict(env), rank
         self.cta = cta if cta is not None else Cta(pid, rank, 4)
+        if observer is not None:
+            self.cta.observer = observer
+        self.observer = self.cta.observer
         self.who, self.task = who, task
+        self.local = {} if local is None else local
 
     def spawn(self, who: Role, task: Task) -> "Program":
         """The program as seen by warp role `who` (run by `task`): the values so far, the same CTA."""
-        return Program(self.pid, self.grid, self.env, self.rank, self.cta, who, task)
+        return Program(self.pid, self.grid, self.env, self.rank, None, self.cta, who, task, self.local)
 
     @property
     def threads(self) -> int:
@@ -80,9 +90,6 @@ class Program:
                 raise InterpretError(f"interpreting {kind}: {type(e).__name__}: {e}", op.loc) from e
             for r, v in zip(op.results, results):
                 env[r.id] = v
-            hook = HOOKS.get(kind)
-            if hook is not None:
-                hook(self, op, results)
         return []
 
 
@@ -153,6 +160,8 @@ def bind_params(kernel: ir.Kernel, args: Sequence[Any], kwargs: dict) -> dict[in
             env[p.value.id] = Ptr(buffers[key], 0)
         elif isinstance(t, ir.ScalarType):
             env[p.value.id] = _scalar_value(p, v)
+        elif isinstance(t, ir.DescType):
+            env[p.value.id] = desc_of(p, v)
         else:
             raise InterpretError(f"the interpreter does not take a {t} parameter ('{p.name}') yet", p.loc)
     return env
@@ -183,7 +192,7 @@ def run_kernel(kernel: ir.Kernel, grid, args: Sequence[Any], kwargs: dict | None
     with np.errstate(all="ignore"):
         for pid in pids:
             pid = tuple(pid)
-            Program(pid, g, env, rank, Cta(pid, rank, kernel.num_warps)).run_region(kernel.body, [])
+            Program(pid, g, env, rank, cta=Cta(pid, rank, kernel.num_warps)).run_region(kernel.body, [])
 
 
 # ------------------------------------------------------------------------------ the JIT entry
@@ -198,6 +207,9 @@ def _stand_ins(template, args: Sequence[Any]) -> tuple[dict, tuple]:
                          f"({', '.join(jf.runtime_params)}), got {len(args)}", template.loc)
     conv = []
     for a in args:
+        if type(a).__name__ == "TensorDescriptor" and hasattr(a, "block_shape"):
+            conv.append(a)              # traced as the tensor it describes, bound as itself (tma.desc_of)
+            continue
         if isinstance(a, np.ndarray):
             import torch
             a = torch.from_numpy(a)
@@ -206,6 +218,9 @@ def _stand_ins(template, args: Sequence[Any]) -> tuple[dict, tuple]:
         conv.append(a)
     stand = {}
     for pname, v in zip(jf.runtime_params, conv):
+        if type(v).__name__ == "TensorDescriptor" and hasattr(v, "block_shape"):
+            from .tma import _described_tensor
+            v = _described_tensor(v)
         key = _arg_key(v)
         if template.pointers.get(pname) is not None and type(v) is int:
             raise GluonError(f"kernel {template.name}: argument '{pname}' is a raw device address; the interpreter "
