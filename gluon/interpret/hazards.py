@@ -78,6 +78,7 @@ class _Read:
     epoch: int | None               # None while in flight under `token`
     loc: Loc | None
     token: Any = None
+    was_async: bool = False         # read under a token: complete only at the reader's wait for it
 
 
 @dataclass(eq=False)
@@ -114,6 +115,7 @@ class HazardTracker:
         self.bars: dict[MBarrier, _BarClock] = {}
         self.labels: dict[MBarrier, str] = {}
         self.waited: set = set()                 # (who, MBarrier): who has waited on it
+        self.last_wait: dict = {}                # who -> (MBarrier, loc, parity, phase then) of its last wait
         self.tokens: dict[Any, list] = {}        # an in-flight token -> the reads / writes under it
 
     # ---------------------------------------------------------------- clocks
@@ -170,10 +172,11 @@ class HazardTracker:
         """Before `who` arrives on `bar` (arrive, expect): its clock so far goes into the phase."""
         join(self._sync(bar).pending, self.release(who))
 
-    def on_wait(self, bar: MBarrier, who: Any) -> None:
-        """After `who`'s wait on `bar` returned: it has seen the barrier's last completed phase."""
+    def on_wait(self, bar: MBarrier, who: Any, loc: Loc | None = None, parity: int = 0) -> None:
+        """After `who`'s wait on `bar` (for `parity`) returned: it has seen the barrier's last completed phase."""
         self.acquire(who, self._sync(bar).completed)
         self.waited.add((who, bar))
+        self.last_wait[who] = (bar, loc, parity, bar.phase)
 
     def on_fence(self, who: Any) -> None:
         """fence_async_shared by `who`: its register-to-shared writes so far are ordered before the async
@@ -248,8 +251,18 @@ class HazardTracker:
         if missing == n:
             raise InterpretError(
                 f"{actor(who)} reads {what} before anything was written to it: no store has run and no TMA load "
-                "into it has landed; store or load it first (and wait on the load's mbarrier phase)", loc)
+                f"into it has landed; store or load it first (and wait on the load's mbarrier phase){self._hint(who)}",
+                loc)
         raise InterpretError(f"{actor(who)} reads {what}, of which {missing} of {n} elements were never written", loc)
+
+    def _hint(self, who: Any) -> str:
+        """Why a read after a wait found nothing: the wait returned at once, on a barrier never completed."""
+        bar, wloc, parity, phase = self.last_wait.get(who, (None, None, 0, 0))
+        if bar is None or phase != 0 or not parity & 1:
+            return ""
+        return (f"; its last wait, on mbarrier {self.label(bar)}{_at(wloc)} with parity 1, returned at once: a fresh "
+                "barrier counts the phase before its first as complete, so a wait for its first completion takes "
+                "parity 0 (a wait with the wrong phase)")
 
     def _read(self, region: SmemRegion, sp: _Span, who: Any, proxy: str, loc, via: Any) -> None:
         c = self.clock(who)
@@ -278,7 +291,7 @@ class HazardTracker:
                         f"registers{by}{_at(w.loc)} with no fence_async_shared() by the writer between that write "
                         "and this read: the async proxy may read the old bytes; call fence_async_shared() after "
                         "the store (in the writing role) and before this op", loc)
-        r = _Read(who, None if via is not None else c[who], loc, via)
+        r = _Read(who, None if via is not None else c[who], loc, via, via is not None)
         sp.reads = [x for x in sp.reads if x.who != who or x.epoch is None] + [r]
         if via is not None:
             self.tokens.setdefault(via, []).append(r)
@@ -311,19 +324,21 @@ class HazardTracker:
                         f"{'this write' if r.who == who else 'releasing the stage, and this role for the release'}",
                         loc)
                 if r.who != who and c.get(r.who, 0) < r.epoch:
+                    late = (" (an async read ends at the reader's wgmma_wait / tma_store_wait: release the stage "
+                            "after that)") if r.was_async else ""
                     raise InterpretError(
                         f"{actor(who)} overwrites {sp.name} while it is still in use: {actor(r.who)} read it"
                         f"{_at(r.loc)} and that read is not ordered before this write; the reader must release the "
-                        "stage (arrive on its 'empty' mbarrier after the read) and this role wait on that release "
-                        "before writing", loc)
+                        f"stage (arrive on its 'empty' mbarrier after the read{late}) and this role wait on that "
+                        "release before writing", loc)
             w = o.write
             if w is None:
                 continue
             if w.bar is not None and c.get(w.bar, 0) < w.completion:
                 raise InterpretError(
-                    f"{actor(who)} overwrites {sp.name} while it is still in use: the TMA load into it{_at(w.loc)} "
-                    f"(completing phase {w.completion - 1} of mbarrier {self.label(w.bar)}) has not been consumed "
-                    "and released to this role; wait for the consumer's release of the stage (its 'empty' "
+                    f"{actor(who)} overwrites {sp.name} while it is still in use: the TMA load into it"
+                    f"{' at ' + str(w.loc) if w.loc else ''}, completing phase {w.completion - 1} of mbarrier "
+                    f"{self.label(w.bar)}, has not been consumed and released to this role; wait for the consumer's release of the stage (its 'empty' "
                     "mbarrier) before filling it again (a producer running ahead of its ring)", loc)
             if w.token is not None:
                 raise InterpretError(f"{actor(who)} overwrites {sp.name} while cp.async copies into it{_at(w.loc)} are "

@@ -108,8 +108,9 @@ def _barrier_wait(it, op, args):
     view = args[0]
     bar = _one(view, op)
     if _pred(args, 2):
-        block(it, MbarWait(op, view, int(np.asarray(args[1])) & 1))
-        it.cta.observer.on_wait(bar, it.who)
+        parity = int(np.asarray(args[1])) & 1
+        block(it, MbarWait(op, view, parity))
+        it.cta.observer.on_wait(bar, it.who, op.loc, parity)
     return []
 
 
