@@ -1,0 +1,313 @@
+"""The interpreter's data path (gluon/interpret/smem.py, tma.py, dots.py; docs/INTERPRETER.md): shared regions
+with stages, transposed and reinterpreted views; TMA loads and stores over edges that are not multiples of
+the box (zero fill, clipping, negative coordinates); cp.async with a mask; wgmma with A from shared memory
+and from registers, mma, mfma, tcgen05; the shipped tile GEMM, timed. Each against torch. CPU only."""
+import time
+
+import numpy as np
+import pytest
+import torch
+
+import gluon
+import gluon.language as gl
+from gluon import GluonError
+from gluon.arch import SM80, SM90
+from gluon.interpret.ops import RULES, InterpretError, rule
+from gluon.interpret.shared import BarrierView, MBarrier
+from gluon.language.memory import smem
+from gluon.language.nvidia.ampere import cp_async, cp_async_commit, cp_async_wait
+from gluon.language.nvidia.hopper import (fence_async_shared, mbarrier, tma_load, tma_store, tma_store_wait, wgmma,
+                                          wgmma_wait)
+from gluon.types import DType, Layout, SwizzleMode
+
+NAN = float("nan")
+
+
+def _install_plain_barriers() -> None:
+    """Plain mbarrier rules for a program without warp roles, where the interpreter has none of its own yet
+    (the warp-role slice brings them): arrive/expect count, a wait must find its phase complete."""
+    if "barrier_alloc" in RULES:
+        return
+
+    @rule("barrier_alloc")
+    def _alloc(it, op, args):
+        t = op.result.type
+        bars = tuple(MBarrier(int(op.attrs.get("count", t.count))) for _ in range(t.stages))
+        return [BarrierView(op.attrs.get("name") or "bar", bars, 0 if t.stages == 1 else None)]
+
+    @rule("barrier_index")
+    def _index(it, op, args):
+        return [args[0].at(int(args[1]))]
+
+    @rule("barrier_expect")
+    def _expect(it, op, args):
+        if len(args) < 2 or bool(args[1]):
+            args[0].one.expect_tx(int(op.attrs["bytes"]))
+            args[0].one.arrive(1)
+        return []
+
+    @rule("barrier_arrive")
+    def _arrive(it, op, args):
+        args[0].one.arrive(int(op.attrs.get("count", 1)))
+        return []
+
+    @rule("barrier_wait")
+    def _wait(it, op, args):
+        if not args[0].one.completed(int(args[1])):
+            raise InterpretError("this wait would never return in a program without warp roles", op.loc)
+        return []
+
+
+_install_plain_barriers()
+
+
+@pytest.fixture
+def interpret_env():
+    from gluon.interpret import set_enabled
+    was = set_enabled(True)
+    yield
+    set_enabled(was)
+
+
+def _bf16(*shape):
+    return torch.randn(*shape).bfloat16()
+
+
+# ------------------------------------------------------------------------------ shared memory
+
+
+@gluon.kernel(arch=SM90, num_warps=4)
+def _stages_kernel(X, Y, Z, BM: gl.constexpr, BN: gl.constexpr):
+    r = gl.arange(0, BM)
+    c = gl.arange(0, BN)
+    x = X[r[:, None] * BN + c[None, :]]
+    ring = smem(X.dtype, Layout.swizzled(BM, BN), name="ring", stages=3)
+    for s in gl.static_range(3):
+        ring[s].store(x + s * 1.0)
+    y = ring[2].T.load()                                   # the transposed view of stage 2
+    Y[c[:, None] * BM + r[None, :]] = y
+    init = smem(X.dtype, Layout.swizzled(BM, BN), name="init", value=x * 2.0)
+    Z[r[:, None] * BN + c[None, :]] = init.load() + ring[1].load()
+
+
+def test_stages_transposed_views_and_an_initial_value():
+    x = _bf16(64, 128)
+    y, z = torch.full((128, 64), NAN).bfloat16(), torch.full((64, 128), NAN).bfloat16()
+    _stages_kernel.interpret((1,), x, y, z, BM=64, BN=128)
+    xf = x.float()
+    assert torch.equal(y.float(), (xf + 2).bfloat16().float().T)
+    assert torch.equal(z.float(), ((xf * 2).bfloat16().float() + (xf + 1).bfloat16().float()).bfloat16().float())
+
+
+@gluon.kernel(arch=SM90, num_warps=4)
+def _reinterpret_kernel(X, P, W, Q):
+    r = gl.arange(0, 64)
+    c = gl.arange(0, 128)
+    ring = smem(gl.bfloat16, Layout.swizzled(64, 128), name="ring", stages=2)
+    ring[1].store(X[r[:, None] * 128 + c[None, :]])
+    parts = ring.reinterpret((64, 64), stages=4)            # each stage's two 128-byte column chunks
+    h = gl.arange(0, 64)
+    for i in gl.static_range(4):
+        P[i * 4096 + r[:, None] * 64 + h[None, :]] = parts[i].load()
+    wide = ring.reinterpret((64, 64), stages=2, dtype=gl.float32)   # stage 0's bytes as an f32 tile ...
+    wide[0].store(W[r[:, None] * 64 + h[None, :]])
+    as16 = ring[0]                                          # ... read back as the bf16 stage
+    Q[r[:, None] * 128 + c[None, :]] = as16.load()
+
+
+def test_reinterpreted_views_see_the_bytes_other_views_wrote():
+    x = _bf16(64, 128)
+    w = torch.randn(64, 64)
+    p = torch.full((4, 64, 64), NAN).bfloat16()
+    q = torch.full((64, 128), NAN).bfloat16()
+    _reinterpret_kernel.interpret((1,), x, p, w, q)
+    assert torch.equal(p[2], x[:, :64]) and torch.equal(p[3], x[:, 64:])    # stage 1 = parts 2 and 3
+    # both are stored as two 128-byte column chunks of 64 rows (32 f32 or 64 bf16 elements wide), chunk 0 first
+    phys = np.stack([w.numpy()[:, :32], w.numpy()[:, 32:]]).reshape(-1).view(np.uint16).reshape(2, 64, 64)
+    want = np.concatenate([phys[0], phys[1]], axis=1)
+    got = q.view(torch.int16).numpy().view(np.uint16)
+    nan = (want & 0x7F80 == 0x7F80) & (want & 0x7F != 0)   # a NaN's payload does not survive the registers
+    assert np.array_equal(got[~nan], want[~nan]) and q.isnan().numpy()[nan].all()
+
+
+@gluon.kernel(arch=SM90, num_warps=4)
+def _unwritten_kernel(Y):
+    r = gl.arange(0, 32)
+    s = smem(gl.float32, Layout.shared(), shape=(32,), name="s")
+    Y[r] = s.load()
+
+
+def test_an_unwritten_region_reads_as_zeros_without_a_tracker():
+    y = torch.full((32,), NAN)
+    _unwritten_kernel.interpret((1,), y)
+    assert torch.equal(y, torch.zeros(32))
+
+
+# ------------------------------------------------------------------------------ TMA
+
+
+@gluon.kernel(arch=SM90, num_warps=4)
+def _tma_copy_kernel(X, Y, SHIFT, BM: gl.constexpr, BN: gl.constexpr):
+    s = smem(X.dtype, Layout.swizzled(BM, BN), name="s")
+    bar = mbarrier(count=1, name="bar")
+    bar.expect(s.nbytes)                                   # the full box, whatever part lies outside X
+    om = gl.program_id(0) * BM - SHIFT
+    on = gl.program_id(1) * BN - SHIFT
+    tma_load(s, X, (om, on), bar)
+    bar.wait(0)
+    s.store(s.load() + 1.0)
+    fence_async_shared()
+    tma_store(Y, (om, on), s)
+    tma_store_wait(0)
+
+
+@pytest.mark.parametrize("shift", [0, 8, 3])          # tiles at -shift: negative coordinates
+def test_tma_edges_zero_fill_and_clip(shift):
+    torch.manual_seed(1)
+    x = torch.randn(100, 72).half()
+    big = torch.full((136, 88), NAN).half()               # Y is a view into it: nothing outside Y is written
+    y = big[:100, :72]
+    grid = (gl.cdiv(100 + max(shift, 0), 64) + 1, gl.cdiv(72 + max(shift, 0), 64) + 1)
+    _tma_copy_kernel.interpret(grid, x, y, shift, BM=64, BN=64)
+    assert torch.equal(y, x + 1)
+    assert big[100:].isnan().all() and big[:, 72:].isnan().all()
+
+
+@gluon.kernel(arch=SM90, num_warps=4)
+def _tma_pad_kernel(X, Y, BM: gl.constexpr, BN: gl.constexpr):
+    s = smem(X.dtype, Layout.swizzled(BM, BN), name="s")
+    bar = mbarrier(count=1, name="bar")
+    bar.expect(s.nbytes)
+    tma_load(s, X, (-4, 60), bar)
+    bar.wait(0)
+    r = gl.arange(0, BM)
+    c = gl.arange(0, BN)
+    Y[r[:, None] * BN + c[None, :]] = s.load()
+
+
+def test_tma_load_fill_and_descriptor_arguments():
+    from gluon.runtime.descriptors import make_tensor_descriptor
+    x = torch.randn(40, 72).float()
+    want = torch.zeros(32, 32)
+    want[4:, :12] = x[:28, 60:]
+    y = torch.full((32, 32), NAN)
+    _tma_pad_kernel.interpret((1,), x, y, BM=32, BN=32)    # the tensor itself, as the launcher takes it
+    assert torch.equal(y, want)
+    d = make_tensor_descriptor(x, (32, 32), 128, padding="nan")
+    _tma_pad_kernel.interpret((1,), d, y, BM=32, BN=32)    # a TensorDescriptor: its padding fills
+    assert torch.equal(y[4:, :12], x[:28, 60:]) and y[:4].isnan().all() and y[:, 12:].isnan().all()
+    with pytest.raises(GluonError, match="16 bytes"):
+        _tma_pad_kernel.interpret((1,), torch.randn(40, 75)[:, :73], y, BM=32, BN=32)
+
+
+# ------------------------------------------------------------------------------ cp.async
+
+
+@gluon.kernel(arch=SM80, num_warps=4)
+def _cp_async_kernel(A, C, n, BM: gl.constexpr):
+    r = gl.arange(0, BM)
+    a_s = smem(gl.float32, Layout.shared(order=(0,)), shape=(BM,), name="a", stages=2)
+    cp_async(a_s[1], A + r, mask=r < n)
+    cp_async_commit()
+    cp_async(a_s[0], A + (r + BM), mask=r + BM < n)
+    cp_async_commit()
+    cp_async_wait(0)
+    C[r] = a_s[1].load() * 2.0
+    C[r + BM] = a_s[0].load() * 2.0
+
+
+def test_cp_async_with_a_mask_zero_fills():
+    a = torch.randn(200)
+    c = torch.full((256,), NAN)
+    _cp_async_kernel.interpret((1,), a, c, 200, BM=128)
+    assert torch.equal(c[:200], a * 2) and torch.equal(c[200:], torch.zeros(56))
+
+
+# ------------------------------------------------------------------------------ dots
+
+
+@gluon.kernel(arch=SM90, num_warps=4)
+def _wgmma_kernel(A, B, C, BM: gl.constexpr, BN: gl.constexpr, BK: gl.constexpr, A_REGS: gl.constexpr,
+                  ACC: gl.constexpr):
+    rm = gl.arange(0, BM)
+    rn = gl.arange(0, BN)
+    rk = gl.arange(0, BK)
+    a = A[rm[:, None] * BK + rk[None, :]]
+    b_s = smem(B.dtype, Layout.swizzled(BK, BN), name="b", value=B[rk[:, None] * BN + rn[None, :]])
+    acc = gl.full((BM, BN), 1.0, gl.float32, layout=Layout.wgmma((4, 1), instr_n=BN))
+    if A_REGS:
+        acc = wgmma(a, b_s, acc, use_acc=ACC)
+    else:
+        a_s = smem(A.dtype, Layout.swizzled(BM, BK), name="a", value=a)
+        fence_async_shared()
+        acc = wgmma(a_s, b_s, acc, wait=False, use_acc=ACC)
+        acc = wgmma_wait(acc, a_s, b_s, pendings=0)
+    C[rm[:, None] * BN + rn[None, :]] = acc
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
+@pytest.mark.parametrize("a_regs", [False, True])
+@pytest.mark.parametrize("use_acc", [True, False])
+def test_wgmma_against_torch(dtype, a_regs, use_acc):
+    torch.manual_seed(2)
+    a, b = torch.randn(64, 32).to(dtype), torch.randn(32, 64).to(dtype)
+    c = torch.full((64, 64), NAN)
+    _wgmma_kernel.interpret((1,), a, b, c, BM=64, BN=64, BK=32, A_REGS=a_regs, ACC=use_acc)
+    if dtype == torch.float32:                            # tf32: the low 13 mantissa bits dropped
+        a, b = (torch.from_numpy(t.numpy().view(np.uint32) & np.uint32(0xFFFFE000)).view(torch.float32) for t in (a, b))
+    want = (a.double() @ b.double() + (1.0 if use_acc else 0.0)).float()
+    assert torch.equal(c, want)
+
+
+def test_the_shipped_tile_dots():
+    from gluon.kernels import tile_dots as td
+    torch.manual_seed(3)
+    a, b = torch.randn(64, 32).half(), torch.randn(32, 64).half()
+    want = (a.double() @ b.double()).float()
+    for k in (td.mma_tile_sm80, td.mfma_tile_cdna3):
+        c = torch.full((64, 64), NAN)
+        k.interpret((1,), a, b, c)
+        assert torch.equal(c, want), k.name
+    a, b = torch.randn(128, 64).half(), torch.randn(64, 128).half()
+    c = torch.full((128, 128), NAN)
+    td.tcgen05_tile_sm100.interpret((1,), a, b, c)
+    assert torch.equal(c, (a.double() @ b.double()).float())
+
+
+@pytest.mark.parametrize("shape,dtype", [((256, 256, 256), torch.bfloat16), ((200, 136, 72), torch.float16)])
+def test_the_tile_gemm_against_torch(interpret_env, shape, dtype):
+    from gluon.kernels import gemm_tile_sm90 as g
+    torch.manual_seed(4)
+    M, N, K = shape
+    a, b = torch.randn(M, K).to(dtype), torch.randn(K, N).to(dtype)
+    c = torch.full((M, N), NAN).to(dtype)
+    g.launch(a, b, c)                                      # warm: the trace is cached per specialization
+    c.fill_(NAN)
+    t0 = time.perf_counter()
+    g.launch(a, b, c)
+    took = time.perf_counter() - t0
+    torch.testing.assert_close(c.float(), (a.double() @ b.double()).to(dtype).float(), rtol=1e-2, atol=1e-2)
+    if M == 256:
+        assert took < 2.0, f"the 256^3 tile GEMM took {took:.2f} s in the interpreter"
+
+
+@gluon.kernel(arch=SM90, num_warps=4)
+def _multicast_kernel(X):
+    gl.set_cluster(2)
+    s = smem(X.dtype, Layout.swizzled(64, 64), name="s")
+    bar = mbarrier(count=1, name="bar")
+    bar.expect(s.nbytes)
+    tma_load(s, X, (0, 0), bar, multicast=True)
+
+
+def test_multicast_is_refused_clearly():
+    with pytest.raises(GluonError, match="multicast"):
+        _multicast_kernel.interpret((2,), torch.randn(64, 64).half())
+
+
+def test_every_op_of_the_data_path_has_a_rule():
+    for k in ("smem_alloc", "smem_index", "smem_load", "smem_store", "smem_trans", "smem_reinterpret",
+              "fence_async_shared", "tma_load", "tma_store", "tma_store_wait", "cp_async", "cp_async_commit",
+              "cp_async_wait", "wgmma", "wgmma_wait", "mma", "mfma", "tmem_alloc", "tmem_load", "tcgen05_mma"):
+        assert k in RULES, k
+    assert DType.bf16 and SwizzleMode.B128
