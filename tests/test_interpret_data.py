@@ -12,8 +12,7 @@ import gluon
 import gluon.language as gl
 from gluon import GluonError
 from gluon.arch import SM80, SM90
-from gluon.interpret.ops import RULES, InterpretError, rule
-from gluon.interpret.shared import BarrierView, MBarrier
+from gluon.interpret.ops import RULES
 from gluon.language.memory import smem
 from gluon.language.nvidia.ampere import cp_async, cp_async_commit, cp_async_wait
 from gluon.language.nvidia.hopper import (fence_async_shared, mbarrier, tma_load, tma_store, tma_store_wait, wgmma,
@@ -21,44 +20,6 @@ from gluon.language.nvidia.hopper import (fence_async_shared, mbarrier, tma_load
 from gluon.types import DType, Layout, SwizzleMode
 
 NAN = float("nan")
-
-
-def _install_plain_barriers() -> None:
-    """Plain mbarrier rules for a program without warp roles, where the interpreter has none of its own yet
-    (the warp-role slice brings them): arrive/expect count, a wait must find its phase complete."""
-    if "barrier_alloc" in RULES:
-        return
-
-    @rule("barrier_alloc")
-    def _alloc(it, op, args):
-        t = op.result.type
-        bars = tuple(MBarrier(int(op.attrs.get("count", t.count))) for _ in range(t.stages))
-        return [BarrierView(op.attrs.get("name") or "bar", bars, 0 if t.stages == 1 else None)]
-
-    @rule("barrier_index")
-    def _index(it, op, args):
-        return [args[0].at(int(args[1]))]
-
-    @rule("barrier_expect")
-    def _expect(it, op, args):
-        if len(args) < 2 or bool(args[1]):
-            args[0].one.expect_tx(int(op.attrs["bytes"]))
-            args[0].one.arrive(1)
-        return []
-
-    @rule("barrier_arrive")
-    def _arrive(it, op, args):
-        args[0].one.arrive(int(op.attrs.get("count", 1)))
-        return []
-
-    @rule("barrier_wait")
-    def _wait(it, op, args):
-        if not args[0].one.completed(int(args[1])):
-            raise InterpretError("this wait would never return in a program without warp roles", op.loc)
-        return []
-
-
-_install_plain_barriers()
 
 
 @pytest.fixture
@@ -104,7 +65,9 @@ def _reinterpret_kernel(X, P, W, Q):
     r = gl.arange(0, 64)
     c = gl.arange(0, 128)
     ring = smem(gl.bfloat16, Layout.swizzled(64, 128), name="ring", stages=2)
-    ring[1].store(X[r[:, None] * 128 + c[None, :]])
+    x = X[r[:, None] * 128 + c[None, :]]
+    ring[0].store(x + 1.0)
+    ring[1].store(x)
     parts = ring.reinterpret((64, 64), stages=4)            # each stage's two 128-byte column chunks
     h = gl.arange(0, 64)
     for i in gl.static_range(4):
@@ -122,6 +85,8 @@ def test_reinterpreted_views_see_the_bytes_other_views_wrote():
     q = torch.full((64, 128), NAN).bfloat16()
     _reinterpret_kernel.interpret((1,), x, p, w, q)
     assert torch.equal(p[2], x[:, :64]) and torch.equal(p[3], x[:, 64:])    # stage 1 = parts 2 and 3
+    x1 = (x.float() + 1).bfloat16()
+    assert torch.equal(p[0], x1[:, :64]) and torch.equal(p[1], x1[:, 64:])
     # both are stored as two 128-byte column chunks of 64 rows (32 f32 or 64 bf16 elements wide), chunk 0 first
     phys = np.stack([w.numpy()[:, :32], w.numpy()[:, 32:]]).reshape(-1).view(np.uint16).reshape(2, 64, 64)
     want = np.concatenate([phys[0], phys[1]], axis=1)
@@ -138,9 +103,11 @@ def _unwritten_kernel(Y):
 
 
 def test_an_unwritten_region_reads_as_zeros_without_a_tracker():
-    y = torch.full((32,), NAN)
-    _unwritten_kernel.interpret((1,), y)
-    assert torch.equal(y, torch.zeros(32))
+    from gluon.interpret.shared import SmemRegion, SmemView
+    v = SmemView(SmemRegion("s", DType.bf16, (8, 64), 2, layout=Layout.swizzled(8, 64)))
+    assert not v.written_mask().any() and np.array_equal(v.index(1).read(), np.zeros((8, 64), np.float32))
+    with pytest.raises(GluonError, match="before anything was written"):   # the hazard tracker's report
+        _unwritten_kernel.interpret((1,), torch.full((32,), NAN))
 
 
 # ------------------------------------------------------------------------------ TMA
@@ -236,6 +203,7 @@ def _wgmma_kernel(A, B, C, BM: gl.constexpr, BN: gl.constexpr, BK: gl.constexpr,
     b_s = smem(B.dtype, Layout.swizzled(BK, BN), name="b", value=B[rk[:, None] * BN + rn[None, :]])
     acc = gl.full((BM, BN), 1.0, gl.float32, layout=Layout.wgmma((4, 1), instr_n=BN))
     if A_REGS:
+        fence_async_shared()                               # b_s was written from registers
         acc = wgmma(a, b_s, acc, use_acc=ACC)
     else:
         a_s = smem(A.dtype, Layout.swizzled(BM, BK), name="a", value=a)

@@ -21,39 +21,68 @@ from ..jit import _arg_key, _jit_of, _stand_in
 from ..types import GluonError, SourceKind
 from . import memory as _memory  # noqa: F401 - registers the load/store/atomic rules
 from . import regions as _regions  # noqa: F401 - registers the region and reduction rules
+from . import sync as _sync  # noqa: F401 - registers the mbarrier, named-barrier and cluster rules
+from .hazards import HOOKS, actor
 from . import smem as _smem  # noqa: F401 - registers the shared-memory and cp.async rules
 from . import dots as _dots  # noqa: F401 - registers the dot and tensor-memory rules
 from .tma import desc_of  # registers the TMA rules
 from .ops import NOT_YET, RULES, InterpretError
+from .tasks import Cta, Role, Task
 from .values import Ptr, buffer_of, scalar
 
 
 class Program:
-    """One program of the grid: its ids, the grid (3-D; `rank` the launch's own dimensions), and the values
-    defined so far. `who` names the accessor of shared memory (None: a program without warp roles; a warp
-    role's task has its own), `observer` watches shared-memory accesses (the hazard tracker; smem_alloc
-    hands it to each region), `local` holds per-accessor async state (cp.async groups, in-flight WGMMAs
-    and TMA stores: smem.local_state)."""
+    """One program of the grid, or one warp role of it: its ids, the grid (3-D; `rank` the launch's own
+    dimensions), the values defined so far, and the CTA state its roles share (`cta`: the hazard tracker,
+    named barriers, per-accessor async state). `who` is the warp role running (tasks.Role; None outside
+    roles) and `task` its thread (None outside roles). `observer` is the CTA's hazard tracker, which
+    smem_alloc hands each region; `local` the CTA's async state of each accessor (cp.async groups,
+    in-flight WGMMAs and TMA stores: smem.local_state)."""
 
-    __slots__ = ("pid", "grid", "env", "rank", "who", "observer", "local")
+    __slots__ = ("pid", "grid", "env", "rank", "cta", "who", "task")
 
     def __init__(self, pid: tuple[int, int, int], grid: tuple[int, int, int], env: dict[int, Any], rank: int = 3,
-                 observer: Any = None):
+                 cta: Cta | None = None, who: Role | None = None, task: Task | None = None):
         self.pid, self.grid, self.env, self.rank = pid, grid, dict(env), rank
-        self.who, self.observer, self.local = None, observer, {}
+        self.cta = cta if cta is not None else Cta(pid, rank, 4)
+        self.who, self.task = who, task
+
+    def spawn(self, who: Role, task: Task) -> "Program":
+        """The program as seen by warp role `who` (run by `task`): the values so far, the same CTA."""
+        return Program(self.pid, self.grid, self.env, self.rank, self.cta, who, task)
+
+    @property
+    def threads(self) -> int:
+        return self.who.threads if self.who is not None else self.cta.num_warps * 32
+
+    @property
+    def actor(self) -> str:
+        return actor(self.who)
+
+    @property
+    def observer(self):
+        return self.cta.observer
+
+    @property
+    def local(self) -> dict:
+        return self.cta.local
 
     def run_region(self, region: ir.Region, args: Sequence[Any], combine: bool = False) -> list:
         """Run `region` with its arguments bound to `args`; the values its closing yield passes out."""
         env = self.env
+        task = self.task
         for a, v in zip(region.args, args):
             env[a.id] = v
         for op in region.ops:
-            if op.kind == "yield":
+            kind = op.kind
+            if kind == "yield":
                 return [env[v.id] for v in op.operands]
+            if task is not None and task.sched.aborting:
+                task.stop(op)
             if combine and op.regions:
-                raise InterpretError(f"the interpreter runs a combine region's ops over whole arrays; a {op.kind} "
+                raise InterpretError(f"the interpreter runs a combine region's ops over whole arrays; a {kind} "
                                      "inside one cannot run that way", op.loc)
-            fn = RULES.get(op.kind)
+            fn = RULES.get(kind)
             if fn is None:
                 raise _unsupported(op)
             try:
@@ -61,9 +90,12 @@ class Program:
             except GluonError:
                 raise
             except Exception as e:       # a numpy error inside a rule: report it at the op's line
-                raise InterpretError(f"interpreting {op.kind}: {type(e).__name__}: {e}", op.loc) from e
+                raise InterpretError(f"interpreting {kind}: {type(e).__name__}: {e}", op.loc) from e
             for r, v in zip(op.results, results):
                 env[r.id] = v
+            hook = HOOKS.get(kind)
+            if hook is not None:
+                hook(self, op, results)
         return []
 
 
@@ -79,6 +111,13 @@ def check_supported(kernel: ir.Kernel) -> None:
     for op in kernel.walk():
         if op.kind not in RULES:
             raise _unsupported(op)
+    n = int(kernel.attrs.get("num_ctas", 1))
+    if n > 1:
+        at = next((op.loc for op in kernel.walk() if op.kind in ("cluster_sync", "cluster_rank")
+                   or op.attrs.get("multicast") or op.attrs.get("cluster")), kernel.loc)
+        raise InterpretError(f"the interpreter runs one CTA at a time; kernel {kernel.name} runs in clusters of {n} "
+                             "CTAs (set_cluster), whose CTAs share barriers and multicast loads: run it with "
+                             "set_cluster(1) (e.g. CLUSTER_M=1) to interpret it", at)
 
 
 # ------------------------------------------------------------------------------ binding the launch
@@ -158,7 +197,8 @@ def run_kernel(kernel: ir.Kernel, grid, args: Sequence[Any], kwargs: dict | None
                 raise GluonError(f"program {p} is outside the grid {g}")
     with np.errstate(all="ignore"):
         for pid in pids:
-            Program(tuple(pid), g, env, rank).run_region(kernel.body, [])
+            pid = tuple(pid)
+            Program(pid, g, env, rank, Cta(pid, rank, kernel.num_warps)).run_region(kernel.body, [])
 
 
 # ------------------------------------------------------------------------------ the JIT entry
