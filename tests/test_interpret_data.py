@@ -279,3 +279,100 @@ def test_every_op_of_the_data_path_has_a_rule():
               "cp_async_wait", "wgmma", "wgmma_wait", "mma", "mfma", "tmem_alloc", "tmem_load", "tcgen05_mma"):
         assert k in RULES, k
     assert DType.bf16 and SwizzleMode.B128
+
+
+# ------------------------------------------------------------------------------ the shipped SM90 kernels
+
+
+def _gemm_ref(a, b, kmajor=False):
+    return a.double() @ (b.double().T if kmajor else b.double())
+
+
+@pytest.mark.parametrize("shape,dtype,kw", [
+    ((256, 256, 192), torch.bfloat16, {}),
+    ((256, 256, 192), torch.float16, {}),
+    ((200, 136, 72), torch.bfloat16, {}),
+    ((200, 136, 72), torch.float16, {}),
+    ((200, 136, 320), torch.bfloat16, dict(splits=2)),                       # split-K: workspace + splitk_reduce
+    ((200, 136, 320), torch.float16, dict(config=dict(EPILOGUE="ring", STAGES=4))),
+    ((200, 136, 320), torch.bfloat16, dict(config=dict(SPLIT_WGS=True))),
+    ((200, 136, 320), torch.float16, dict(config=dict(SWAP_AB=True, BLOCK_M=64, BLOCK_N=64))),
+    ((200, 136, 320), torch.bfloat16, dict(b_kmajor=True, config=dict(EPILOGUE="coalesced"))),
+    ((200, 136, 72), torch.float16, dict(config=dict(EPILOGUE="direct", K_ZIGZAG=True, CONSUMER_WGS=1, BLOCK_M=64))),
+])
+def test_the_shipped_sm90_gemm_against_torch(interpret_env, monkeypatch, shape, dtype, kw):
+    import sys
+    from gluon.kernels.gemm_sm90 import launch
+    gj = sys.modules["gluon.jit"]
+    monkeypatch.setattr(gj, "compile_module", lambda *a, **k: pytest.fail("an interpreted launch compiled"))
+    torch.manual_seed(5)
+    M, N, K = shape
+    kmajor = kw.get("b_kmajor", False)
+    a = torch.randn(M, K).to(dtype)
+    b = (torch.randn(N, K) if kmajor else torch.randn(K, N)).to(dtype)
+    c = torch.full((M, N), NAN).to(dtype)
+    launch(a, b, c, **kw)
+    ref = _gemm_ref(a, b, kmajor)
+    torch.testing.assert_close(c.double(), ref, rtol=1e-2, atol=2e-2 * ref.abs().max().item() / 16)
+
+
+def test_the_shipped_sm90_gemm_256_cubed_interprets_in_under_2_seconds(interpret_env):
+    from gluon.kernels.gemm_sm90 import launch
+    a, b = _bf16(256, 256), _bf16(256, 256)
+    c = torch.full((256, 256), NAN).bfloat16()
+    launch(a, b, c)                                        # the first call traces
+    c.fill_(NAN)
+    t0 = time.perf_counter()
+    launch(a, b, c)
+    took = time.perf_counter() - t0
+    torch.testing.assert_close(c.double(), _gemm_ref(a, b), rtol=1e-2, atol=0.1)
+    assert took < 2.0, f"the shipped 256x256x256 GEMM took {took:.2f} s in the interpreter"
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_the_shipped_sm90_attention_against_torch(interpret_env, causal):
+    from gluon.kernels.attention_sm90 import attention
+    torch.manual_seed(6)
+    q, k, v = (torch.randn(1, 2, 300, 64).half() for _ in range(3))
+    o = attention(q, k, v, causal=causal)
+    ref = torch.nn.functional.scaled_dot_product_attention(q.float(), k.float(), v.float(), is_causal=causal)
+    torch.testing.assert_close(o.float(), ref, rtol=2e-3, atol=2e-3)
+    o2, lse = attention(q, k, v, causal=causal, return_lse=True, layout="bhsd")
+    assert torch.equal(o2, o) and lse.shape == (1, 2, 300) and torch.isfinite(lse).all()
+
+
+def test_host_functions_refuse_gpu_tensors_clearly_when_interpreting(interpret_env):
+    from gluon.kernels.gemm_sm90 import launch
+    a = torch.empty(64, 64, dtype=torch.float16, device="meta")
+    with pytest.raises(GluonError, match="CPU interpreter"):
+        launch(a, a, a)
+
+
+# ------------------------------------------------------------------------------ the other launch paths
+
+
+def test_compiled_kernels_and_their_launchers_run_in_the_interpreter(interpret_env):
+    import sys
+    import os
+    from gluon.interpret import set_enabled
+    from gluon.interpret.entry import InterpretedKernel
+    from gluon.jit import CompiledKernel
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples"))
+    import copy_kernel as ckm
+    n = 2500
+    src = torch.randn(n)
+    dst = torch.full_like(src, NAN)
+    ik = ckm.copy_kernel[(3,), (1024,)].compiled(dst, src, n, XBLOCK=1024)   # interpreting: nothing compiles
+    assert isinstance(ik, InterpretedKernel) and ik.takes_args_as_given(3)
+    ik.launcher((3,), *ik.launch_args((dst, src, n), {}))
+    assert torch.equal(dst, src)
+    set_enabled(False)
+    ck = ckm.copy_kernel[(3,), (1024,)].compiled(dst, src, n, XBLOCK=1024, arch="sm90")   # a real binary
+    set_enabled(True)
+    assert isinstance(ck, CompiledKernel)
+    for call in (lambda: ck((3,), dst, src, n), lambda: ck.launcher((3,), *ck.launch_args((dst, src, n), {}))):
+        dst.fill_(NAN)
+        call()                                             # its IR (after the passes) interpreted
+        assert torch.equal(dst, src)
+    with pytest.raises(GluonError, match="no IR for the interpreter"):
+        CompiledKernel(None, ck.lowered, None)((3,), dst, src, n)     # as load_compiled gives: binary only
