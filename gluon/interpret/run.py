@@ -21,10 +21,10 @@ from ..jit import _arg_key, _jit_of, _stand_in
 from ..types import GluonError, SourceKind
 from . import memory as _memory  # noqa: F401 - registers the load/store/atomic rules
 from . import regions as _regions  # noqa: F401 - registers the region and reduction rules
-from . import sync as _sync  # noqa: F401 - registers the mbarrier, named-barrier and cluster rules
-from .hazards import HOOKS, actor
 from . import smem as _smem  # noqa: F401 - registers the shared-memory and cp.async rules
 from . import dots as _dots  # noqa: F401 - registers the dot and tensor-memory rules
+from . import sync as _sync  # noqa: F401 - registers the mbarrier, named-barrier and cluster rules
+from .hazards import actor
 from .tma import desc_of  # registers the TMA rules
 from .ops import NOT_YET, RULES, InterpretError
 from .tasks import Cta, Role, Task
@@ -34,22 +34,27 @@ from .values import Ptr, buffer_of, scalar
 class Program:
     """One program of the grid, or one warp role of it: its ids, the grid (3-D; `rank` the launch's own
     dimensions), the values defined so far, and the CTA state its roles share (`cta`: the hazard tracker,
-    named barriers, per-accessor async state). `who` is the warp role running (tasks.Role; None outside
-    roles) and `task` its thread (None outside roles). `observer` is the CTA's hazard tracker, which
-    smem_alloc hands each region; `local` the CTA's async state of each accessor (cp.async groups,
-    in-flight WGMMAs and TMA stores: smem.local_state)."""
+    named barriers; `observer` is its tracker, which smem_alloc hands to each region). `who` names the
+    accessor of shared memory and barriers (the warp role running, tasks.Role; None outside roles) and
+    `task` its thread (None outside roles); `local` holds per-accessor async state (cp.async groups,
+    in-flight WGMMAs and TMA stores: smem.local_state), shared by a program's roles (keyed by `who`)."""
 
-    __slots__ = ("pid", "grid", "env", "rank", "cta", "who", "task")
+    __slots__ = ("pid", "grid", "env", "rank", "who", "observer", "local", "cta", "task")
 
     def __init__(self, pid: tuple[int, int, int], grid: tuple[int, int, int], env: dict[int, Any], rank: int = 3,
-                 cta: Cta | None = None, who: Role | None = None, task: Task | None = None):
+                 observer: Any = None, cta: Cta | None = None, who: Role | None = None, task: Task | None = None,
+                 local: dict | None = None):
         self.pid, self.grid, self.env, self.rank = pid, grid, dict(env), rank
         self.cta = cta if cta is not None else Cta(pid, rank, 4)
+        if observer is not None:
+            self.cta.observer = observer
+        self.observer = self.cta.observer
         self.who, self.task = who, task
+        self.local = {} if local is None else local
 
     def spawn(self, who: Role, task: Task) -> "Program":
         """The program as seen by warp role `who` (run by `task`): the values so far, the same CTA."""
-        return Program(self.pid, self.grid, self.env, self.rank, self.cta, who, task)
+        return Program(self.pid, self.grid, self.env, self.rank, None, self.cta, who, task, self.local)
 
     @property
     def threads(self) -> int:
@@ -58,14 +63,6 @@ class Program:
     @property
     def actor(self) -> str:
         return actor(self.who)
-
-    @property
-    def observer(self):
-        return self.cta.observer
-
-    @property
-    def local(self) -> dict:
-        return self.cta.local
 
     def run_region(self, region: ir.Region, args: Sequence[Any], combine: bool = False) -> list:
         """Run `region` with its arguments bound to `args`; the values its closing yield passes out."""
@@ -93,9 +90,6 @@ class Program:
                 raise InterpretError(f"interpreting {kind}: {type(e).__name__}: {e}", op.loc) from e
             for r, v in zip(op.results, results):
                 env[r.id] = v
-            hook = HOOKS.get(kind)
-            if hook is not None:
-                hook(self, op, results)
         return []
 
 
@@ -205,7 +199,7 @@ def run_kernel(kernel: ir.Kernel, grid, args: Sequence[Any], kwargs: dict | None
     with np.errstate(all="ignore"):
         for pid in pids:
             pid = tuple(pid)
-            Program(pid, g, env, rank, Cta(pid, rank, kernel.num_warps)).run_region(kernel.body, [])
+            Program(pid, g, env, rank, cta=Cta(pid, rank, kernel.num_warps)).run_region(kernel.body, [])
 
 
 # ------------------------------------------------------------------------------ the JIT entry

@@ -73,7 +73,6 @@ class Cta:
     observer: HazardTracker = field(default_factory=HazardTracker)
     named: dict = field(default_factory=dict)      # barrier id -> NamedBarrier
     sched: "Scheduler | None" = None
-    local: dict = field(default_factory=dict)      # (kind, id(who)) -> async state (smem.local_state)
 
     @property
     def where(self) -> str:
