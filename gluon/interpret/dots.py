@@ -57,7 +57,8 @@ def matmul(a: np.ndarray, b: np.ndarray, acc: np.ndarray | None, in_dt: DType, a
 
 def _check_shapes(op, a, b, acc) -> None:
     if a.shape[-1] != b.shape[0] or acc.shape != (a.shape[0], b.shape[1]):
-        raise InterpretError(f"{op.kind}: A {a.shape} x B {b.shape} does not give the accumulator's {acc.shape}", op.loc)
+        raise InterpretError(f"{op.kind}: A {a.shape} x B {b.shape} does not give the accumulator's {acc.shape}",
+                             op.loc)
 
 
 # ------------------------------------------------------------------------------ WGMMA

@@ -95,8 +95,7 @@ class Program:
 
 def _unsupported(op: ir.Op) -> InterpretError:
     if op.kind in NOT_YET:
-        return InterpretError(f"the interpreter does not run {op.kind} yet (warp roles, shared memory, mbarriers, "
-                              "TMA and dots are the next slices; docs/INTERPRETER.md)", op.loc)
+        return InterpretError(f"the interpreter does not run {op.kind} yet (docs/INTERPRETER.md)", op.loc)
     return InterpretError(f"the interpreter has no rule for op {op.kind!r}", op.loc)
 
 
@@ -126,13 +125,20 @@ def _scalar_value(p: ir.Param, v) -> np.ndarray:
     return scalar(v, t.dtype)
 
 
-def bind_params(kernel: ir.Kernel, args: Sequence[Any], kwargs: dict) -> dict[int, Any]:
-    """The environment of kernel parameter values for a launch's runtime `args` and keyword sizes."""
+def bind_params(kernel: ir.Kernel, args: Sequence[Any], kwargs: dict, bound: bool = False) -> dict[int, Any]:
+    """The environment of kernel parameter values for a launch's runtime `args` and keyword sizes; with
+    `bound`, `args` are already one per parameter, in order (what a compiled kernel's launcher takes:
+    CompiledKernel.launch_args)."""
     env: dict[int, Any] = {}
     buffers: dict[int, Any] = {}
-    for p in kernel.params:
+    if bound and len(args) != len(kernel.params):
+        raise GluonError(f"kernel {kernel.name}'s launcher takes {len(kernel.params)} arguments "
+                         f"({', '.join(p.name for p in kernel.params)}), got {len(args)}", kernel.loc)
+    for i, p in enumerate(kernel.params):
         src = p.source
-        if src is None or src.kind is SourceKind.ARG:
+        if bound:
+            v = args[i]
+        elif src is None or src.kind is SourceKind.ARG:
             idx = src.index if src is not None else kernel.params.index(p)
             v = args[idx]
         elif src.kind is SourceKind.DIM:
@@ -175,12 +181,13 @@ def _grid3(grid) -> tuple[int, int, int]:
 
 
 def run_kernel(kernel: ir.Kernel, grid, args: Sequence[Any], kwargs: dict | None = None,
-               programs: Iterable | None = None) -> None:
-    """Run every program of `grid` (or those in `programs`: ints or (x, y, z) tuples) of a traced kernel."""
+               programs: Iterable | None = None, bound: bool = False) -> None:
+    """Run every program of `grid` (or those in `programs`: ints or (x, y, z) tuples) of a traced kernel;
+    `bound`: `args` are one per parameter (bind_params)."""
     check_supported(kernel)
     g = _grid3(grid)
     rank = len(grid) if isinstance(grid, (tuple, list)) else 1
-    env = bind_params(kernel, args, kwargs or {})
+    env = bind_params(kernel, args, kwargs or {}, bound)
     if programs is None:
         pids: Iterable = ((x, y, z) for z, y, x in itertools.product(range(g[2]), range(g[1]), range(g[0])))
     else:
