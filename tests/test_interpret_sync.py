@@ -101,6 +101,9 @@ def _consume(a_s, b_s, ready, empty, C, off_m, off_n, num_k, v: str, STAGES: int
                 acc = wgmma(a_s[s], b_s[s], acc, wait=False)                # the async read
                 empty[s].arrive()
                 acc = wgmma_wait(acc, pendings=0)
+            elif v == "arrive_twice":
+                acc = wgmma(a_s[s], b_s[s], acc)
+                empty[s].arrive(count=2)                                    # two arrivals on a count of 1
             else:
                 acc = wgmma(a_s[s], b_s[s], acc)                            # the wgmma read
                 empty[s].arrive()
@@ -119,7 +122,10 @@ def _produce(a_s, b_s, ready, empty, A, B, off_m, off_n, num_k, v: str, STAGES: 
             s = i % STAGES
             if v != "overrun":
                 empty[s].wait(((i // STAGES) & 1) ^ 1)                      # the empty wait
-            ready[s].expect(a_s.nbytes + b_s.nbytes)
+            if v == "expect_more":
+                ready[s].expect(a_s.nbytes + b_s.nbytes + 128)              # more bytes than the loads bring
+            else:
+                ready[s].expect(a_s.nbytes + b_s.nbytes)
             tma_load(a_s[s], A, (off_m, i * 64), ready[s])                  # the A load
             tma_load(b_s[s], B, (i * 64, off_n), ready[s])
 
@@ -228,6 +234,40 @@ def test_a_missing_fence_before_the_tma_store():
               "an async-proxy read (TMA store or WGMMA) of shared region 'c_tile' by role consumer (warps 0..3), last "
               f"written from registers (", f"test_interpret_sync.py:{line_of(_fn(_consume), 'c_s.store(')}) with no "
               "fence_async_shared() by the writer", "call fence_async_shared() after the store")
+
+
+def test_expecting_more_bytes_than_the_loads_bring_is_a_deadlock_with_the_bytes_outstanding():
+    err = raises_at(lambda: _run_ring("expect_more"), _fn(_consume), "# the ready wait", "deadlock",
+                    "on mbarrier 'ready'[0] for parity 0: its phase 0 (parity 0) has 0 of 1 arrivals pending and 128 "
+                    "tx bytes outstanding")
+    assert f":{line_of(_fn(_produce), '# the empty wait')}" in str(err)
+
+
+def test_more_arrivals_than_a_phase_has_pending():
+    raises_at(lambda: _run_ring("arrive_twice"), _fn(_consume), "# two arrivals on a count of 1",
+              "2 arrivals on mbarrier 'empty'[0], whose phase 0 has only 1 of 1 pending",
+              "more arrivals than the barrier's count per phase")
+
+
+@kernel(arch=SM90, num_warps=4)
+def _predicated(X, Y, FLAG):
+    bar = mbarrier(count=1, name="bar")
+    offs = gl.arange(0, 64)
+    bar.arrive()                                            # phase 0 completes
+    bar.expect(1024, pred=FLAG > 0)                         # skipped when FLAG is 0
+    bar.wait(0)
+    gl.store(Y + offs, gl.load(X + offs))
+    bar.wait(1)                                             # phase 1 waits for the expect's bytes
+
+
+def test_a_predicated_expect_is_skipped_and_a_single_task_deadlock_is_reported_at_once():
+    x, y = torch.randn(64), torch.zeros(64)
+    raises_at(lambda: _predicated.interpret((1,), x, y, 0), _predicated, "# phase 1 waits",
+              "deadlock in program (0,): the program waits at", "and no warp role is running that could complete it",
+              "mbarrier 'bar' for parity 1: its phase 1 (parity 1) has 1 of 1 arrivals pending")
+    assert torch.equal(y, x)
+    with pytest.raises(GluonError, match="0 of 1 arrivals pending and 1024 tx bytes outstanding"):
+        _predicated.interpret((1,), x, y, 1)
 
 
 # ------------------------------------------------------------------------------ shared memory across roles

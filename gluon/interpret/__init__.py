@@ -15,6 +15,9 @@ docs/INTERPRETER.md.
     tma.py      TMA-descriptor parameters, TMA loads (edges filled) and stores (clipped)
     dots.py     wgmma, mma, mfma, tensor memory and tcgen05 (float64 products, rounded once)
     entry.py    the launch paths besides kernel[grid](...) that GLUON_INTERPRET=1 routes here
+    tasks.py    warp roles as cooperative tasks (one thread each, a baton), deadlock reports, the time budget
+    sync.py     mbarrier, named-barrier and cluster-of-one rules
+    hazards.py  the hazard tracker: vector clocks over roles and mbarriers, checked at every shared access
 
 `import gluon` imports this package, which installs the entry in gluon.jit; the modules above (and numpy)
 load on the first interpreted launch, so `import gluon` stays as fast as it was.

@@ -138,8 +138,8 @@ class HazardTracker:
 
     def fork(self, parent: Any, children: list) -> None:
         base = self.release(parent)
-        for ch in children:
-            self.clocks[ch] = {**base, ch: 1}
+        for ch in children:       # a role of an earlier section with the same place keeps counting up
+            self.clocks[ch] = {**base, ch: base.get(ch, 0) + 1}
 
     def join_roles(self, parent: Any, children: list) -> None:
         pc = self.clock(parent)

@@ -4,9 +4,10 @@ rules for their exact semantics. `it` is the program's interpreter (run.Program:
 `run_region`), `args` the operands' values (numpy arrays, 0-d for scalars; `values.Ptr` for pointers),
 and the rule returns the list of result values.
 
-Kinds with no rule here (warp roles, shared memory, mbarriers, TMA, dots, cp.async, ...) are listed in
-`NOT_YET`; the driver refuses them with one GluonError at the op's line. Loads, stores and atomics live
-in memory.py, the combine-region ops and the loops and branches in regions.py.
+A kind without a rule would be listed in `NOT_YET` (none is now); the driver refuses those with one
+GluonError at the op's line. Loads, stores and atomics live in memory.py, the combine-region ops and the
+loops and branches in regions.py, shared memory in smem.py, TMA in tma.py, the dots in dots.py, the
+barriers in sync.py and the warp roles in tasks.py.
 """
 from __future__ import annotations
 
