@@ -76,7 +76,8 @@ def test_an_arrive_count_too_low_is_a_deadlock_listing_each_roles_line():
                     "mbarrier 'full' for parity 0: its phase 0 (parity 0) has 1 of 2 arrivals pending",
                     "mbarrier 'empty' for parity 0: its phase 0 (parity 0) has 1 of 1 arrivals pending")
     msg = str(err)
-    for role, text in (("consumer (warps 0..3)", "# the consumer's wait"), ("producer (warps 4..4)", "# the producer's wait")):
+    for role, text in (("consumer (warps 0..3)", "# the consumer's wait"),
+                       ("producer (warps 4..4)", "# the producer's wait")):
         assert f"role {role} waits at {inspect.getsourcefile(test_an_mbarrier_hand_off_through_global_memory)}:" \
                f"{line_of(k, text)}" in msg, msg
         assert text in msg                          # the source line itself
@@ -192,7 +193,8 @@ def test_a_wrong_phase_that_returns_at_once_is_caught_at_the_read():
     # ((i // STAGES) & 1) ^ 1 on the ready ring: parity 1 on a fresh barrier returns at once
     raises_at(lambda: _run_ring("wrong_phase"), _fn(_consume), "# the wgmma read",
               "before anything was written to it",
-              f"its last wait, on mbarrier 'ready'[0] (", f"test_interpret_sync.py:{line_of(_fn(_consume), '# the wrong phase')}) "
+              "its last wait, on mbarrier 'ready'[0] (",
+              f"test_interpret_sync.py:{line_of(_fn(_consume), '# the wrong phase')}) "
               "with parity 1, returned at once", "(a wait with the wrong phase)")
 
 
@@ -218,21 +220,22 @@ def test_an_empty_count_too_high_for_the_arrives_is_a_deadlock(producer_first):
 def test_a_producer_that_overruns_the_ring(producer_first):
     raises_at(lambda: _run_ring("overrun", producer_first), _fn(_produce), "# the A load",
               "role producer (warps 4..4) overwrites stage 0 of shared region 'a_ring' while it is still in use: "
-              "the TMA load into it at", "completing phase 0 of mbarrier 'ready'[0], has not been consumed and released",
+              "the TMA load into it at",
+              "completing phase 0 of mbarrier 'ready'[0], has not been consumed and released",
               "a producer running ahead of its ring")
 
 
 def test_a_stage_released_before_its_async_wgmma_is_waited_for():
     raises_at(lambda: _run_ring("release_early"), _fn(_produce), "# the A load",
               "role producer (warps 4..4) overwrites stage 0 of shared region 'a_ring' while it is still in use: role "
-              f"consumer (warps 0..3) read it", f"test_interpret_sync.py:{line_of(_fn(_consume), '# the async read')}",
+              "consumer (warps 0..3) read it", f"test_interpret_sync.py:{line_of(_fn(_consume), '# the async read')}",
               "and that read is not ordered before this write", "(an async read ends at the reader's wgmma_wait")
 
 
 def test_a_missing_fence_before_the_tma_store():
     raises_at(lambda: _run_ring("no_fence"), _fn(_consume), "# the TMA store",
               "an async-proxy read (TMA store or WGMMA) of shared region 'c_tile' by role consumer (warps 0..3), last "
-              f"written from registers (", f"test_interpret_sync.py:{line_of(_fn(_consume), 'c_s.store(')}) with no "
+              "written from registers (", f"test_interpret_sync.py:{line_of(_fn(_consume), 'c_s.store(')}) with no "
               "fence_async_shared() by the writer", "call fence_async_shared() after the store")
 
 
@@ -404,7 +407,8 @@ def _long_role(X, N):
 def test_a_role_running_past_the_time_budget_is_stopped(monkeypatch):
     monkeypatch.setattr(tasks, "TIME_BUDGET_S", 0.3)
     t0 = time.monotonic()
-    raises_at(lambda: _long_role.interpret((1,), torch.zeros(16), 10 ** 9), _long_role, "with warp_role(WarpRole.CONSUMER",
+    raises_at(lambda: _long_role.interpret((1,), torch.zeros(16), 10 ** 9), _long_role,
+              "with warp_role(WarpRole.CONSUMER",
               "ran past the interpreter's time budget (0.3 s", "role producer (warps 4..4) was running at",
               f"test_interpret_sync.py:{line_of(_long_role, '# a long loop')}")
     assert time.monotonic() - t0 < 30
@@ -446,7 +450,8 @@ def test_the_shipped_gemm_256_cubed_interprets_right_and_fast(over):
 
 
 @pytest.mark.parametrize("causal", [False, True])
-@pytest.mark.parametrize("over", [None, dict(PINGPONG=True, PERSISTENT=True, OVERLAP=True, BLOCK_M=128, CONSUMER_WGS=2)])
+@pytest.mark.parametrize("over", [None, dict(PINGPONG=True, PERSISTENT=True, OVERLAP=True, BLOCK_M=128,
+                                              CONSUMER_WGS=2)])
 def test_the_shipped_attention_interprets_right(causal, over):
     from gluon.kernels.attention_sm90.config import default_config, grid, num_warps, to_config
     from gluon.kernels.attention_sm90.host import _as_view, _empty_like_rows, _view2d

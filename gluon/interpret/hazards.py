@@ -303,7 +303,8 @@ class HazardTracker:
         if (who, w.bar) not in self.waited:
             why = "it has not waited on that barrier"
         elif seen == 0:
-            why = "its wait on it returned before any phase had completed (a wait with the wrong parity returns at once)"
+            why = ("its wait on it returned before any phase had completed (a wait with the wrong parity returns at "
+                   "once)")
         else:
             why = (f"the last phase it has seen complete is {seen - 1} (a wait with the wrong parity returns at "
                    "once)")
@@ -338,7 +339,8 @@ class HazardTracker:
                 raise InterpretError(
                     f"{actor(who)} overwrites {sp.name} while it is still in use: the TMA load into it"
                     f"{' at ' + str(w.loc) if w.loc else ''}, completing phase {w.completion - 1} of mbarrier "
-                    f"{self.label(w.bar)}, has not been consumed and released to this role; wait for the consumer's release of the stage (its 'empty' "
+                    f"{self.label(w.bar)}, has not been consumed and released to this role; wait for the consumer's "
+                    "release of the stage (its 'empty' "
                     "mbarrier) before filling it again (a producer running ahead of its ring)", loc)
             if w.token is not None:
                 raise InterpretError(f"{actor(who)} overwrites {sp.name} while cp.async copies into it{_at(w.loc)} are "
