@@ -151,6 +151,9 @@ class CompiledKernel:
 
     @property
     def launcher(self):
+        if _INTERPRET_LAUNCHES:          # GLUON_INTERPRET=1: the launcher's arguments, interpreted
+            from .interpret.entry import InterpretedLauncher
+            return InterpretedLauncher(self)
         if self._launcher is None:
             self._launcher = Launcher(self.binary, self.abi)
         return self._launcher
@@ -169,6 +172,9 @@ class CompiledKernel:
             raise ir.GluonError(str(e), self.module.kernel.loc if self.module is not None else None) from None
 
     def __call__(self, grid, *args, stream=None, meta: dict | None = None, **sizes):
+        if _INTERPRET_LAUNCHES:          # GLUON_INTERPRET=1: its IR runs in the interpreter
+            from .interpret.entry import run_compiled
+            return run_compiled(self, grid, args, sizes, meta)
         if meta and callable(grid):      # a grid function reads the constexprs too
             return self.launcher(grid, *self.launch_args(args, sizes), stream=stream, **meta)
         return self.launcher(grid, *self.launch_args(args, sizes), stream=stream)
@@ -485,7 +491,16 @@ class BoundLaunch:
                  **kwargs) -> CompiledKernel:
         """The specialization a call with these arguments would launch, compiled, without launching it:
         for a caller that launches the same specialization many times (`ck(grid, *args)`, or
-        `ck.launcher` with `ck.launch_args`) and so skips the per-call specialization lookup."""
+        `ck.launcher` with `ck.launch_args`) and so skips the per-call specialization lookup. With
+        GLUON_INTERPRET=1 it is an interpreted stand-in for one (gluon/interpret/entry.py), compiled never."""
+        if _INTERPRET_LAUNCHES:
+            from .interpret.entry import InterpretedKernel
+            t = self.template
+            constexprs = {k: kwargs.pop(k) for k in list(kwargs) if k in t.constexprs}
+            if len(args) > len(self.jf.runtime_params):   # constexprs given positionally
+                bound = dict(zip(t.signature.parameters, args))
+                constexprs.update({n: bound[n] for n in t.signature.parameters if n in t.constexprs and n in bound})
+            return InterpretedKernel(t, constexprs, self.block, num_warps, arch)
         return self._specialize(args, num_warps, arch, kwargs)[0]
 
     def __call__(self, *args, num_warps: int | None = None, stream=None, arch: Arch | str | None = None, **kwargs):

@@ -1,14 +1,23 @@
-"""A CPU interpreter of the IR on numpy (issue 20, item 2; first slice).
+"""A CPU interpreter of the IR on numpy (issue 20, item 2).
 
 `kernel.interpret(grid, *args, **constexprs)` on a JIT kernel, or `GLUON_INTERPRET=1` for ordinary
-`kernel[grid](...)` launches, runs the traced IR program by program on CPU torch tensors or numpy arrays.
-What runs and what does not yet: docs/INTERPRETER.md.
+`kernel[grid](...)` launches (and `.compiled(...)`, CompiledKernel calls, the shipped host functions),
+runs the traced IR program by program on CPU torch tensors or numpy arrays. What runs and what does not:
+docs/INTERPRETER.md.
 
     values.py   the register / memory value model (dtypes, bf16 and fp8 rounding, buffers and pointers)
     ops.py      the rule registry (op kind -> numpy) and the elementwise, shape and id rules
     memory.py   loads, stores and atomics on global memory, bounds-checked
     regions.py  for / if, and the reductions and scans (with combine regions), histogram
     run.py      binding a launch's arguments, the driver over the grid, the JIT entry
+    shared.py   shared memory as bytes (allocations, regions and their views) and mbarriers
+    smem.py     the shared-memory rules, the async-proxy fence, cp.async and its groups
+    tma.py      TMA-descriptor parameters, TMA loads (edges filled) and stores (clipped)
+    dots.py     wgmma, mma, mfma, tensor memory and tcgen05 (float64 products, rounded once)
+    entry.py    the launch paths besides kernel[grid](...) that GLUON_INTERPRET=1 routes here
+    tasks.py    warp roles as cooperative tasks (one thread each, a baton), deadlock reports, the time budget
+    sync.py     mbarrier, named-barrier and cluster-of-one rules
+    hazards.py  the hazard tracker: vector clocks over roles and mbarriers, checked at every shared access
 
 `import gluon` imports this package, which installs the entry in gluon.jit; the modules above (and numpy)
 load on the first interpreted launch, so `import gluon` stays as fast as it was.

@@ -21,31 +21,65 @@ from ..jit import _arg_key, _jit_of, _stand_in
 from ..types import GluonError, SourceKind
 from . import memory as _memory  # noqa: F401 - registers the load/store/atomic rules
 from . import regions as _regions  # noqa: F401 - registers the region and reduction rules
+from . import smem as _smem  # noqa: F401 - registers the shared-memory and cp.async rules
+from . import dots as _dots  # noqa: F401 - registers the dot and tensor-memory rules
+from . import sync as _sync  # noqa: F401 - registers the mbarrier, named-barrier and cluster rules
+from .hazards import actor
+from .tma import desc_of  # registers the TMA rules
 from .ops import NOT_YET, RULES, InterpretError
+from .tasks import Cta, Role, Task
 from .values import Ptr, buffer_of, scalar
 
 
 class Program:
-    """One program of the grid: its ids, the grid (3-D; `rank` the launch's own dimensions), and the values
-    defined so far."""
+    """One program of the grid, or one warp role of it: its ids, the grid (3-D; `rank` the launch's own
+    dimensions), the values defined so far, and the CTA state its roles share (`cta`: the hazard tracker,
+    named barriers; `observer` is its tracker, which smem_alloc hands to each region). `who` names the
+    accessor of shared memory and barriers (the warp role running, tasks.Role; None outside roles) and
+    `task` its thread (None outside roles); `local` holds per-accessor async state (cp.async groups,
+    in-flight WGMMAs and TMA stores: smem.local_state), shared by a program's roles (keyed by `who`)."""
 
-    __slots__ = ("pid", "grid", "env", "rank")
+    __slots__ = ("pid", "grid", "env", "rank", "who", "observer", "local", "cta", "task")
 
-    def __init__(self, pid: tuple[int, int, int], grid: tuple[int, int, int], env: dict[int, Any], rank: int = 3):
+    def __init__(self, pid: tuple[int, int, int], grid: tuple[int, int, int], env: dict[int, Any], rank: int = 3,
+                 observer: Any = None, cta: Cta | None = None, who: Role | None = None, task: Task | None = None,
+                 local: dict | None = None):
         self.pid, self.grid, self.env, self.rank = pid, grid, dict(env), rank
+        self.cta = cta if cta is not None else Cta(pid, rank, 4)
+        if observer is not None:
+            self.cta.observer = observer
+        self.observer = self.cta.observer
+        self.who, self.task = who, task
+        self.local = {} if local is None else local
+
+    def spawn(self, who: Role, task: Task) -> "Program":
+        """The program as seen by warp role `who` (run by `task`): the values so far, the same CTA."""
+        return Program(self.pid, self.grid, self.env, self.rank, None, self.cta, who, task, self.local)
+
+    @property
+    def threads(self) -> int:
+        return self.who.threads if self.who is not None else self.cta.num_warps * 32
+
+    @property
+    def actor(self) -> str:
+        return actor(self.who)
 
     def run_region(self, region: ir.Region, args: Sequence[Any], combine: bool = False) -> list:
         """Run `region` with its arguments bound to `args`; the values its closing yield passes out."""
         env = self.env
+        task = self.task
         for a, v in zip(region.args, args):
             env[a.id] = v
         for op in region.ops:
-            if op.kind == "yield":
+            kind = op.kind
+            if kind == "yield":
                 return [env[v.id] for v in op.operands]
+            if task is not None and task.sched.aborting:
+                task.stop(op)
             if combine and op.regions:
-                raise InterpretError(f"the interpreter runs a combine region's ops over whole arrays; a {op.kind} "
+                raise InterpretError(f"the interpreter runs a combine region's ops over whole arrays; a {kind} "
                                      "inside one cannot run that way", op.loc)
-            fn = RULES.get(op.kind)
+            fn = RULES.get(kind)
             if fn is None:
                 raise _unsupported(op)
             try:
@@ -53,7 +87,7 @@ class Program:
             except GluonError:
                 raise
             except Exception as e:       # a numpy error inside a rule: report it at the op's line
-                raise InterpretError(f"interpreting {op.kind}: {type(e).__name__}: {e}", op.loc) from e
+                raise InterpretError(f"interpreting {kind}: {type(e).__name__}: {e}", op.loc) from e
             for r, v in zip(op.results, results):
                 env[r.id] = v
         return []
@@ -61,8 +95,7 @@ class Program:
 
 def _unsupported(op: ir.Op) -> InterpretError:
     if op.kind in NOT_YET:
-        return InterpretError(f"the interpreter does not run {op.kind} yet (warp roles, shared memory, mbarriers, "
-                              "TMA and dots are the next slices; docs/INTERPRETER.md)", op.loc)
+        return InterpretError(f"the interpreter does not run {op.kind} yet (docs/INTERPRETER.md)", op.loc)
     return InterpretError(f"the interpreter has no rule for op {op.kind!r}", op.loc)
 
 
@@ -71,6 +104,13 @@ def check_supported(kernel: ir.Kernel) -> None:
     for op in kernel.walk():
         if op.kind not in RULES:
             raise _unsupported(op)
+    n = int(kernel.attrs.get("num_ctas", 1))
+    if n > 1:
+        at = next((op.loc for op in kernel.walk() if op.kind in ("cluster_sync", "cluster_rank")
+                   or op.attrs.get("multicast") or op.attrs.get("cluster")), kernel.loc)
+        raise InterpretError(f"the interpreter runs one CTA at a time; kernel {kernel.name} runs in clusters of {n} "
+                             "CTAs (set_cluster), whose CTAs share barriers and multicast loads: run it with "
+                             "set_cluster(1) (e.g. CLUSTER_M=1) to interpret it", at)
 
 
 # ------------------------------------------------------------------------------ binding the launch
@@ -85,13 +125,20 @@ def _scalar_value(p: ir.Param, v) -> np.ndarray:
     return scalar(v, t.dtype)
 
 
-def bind_params(kernel: ir.Kernel, args: Sequence[Any], kwargs: dict) -> dict[int, Any]:
-    """The environment of kernel parameter values for a launch's runtime `args` and keyword sizes."""
+def bind_params(kernel: ir.Kernel, args: Sequence[Any], kwargs: dict, bound: bool = False) -> dict[int, Any]:
+    """The environment of kernel parameter values for a launch's runtime `args` and keyword sizes; with
+    `bound`, `args` are already one per parameter, in order (what a compiled kernel's launcher takes:
+    CompiledKernel.launch_args)."""
     env: dict[int, Any] = {}
     buffers: dict[int, Any] = {}
-    for p in kernel.params:
+    if bound and len(args) != len(kernel.params):
+        raise GluonError(f"kernel {kernel.name}'s launcher takes {len(kernel.params)} arguments "
+                         f"({', '.join(p.name for p in kernel.params)}), got {len(args)}", kernel.loc)
+    for i, p in enumerate(kernel.params):
         src = p.source
-        if src is None or src.kind is SourceKind.ARG:
+        if bound:
+            v = args[i]
+        elif src is None or src.kind is SourceKind.ARG:
             idx = src.index if src is not None else kernel.params.index(p)
             v = args[idx]
         elif src.kind is SourceKind.DIM:
@@ -119,6 +166,8 @@ def bind_params(kernel: ir.Kernel, args: Sequence[Any], kwargs: dict) -> dict[in
             env[p.value.id] = Ptr(buffers[key], 0)
         elif isinstance(t, ir.ScalarType):
             env[p.value.id] = _scalar_value(p, v)
+        elif isinstance(t, ir.DescType):
+            env[p.value.id] = desc_of(p, v)
         else:
             raise InterpretError(f"the interpreter does not take a {t} parameter ('{p.name}') yet", p.loc)
     return env
@@ -132,12 +181,13 @@ def _grid3(grid) -> tuple[int, int, int]:
 
 
 def run_kernel(kernel: ir.Kernel, grid, args: Sequence[Any], kwargs: dict | None = None,
-               programs: Iterable | None = None) -> None:
-    """Run every program of `grid` (or those in `programs`: ints or (x, y, z) tuples) of a traced kernel."""
+               programs: Iterable | None = None, bound: bool = False) -> None:
+    """Run every program of `grid` (or those in `programs`: ints or (x, y, z) tuples) of a traced kernel;
+    `bound`: `args` are one per parameter (bind_params)."""
     check_supported(kernel)
     g = _grid3(grid)
     rank = len(grid) if isinstance(grid, (tuple, list)) else 1
-    env = bind_params(kernel, args, kwargs or {})
+    env = bind_params(kernel, args, kwargs or {}, bound)
     if programs is None:
         pids: Iterable = ((x, y, z) for z, y, x in itertools.product(range(g[2]), range(g[1]), range(g[0])))
     else:
@@ -148,7 +198,8 @@ def run_kernel(kernel: ir.Kernel, grid, args: Sequence[Any], kwargs: dict | None
                 raise GluonError(f"program {p} is outside the grid {g}")
     with np.errstate(all="ignore"):
         for pid in pids:
-            Program(tuple(pid), g, env, rank).run_region(kernel.body, [])
+            pid = tuple(pid)
+            Program(pid, g, env, rank, cta=Cta(pid, rank, kernel.num_warps)).run_region(kernel.body, [])
 
 
 # ------------------------------------------------------------------------------ the JIT entry
@@ -163,6 +214,9 @@ def _stand_ins(template, args: Sequence[Any]) -> tuple[dict, tuple]:
                          f"({', '.join(jf.runtime_params)}), got {len(args)}", template.loc)
     conv = []
     for a in args:
+        if type(a).__name__ == "TensorDescriptor" and hasattr(a, "block_shape"):
+            conv.append(a)              # traced as the tensor it describes, bound as itself (tma.desc_of)
+            continue
         if isinstance(a, np.ndarray):
             import torch
             a = torch.from_numpy(a)
@@ -171,6 +225,9 @@ def _stand_ins(template, args: Sequence[Any]) -> tuple[dict, tuple]:
         conv.append(a)
     stand = {}
     for pname, v in zip(jf.runtime_params, conv):
+        if type(v).__name__ == "TensorDescriptor" and hasattr(v, "block_shape"):
+            from .tma import _described_tensor
+            v = _described_tensor(v)
         key = _arg_key(v)
         if template.pointers.get(pname) is not None and type(v) is int:
             raise GluonError(f"kernel {template.name}: argument '{pname}' is a raw device address; the interpreter "

@@ -17,11 +17,11 @@ from gluon.dtypes import DType
 from gluon.ir import GluonError
 from gluon.abi import ParamKind
 from gluon.language.kernel import ScalarArg
-from gluon.runtime.cuda import sm_count
 from gluon.runtime.descriptors import TensorDescriptor
+from gluon.runtime.cuda import sm_count
 from gluon.types import TensorRef
 
-from ..tensor_checks import on_the_launch_device
+from ..tensor_checks import device_sms, interpreting, on_the_launch_device
 from .config import HEAD_DIMS, AttentionConfig, default_config, grid, num_warps, to_config
 from .kernel import attention_sm90
 
@@ -90,6 +90,8 @@ def _fast_call(fp: _FastPlan, q, k, v):
 def _fast_plan(ck, plan: _Plan, la, views: tuple, o_work, q, layout: str, return_lse: bool, lse):
     """The `_FastPlan` of a first call whose inputs were TMA-ready as given, or None where the call's
     launch arguments cannot be matched to its inputs (then every call takes the full path)."""
+    if ck.abi is None:                          # interpreted (GLUON_INTERPRET=1): no binary to call directly
+        return None
     params = [p for p in ck.abi.params if p.kind is not ParamKind.CONSTEXPR]
     if len(params) != len(la):
         return None
@@ -237,7 +239,7 @@ def attention(q, k, v, causal: bool = False, scale: float | None = None, config:
         cfg = to_config(config, default_config(D))
         kw = dict(CFG=cfg, HEAD_DIM=D, CAUSAL=bool(causal), Q_BSHD=q_bshd, K_BSHD=k_bshd, V_BSHD=v_bshd,
                   WRITE_LSE=bool(return_lse), num_warps=num_warps(cfg))
-        sms = sm_count(q.device.index) if cfg.PERSISTENT else 0
+        sms = (device_sms(q.device) if interpreting() else sm_count(q.device.index)) if cfg.PERSISTENT else 0
         plan = _PLANS[key] = _Plan(attention_sm90[grid(Sq, B * H, cfg, bool(causal), sms)], kw)
     args = (q2, k2, v2, o2, lse, Sq, Skv, H, H // HK, scale * _LOG2E)
     ck = compiled

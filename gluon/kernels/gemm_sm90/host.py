@@ -21,7 +21,7 @@ from gluon.language.kernel import ScalarArg
 from gluon.runtime.cuda import sm_count
 from gluon.types import TensorRef
 
-from ..tensor_checks import on_the_launch_device
+from ..tensor_checks import device_sms, interpreting, on_the_launch_device, stream_key
 from .config import DEFAULT_CONFIG, GemmConfig, grid, num_warps, resolve_config, split_k, to_config
 from .kernel import gemm_sm90
 
@@ -68,7 +68,7 @@ def _scratch(role: str, t, rows: int, cols: int, zeroed: bool):
     repeated launches of one unaligned problem allocate nothing. `zeroed` buffers are zero when made and
     only ever written at t's extent, so their padding stays zero."""
     import torch
-    key = (role, t.device, torch.cuda.current_stream(t.device).cuda_stream, rows, cols, tuple(t.shape), t.dtype)
+    key = (role, t.device, stream_key(t.device), rows, cols, tuple(t.shape), t.dtype)
     buf = _SCRATCH.get(key)
     if buf is None:
         if len(_SCRATCH) >= _SCRATCH_MAX:      # the oldest goes (same-stream reuse is ordered by torch)
@@ -133,8 +133,7 @@ def launch(a, b, c, config: GemmConfig | Mapping | None = None, b_kmajor: bool =
         plan = _PLANS[plan_key] = _plan(a, c, M, N, K, config, b_kmajor, splits, aligned, scale)
     S = plan.splits
     if S > 1:                       # one fp32 workspace per (device, stream): same-stream launches run in order
-        import torch
-        stream = torch.cuda.current_stream(plan.dev).cuda_stream
+        stream = stream_key(a.device)
         w = _workspace((plan.dev, stream), S * M * N, a.device)
         cnt = _workspace((plan.dev, stream if plan.fixup else None), M * N if plan.fixup else 16, a.device,
                          counters=True)
@@ -186,8 +185,11 @@ def _plan(a, c, M: int, N: int, K: int, config: GemmConfig | Mapping | None, b_k
     fp32 workspace. Computed once per (device, sizes, output width, config) and kept in _PLANS, so a
     repeated launch costs a dict lookup here."""
     import torch
-    dev = a.device.index if a.device.index is not None else torch.cuda.current_device()
-    sms = sm_count(dev)
+    if interpreting():              # the CPU interpreter (GLUON_INTERPRET=1): planned as for an H200
+        dev, sms = -1, device_sms(a.device)
+    else:
+        dev = a.device.index if a.device.index is not None else torch.cuda.current_device()
+        sms = sm_count(dev)
     cfg = resolve_config(M, N, K, sms, c.element_size(), pitch_aligned, config, a.element_size())
     S = split_k(M, N, K, cfg, sms) if splits is None else splits
     # no empty K slice: the kernel's consumers release a stage after every unit, so a unit without
