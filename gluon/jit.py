@@ -58,6 +58,9 @@ _INTERPRET_ENV = "GLUON_INTERPRET"
 # The CPU interpreter's entry, `interpret(template, grid, *args, **kw)`: gluon.interpret sits above this module
 # (it traces through the JIT's stand-ins) and installs itself here when imported (`import gluon` imports it).
 _INTERPRETER: Callable | None = None
+# ... and its stand-ins for the other launch paths (gluon/interpret/entry.py): "compiled" (BoundLaunch.compiled's
+# InterpretedKernel), "run_compiled" (a CompiledKernel called), "launcher" (a CompiledKernel's launcher)
+_INTERPRETER_ROUTES: dict[str, Callable] = {}
 
 
 def _env_says_interpret() -> bool:
@@ -79,10 +82,17 @@ def _set_interpret(flag: bool) -> None:
     _INTERPRET_LAUNCHES = bool(flag)
 
 
-def install_interpreter(fn: Callable) -> None:
-    """Make `fn(template, grid, *args, **kw)` the entry of `kernel.interpret` and of GLUON_INTERPRET=1 launches."""
+def install_interpreter(fn: Callable, **routes: Callable) -> None:
+    """Make `fn(template, grid, *args, **kw)` the entry of `kernel.interpret` and of GLUON_INTERPRET=1 launches,
+    and `routes` (compiled, run_compiled, launcher) those of the other launch paths under GLUON_INTERPRET=1."""
     global _INTERPRETER
     _INTERPRETER = fn
+    _INTERPRETER_ROUTES.update(routes)
+
+
+def _route(name: str) -> Callable:
+    _interpreter()
+    return _INTERPRETER_ROUTES[name]
 
 
 def _interpreter() -> Callable:
@@ -152,8 +162,7 @@ class CompiledKernel:
     @property
     def launcher(self):
         if _INTERPRET_LAUNCHES:          # GLUON_INTERPRET=1: the launcher's arguments, interpreted
-            from .interpret.entry import InterpretedLauncher
-            return InterpretedLauncher(self)
+            return _route("launcher")(self)
         if self._launcher is None:
             self._launcher = Launcher(self.binary, self.abi)
         return self._launcher
@@ -173,8 +182,7 @@ class CompiledKernel:
 
     def __call__(self, grid, *args, stream=None, meta: dict | None = None, **sizes):
         if _INTERPRET_LAUNCHES:          # GLUON_INTERPRET=1: its IR runs in the interpreter
-            from .interpret.entry import run_compiled
-            return run_compiled(self, grid, args, sizes, meta)
+            return _route("run_compiled")(self, grid, args, sizes, meta)
         if meta and callable(grid):      # a grid function reads the constexprs too
             return self.launcher(grid, *self.launch_args(args, sizes), stream=stream, **meta)
         return self.launcher(grid, *self.launch_args(args, sizes), stream=stream)
@@ -494,13 +502,12 @@ class BoundLaunch:
         `ck.launcher` with `ck.launch_args`) and so skips the per-call specialization lookup. With
         GLUON_INTERPRET=1 it is an interpreted stand-in for one (gluon/interpret/entry.py), compiled never."""
         if _INTERPRET_LAUNCHES:
-            from .interpret.entry import InterpretedKernel
             t = self.template
             constexprs = {k: kwargs.pop(k) for k in list(kwargs) if k in t.constexprs}
             if len(args) > len(self.jf.runtime_params):   # constexprs given positionally
                 bound = dict(zip(t.signature.parameters, args))
                 constexprs.update({n: bound[n] for n in t.signature.parameters if n in t.constexprs and n in bound})
-            return InterpretedKernel(t, constexprs, self.block, num_warps, arch)
+            return _route("compiled")(t, constexprs, self.block, num_warps, arch)
         return self._specialize(args, num_warps, arch, kwargs)[0]
 
     def __call__(self, *args, num_warps: int | None = None, stream=None, arch: Arch | str | None = None, **kwargs):

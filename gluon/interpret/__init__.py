@@ -57,6 +57,22 @@ def __getattr__(name: str):
     return getattr(importlib.import_module(f"{__name__}.{mod}"), name)
 
 
-install_interpreter(interpret)         # kernel.interpret(...) and GLUON_INTERPRET=1 launches come here
+def _compiled(template, constexprs: dict, block, num_warps, arch):
+    from .entry import InterpretedKernel
+    return InterpretedKernel(template, constexprs, block, num_warps, arch)
+
+
+def _run_compiled(ck, grid, args, sizes, meta):
+    from .entry import run_compiled
+    return run_compiled(ck, grid, args, sizes, meta)
+
+
+def _launcher(ck):
+    from .entry import InterpretedLauncher
+    return InterpretedLauncher(ck)
+
+
+# kernel.interpret(...) and GLUON_INTERPRET=1 launches come here, and the other launch paths (entry.py)
+install_interpreter(interpret, compiled=_compiled, run_compiled=_run_compiled, launcher=_launcher)
 
 __all__ = ["ENV_VAR", "enabled", "interpret", "set_enabled", *_LAZY]
