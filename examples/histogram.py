@@ -37,7 +37,7 @@ def _next_pow2(n: int) -> int:
 
 
 @gl.helper
-def _count(x_ptr, offs, m, lo, scale, NUM_BINS: gl.constexpr, HIST_BINS: gl.constexpr):
+def _count(x_ptr, offs, m, lo, hi, scale, NUM_BINS: gl.constexpr, HIST_BINS: gl.constexpr):
     """The [HIST_BINS] counts of x at offs (mask m) in bins 0..NUM_BINS-1; every other value masked off."""
     if x_ptr.dtype.is_int:
         b = gl.load(x_ptr + offs, mask=m, other=0).to(gl.int32)
@@ -46,16 +46,17 @@ def _count(x_ptr, offs, m, lo, scale, NUM_BINS: gl.constexpr, HIST_BINS: gl.cons
         x = gl.load(x_ptr + offs, mask=m, other=0.0).to(gl.float32)
         t = (x - lo) * scale
         b = gl.minimum(gl.floor(t).to(gl.int32), NUM_BINS - 1)         # x == hi: the last bin
-        ok = m & (t >= 0.0) & (t <= NUM_BINS * 1.0)                     # [lo, hi]; NaN fails both
+        # [lo, hi] tested on x itself, as histc does: (x - lo) * scale rounds an x just past hi to NUM_BINS
+        ok = m & (x >= lo) & (x <= hi)                                  # NaN fails both
     return gl.histogram(gl.where(ok, b, 0), HIST_BINS, mask=ok)
 
 
 @gluon.jit
-def histogram_kernel(hist_ptr, x_ptr, n, lo, scale, NUM_BINS: gl.constexpr, BLOCK: gl.constexpr = 2048,
+def histogram_kernel(hist_ptr, x_ptr, n, lo, hi, scale, NUM_BINS: gl.constexpr, BLOCK: gl.constexpr = 2048,
                      NUM_WARPS: gl.constexpr = 4):
     """hist_ptr[b] += the count of x's elements in bin b (< NUM_BINS), over the chunks program p owns:
     [p * BLOCK, ...) striding by num_programs * BLOCK. For float x, bin = floor((x - lo) * scale) with
-    scale = NUM_BINS / (hi - lo); for int x, bin = x (lo and scale unused). hist_ptr must be zeroed (or
+    scale = NUM_BINS / (hi - lo), x in [lo, hi]; for int x, bin = x (lo, hi and scale unused). hist_ptr must be zeroed (or
     hold counts to add to); the grid is any number of programs of NUM_WARPS warps (launch with
     num_warps=NUM_WARPS)."""
     vec = 16 // x_ptr.dtype.bytes
@@ -66,10 +67,10 @@ def histogram_kernel(hist_ptr, x_ptr, n, lo, scale, NUM_BINS: gl.constexpr, BLOC
     counts = gl.zeros([HIST_BINS], gl.int32)
     for start in range(gl.program_id(0) * BLOCK, n_main, gl.num_programs(0) * BLOCK):
         offs = start + lane
-        counts = counts + _count(x_ptr, offs, offs < n_main, lo, scale, NUM_BINS, HIST_BINS)
+        counts = counts + _count(x_ptr, offs, offs < n_main, lo, hi, scale, NUM_BINS, HIST_BINS)
     if gl.program_id(0) == 0:                # the last n % vec (< vec) elements, one a thread
         tail = n_main + gl.arange(0, 32 * NUM_WARPS, layout=Layout.blocked([1], [32], [NUM_WARPS]))
-        counts = counts + _count(x_ptr, tail, tail < n, lo, scale, NUM_BINS, HIST_BINS)
+        counts = counts + _count(x_ptr, tail, tail < n, lo, hi, scale, NUM_BINS, HIST_BINS)
     bins = gl.arange(0, HIST_BINS)
     gl.atomic_add(hist_ptr + bins, counts, mask=bins < NUM_BINS, sem="relaxed")
 
@@ -105,7 +106,7 @@ def launch_plan(x, hist, num_bins: int, lo: float = 0.0, hi: float = 0.0, **tuna
     cfg = dict(default_config(n, num_bins, x.element_size()), **tunables)
     programs = max(1, min(-(-n // cfg["BLOCK"]), PROGRAMS_PER_SM * _sm_count(x.device)))
     scale = num_bins / (hi - lo) if x.dtype.is_floating_point else 0.0
-    args = (hist, x, n, float(lo), float(scale))
+    args = (hist, x, n, float(lo), float(hi), float(scale))
     return (programs,), args, dict(cfg, NUM_BINS=num_bins, num_warps=cfg["NUM_WARPS"])
 
 
@@ -199,9 +200,9 @@ def main() -> None:
     for dt in (gl.int32, gl.float16, gl.float32):
         for num_bins in (256, 100, 1000):
             cfg = default_config(1 << 24, num_bins, dt.bytes)
-            ck = histogram_kernel.compile(PointerArg(gl.int32), PointerArg(dt), ScalarArg(gl.int32, 16),
-                                          ScalarArg(gl.float32), ScalarArg(gl.float32), arch="sm90",
-                                          num_warps=cfg["NUM_WARPS"], NUM_BINS=num_bins, **cfg)
+            f32 = ScalarArg(gl.float32)
+            ck = histogram_kernel.compile(PointerArg(gl.int32), PointerArg(dt), ScalarArg(gl.int32, 16), f32, f32, f32,
+                                          arch="sm90", num_warps=cfg["NUM_WARPS"], NUM_BINS=num_bins, **cfg)
             ops = sass_instructions(ck.sass())
             mem = {op: ops[op] for op in ("LDG.E", "LDG.E.128", "VOTE.ANY", "ATOMS.ADD", "REDG.E.ADD.STRONG.GPU")
                    if op in ops}
