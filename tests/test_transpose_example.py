@@ -1,8 +1,8 @@
 """examples/transpose_kernel.py, out = x.T through shared memory: compiled for sm_90 without a GPU (16-byte
 global accesses both ways, no spills), the bank-conflict pass's verdict on the swizzled tile (none) and the
 plain one (the column-wise read conflicts), the host-side plan, the script's CPU path, and on a GPU (`-m gpu`)
-checked bit-exactly against torch into poisoned outputs. The interpreter does not run shared memory yet, so
-the numbers are checked on the GPU only."""
+checked bit-exactly against torch into poisoned outputs; on the CPU the same launches run in the interpreter
+(shared memory included) and are checked bit-exactly too."""
 import os
 import subprocess
 import sys
@@ -141,3 +141,21 @@ def test_gpu_transpose_of_strided_views_and_other_tiles():
         tk.transpose(x, out, **tun)
         torch.cuda.synchronize()
         assert torch.equal(out, x.t().contiguous()), tun
+
+
+@pytest.mark.parametrize("shape,dtype", [((130, 70), "float16"), ((64, 64), "float32"), ((3, 37), "bfloat16"),
+                                         ((100, 257), "int32")])
+@pytest.mark.parametrize("swizzle", [True, False])
+def test_interpreted_transpose_is_exact(shape, dtype, swizzle):
+    """The host function's launch run by the CPU interpreter: through the shared tile, bit for bit."""
+    torch = pytest.importorskip("torch")
+    from gluon.interpret import set_enabled
+    dt = getattr(torch, dtype)
+    x = (torch.randn(*shape) * 100).to(dt)
+    out = torch.full((shape[1], shape[0]), -7).to(dt)
+    was = set_enabled(True)
+    try:
+        tk.transpose(x, out, SWIZZLE=swizzle)
+    finally:
+        set_enabled(was)
+    assert torch.equal(out, x.t().contiguous())
