@@ -1,5 +1,6 @@
 """What the runnable kernel examples share: `--set KEY=VALUE` config overrides and the choice between
-running on a GPU and compiling for sm_90 without one."""
+running on a GPU, compiling for sm_90 without one (and checking a small case in the CPU interpreter), and
+`--interpret` (the check at the given shape in the interpreter)."""
 from __future__ import annotations
 
 import argparse
@@ -34,9 +35,40 @@ def check_keys(p: argparse.ArgumentParser, overrides: dict, keys: Iterable[str])
                 + f"; the keys are {', '.join(keys)}")
 
 
-def main_for(args, run: Callable[[object], int], describe: Callable[[object], int]) -> int:
-    """`run(args)` on a GPU (unless --compile-only), else `describe(args)`: compile for sm_90 and show the
-    machine code."""
+def add_interpret_flag(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--interpret", action="store_true", help="check this shape on the CPU in the IR interpreter "
+                   "(gluon/interpret, GLUON_INTERPRET=1), no GPU needed; without a GPU a small case is checked so "
+                   "anyway (unless --compile-only)")
+
+
+def interpreted(check: Callable[[], int]) -> int:
+    """`check()` with ordinary launches running in the CPU interpreter; a kernel the interpreter cannot run
+    (a cluster, inline assembly) is reported and skipped (exit code 0), not failed; a config the kernel
+    rejects is reported as the GPU run reports it (exit code 2)."""
+    import sys
+
+    from gluon import GluonError
+    from gluon.interpret import set_enabled
+    was = set_enabled(True)
+    try:
+        return check()
+    except GluonError as e:
+        if "interpreter" not in str(e):             # the config's own error, as a GPU run reports it
+            print(f"rejected before compilation: {e}", file=sys.stderr)
+            return 2
+        print(f"not checked in the interpreter: {str(e).splitlines()[0]}")
+        return 0
+    finally:
+        set_enabled(was)
+
+
+def main_for(args, run: Callable[[object], int], describe: Callable[[object], int],
+             interpret: Callable[[object, bool], int] | None = None) -> int:
+    """`run(args)` on a GPU (unless --compile-only); `interpret(args, True)` with --interpret; else
+    `describe(args)`: compile for sm_90 and show the machine code, then, without a GPU,
+    `interpret(args, False)`: a small case checked in the CPU interpreter."""
+    if interpret is not None and getattr(args, "interpret", False):
+        return interpret(args, True)
     try:
         import torch
         has_gpu = torch.cuda.is_available()
@@ -44,6 +76,9 @@ def main_for(args, run: Callable[[object], int], describe: Callable[[object], in
         has_gpu = False
     if has_gpu and not args.compile_only:
         return run(args)
+    check_too = not has_gpu and not args.compile_only and interpret is not None
     if not has_gpu:
-        print("no GPU: compiling for sm_90 only")
-    return describe(args)
+        print("no GPU: compiling for sm_90" + (", then checking a small case in the CPU interpreter" if check_too
+                                                else " only"))
+    rc = describe(args)
+    return interpret(args, False) if rc == 0 and check_too else rc

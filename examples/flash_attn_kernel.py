@@ -12,7 +12,8 @@ does), and `gluon tune specs/attention_sm90.toml` searches them. With a GPU this
 result against an fp32 reference on the same inputs (output poisoned with NaN first) and times it
 against torch SDPA's cuDNN and flash backends, L2 flushed, median of CUDA events. Without one it
 compiles for sm_90 and prints what the machine code holds: registers, spills, shared memory, and the
-WGMMA / TMA / setmaxnreg / exp2 instructions. A config the passes or AttentionConfig reject is reported
+WGMMA / TMA / setmaxnreg / exp2 instructions, then checks a B1 H2 S300 case in the CPU interpreter
+(`--interpret`: the given shape there). A config the passes or AttentionConfig reject is reported
 with their message and exit code 2.
 """
 from __future__ import annotations
@@ -21,7 +22,7 @@ import argparse
 import math
 import sys
 
-from example_cli import check_keys, main_for, parse_sets
+from example_cli import add_interpret_flag, check_keys, interpreted, main_for, parse_sets
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -35,6 +36,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="override one config key (BLOCK_N=64, STAGES=3, OVERLAP=false, ...)")
     p.add_argument("--compile-only", action="store_true", help="compile and describe, even with a GPU")
+    add_interpret_flag(p)
     args = p.parse_args(argv)
     try:
         args.B, args.H, args.S, args.D = (int(x) for x in args.shape.lower().split("x"))
@@ -124,8 +126,38 @@ def run(args) -> int:
     return 0 if ok else 1
 
 
+def interpret(args, full: bool) -> int:
+    """The GPU run's check on the CPU, in the IR interpreter: at the given shape (`full`), or one batch of
+    two heads (grouped as asked where they can be) of at most 300 queries and keys (the fallback without a
+    GPU: a few seconds)."""
+    import torch
+
+    from gluon.dtypes import DType
+    from gluon.kernels.attention_sm90 import attention
+    from gluon.kernels.attention_sm90.reference import reference
+    dt = DType.from_name(args.dtype).torch
+    B, H, S, D, Skv, HK = args.B, args.H, args.S, args.D, args.kv_len, args.kv_heads
+    if not full:
+        B, S, Skv = 1, min(S, 300), min(Skv, 300)
+        H, HK = (2, 1) if HK < H else (2, 2)
+    q, k, v = torch.randn(B, H, S, D, dtype=dt), torch.randn(B, HK, Skv, D, dtype=dt), torch.randn(B, HK, Skv, D, dtype=dt)
+    out = torch.full_like(q, float("nan"))
+    scale = 1 / math.sqrt(D)
+
+    def check() -> int:
+        attention(q, k, v, causal=args.causal, scale=scale, config=args.overrides or None, out=out)
+        ref = reference(q, k, v, args.causal, scale)
+        err = float((out.float() - ref).abs().max() / ref.abs().max())
+        unwritten = int(torch.isnan(out).sum())
+        ok = unwritten == 0 and err <= 1e-2
+        print(f"interpreted on the CPU: B{B} H{H}/{HK} S{S}/{Skv} D{D} {args.dtype}{' causal' if args.causal else ''}: "
+              f"relative error {err:.1e} vs fp32, {unwritten} elements unwritten: {'ok' if ok else 'WRONG'}")
+        return 0 if ok else 1
+    return interpreted(check)
+
+
 def main(argv=None) -> int:
-    return main_for(parse_args(argv), run, describe)
+    return main_for(parse_args(argv), run, describe, interpret)
 
 
 if __name__ == "__main__":

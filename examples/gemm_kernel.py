@@ -11,7 +11,8 @@ does), and `gluon tune specs/gemm_sm90.toml` searches them. With a GPU this scri
 checks the result against an fp64 product of the same inputs (output poisoned with NaN first) and
 times it against torch.matmul (cuBLAS), L2 flushed, median of CUDA events. Without one it compiles the
 config for sm_90 and prints what the machine code holds: registers, spills, shared memory, and the
-HGMMA / TMA / setmaxnreg instructions. A config the passes reject (shared memory over capacity, a
+HGMMA / TMA / setmaxnreg instructions, then checks a 256x256x192 case in the CPU interpreter
+(`--interpret`: the given shape there). A config the passes reject (shared memory over capacity, a
 register budget, a warp role off a warpgroup boundary, a swizzle that does not fit BLOCK_K) is
 reported with the pass's message (or GemmConfig's, for a value the field does not take) and exit code 2.
 """
@@ -20,7 +21,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from example_cli import check_keys, main_for, parse_sets
+from example_cli import add_interpret_flag, check_keys, interpreted, main_for, parse_sets
 
 DTYPES = ("fp16", "bf16", "fp32")       # C's dtypes; A and B take the 16-bit ones (gluon.dtypes names them)
 
@@ -35,6 +36,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="override one config key (BLOCK_N=128, STAGES=4, CLUSTER_M=2, EPILOGUE=direct, ...)")
     p.add_argument("--compile-only", action="store_true", help="compile and describe, even with a GPU")
+    add_interpret_flag(p)
     args = p.parse_args(argv)
     try:
         args.M, args.N, args.K = (int(x) for x in args.shape.lower().split("x"))
@@ -119,8 +121,33 @@ def run(args) -> int:
     return 0 if ok else 1
 
 
+def interpret(args, full: bool) -> int:
+    """The GPU run's check on the CPU, in the IR interpreter: at the given shape (`full`), or capped to
+    256x256x192 (the fallback without a GPU: a few seconds)."""
+    import torch
+
+    from gluon.dtypes import DType
+    from gluon.kernels.gemm_sm90 import launch
+    M, N, K = (args.M, args.N, args.K) if full else (min(args.M, 256), min(args.N, 256), min(args.K, 192))
+    in_dt, out_dt = DType.from_name(args.dtype).torch, DType.from_name(args.out_dtype).torch
+    a = torch.randn(M, K, dtype=in_dt)
+    b = torch.randn(N, K, dtype=in_dt) if args.b_col_major else torch.randn(K, N, dtype=in_dt)
+    c = torch.full((M, N), float("nan"), dtype=out_dt)
+
+    def check() -> int:
+        launch(a, b, c, args.overrides or None, b_kmajor=args.b_col_major)
+        ref = a.double() @ (b.double().T if args.b_col_major else b.double())
+        unwritten = int(torch.isnan(c).sum())
+        err = float((c.double() - ref).norm() / ref.norm())
+        ok = unwritten == 0 and err <= 1e-2
+        print(f"interpreted on the CPU: {M}x{N}x{K} {args.dtype}->{args.out_dtype}: relative error {err:.1e} vs "
+              f"fp64, {unwritten} elements unwritten: {'ok' if ok else 'WRONG'}")
+        return 0 if ok else 1
+    return interpreted(check)
+
+
 def main(argv=None) -> int:
-    return main_for(parse_args(argv), run, describe)
+    return main_for(parse_args(argv), run, describe, interpret)
 
 
 if __name__ == "__main__":

@@ -189,6 +189,14 @@ def test_example_describes_the_machine_code():
     assert "HGMMA.64x64x16.F32.BF16 x" in out.stdout and "UTMALDG.2D x" in out.stdout and "MUFU.EX2 x" in out.stdout
 
 
+@pytest.mark.parametrize("argv", [("--shape", "1x2x300x64", "--causal"), ("--shape", "1x4x200x128", "--kv-heads", "2"),
+                                  ("--shape", "1x2x130x256", "--dtype", "fp16", "--causal")])
+def test_example_checks_a_shape_in_the_interpreter(argv):
+    out = _example("--interpret", *argv)
+    assert out.returncode == 0, out.stderr
+    assert "interpreted on the CPU" in out.stdout and ": ok" in out.stdout
+
+
 def test_example_reports_bad_configs_with_exit_code_2():
     out = _example("--set", "STAGES=4")
     assert out.returncode == 2 and "more than the 227.0 KiB" in out.stderr and "k_ring" in out.stderr

@@ -197,7 +197,22 @@ def test_example_describes_the_machine_code_of_the_chosen_config():
     assert "HGMMA x" in out.stdout and "UTMALDG.2D.MULTICAST x1" in out.stdout
 
 
+@pytest.mark.parametrize("argv", [("--shape", "200x136x72"), ("--shape", "256x256x192", "--b-col-major", "--dtype", "bf16"),
+                                  ("--shape", "256x256x128", "--set", "CLUSTER_M=2", "--set", "BLOCK_N=128")])
+def test_example_checks_a_shape_in_the_interpreter(argv):
+    """--interpret: the GPU run's check on CPU tensors in the IR interpreter; a cluster it cannot run is said
+    so, not failed."""
+    out = _example("--interpret", *argv)
+    assert out.returncode == 0, out.stderr
+    if "CLUSTER_M=2" in argv:
+        assert "not checked in the interpreter" in out.stdout and "cluster" in out.stdout
+    else:
+        assert "interpreted on the CPU" in out.stdout and ": ok" in out.stdout
+
+
 def test_example_reports_bad_configs_with_exit_code_2():
+    out = _example("--interpret", "--shape", "128x256x128", "--set", "CLUSTER_M=2")
+    assert out.returncode == 2 and "use BLOCK_N >= 128 or CLUSTER_M=1" in out.stderr and "Traceback" not in out.stderr
     out = _example("--set", "STAGES=5")
     assert out.returncode == 2 and "more than the 227.0 KiB" in out.stderr and "b_ring" in out.stderr
     out = _example("--set", "STAGSE=5")
