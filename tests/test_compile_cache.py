@@ -74,7 +74,7 @@ def test_hopper_tma_wgmma(built):
     assert ops["HGMMA"] > 0 and ops["UTMALDG"] > 0 and ops["UTMASTG"] > 0
     assert b.registers > 0 and b.spills == 0
     assert b.num_warps == 4 and b.shared_bytes >= 3 * 128 * 64 * 2 // 2  # a, b tiles at least
-    assert (b.path / f"{b.name}.sass").read_text() == b.sass()  # cached next to the cubin
+    assert (b.path / f"{b.name}.full.sass").read_text() == b.sass()  # cached next to the cubin
     # tensordesc_meta: filled although Triton leaves it unset for .ttgir input
     meta = b.metadata["tensordesc_meta"]
     assert [m["block_size"] for m in meta] == [[128, 64], [64, 64], [128, 64]]  # 128B swizzle: 64-elem inner box
