@@ -7,7 +7,9 @@ SPLIT_K ("auto"/0 = the split_k heuristic, else forced) is the launch's `splits`
 GemmConfig fields (BLOCK_M, BLOCK_N, BLOCK_K, STAGES, GROUP_M, SWIZZLE, EPILOGUE, PRODUCER_REGS,
 SPLIT_WGS, CLUSTER_M, EARLY_LOADS, LEAN_PROLOGUE, K_ZIGZAG, SWAP_AB, SPLITK_FIXUP) on top of DEFAULT_CONFIG, with the "auto"
 values resolved as `launch` resolves them. GemmConfig checks the knobs, the compiler passes the rest
-(shared memory, registers, warp roles, layouts). Output dtype = input dtype; B is [K, N] row-major.
+(shared memory, registers, warp roles, layouts). fp16/bf16: output dtype = input dtype, B is [K, N]
+row-major, against torch.matmul. fp8 (fp8e4m3, fp8e5m2): B is [N, K] (K-major, as WGMMA reads 8-bit
+operands), per-tensor fp32 scales, a bf16 output, against torch._scaled_mm (cuBLASLt).
 """
 from __future__ import annotations
 
@@ -15,6 +17,7 @@ import hashlib
 from pathlib import Path
 
 import gluon.kernels.gemm_sm90 as _kernel_package
+from gluon.dtypes import DType
 from gluon.ir import GluonError
 from gluon.kernels.gemm_sm90 import (DEFAULT_CONFIG, GemmConfig, gemm_sm90, launch, num_warps, split_k, stand_ins,
                                      tiles)
@@ -29,10 +32,22 @@ def _auto(v) -> bool:
     return v in (None, "auto", 0)
 
 
+def _fp8(dtype: str) -> bool:
+    return element_size(dtype) == 1
+
+
+def _out_size(dtype: str) -> int:
+    """C's element size for inputs of `dtype`: theirs, or 2 (bf16) for fp8."""
+    return 2 if _fp8(dtype) else element_size(dtype)
+
+
+FP8_SCALES = (0.5, 0.25)            # scale_a, scale_b of the tuner's fp8 problems: not 1, so a dropped scale shows
+
+
 class _GemmSM90Tuning(TuningTemplate):
     name = "gemm_sm90"
     dims = ("M", "N", "K")
-    dtypes = ("fp16", "bf16")
+    dtypes = ("fp16", "bf16", "fp8e4m3", "fp8e5m2")
     archs = ("sm90",)
     params = ("BLOCK_M", "BLOCK_N", "BLOCK_K", "STAGES", "GROUP_M", "SWIZZLE", "EPILOGUE", "CONSUMER_WARPS",
               "CONSUMER_REGS", "PRODUCER_WARPS", "PRODUCER_REGS", "CONSUMER_WGS", "SPLIT_K", "SPLIT_WGS", "CLUSTER_M",
@@ -68,7 +83,7 @@ class _GemmSM90Tuning(TuningTemplate):
 
     def kernel_config(self, config: dict, dtype: str) -> GemmConfig:
         """The GemmConfig the kernel runs for this spec config and dtype (its "auto" values resolved)."""
-        return self.knobs(config).resolve(element_size(dtype))
+        return self.knobs(config).resolve(_out_size(dtype))
 
     def splits(self, config: dict, shape, num_sms: int = H200_SMS) -> int:
         s = config.get("SPLIT_K", "auto")
@@ -88,6 +103,9 @@ class _GemmSM90Tuning(TuningTemplate):
             raise GluonError(f"gemm_sm90 runs on sm90 (WGMMA + TMA), not {arch}")
         cfg = self.kernel_config(config, dtype)
         S = self.splits(config, shape)
+        if _fp8(dtype):
+            return gemm_sm90.trace(*stand_ins(gluon_dtype(dtype), DType.bf16, splits=S), arch=arch,
+                                   num_warps=num_warps(cfg), CFG=cfg, B_KMAJOR=True, SCALE="tensor")
         return gemm_sm90.trace(*stand_ins(gluon_dtype(dtype), splits=S), arch=arch, num_warps=num_warps(cfg),
                                CFG=cfg, B_KMAJOR=False)
 
@@ -108,22 +126,35 @@ class _GemmSM90Tuning(TuningTemplate):
         g.manual_seed(int(seed))
         dt = torch_dtype(dtype)
         a = torch.randn(M, K, device=device, generator=g, dtype=torch.float32).to(dt)
-        b = torch.randn(K, N, device=device, generator=g, dtype=torch.float32).to(dt)
-        return {"a": a, "b": b, "out": torch.empty(M, N, device=device, dtype=dt),
-                "base_out": torch.empty(M, N, device=device, dtype=dt)}
+        if not _fp8(dtype):
+            b = torch.randn(K, N, device=device, generator=g, dtype=torch.float32).to(dt)
+            return {"a": a, "b": b, "out": torch.empty(M, N, device=device, dtype=dt),
+                    "base_out": torch.empty(M, N, device=device, dtype=dt)}
+        b = torch.randn(N, K, device=device, generator=g, dtype=torch.float32).to(dt)    # K-major
+        sa, sb = (torch.tensor([s], device=device, dtype=torch.float32) for s in FP8_SCALES)
+        return {"a": a, "b": b, "scale_a": sa, "scale_b": sb,
+                "out": torch.empty(M, N, device=device, dtype=torch.bfloat16),
+                "base_out": torch.empty(M, N, device=device, dtype=torch.bfloat16)}
 
     def run(self, inputs, config, kernel=None):
         """One launch; `kernel` (the binary the tuner's pool built from `trace`) is launched as it is."""
-        out = inputs["out"]
-        key = (tuple(sorted(config.items())), out.dtype)
+        a, out = inputs["a"], inputs["out"]
+        key = (tuple(sorted(config.items())), a.dtype)
         args = self._runs.get(key)
         if args is None:                           # the mapping once per config, not per timed launch
             s = config.get("SPLIT_K", "auto")
-            args = self._runs[key] = (self.kernel_config(config, dtype_name(out.dtype)), None if _auto(s) else int(s))
-        launch(inputs["a"], inputs["b"], out, args[0], splits=args[1], compiled=kernel)
+            args = self._runs[key] = (self.kernel_config(config, dtype_name(a.dtype)), None if _auto(s) else int(s))
+        if a.element_size() == 1:
+            launch(a, inputs["b"], out, args[0], b_kmajor=True, splits=args[1], compiled=kernel,
+                   scale_a=inputs["scale_a"], scale_b=inputs["scale_b"])
+        else:
+            launch(a, inputs["b"], out, args[0], splits=args[1], compiled=kernel)
 
     def reference(self, inputs):
-        return inputs["a"].double() @ inputs["b"].double()
+        a, b = inputs["a"], inputs["b"]
+        if a.element_size() == 1:
+            return (a.double() * inputs["scale_a"].double()) @ (b.double() * inputs["scale_b"].double()).T
+        return a.double() @ b.double()
 
     def seed_configs(self):
         """What choose_config runs where programs have several tiles (DEFAULT_CONFIG with SPLIT_WGS and
@@ -136,23 +167,34 @@ class _GemmSM90Tuning(TuningTemplate):
                    PRODUCER_WARPS=1, K_ZIGZAG=False)
         return [dict(cfg, SPLIT_WGS=True, K_ZIGZAG=True), dict(cfg, SPLIT_WGS=True), cfg]
 
-    def shape_of(self, a, b, out=None):
-        return (a.shape[0], b.shape[1], a.shape[1])
+    def shape_of(self, a, b, out=None, scale_a=None, scale_b=None):
+        return (a.shape[0], b.shape[0] if a.element_size() == 1 else b.shape[1], a.shape[1])
 
-    def call(self, config, a, b, out=None):
-        """c = a @ b (a [M, K], b [K, N] row-major, one dtype); `out` is written when given."""
+    def call(self, config, a, b, out=None, scale_a=None, scale_b=None):
+        """c = a @ b (a [M, K], b [K, N] row-major, one dtype); fp8: c = (scale_a a) @ (scale_b b).T in bf16,
+        b [N, K] (nn.Linear's weight), scales fp32 of one element each. `out` is written when given."""
         import torch
+        fp8 = a.element_size() == 1
         if out is None:
-            out = torch.empty(a.shape[0], b.shape[1], device=a.device, dtype=a.dtype)
-        self.run({"a": a, "b": b, "out": out}, config)
+            out = torch.empty(a.shape[0], b.shape[0] if fp8 else b.shape[1], device=a.device,
+                              dtype=torch.bfloat16 if fp8 else a.dtype)
+        if fp8 and (scale_a is None or scale_b is None):
+            raise GluonError("gemm_sm90 of fp8 inputs takes scale_a= and scale_b= (fp32 tensors of one element each)")
+        self.run({"a": a, "b": b, "out": out, "scale_a": scale_a, "scale_b": scale_b}, config)
         return out
 
     def call_args(self, inputs):
         return inputs["a"], inputs["b"]
 
+    def call_kwargs(self, inputs):
+        return {k: inputs[k] for k in ("scale_a", "scale_b") if k in inputs}
+
     def baseline(self, inputs):
         import torch
         a, b, o = inputs["a"], inputs["b"], inputs["base_out"]
+        if a.element_size() == 1:
+            sa, sb = inputs["scale_a"], inputs["scale_b"]
+            return lambda: torch._scaled_mm(a, b.t(), scale_a=sa, scale_b=sb, out_dtype=torch.bfloat16, out=o)
         return lambda: torch.matmul(a, b, out=o)
 
     # -- models ---------------------------------------------------------------------------------------
@@ -162,7 +204,11 @@ class _GemmSM90Tuning(TuningTemplate):
 
     def bytes(self, shape, dtype):
         M, N, K = shape
-        return float(element_size(dtype) * (M * K + K * N + M * N))
+        return float(element_size(dtype) * (M * K + K * N) + _out_size(dtype) * M * N)
+
+    def roofline_s(self, shape, dtype, peak_flops=H200_PEAK_FLOPS, peak_bw=H200_PEAK_BW):
+        """As the template's, at fp8's doubled tensor-core rate for fp8 inputs."""
+        return super().roofline_s(shape, dtype, peak_flops * (2 if _fp8(dtype) else 1), peak_bw)
 
     def model_s(self, config, shape, dtype, peak_flops=H200_PEAK_FLOPS, peak_bw=H200_PEAK_BW, num_sms=H200_SMS):
         """Roofline penalized by quantization: tile padding of M, N, K, the idle part of the last wave
@@ -174,7 +220,8 @@ class _GemmSM90Tuning(TuningTemplate):
         S = self.splits(config, shape, num_sms)
         pad = (M * N * K) / (tm * BM * tn * BN * tk * BK)
         waves = waves_efficiency(tiles(M, N, cfg) * S, num_sms)
-        compute = self.flops(shape) / peak_flops / (pad * waves)
+        peak = peak_flops * (2 if _fp8(dtype) else 1)           # fp8 tensor cores: twice the 16-bit rate
+        compute = self.flops(shape) / peak / (pad * waves)
         es = element_size(dtype)
         dram = self.bytes(shape, dtype) / peak_bw
         l2 = (tm * BM * tn * BN * tk * BK) * es * (1.0 / BM + 1.0 / BN) / (2.5 * peak_bw)
