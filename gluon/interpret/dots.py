@@ -11,15 +11,14 @@ as the tensor cores ignore them; "ieee" and the 3xTF32 / bf16x3 modes keep full 
 operands (i8) multiply exactly in int64 and wrap to the i32 accumulator.
 
 WGMMA reads its shared operands through the async proxy. An async one (`is_async`, as the language emits
-every WGMMA) reads them under its `WgmmaGroup` token until a `wgmma_wait` with at most `pendings` newer
+every WGMMA) reads them under its `AsyncGroup` token until a `wgmma_wait` with at most `pendings` newer
 WGMMAs in flight retires it; the product is computed at issue, since the interpreter has no latency.
 `tcgen05_mma` reads its operands under the mbarrier it commits to, and arrives once on it when done
 (here: at once).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -27,7 +26,7 @@ from ..ir import TmemType
 from ..types import DType
 from .ops import InterpretError, rule
 from .shared import BarrierView, SmemView
-from .smem import local_state, notify, one_stage
+from .smem import async_groups, one_stage
 from .values import reg_dtype, round_to
 
 _FULL_F32 = ("ieee", "tf32x3", "bf16x3", "bf16x6")
@@ -64,21 +63,6 @@ def _check_shapes(op, a, b, acc) -> None:
 # ------------------------------------------------------------------------------ WGMMA
 
 
-@dataclass(eq=False)
-class WgmmaGroup:
-    """One async WGMMA of an accessor: its shared operands are read under it until a wgmma_wait retires it."""
-
-    who: Any
-    seq: int
-    done: bool = False
-
-
-@dataclass
-class _WgmmaState:
-    pending: list[WgmmaGroup] = field(default_factory=list)
-    count: int = 0
-
-
 def _read(it, op, v, what: str, via) -> np.ndarray:
     if isinstance(v, SmemView):
         return one_stage(op, v, what).read(it.who, "async", op.loc, via=via)
@@ -93,10 +77,7 @@ def _wgmma(it, op, args):
     use_acc = bool(args[3]) if len(args) > 3 else bool(op.attrs.get("use_acc", True))
     token = None
     if op.attrs.get("is_async", False):
-        st = local_state(it, "wgmma", _WgmmaState)
-        token = WgmmaGroup(it.who, st.count)
-        st.count += 1
-        st.pending.append(token)
+        token = async_groups(it, "wgmma").issue(it.who)
     av = _read(it, op, a, "A operand", token)
     bv = _read(it, op, b, "B operand", token)
     acc = np.asarray(acc)
@@ -107,13 +88,7 @@ def _wgmma(it, op, args):
 
 @rule("wgmma_wait")
 def _wgmma_wait(it, op, args):
-    st = local_state(it, "wgmma", _WgmmaState)
-    keep = max(0, int(op.attrs.get("pendings", 0)))
-    n = max(0, len(st.pending) - keep)
-    done, st.pending = st.pending[:n], st.pending[n:]
-    for g in done:
-        g.done = True
-        notify(it, "on_async_done", g, it.who, op.loc)
+    async_groups(it, "wgmma").retire(it, int(op.attrs.get("pendings", 0)), op.loc)
     return [args[0]]
 
 
@@ -178,4 +153,4 @@ def _tcgen05_mma(it, op, args):
     return [None] if op.results else []
 
 
-__all__ = ["TmemTile", "WgmmaGroup", "matmul"]
+__all__ = ["TmemTile", "matmul"]

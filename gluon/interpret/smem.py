@@ -8,7 +8,7 @@ the tracker's to report (SmemView.written_mask()); without one such a read gives
 starts with.
 
 cp.async copies land at the op (the copy is done when cp_async returns here); the write names its group
-(`CpAsyncGroup`, open until `cp_async_commit` closes it), which `cp_async_wait(num)` completes: all
+(an `AsyncGroup`, open until `cp_async_commit` closes it), which `cp_async_wait(num)` completes: all
 committed groups but the newest `num`. Masked-off elements are written as zeros, as cp.async with a
 source size of 0 writes them (Triton's lowering of a masked async copy).
 """
@@ -143,10 +143,12 @@ def _fence_async_shared(it, op, args):
 
 
 @dataclass(eq=False)
-class CpAsyncGroup:
-    """One cp.async group of an accessor: the copies issued since the last commit (what `via` names on
-    their shared writes); `done` once a cp_async_wait has waited for it."""
+class AsyncGroup:
+    """One bulk-async group of an accessor (`kind`: "cp_async", "wgmma" or "tma_store"): what `via` names on
+    its shared accesses, in flight until a wait retires it (`done`). A cp.async group stays open for more
+    copies until `cp_async_commit` closes it (`committed`); the others are closed when issued."""
 
+    kind: str
     who: Any
     seq: int
     committed: bool = False
@@ -154,16 +156,46 @@ class CpAsyncGroup:
 
 
 @dataclass
-class _CpAsyncState:
-    open: CpAsyncGroup | None = None
-    pending: list[CpAsyncGroup] = field(default_factory=list)    # committed, not yet waited for
+class AsyncGroups:
+    """An accessor's groups of one kind: the open one (cp.async only), those committed and not yet waited
+    for, oldest first."""
+
+    kind: str
+    open: AsyncGroup | None = None
+    pending: list[AsyncGroup] = field(default_factory=list)
     count: int = 0
 
-    def current(self, who) -> CpAsyncGroup:
+    def current(self, who) -> AsyncGroup:
+        """The open group, opened on the first copy after a commit."""
         if self.open is None:
-            self.open = CpAsyncGroup(who, self.count)
+            self.open = AsyncGroup(self.kind, who, self.count)
             self.count += 1
         return self.open
+
+    def commit(self, who) -> AsyncGroup:
+        g = self.current(who)
+        g.committed = True
+        self.pending.append(g)
+        self.open = None
+        return g
+
+    def issue(self, who) -> AsyncGroup:
+        """A group opened and committed at once (one WGMMA, one TMA store)."""
+        self.current(who)
+        return self.commit(who)
+
+    def retire(self, it, keep: int, loc) -> None:
+        """Wait until at most `keep` groups are pending (the newest stay): the rest are done."""
+        n = max(0, len(self.pending) - max(0, keep))
+        done, self.pending = self.pending[:n], self.pending[n:]
+        for g in done:
+            g.done = True
+            notify(it, "on_async_done", g, it.who, loc)
+
+
+def async_groups(it, kind: str) -> AsyncGroups:
+    """The accessor's groups of `kind` (cp_async, wgmma, tma_store)."""
+    return local_state(it, kind, lambda: AsyncGroups(kind))
 
 
 @rule("cp_async")
@@ -179,32 +211,22 @@ def _cp_async(it, op, args):
         raise InterpretError(f"cp_async from {ptr.buf.dtype.name} memory into a {dt.name} region", op.loc)
     raw = np.zeros(addr.shape, mem_dtype(dt))
     raw[active] = ptr.buf.data[addr[active]]
-    group = local_state(it, "cp_async", _CpAsyncState).current(it.who)
+    group = async_groups(it, "cp_async").current(it.who)
     v.write(raw.reshape(shape), it.who, "async", op.loc, via=group, raw=True)
     return [group] if op.results else []
 
 
 @rule("cp_async_commit")
 def _cp_async_commit(it, op, args):
-    st = local_state(it, "cp_async", _CpAsyncState)
-    g = st.current(it.who)
-    g.committed = True
-    st.pending.append(g)
-    st.open = None
+    g = async_groups(it, "cp_async").commit(it.who)
     notify(it, "on_async_commit", g, it.who, op.loc)
     return [g] if op.results else []
 
 
 @rule("cp_async_wait")
 def _cp_async_wait(it, op, args):
-    st = local_state(it, "cp_async", _CpAsyncState)
-    keep = max(0, int(op.attrs.get("num", 0)))
-    done, st.pending = (st.pending[:len(st.pending) - keep], st.pending[len(st.pending) - keep:]) if keep \
-        else (st.pending, [])
-    for g in done:
-        g.done = True
-        notify(it, "on_async_done", g, it.who, op.loc)
+    async_groups(it, "cp_async").retire(it, int(op.attrs.get("num", 0)), op.loc)
     return [None] if op.results else []
 
 
-__all__ = ["CpAsyncGroup", "local_state", "notify", "observer_of", "one_stage", "view_of", "watch"]
+__all__ = ["AsyncGroup", "AsyncGroups", "async_groups", "local_state", "notify", "observer_of", "one_stage", "view_of", "watch"]

@@ -14,12 +14,12 @@ with a TensorDescriptor made with padding="nan"), as TMA fills them. The shared 
 proxy's and names the mbarrier it completes on (`via`), then the load completes the full box's bytes on
 it (TMA counts the whole box, clipped or not: what `expect` must announce). A store writes the elements
 of the source stage that fall inside the tensor and drops the rest; its shared read is in flight (its
-`TmaStoreGroup`, `via`) until a `tma_store_wait` leaves at most `pendings` newer stores pending. Both
+an `AsyncGroup`, `via`) until a `tma_store_wait` leaves at most `pendings` newer stores pending. Both
 complete at the op: the interpreter has no memory latency, so ordering errors are the tracker's to find.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -28,7 +28,7 @@ from .. import ir
 from ..types import DType, GluonError
 from .ops import InterpretError, rule
 from .shared import BarrierView
-from .smem import local_state, notify, one_stage
+from .smem import async_groups, one_stage
 from .values import buffer_of, mem_dtype, to_memory
 
 
@@ -141,30 +141,12 @@ def _tma_load(it, op, args):
     return []
 
 
-@dataclass(eq=False)
-class TmaStoreGroup:
-    """One TMA store's bulk group: its shared read is in flight until a tma_store_wait retires it."""
-
-    who: Any
-    seq: int
-    done: bool = False
-
-
-@dataclass
-class _StoreState:
-    pending: list[TmaStoreGroup] = field(default_factory=list)
-    count: int = 0
-
-
 @rule("tma_store")
 def _tma_store(it, op, args):
     desc, src, *coords = args
     d = _desc(op, desc)
     v = one_stage(op, src, "source")
-    st = local_state(it, "tma_store", _StoreState)
-    g = TmaStoreGroup(it.who, st.count)
-    st.count += 1
-    st.pending.append(g)
+    g = async_groups(it, "tma_store").issue(it.who)
     tile = v.read(it.who, "async", op.loc, via=g, raw=True)
     dst, at = d.box(tuple(int(x) for x in coords), tuple(v.shape))
     if dst is not None:
@@ -174,14 +156,8 @@ def _tma_store(it, op, args):
 
 @rule("tma_store_wait")
 def _tma_store_wait(it, op, args):
-    st = local_state(it, "tma_store", _StoreState)
-    keep = max(0, int(op.attrs.get("pendings", 0)))
-    n = max(0, len(st.pending) - keep)
-    done, st.pending = st.pending[:n], st.pending[n:]
-    for g in done:
-        g.done = True
-        notify(it, "on_async_done", g, it.who, op.loc)
+    async_groups(it, "tma_store").retire(it, int(op.attrs.get("pendings", 0)), op.loc)
     return []
 
 
-__all__ = ["TmaDesc", "TmaStoreGroup", "desc_of"]
+__all__ = ["TmaDesc", "desc_of"]
