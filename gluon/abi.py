@@ -223,10 +223,17 @@ class KernelABI:
 
 @dataclass(frozen=True)
 class LoweredKernel:
-    """What the lowering hands the compile step: the TTGIR text and its ABI."""
+    """What the lowering hands the compile step: the TTGIR text and its ABI; `line_locs[i]` is the source
+    location of the IR op that TTGIR line i + 1 was lowered from (None for the module's own lines, hoisted
+    constants, or TTGIR read back from a cache), so a compiler error at a TTGIR line can name the user's."""
 
     ttgir: str
     abi: KernelABI
+    line_locs: tuple = field(default=(), compare=False, repr=False)
+
+    def loc_of_line(self, line: int):
+        """The source location TTGIR line `line` (1-based) was lowered from, or None."""
+        return self.line_locs[line - 1] if 1 <= line <= len(self.line_locs) else None
 
     @property
     def name(self) -> str:

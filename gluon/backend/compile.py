@@ -99,9 +99,31 @@ def cache_key_parts(ttgir: str, target, options: Mapping | None = None, abi: Ker
 
 def compile_kernel(lowered: LoweredKernel, *, options: dict | None = None, cache: KernelCache | None = None,
                    isolate: bool | None = None) -> Binary:
-    """Compile what the lowering returned (or load it from ``cache``); the binary carries its ABI."""
-    return compile_ttgir(lowered.ttgir, lowered.abi.target, abi=lowered.abi, options=options, cache=cache,
-                         isolate=isolate)
+    """Compile what the lowering returned (or load it from ``cache``); the binary carries its ABI. A
+    compiler error at a TTGIR line is reported at the user's line of the op that line was lowered from."""
+    try:
+        return compile_ttgir(lowered.ttgir, lowered.abi.target, abi=lowered.abi, options=options, cache=cache,
+                             isolate=isolate)
+    except CompileError as e:
+        raise at_source_line(e, lowered) from None
+
+
+def at_source_line(e: CompileError, lowered: LoweredKernel) -> CompileError:
+    """`e` led by the user's file:line and source line of the first TTGIR line its diagnostics name that
+    the lowering recorded an op for (MLIR's `<file>.ttgir:LINE:COL: error`); `e` itself where none."""
+    from ..types import GluonError
+    for m in re.finditer(r"\.ttgir:(\d+):\d+", e.diagnostics or str(e)):
+        loc = lowered.loc_of_line(int(m.group(1)))
+        if loc is None:
+            continue
+        where = GluonError(f"Triton's compiler rejected the TTGIR lowered from this line (TTGIR line "
+                           f"{m.group(1)}, below); the passes accepted it, so this is a gluon bug: please report "
+                           "it with the kept TTGIR", loc)
+        new = CompileError(f"{where}\n{e}", target=e.target, ttgir_path=e.ttgir_path, log_path=e.log_path,
+                           stage=e.stage, diagnostics=e.diagnostics)
+        new.loc = loc
+        return new
+    return e
 
 
 def compile_ttgir(ttgir: str, target, *, abi: KernelABI | None = None, options: dict | None = None,

@@ -50,7 +50,8 @@ class CompileError(Exception):
     path of the kept TTGIR file (under ``<cache root>/failed/``), so the user can
     open the failing input at the reported line.  Attributes: ``target``,
     ``ttgir_path``, ``log_path``, ``stage`` (``"target"``, ``"parse"``,
-    ``"compile"`` or ``"crash"``) and ``diagnostics`` (the extracted error lines).
+    ``"compile"`` or ``"crash"``), ``diagnostics`` (the extracted error lines) and ``loc`` (the
+    user's line of the op whose TTGIR the first error names, set by ``compile_kernel``).
     """
 
     def __init__(self, message: str, *, target=None, ttgir_path=None, log_path=None, stage=None,
@@ -61,6 +62,7 @@ class CompileError(Exception):
         self.log_path = log_path
         self.stage = stage
         self.diagnostics = diagnostics
+        self.loc = None         # the user's source line the failing TTGIR was lowered from, where known
 
 
 class _StageError(Exception):

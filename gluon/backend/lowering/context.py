@@ -124,6 +124,7 @@ class KernelLowering:
         self.names = _Names()
         self.aliases = _Aliases()
         self.lines: list[str] = []
+        self.line_locs: list = []          # per line of `lines`: the location of the op it was lowered from
         self.depth = 0
         self.scopes: list[_Scope] = []
         self.mfma_k: dict[MFMALayout, int] = {}
@@ -158,10 +159,14 @@ class KernelLowering:
         out.append(f'module attributes {{"ttg.num-ctas" = 1 : i32, "ttg.num-warps" = {self.num_warps} : i32, '
                    f'ttg.target = "{self.target}", "ttg.threads-per-warp" = {self.warp_size} : i32}} {{')
         out.append(f"  tt.func public @{name}({params}) attributes {{noinline = false}} {{")
+        locs = [None] * sum(t.count("\n") + 1 for t in out)
+        for text, loc in zip(self.lines, self.line_locs):       # an emitted entry may hold several lines
+            locs += [loc] * (text.count("\n") + 1)
         out.extend(self.lines)
         out.append("  }")
         out.append("}")
-        return LoweredKernel("\n".join(out) + "\n", kernel_abi(k, {vid for vid, m in self.multicast.items() if m}))
+        return LoweredKernel("\n".join(out) + "\n", kernel_abi(k, {vid for vid, m in self.multicast.items() if m}),
+                             tuple(locs + [None, None]))
 
     def _scan(self) -> None:
         """Kernel-wide facts: module num-warps (warp_specialize default role), MFMA K sizes."""
@@ -228,6 +233,7 @@ class KernelLowering:
 
     def emit(self, line: str) -> None:
         self.lines.append("  " * self.depth + line)
+        self.line_locs.append(self.op.loc if self.op is not None else None)
 
     def push_scope(self) -> _Scope:
         s = _Scope(len(self.lines), self.depth)
@@ -238,6 +244,7 @@ class KernelLowering:
         s = self.scopes.pop()
         pad = "  " * s.depth
         self.lines[s.insert_at:s.insert_at] = [pad + line for line in s.const_lines]
+        self.line_locs[s.insert_at:s.insert_at] = [None] * len(s.const_lines)
 
     @property
     def env(self) -> dict[int, str]:
