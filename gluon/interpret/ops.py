@@ -303,14 +303,7 @@ def _gather(it, op, args):
     return [src[tuple(grid)]]
 
 
-# ------------------------------------------------------------------------------ what cannot run
-
-
-@rule("inline_asm", "inline_asm_pure")
-def _inline_asm(it, op, args):
-    asm = " ".join(str(op.attrs.get("asm", "")).split())
-    raise InterpretError(f"the interpreter cannot run inline assembly ({op.kind} {asm[:60]!r}): its meaning is "
-                         "the target's, not the IR's; give the kernel a plain-op path to interpret it", op.loc)
+# ------------------------------------------------------------------------------ barriers, yield
 
 
 @rule("thread_barrier")

@@ -24,6 +24,7 @@ from . import regions as _regions  # noqa: F401 - registers the region and reduc
 from . import smem as _smem  # noqa: F401 - registers the shared-memory and cp.async rules
 from . import dots as _dots  # noqa: F401 - registers the dot and tensor-memory rules
 from . import sync as _sync  # noqa: F401 - registers the mbarrier, named-barrier and cluster rules
+from . import ptx as _ptx  # noqa: F401 - registers the inline-assembly rule (gl.nvidia.ptx's templates)
 from .hazards import actor
 from .tma import desc_of  # registers the TMA rules
 from .ops import NOT_YET, RULES, InterpretError
