@@ -1,7 +1,7 @@
 """The interpreter on gl.nvidia.ptx's templates (gluon/interpret/ptx.py): fences run as no-ops (so the GEMM's
 in-kernel split-K fix-up interprets, bit for bit the two-pass sum, as on the GPU), the approximate math as
 exact fp32 with subnormals flushed, timers as host counters; elect_one and any other assembly are refused
-at their line. CPU only."""
+at their line; and the seed's implicit-style Quick Start GEMM, whose ring the pipeline pass builds. CPU only."""
 import numpy as np
 import pytest
 
@@ -95,3 +95,23 @@ def test_the_split_k_fixup_interprets_bit_for_bit_as_the_two_pass_sum(M, N, K, s
     assert float((outs[0].double() - ref).norm() / ref.norm()) < 1e-2
     assert torch.equal(outs[0], outs[1])
     assert np.isfinite(outs[0].float().numpy()).all()
+
+
+@pytest.mark.parametrize("M,N,K", [(256, 256, 192), (200, 264, 72)])
+def test_the_implicit_style_quickstart_gemm_interprets(M, N, K):
+    """examples/quickstart_gemm.py (no waits: the pipeline pass builds its ring) in the interpreter: the
+    pass runs before it, as before compiling, and the product matches torch."""
+    import os
+    import sys
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples"))
+    import quickstart_gemm as q
+    from gluon.interpret import set_enabled
+    a, b = torch.randn(M, K, dtype=torch.float16), torch.randn(K, N, dtype=torch.float16)
+    c = torch.full((M, N), float("nan"), dtype=torch.float16)
+    was = set_enabled(True)
+    try:
+        q.gemm(a, b, c)
+    finally:
+        set_enabled(was)
+    ref = a.float() @ b.float()
+    assert not torch.isnan(c).any() and float((c.float() - ref).norm() / ref.norm()) < 1e-2

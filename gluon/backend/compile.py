@@ -33,6 +33,7 @@ from typing import Mapping
 
 from ..abi import KernelABI, LoweredKernel
 from ..cache import KernelCache, default_cache
+from ..types import GluonError
 from ..version import __version__
 from . import compile_job, ptx
 from .binary import Binary, CorruptEntry
@@ -111,7 +112,6 @@ def compile_kernel(lowered: LoweredKernel, *, options: dict | None = None, cache
 def at_source_line(e: CompileError, lowered: LoweredKernel) -> CompileError:
     """`e` led by the user's file:line and source line of the first TTGIR line its diagnostics name that
     the lowering recorded an op for (MLIR's `<file>.ttgir:LINE:COL: error`); `e` itself where none."""
-    from ..types import GluonError
     for m in re.finditer(r"\.ttgir:(\d+):\d+", e.diagnostics or str(e)):
         loc = lowered.loc_of_line(int(m.group(1)))
         if loc is None:
