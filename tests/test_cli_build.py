@@ -76,6 +76,28 @@ def test_build_then_load_without_recompiling(dry_results, tmp_path):
     assert out["hit"] and out["s"] < 0.5 and "copy" in out["repr"]
 
 
+def test_a_loaded_kernel_runs_in_the_interpreter_on_cpu_tensors(dry_results, tmp_path):
+    """GLUON_INTERPRET=1 (here set_enabled): `gluon.load(...)(x)` runs the built bucket's config in the CPU
+    interpreter, with no CUDA; the declared softmax too (its one-pass `prepare` / `call_prepared` path)."""
+    import torch
+
+    from gluon.interpret import set_enabled
+    specs = os.path.join(ROOT, "specs")
+    (manifest,) = build_best(dry_results, specs, tmp_path / "build", allow_dry_run=True, log=lambda m: None)
+    src = torch.randn(5000)
+    was = set_enabled(True)
+    try:
+        out = gluon.load(manifest)(src)
+        assert torch.equal(out, src)
+        assert main(["tune", "--dry-run", os.path.join(specs, "softmax.toml"), "--results", str(tmp_path / "r"),
+                     "--json"]) == 0
+        (sm,) = build_best(tmp_path / "r", specs, tmp_path / "b", allow_dry_run=True, log=lambda m: None)
+        x = torch.randn(64, 1000)
+        assert torch.allclose(gluon.load(sm)(x), torch.softmax(x, -1), atol=1e-6)
+    finally:
+        set_enabled(was)
+
+
 def test_load_picks_the_nearest_bucket(tmp_path):
     from gluon.loader import LoadedKernel
     manifest = {"name": "copy", "spec": os.path.join(ROOT, "specs", "copy.toml"),
