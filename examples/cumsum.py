@@ -13,12 +13,14 @@ N = 4096, not for N = 1000, where loads and stores go element by element).
 
 Run it (from the repository root): `PYTHONPATH=$PWD python3 examples/cumsum.py`. With a GPU it checks
 against an fp64 torch reference and times against torch.cumsum; without one it compiles for sm_90 and
-prints registers, spills, the shuffles of the scan and the global loads/stores in the SASS.
+prints registers, spills, the shuffles of the scan and the global loads/stores in the SASS, then checks
+small cases in the CPU interpreter.
 """
 from __future__ import annotations
 
 import gluon
 import gluon.language as gl
+from example_cli import interpreted_cases
 from gluon import Layout
 
 MAX_BLOCK_N = 4096          # the widest row kept whole in registers; longer rows loop over 4096-wide chunks
@@ -108,7 +110,25 @@ def cumsum(x, out=None, **tunables):
     return out
 
 
-def main() -> None:
+def check(m: int, n: int, dtype, device: str = "cuda"):
+    """One case on fresh random inputs into a poisoned output, against an fp64 torch cumsum: (ok, error,
+    x, out)."""
+    import torch
+    if dtype == torch.int32:
+        x = torch.randint(-1000, 1000, (m, n), device=device, dtype=dtype)
+    else:
+        x = torch.randn(m, n, device=device, dtype=dtype)
+    out = torch.full_like(x, -7)                    # poison: every element must be written
+    cumsum(x, out)
+    ref = x.double().cumsum(-1)
+    if dtype == torch.int32:
+        return torch.equal(out, ref.to(torch.int32)), 0.0, x, out
+    scale = x.double().abs().cumsum(-1) + 1.0       # the sum's own rounding scale
+    err = ((out.double() - ref).abs() / scale).max().item()
+    return err < (1e-5 if dtype == torch.float32 else 1e-2), err, x, out
+
+
+def main() -> int:
     try:
         import torch
         has_gpu = torch.cuda.is_available()
@@ -118,24 +138,12 @@ def main() -> None:
         import triton.testing
         for (m, n) in ((8192, 4096), (4096, 1000), (32768, 256), (1024, 3000), (512, 20000)):
             for dtype in (torch.float16, torch.bfloat16, torch.float32, torch.int32):
-                if dtype == torch.int32:
-                    x = torch.randint(-1000, 1000, (m, n), device="cuda", dtype=dtype)
-                else:
-                    x = torch.randn(m, n, device="cuda", dtype=dtype)
-                out = torch.full_like(x, -7)                    # poison: every element must be written
-                cumsum(x, out)
-                ref = x.double().cumsum(-1)
-                if dtype == torch.int32:
-                    ok, err = torch.equal(out, ref.to(torch.int32)), 0.0
-                else:
-                    scale = x.double().abs().cumsum(-1) + 1.0   # the sum's own rounding scale
-                    err = ((out.double() - ref).abs() / scale).max().item()
-                    ok = err < (1e-5 if dtype == torch.float32 else 1e-2)
+                ok, err, x, out = check(m, n, dtype)
                 ours = triton.testing.do_bench(lambda x=x, out=out: cumsum(x, out), return_mode="median")
                 theirs = triton.testing.do_bench(lambda x=x: torch.cumsum(x, dim=-1), return_mode="median")
                 print(f"{m:>6} x {n:<6} {str(dtype)[6:]:>8}: {'ok' if ok else 'WRONG'} (err {err:.1e})  "
                       f"{ours * 1e3:8.1f} us vs torch {theirs * 1e3:8.1f} us: {theirs / ours:.2f}x")
-        return
+        return 0
     from gluon.backend.machine_code import sass_instructions
     from gluon.language import PointerArg, ScalarArg
     for dt in (gl.float16, gl.float32, gl.int32):
@@ -147,7 +155,12 @@ def main() -> None:
             ops = sass_instructions(ck.sass())
             mem = {op: k for op, k in sorted(ops.items()) if op.startswith(("LDG.", "STG.", "SHFL."))}
             print(f"{dt.name:>4} N={n_cols:<5} {cfg}: registers={ck.registers} spills={ck.spills} {mem}")
+    try:
+        import torch
+    except ImportError:
+        return 0                                    # no torch: no tensors to interpret on
+    return interpreted_cases(check, [((37, 1000), torch.float16), ((5, 5000), torch.float32), ((9, 300), torch.int32)])
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())

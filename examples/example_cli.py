@@ -82,3 +82,19 @@ def main_for(args, run: Callable[[object], int], describe: Callable[[object], in
                                                 else " only"))
     rc = describe(args)
     return interpret(args, False) if rc == 0 and check_too else rc
+
+
+def interpreted_cases(check: Callable, cases: Iterable) -> int:
+    """The no-GPU fallback of a gallery example: `check(*shape, dtype, device="cpu")` -> (ok, err, ...) for
+    each (shape, dtype) of `cases`, run in the CPU interpreter, one line each; exit code 1 if any is wrong."""
+    wrong = 0
+
+    def run() -> int:
+        nonlocal wrong
+        for shape, dtype in cases:
+            ok, err = check(*shape, dtype, device="cpu")[:2]
+            wrong += not ok
+            print(f"interpreted on the CPU: {'x'.join(map(str, shape))} {str(dtype).removeprefix('torch.')}: "
+                  f"{'ok' if ok else 'WRONG'} (err {err:.1e})")
+        return 1 if wrong else 0
+    return interpreted(run)
