@@ -66,3 +66,10 @@ def test_readme_blocks_run_on_the_gpu(code, tmp_path):
     env = {**os.environ, "PYTHONPATH": ROOT + os.pathsep + os.environ.get("PYTHONPATH", "")}
     r = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=600, env=env)
     assert r.returncode == 0, r.stderr[-3000:]
+
+
+def test_the_interpreter_block_runs_on_the_cpu():
+    """The README's interpreter block needs no GPU: it runs here, in the CPU suite."""
+    pytest.importorskip("torch")
+    (block,) = [b for b in _python_blocks() if "set_enabled(True)" in b]
+    exec(compile(block, "README.md", "exec"), {})
