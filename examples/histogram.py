@@ -223,7 +223,8 @@ def main() -> int:
         import torch
     except ImportError:
         return 0                                    # no torch: no tensors to interpret on
-    from example_cli import interpreted_cases       # here, not at the top: the kernel may be loaded by file path
+    # here, not at the top: the kernel may be loaded by file path
+    from example_cli import interpreted_cases
     bins = {torch.int32: 100, torch.float32: 256, torch.float16: 1000}      # the SASS summary's bin counts
     return interpreted_cases(lambda n, dtype, device: check_case(n, bins[dtype], dtype, device),
                              [((5003,), torch.int32), ((4099,), torch.float32), ((9001,), torch.float16)])

@@ -186,7 +186,8 @@ def main() -> int:
         import torch
     except ImportError:
         return 0                                    # no torch: no tensors to interpret on
-    from example_cli import interpreted_cases       # here, not at the top: the kernel may be loaded by file path
+    # here, not at the top: the kernel may be loaded by file path
+    from example_cli import interpreted_cases
     # [tokens, experts] cases, each routed to TOP_K[experts]: one thread a token (8), lanes a token (64, and
     # 160 padded to 256 with -inf)
     return interpreted_cases(lambda t, e, dtype, device: check_case(t, e, TOP_K[e], dtype, device),

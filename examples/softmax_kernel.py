@@ -258,7 +258,8 @@ def main() -> int:
         import torch
     except ImportError:
         return 0                                    # no torch: no tensors to interpret on
-    from example_cli import interpreted_cases       # here, not at the top: the kernel loads by file path too
+    # here, not at the top: the kernel loads by file path too
+    from example_cli import interpreted_cases
     return interpreted_cases(check, [((37, 1000), torch.float16), ((5, 4097), torch.bfloat16),
                                      ((9, 300), torch.float32)])
 

@@ -196,7 +196,8 @@ def main() -> int:
         import torch
     except ImportError:
         return 0                                    # no torch: no tensors to interpret on
-    from example_cli import interpreted_cases       # here, not at the top: the kernel may be loaded by file path
+    # here, not at the top: the kernel may be loaded by file path
+    from example_cli import interpreted_cases
     return interpreted_cases(check, [((37, 1000), torch.float16), ((64, 200), torch.bfloat16),
                                      ((100, 67), torch.float32), ((129, 72), torch.int32)])
 
