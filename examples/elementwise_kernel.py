@@ -11,7 +11,8 @@ masked: a uniform branch per program.
 
 Run it (from the repository root): `PYTHONPATH=$PWD python3 examples/elementwise_kernel.py`. With a GPU
 it checks against an fp32 torch reference and times against `torch.nn.functional.silu(a) * b`; without
-one it compiles for sm_90 and prints registers, spills and the global loads/stores in the SASS.
+one it compiles for sm_90 and prints registers, spills and the global loads/stores in the SASS, then
+checks small cases in the CPU interpreter.
 """
 from __future__ import annotations
 
@@ -97,7 +98,21 @@ def reference(a, b):
     return af / (1.0 + (-af).exp()) * b.float()
 
 
-def main() -> None:
+def check(n: int, dtype, device: str = "cuda"):
+    """One case on fresh random a and b into a NaN-poisoned output, against the fp32 `reference`: (ok,
+    relative error, a, b, out)."""
+    import torch
+    a = torch.randn(n, device=device, dtype=dtype) * 3
+    b = torch.randn(n, device=device, dtype=dtype)
+    out = torch.full_like(a, float("nan"))
+    swiglu(a, b, out)
+    ref = reference(a, b)
+    err = ((out.float() - ref).norm() / ref.norm()).item()
+    ok = not out.isnan().any().item() and err < (1e-5 if dtype == torch.float32 else 1e-2)
+    return ok, err, a, b, out
+
+
+def main() -> int:
     try:
         import torch
         has_gpu = torch.cuda.is_available()
@@ -107,18 +122,12 @@ def main() -> None:
         import triton.testing
         for n in (1 << 26, (1 << 26) + 3, 1 << 20, 1000):
             for dtype in (torch.float16, torch.bfloat16, torch.float32):
-                a = torch.randn(n, device="cuda", dtype=dtype) * 3
-                b = torch.randn(n, device="cuda", dtype=dtype)
-                out = torch.full_like(a, float("nan"))
-                swiglu(a, b, out)
-                ref = reference(a, b)
-                err = ((out.float() - ref).norm() / ref.norm()).item()
-                ok = not out.isnan().any().item() and err < (1e-5 if dtype == torch.float32 else 1e-2)
+                ok, err, a, b, out = check(n, dtype)
                 ours = triton.testing.do_bench(lambda: swiglu(a, b, out), return_mode="median")
                 theirs = triton.testing.do_bench(lambda: torch.nn.functional.silu(a) * b, return_mode="median")
                 print(f"n={n:>9} {str(dtype)[6:]:>8}: {'ok' if ok else 'WRONG'} (rel err {err:.1e})  "
                       f"{ours * 1e3:8.1f} us vs torch {theirs * 1e3:8.1f} us: {theirs / ours:.2f}x")
-        return
+        return 0
     from gluon.backend.machine_code import sass_instructions
     from gluon.language import PointerArg, ScalarArg
     for dt in (gl.float16, gl.bfloat16, gl.float32):
@@ -130,6 +139,15 @@ def main() -> None:
             mem = {op: k for op, k in sorted(ops.items()) if op.startswith(("LDG.", "STG."))}
             print(f"{dt.name:>4} n%16={'0' if d == 16 else '?'} {cfg}: registers={ck.registers} spills={ck.spills} {mem}")
 
+    try:
+        import torch
+    except ImportError:
+        return 0                                    # no torch: no tensors to interpret on
+    # here, not at the top: the kernel may be loaded by file path
+    from example_cli import interpreted_cases
+    return interpreted_cases(check, [((1000,), torch.float16), ((4097,), torch.bfloat16),
+                                     ((2 * 1024 + 3,), torch.float32)])
+
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())

@@ -10,7 +10,8 @@ the smallest scale (1e-12 / 448) and zeros.
 Run it (from the repository root): `PYTHONPATH=$PWD python3 examples/fp8_quantize.py`. With a GPU it checks
 against torch's quantization (the same scales; the same fp8 codes up to one step where the two divisions
 round differently) and times against it; without one it compiles for sm_90 and prints registers, spills,
-the global loads/stores and the fp8 conversion instructions of the SASS.
+the global loads/stores and the fp8 conversion instructions of the SASS, then checks small cases in the CPU
+interpreter.
 """
 from __future__ import annotations
 
@@ -105,7 +106,20 @@ def check(x, q, scales) -> str | None:
     return None
 
 
-def main() -> None:
+def check_case(m: int, n: int, dtype, device: str = "cuda"):
+    """One case on fresh random x (rows of different magnitudes) into NaN-poisoned q and scales, checked by
+    `check`: (ok, the fraction of fp8 codes that differ from torch's, what differs or None, x, q, scales)."""
+    import torch
+    x = torch.randn(m, n, device=device, dtype=dtype) * torch.rand(m, 1, device=device, dtype=dtype) * 10
+    q = torch.full((m, n), 0x7F, device=device, dtype=torch.uint8).view(torch.float8_e4m3fn)  # NaN
+    scales = torch.full((m,), float("nan"), device=device)
+    quantize(x, q, scales)
+    problem = check(x, q, scales)
+    differ = (q.view(torch.uint8) != reference(x)[0].view(torch.uint8)).float().mean().item()
+    return problem is None, differ, problem, x, q, scales
+
+
+def main() -> int:
     try:
         import torch
         has_gpu = torch.cuda.is_available()
@@ -115,16 +129,12 @@ def main() -> None:
         import triton.testing
         for (m, n) in ((8192, 4096), (16384, 8192), (4096, 1000), (32768, 1024), (1000, 4095)):
             for dtype in (torch.float16, torch.bfloat16, torch.float32):
-                x = torch.randn(m, n, device="cuda", dtype=dtype) * torch.rand(m, 1, device="cuda", dtype=dtype) * 10
-                q = torch.full((m, n), 0x7F, device="cuda", dtype=torch.uint8).view(torch.float8_e4m3fn)  # NaN
-                scales = torch.full((m,), float("nan"), device="cuda")
-                quantize(x, q, scales)
-                problem = check(x, q, scales)
+                _, _, problem, x, q, scales = check_case(m, n, dtype)
                 ours = triton.testing.do_bench(lambda: quantize(x, q, scales), return_mode="median")
                 theirs = triton.testing.do_bench(lambda: reference(x), return_mode="median")
                 print(f"{m:>6} x {n:<6} {str(dtype)[6:]:>8}: {problem or 'ok'}  "
                       f"{ours * 1e3:8.1f} us vs torch {theirs * 1e3:8.1f} us: {theirs / ours:.2f}x")
-        return
+        return 0
     from gluon.backend.machine_code import sass_instructions
     from gluon.language import PointerArg, ScalarArg
     for dt in (gl.float16, gl.bfloat16, gl.float32):
@@ -141,7 +151,15 @@ def main() -> None:
     cvt = [ln.strip() for ln in sass.splitlines() if "F2FP" in ln]
     print(f"the fp8 conversions of the last one ({len(cvt)}), e.g.:")
     print("\n".join(cvt[:4]))
+    try:
+        import torch
+    except ImportError:
+        return 0                                    # no torch: no tensors to interpret on
+    # here, not at the top: the kernel may be loaded by file path
+    from example_cli import interpreted_cases
+    return interpreted_cases(check_case, [((37, 1000), torch.float16), ((5, 4097), torch.bfloat16),
+                                          ((9, 300), torch.float32)])
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())

@@ -20,7 +20,8 @@ Run it (from the repository root): `PYTHONPATH=$PWD python3 examples/histogram.p
 against torch.bincount (exactly) and torch.histc (up to elements within rounding of a bin edge) into
 poisoned bins and times against them; without one it compiles for sm_90 and prints registers, spills,
 the global loads, the histogram's ballots (VOTE.ANY) and shared atomics (ATOMS.ADD), and the global
-atomic adds (REDG.E.ADD: the old values are unused) in the SASS.
+atomic adds (REDG.E.ADD: the old values are unused) in the SASS, then checks small cases in the CPU
+interpreter.
 """
 from __future__ import annotations
 
@@ -164,7 +165,25 @@ def check(x, hist, num_bins: int, lo: float | None = None, hi: float | None = No
     return None if moved <= near else f"{moved} elements in other bins than torch's, {near} near an edge"
 
 
-def main() -> None:
+def check_case(n: int, num_bins: int, dtype, device: str = "cuda"):
+    """One case on fresh random x (int32: values from -5 to num_bins + 4; float: randn over [-3, 3]) into
+    poisoned bins, checked by `check`: (ok, the fraction of elements in other bins than torch's, what
+    differs or None, x, hist, lo, hi)."""
+    import torch
+    if dtype == torch.int32:
+        x = torch.randint(-5, num_bins + 5, (n,), device=device, dtype=dtype)
+        lo = hi = None
+    else:
+        x = torch.randn(n, device=device, dtype=dtype)
+        lo, hi = -3.0, 3.0
+    hist = torch.full((num_bins,), -1, device=device, dtype=torch.int32)
+    histogram(x, num_bins, lo, hi, hist)
+    problem = check(x, hist, num_bins, lo, hi)
+    moved = int((hist - reference(x, num_bins, lo, hi)).abs().sum()) / 2
+    return problem is None, moved / n, problem, x, hist, lo, hi
+
+
+def main() -> int:
     try:
         import torch
         has_gpu = torch.cuda.is_available()
@@ -175,26 +194,18 @@ def main() -> None:
         for n in (1 << 26, (1 << 24) + 3, 100_001):
             for num_bins in (256, 100, 1000):
                 for dtype in (torch.int32, torch.float32, torch.float16):
+                    _, _, problem, x, hist, lo, hi = check_case(n, num_bins, dtype)
                     if dtype == torch.int32:
-                        x = torch.randint(-5, num_bins + 5, (n,), device="cuda", dtype=dtype)
-                        lo = hi = None
-
                         def theirs_fn(x=x, num_bins=num_bins):
                             return torch.bincount(x.clamp(0, num_bins), minlength=num_bins + 1)
                     else:
-                        x = torch.randn(n, device="cuda", dtype=dtype)
-                        lo, hi = -3.0, 3.0
-
                         def theirs_fn(x=x, num_bins=num_bins):
                             return torch.histc(x, num_bins, -3.0, 3.0)
-                    hist = torch.full((num_bins,), -1, device="cuda", dtype=torch.int32)
-                    histogram(x, num_bins, lo, hi, hist)
-                    problem = check(x, hist, num_bins, lo, hi)
                     ours = triton.testing.do_bench(lambda: histogram(x, num_bins, lo, hi, hist), return_mode="median")
                     theirs = triton.testing.do_bench(theirs_fn, return_mode="median")
                     print(f"{n:>9} {num_bins:>5} bins {str(dtype)[6:]:>8}: {problem or 'ok'}  "
                           f"{ours * 1e3:8.1f} us vs torch {theirs * 1e3:8.1f} us: {theirs / ours:.2f}x")
-        return
+        return 0
     from gluon.backend.machine_code import sass_instructions
     from gluon.language import PointerArg, ScalarArg
     for dt in (gl.int32, gl.float16, gl.float32):
@@ -208,6 +219,16 @@ def main() -> None:
                    if op in ops}
             print(f"{dt.name:>4} {num_bins:>4} bins {cfg}: registers={ck.registers} spills={ck.spills} {mem}")
 
+    try:
+        import torch
+    except ImportError:
+        return 0                                    # no torch: no tensors to interpret on
+    # here, not at the top: the kernel may be loaded by file path
+    from example_cli import interpreted_cases
+    bins = {torch.int32: 100, torch.float32: 256, torch.float16: 1000}      # the SASS summary's bin counts
+    return interpreted_cases(lambda n, dtype, device: check_case(n, bins[dtype], dtype, device),
+                             [((5003,), torch.int32), ((4099,), torch.float32), ((9001,), torch.float16)])
+
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())

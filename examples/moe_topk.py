@@ -14,7 +14,8 @@ TOP results side by side, one vector store) through shared memory, a few hundred
 
 Run it (from the repository root): `PYTHONPATH=$PWD python3 examples/moe_topk.py`. With a GPU it checks
 against torch (softmax, topk, renormalize) and times against that torch sequence; without one it compiles
-for sm_90 and prints registers, spills, the shuffles and the global loads/stores in the SASS.
+for sm_90 and prints registers, spills, the shuffles and the global loads/stores in the SASS, then checks
+small cases in the CPU interpreter.
 """
 from __future__ import annotations
 
@@ -134,7 +135,24 @@ def check(logits, k: int, weights, experts, renormalize: bool = True) -> float:
     return (weights - ref_w).abs().max().item()
 
 
-def main() -> None:
+def check_case(t: int, e: int, k: int, dtype, device: str = "cuda"):
+    """One case, top-k of e experts for t tokens of fresh random logits into poisoned outputs, checked by
+    `check`: (ok, the largest weight error (NaN when wrong), what is wrong or None, logits, weights, experts)."""
+    import torch
+    logits = torch.randn(t, e, device=device, dtype=dtype)
+    w = torch.full((t, k), float("nan"), device=device)
+    i = torch.full((t, k), -1, device=device, dtype=torch.int32)
+    route(logits, k, weights=w, experts=i)
+    try:
+        return True, check(logits, k, w, i), None, logits, w, i
+    except AssertionError as exc:
+        return False, float("nan"), str(exc), logits, w, i
+
+
+TOP_K = {8: 2, 64: 6, 128: 8, 160: 8, 256: 8}      # the k the script routes to, by the number of experts
+
+
+def main() -> int:
     try:
         import torch
         has_gpu = torch.cuda.is_available()
@@ -144,20 +162,14 @@ def main() -> None:
         import triton.testing
         for (t, e, k) in ((16384, 8, 2), (16384, 64, 6), (16384, 128, 8), (4096, 160, 8), (65536, 256, 8)):
             for dtype in (torch.float32, torch.bfloat16):
-                logits = torch.randn(t, e, device="cuda", dtype=dtype)
-                w = torch.full((t, k), float("nan"), device="cuda")
-                i = torch.full((t, k), -1, device="cuda", dtype=torch.int32)
-                route(logits, k, weights=w, experts=i)
-                try:
-                    err, ok = check(logits, k, w, i), True
-                except AssertionError as exc:
-                    err, ok = float("nan"), False
-                    print(f"  {exc}")
+                ok, err, problem, logits, w, i = check_case(t, e, k, dtype)
+                if not ok:
+                    print(f"  {problem}")
                 ours = triton.testing.do_bench(lambda: route(logits, k, weights=w, experts=i), return_mode="median")
                 theirs = triton.testing.do_bench(lambda: reference(logits, k), return_mode="median")
                 print(f"{t:>6} tokens x {e:<4} experts top-{k} {str(dtype)[6:]:>8}: {'ok' if ok else 'WRONG'} "
                       f"(err {err:.1e})  {ours * 1e3:8.1f} us vs torch {theirs * 1e3:8.1f} us: {theirs / ours:.2f}x")
-        return
+        return 0
     from gluon.backend.machine_code import sass_instructions
     from gluon.language import PointerArg, ScalarArg
     for dt in (gl.float32, gl.bfloat16):
@@ -170,6 +182,17 @@ def main() -> None:
             mem = {op: n for op, n in sorted(ops.items()) if op.startswith(("LDG.", "STG.", "SHFL.", "LDS", "STS"))}
             print(f"{dt.name:>4} E={e:<3} k={k} {cfg}: registers={ck.registers} spills={ck.spills} {mem}")
 
+    try:
+        import torch
+    except ImportError:
+        return 0                                    # no torch: no tensors to interpret on
+    # here, not at the top: the kernel may be loaded by file path
+    from example_cli import interpreted_cases
+    # [tokens, experts] cases, each routed to TOP_K[experts]: one thread a token (8), lanes a token (64, and
+    # 160 padded to 256 with -inf)
+    return interpreted_cases(lambda t, e, dtype, device: check_case(t, e, TOP_K[e], dtype, device),
+                             [((333, 8), torch.float32), ((100, 64), torch.bfloat16), ((37, 160), torch.float16)])
+
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())

@@ -10,7 +10,8 @@ provably multiples of VEC). Unaligned rows (odd N) take element-wide accesses.
 
 Run it (from the repository root): `PYTHONPATH=$PWD python3 examples/rmsnorm_kernel.py`. With a GPU it
 checks against an fp32 torch reference and times against torch.nn.functional.rms_norm; without one it
-compiles for sm_90 and prints registers, spills and the global loads/stores in the SASS.
+compiles for sm_90 and prints registers, spills and the global loads/stores in the SASS, then checks small
+cases in the CPU interpreter.
 """
 from __future__ import annotations
 
@@ -132,7 +133,21 @@ def reference(x, weight, eps: float = 1e-6):
     return xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps) * weight.float()
 
 
-def main() -> None:
+def check(m: int, n: int, dtype, device: str = "cuda"):
+    """One case on fresh random x and w into a NaN-poisoned output, against the fp32 `reference`: (ok,
+    relative error, x, w, out)."""
+    import torch
+    x = torch.randn(m, n, device=device, dtype=dtype)
+    w = torch.rand(n, device=device, dtype=dtype) + 0.5
+    out = torch.full_like(x, float("nan"))
+    rms_norm(x, w, 1e-6, out)
+    ref = reference(x, w)
+    err = ((out.float() - ref).norm() / ref.norm()).item()
+    ok = not out.isnan().any().item() and err < (1e-5 if dtype == torch.float32 else 1e-2)
+    return ok, err, x, w, out
+
+
+def main() -> int:
     try:
         import torch
         has_gpu = torch.cuda.is_available()
@@ -142,19 +157,13 @@ def main() -> None:
         import triton.testing
         for (m, n) in ((8192, 4096), (16384, 8192), (4096, 1000), (32768, 1024), (1000, 4095)):
             for dtype in (torch.float16, torch.bfloat16, torch.float32):
-                x = torch.randn(m, n, device="cuda", dtype=dtype)
-                w = torch.rand(n, device="cuda", dtype=dtype) + 0.5
-                out = torch.full_like(x, float("nan"))
-                rms_norm(x, w, 1e-6, out)
-                ref = reference(x, w)
-                err = ((out.float() - ref).norm() / ref.norm()).item()
-                ok = not out.isnan().any().item() and err < (1e-5 if dtype == torch.float32 else 1e-2)
+                ok, err, x, w, out = check(m, n, dtype)
                 ours = triton.testing.do_bench(lambda: rms_norm(x, w, 1e-6, out), return_mode="median")
                 theirs = triton.testing.do_bench(lambda: torch.nn.functional.rms_norm(x, (n,), w, 1e-6),
                                                  return_mode="median")
                 print(f"{m:>6} x {n:<6} {str(dtype)[6:]:>8}: {'ok' if ok else 'WRONG'} (rel err {err:.1e})  "
                       f"{ours * 1e3:8.1f} us vs torch {theirs * 1e3:8.1f} us: {theirs / ours:.2f}x")
-        return
+        return 0
     from gluon.backend.machine_code import sass_instructions
     from gluon.language import PointerArg, ScalarArg
     for dt in (gl.float16, gl.bfloat16, gl.float32):
@@ -167,6 +176,15 @@ def main() -> None:
             mem = {op: k for op, k in sorted(ops.items()) if op.startswith(("LDG.", "STG."))}
             print(f"{dt.name:>4} N={n_cols:<5} {cfg}: registers={ck.registers} spills={ck.spills} {mem}")
 
+    try:
+        import torch
+    except ImportError:
+        return 0                                    # no torch: no tensors to interpret on
+    # here, not at the top: the kernel may be loaded by file path
+    from example_cli import interpreted_cases
+    return interpreted_cases(check, [((37, 1000), torch.float16), ((5, 4097), torch.bfloat16),
+                                     ((9, 300), torch.float32)])
+
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())

@@ -17,7 +17,7 @@ leave most of the GPU idle, since a row is never split between programs.
 Run it (from the repository root): `PYTHONPATH=$PWD python3 examples/row_sum.py`. With a GPU it checks
 against an fp64 torch reference into NaN-poisoned outputs and times against `x.sum(1)` + `x.amax(1)`;
 without one it compiles for sm_90 and prints registers, spills, the global loads and the shuffles of the
-reductions in the SASS.
+reductions in the SASS, then checks small cases in the CPU interpreter.
 """
 from __future__ import annotations
 
@@ -148,7 +148,20 @@ def check(x, sums, maxes) -> str | None:
     return None if err < 1e-5 else f"sums differ by {err:.2e} of the sum of |x|"
 
 
-def main() -> None:
+def check_case(m: int, n: int, dtype, device: str = "cuda"):
+    """One case on fresh random x into NaN-poisoned outputs, checked by `check`: (ok, the sums' error
+    relative to the sum of |x|, what differs or None, x, sums, maxes)."""
+    import torch
+    x = torch.randn(m, n, device=device, dtype=dtype)
+    sums = torch.full((m,), float("nan"), device=device)
+    maxes = torch.full((m,), float("nan"), device=device)
+    row_sum(x, sums, maxes)
+    problem = check(x, sums, maxes)
+    err = ((sums.double() - reference(x)[0]).abs() / (x.double().abs().sum(1) + 1.0)).max().item()
+    return problem is None, err, problem, x, sums, maxes
+
+
+def main() -> int:
     try:
         import torch
         has_gpu = torch.cuda.is_available()
@@ -158,16 +171,12 @@ def main() -> None:
         import triton.testing
         for (m, n) in ((8192, 4096), (4096, 1000), (65536, 128), (1024, 3000), (512, 50000)):
             for dtype in (torch.float16, torch.bfloat16, torch.float32):
-                x = torch.randn(m, n, device="cuda", dtype=dtype)
-                sums = torch.full((m,), float("nan"), device="cuda")
-                maxes = torch.full((m,), float("nan"), device="cuda")
-                row_sum(x, sums, maxes)
-                problem = check(x, sums, maxes)
+                _, _, problem, x, sums, maxes = check_case(m, n, dtype)
                 ours = triton.testing.do_bench(lambda: row_sum(x, sums, maxes), return_mode="median")
                 theirs = triton.testing.do_bench(lambda: (x.sum(1), x.amax(1)), return_mode="median")
                 print(f"{m:>6} x {n:<6} {str(dtype)[6:]:>8}: {problem or 'ok'}  "
                       f"{ours * 1e3:8.1f} us vs torch {theirs * 1e3:8.1f} us: {theirs / ours:.2f}x")
-        return
+        return 0
     from gluon.backend.machine_code import sass_instructions
     from gluon.language import PointerArg, ScalarArg
     for dt in (gl.float16, gl.float32):
@@ -180,6 +189,15 @@ def main() -> None:
             mem = {op: k for op, k in sorted(ops.items()) if op.startswith(("LDG.", "SHFL."))}
             print(f"{dt.name:>4} N={n_cols:<5} {cfg}: registers={ck.registers} spills={ck.spills} {mem}")
 
+    try:
+        import torch
+    except ImportError:
+        return 0                                    # no torch: no tensors to interpret on
+    # here, not at the top: the kernel may be loaded by file path
+    from example_cli import interpreted_cases
+    return interpreted_cases(check_case, [((37, 1000), torch.float16), ((5, 5000), torch.float32),
+                                          ((9, 300), torch.bfloat16)])
+
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())

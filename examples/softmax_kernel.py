@@ -15,7 +15,8 @@ row and mask the extra elements (`_softmax_window`), with exact element stores.
 
 Run it (from the repository root): `PYTHONPATH=$PWD python3 examples/softmax_kernel.py`. With a GPU it
 checks against an fp32 torch reference and times against torch.softmax; without one it compiles for
-sm_90 and prints registers, spills and the global loads/stores in the SASS.
+sm_90 and prints registers, spills and the global loads/stores in the SASS, then checks small cases in
+the CPU interpreter.
 """
 from __future__ import annotations
 
@@ -213,7 +214,20 @@ def softmax(x, out=None, **tunables):
     return out
 
 
-def main() -> None:
+def check(m: int, n: int, dtype, device: str = "cuda"):
+    """One case on fresh random inputs into a NaN-poisoned output, against an fp32 torch softmax: (ok,
+    relative error, x, out)."""
+    import torch
+    x = torch.randn(m, n, device=device, dtype=dtype) * 4
+    out = torch.full_like(x, float("nan"))
+    softmax(x, out)
+    ref = torch.softmax(x.float(), dim=-1)
+    err = ((out.float() - ref).norm() / ref.norm()).item()
+    ok = not out.isnan().any().item() and err < (1e-5 if dtype == torch.float32 else 1e-2)
+    return ok, err, x, out
+
+
+def main() -> int:
     try:
         import torch
         has_gpu = torch.cuda.is_available()
@@ -223,17 +237,12 @@ def main() -> None:
         import triton.testing
         for (m, n) in ((8192, 4096), (4096, 1000), (32768, 1024), (1024, 8195), (1000, 37), (64, 40000)):
             for dtype in (torch.float16, torch.bfloat16, torch.float32):
-                x = torch.randn(m, n, device="cuda", dtype=dtype) * 4
-                out = torch.full_like(x, float("nan"))
-                softmax(x, out)
-                ref = torch.softmax(x.float(), dim=-1)
-                err = ((out.float() - ref).norm() / ref.norm()).item()
-                ok = not out.isnan().any().item() and err < (1e-5 if dtype == torch.float32 else 1e-2)
+                ok, err, x, out = check(m, n, dtype)
                 ours = triton.testing.do_bench(lambda: softmax(x, out), return_mode="median")
                 theirs = triton.testing.do_bench(lambda: torch.softmax(x, dim=-1), return_mode="median")
                 print(f"{m:>6} x {n:<6} {str(dtype)[6:]:>8}: {'ok' if ok else 'WRONG'} (rel err {err:.1e})  "
                       f"{ours * 1e3:8.1f} us vs torch {theirs * 1e3:8.1f} us: {theirs / ours:.2f}x")
-        return
+        return 0
     from gluon.backend.machine_code import sass_instructions
     from gluon.language import PointerArg, ScalarArg
     for dt in (gl.float16, gl.bfloat16, gl.float32):
@@ -245,7 +254,15 @@ def main() -> None:
             ops = sass_instructions(ck.sass())
             mem = {op: k for op, k in sorted(ops.items()) if op.startswith(("LDG.", "STG."))}
             print(f"{dt.name:>4} N={n_cols:<5} {cfg}: registers={ck.registers} spills={ck.spills} {mem}")
+    try:
+        import torch
+    except ImportError:
+        return 0                                    # no torch: no tensors to interpret on
+    # here, not at the top: the kernel loads by file path too
+    from example_cli import interpreted_cases
+    return interpreted_cases(check, [((37, 1000), torch.float16), ((5, 4097), torch.bfloat16),
+                                     ((9, 300), torch.float32)])
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())

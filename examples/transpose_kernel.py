@@ -22,7 +22,8 @@ branch); other sizes go element by element.
 Run it (from the repository root): `PYTHONPATH=$PWD python3 examples/transpose_kernel.py`. With a GPU it
 checks bit-exactly against torch and times the swizzled and the naive tile against
 `x.t().contiguous()`; without one it compiles for sm_90 and prints registers, spills, the global and
-shared loads/stores in the SASS and the bank-conflict pass's verdict on both shared layouts.
+shared loads/stores in the SASS and the bank-conflict pass's verdict on both shared layouts, then checks
+small cases in the CPU interpreter.
 """
 from __future__ import annotations
 
@@ -146,7 +147,20 @@ def compile_sm90(dtype, div16: bool = True, **tunables):
     return cfg, ck, ck.kernel.attrs.get("bank_conflicts", [])
 
 
-def main() -> None:
+def check(m: int, n: int, dtype, device: str = "cuda", x=None, **tunables):
+    """One case: the transpose of fresh random x ([m, n]; or the x given) into a poisoned out, bit for bit
+    against torch's: (ok, 0.0 (no error but a wrong bit), x, out). `tunables` go to `transpose`."""
+    import torch
+    if x is None:
+        x = (torch.randn(m, n, device=device, dtype=dtype) if dtype.is_floating_point
+             else torch.randint(-1000, 1000, (m, n), device=device, dtype=dtype))
+    out = torch.full((n, m), float("nan") if dtype.is_floating_point else -7, device=device, dtype=dtype)
+    transpose(x, out, **tunables)
+    bits = {1: torch.uint8, 2: torch.int16, 4: torch.int32}[x.element_size()]
+    return torch.equal(out.view(bits), x.t().contiguous().view(bits)), 0.0, x, out
+
+
+def main() -> int:
     try:
         import torch
         has_gpu = torch.cuda.is_available()
@@ -157,19 +171,15 @@ def main() -> None:
         for (m, n) in ((8192, 8192), (4096, 1000), (1000, 4096), (3001, 517)):
             for dtype in (torch.float16, torch.float32):
                 x = torch.randn(m, n, device="cuda", dtype=dtype)
-                ref = x.t().contiguous()
                 gbytes = 2 * x.numel() * x.element_size() / 1e9
                 theirs = triton.testing.do_bench(lambda: x.t().contiguous(), return_mode="median")
                 for swizzle in (True, False):
-                    out = torch.full((n, m), float("nan"), device="cuda", dtype=dtype)
-                    transpose(x, out, SWIZZLE=swizzle)
-                    ok = torch.equal(out.view(torch.int16 if dtype == torch.float16 else torch.int32),
-                                     ref.view(torch.int16 if dtype == torch.float16 else torch.int32))
+                    ok, _, _, out = check(m, n, dtype, x=x, SWIZZLE=swizzle)
                     ours = triton.testing.do_bench(lambda: transpose(x, out, SWIZZLE=swizzle), return_mode="median")
                     print(f"{m:>5} x {n:<5} {str(dtype)[6:]:>8} {'swizzled' if swizzle else 'naive   '}: "
                           f"{'ok' if ok else 'WRONG'}  {ours * 1e3:7.1f} us ({gbytes / ours:5.0f} GB/s) vs torch "
                           f"{theirs * 1e3:7.1f} us ({gbytes / theirs:5.0f} GB/s): {theirs / ours:.2f}x")
-        return
+        return 0
     from gluon.backend.machine_code import sass_instructions
     for dt in (gl.float16, gl.float32):
         for swizzle in (True, False):
@@ -182,6 +192,15 @@ def main() -> None:
                       f"{cfg['BLOCK_M']}x{cfg['BLOCK_N']}: registers={ck.registers} spills={ck.spills} {verdict} {mem}")
         print(f"     shared layouts: swizzled {shared_layout(16 // dt.bytes, True)}, naive {shared_layout(1, False)}")
 
+    try:
+        import torch
+    except ImportError:
+        return 0                                    # no torch: no tensors to interpret on
+    # here, not at the top: the kernel may be loaded by file path
+    from example_cli import interpreted_cases
+    return interpreted_cases(check, [((37, 1000), torch.float16), ((64, 200), torch.bfloat16),
+                                     ((100, 67), torch.float32), ((129, 72), torch.int32)])
+
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())

@@ -1,6 +1,8 @@
 """The softmax, RMSNorm and SwiGLU example kernels: compiled for sm_90 without a GPU (no spills, 16-byte
-global accesses in the SASS), and checked against torch on a GPU (`-m gpu`)."""
+global accesses in the SASS; the scripts then check small cases in the CPU interpreter), and checked
+against torch on a GPU (`-m gpu`)."""
 import os
+import subprocess
 import sys
 
 import pytest
@@ -9,7 +11,8 @@ from gluon import DType, GluonError, Layout
 from gluon.backend.machine_code import sass_instructions
 from gluon.language import PointerArg, ScalarArg
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples"))
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "examples"))
 
 import elementwise_kernel as ew  # noqa: E402
 import rmsnorm_kernel as rn  # noqa: E402
@@ -104,6 +107,21 @@ def test_swiglu_refuses_a_block_the_warps_do_not_tile():
     ptr = PointerArg(DType.f16)
     with pytest.raises(GluonError, match="multiple of"):
         ew.swiglu_kernel.trace(ptr, ptr, ptr, *_ints(1, True), arch="sm90", BLOCK=512, NUM_WARPS=4)
+
+
+@pytest.mark.parametrize("script,n_sass", [("softmax_kernel.py", 9), ("rmsnorm_kernel.py", 9),
+                                           ("elementwise_kernel.py", 6)])
+def test_the_scripts_compile_print_their_sass_summary_and_interpret_small_cases_without_a_gpu(script, n_sass):
+    torch = pytest.importorskip("torch")
+    if torch.cuda.is_available():
+        pytest.skip("with a GPU the script checks against torch and benchmarks instead")
+    out = subprocess.run([sys.executable, os.path.join(ROOT, "examples", script)], capture_output=True,
+                         text=True, check=True, env=dict(os.environ, PYTHONPATH=ROOT)).stdout
+    lines = out.splitlines()
+    sass, interp = lines[:n_sass], lines[n_sass:]
+    assert all("spills=0" in ln and "'STG.E'" in ln for ln in sass), out
+    # then the fallback: small cases checked in the CPU interpreter
+    assert len(interp) == 3 and all(ln.startswith("interpreted on the CPU") and ": ok" in ln for ln in interp), out
 
 
 # ------------------------------------------------------------------------------ on the GPU

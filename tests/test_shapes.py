@@ -552,6 +552,22 @@ def test_fp8_quantize_check_accepts_torchs_quantization_and_nothing_else():
     assert "of the fp8 codes differ" in fq.check(x, many.view(torch.float8_e4m3fn), s)
 
 
+def test_the_fp8_quantize_script_compiles_and_prints_its_sass_summary_then_interprets_small_cases_without_a_gpu():
+    import subprocess
+    torch = pytest.importorskip("torch")
+    if torch.cuda.is_available():
+        pytest.skip("with a GPU the script checks against torch and benchmarks instead")
+    root = os.path.dirname(EXAMPLES)
+    out = subprocess.run([sys.executable, os.path.join(EXAMPLES, "fp8_quantize.py")], capture_output=True,
+                         text=True, check=True, env=dict(os.environ, PYTHONPATH=root)).stdout
+    lines = out.splitlines()
+    sass, interp = lines[:6], [ln for ln in lines if ln.startswith("interpreted on the CPU")]
+    assert all("spills=0" in ln and "'LDG.E.128'" in ln for ln in sass), out
+    assert lines[6].startswith("the fp8 conversions") and all("F2FP" in ln for ln in lines[7:-3]), out
+    # then the fallback: small cases checked in the CPU interpreter
+    assert lines[-3:] == interp and len(interp) == 3 and all(": ok" in ln for ln in interp), out
+
+
 @pytest.mark.gpu
 def test_fp8_quantize_example_matches_torch():
     torch = _cuda()

@@ -105,6 +105,10 @@ def test_the_script_compiles_and_prints_both_layouts_verdicts_without_a_gpu():
     assert len(lines) == 8 and all("spills=0" in ln for ln in lines), out
     assert all("0 bank conflicts" in ln for ln in lines if "swizzled" in ln), out
     assert all("smem_load 8-way" in ln for ln in lines if "naive" in ln), out
+    # then the fallback: small cases checked in the CPU interpreter (shared memory, swizzle and all)
+    interp = out.splitlines()[-4:]
+    assert all(ln.startswith("interpreted on the CPU") and ": ok" in ln for ln in interp), out
+    assert sum(ln.startswith("interpreted on the CPU") for ln in out.splitlines()) == 4, out
 
 
 GPU_SHAPES = [(64, 64), (1, 1), (3, 37), (1000, 517), (4096, 1000), (129, 4097)]
