@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import gluon
 import gluon.language as gl
-from example_cli import interpreted_cases
 from gluon import Layout
 
 MAX_BLOCK_N = 4096          # the widest row kept whole in registers; longer rows loop over 4096-wide chunks
@@ -159,6 +158,7 @@ def main() -> int:
         import torch
     except ImportError:
         return 0                                    # no torch: no tensors to interpret on
+    from example_cli import interpreted_cases      # here, not at the top: the file also loads by path
     return interpreted_cases(check, [((37, 1000), torch.float16), ((5, 5000), torch.float32), ((9, 300), torch.int32)])
 
 
