@@ -376,3 +376,24 @@ def test_compiled_kernels_and_their_launchers_run_in_the_interpreter(interpret_e
         assert torch.equal(dst, src)
     with pytest.raises(GluonError, match="no IR for the interpreter"):
         CompiledKernel(None, ck.lowered, None)((3,), dst, src, n)     # as load_compiled gives: binary only
+
+
+def test_the_automatic_picks_clusters_are_dropped_in_the_interpreter():
+    """Few tiles over a deep K pick 2-CTA clusters (DEEP_K_CONFIG) on the GPU; the interpreter runs one CTA at
+    a time, so the same config without them runs (the same values: clusters only multicast B); clusters the
+    caller asks for are still refused, with the interpreter's line."""
+    from gluon.interpret import set_enabled
+    from gluon.kernels.gemm_sm90 import choose_config, launch
+    M, N, K = 256, 128, 16384
+    assert choose_config(M, N, K, 132).CLUSTER_M == 2
+    a, b = torch.randn(M, K, dtype=torch.bfloat16), torch.randn(K, N, dtype=torch.bfloat16)
+    c = torch.full((M, N), float("nan"), dtype=torch.bfloat16)
+    was = set_enabled(True)
+    try:
+        launch(a, b, c)
+        ref = a.double() @ b.double()
+        assert float((c.double() - ref).norm() / ref.norm()) < 1e-2
+        with pytest.raises(GluonError, match="clusters of 2 CTAs"):
+            launch(a[:, :256], b[:256], c, {"CLUSTER_M": 2, "BLOCK_N": 128})
+    finally:
+        set_enabled(was)

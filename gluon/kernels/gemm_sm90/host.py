@@ -191,6 +191,10 @@ def _plan(a, c, M: int, N: int, K: int, config: GemmConfig | Mapping | None, b_k
         dev = a.device.index if a.device.index is not None else torch.cuda.current_device()
         sms = sm_count(dev)
     cfg = resolve_config(M, N, K, sms, c.element_size(), pitch_aligned, config, a.element_size())
+    if dev == -1 and cfg.CLUSTER_M > 1 and not _asks_for_clusters(config):
+        # the interpreter runs one CTA at a time; the pick's clusters only move data (multicast B), so the
+        # same config without them computes the same values (clusters the caller asks for stay, and are refused)
+        cfg = cfg.replace(CLUSTER_M=1)
     S = split_k(M, N, K, cfg, sms) if splits is None else splits
     # no empty K slice: the kernel's consumers release a stage after every unit, so a unit without
     # k-steps would release one it never took (e.g. splits=5 over 16 k-steps: 4, 4, 4, 4, 0)
@@ -203,6 +207,13 @@ def _plan(a, c, M: int, N: int, K: int, config: GemmConfig | Mapping | None, b_k
     if cfg.EPILOGUE == "coalesced" and N % 16 == 0:     # its 16-byte stores need 16-element rows
         kw["N_MULTIPLE_16"] = True
     return _Plan(bound, dev, S, kw, fixup=S > 1 and cfg.SPLITK_FIXUP)
+
+
+def _asks_for_clusters(config) -> bool:
+    """Whether the caller's config (a GemmConfig, or a dict of overrides) sets CLUSTER_M itself."""
+    if isinstance(config, GemmConfig):
+        return config.CLUSTER_M > 1
+    return bool(config) and "CLUSTER_M" in config
 
 
 def _workspace(key: tuple, numel: int, device, counters: bool = False):
