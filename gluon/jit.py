@@ -446,7 +446,8 @@ class JITKernel(KernelTemplate):
                   arch: Arch | str | None = None, programs=None, **kwargs) -> None:
         """Run on the CPU in the IR interpreter (gluon/interpret, docs/INTERPRETER.md): `grid` and the
         arguments as `kernel[grid, block](...)` takes them, on CPU torch tensors or numpy arrays (written in
-        place); `programs` runs only those programs of the grid (ints or (x, y, z) tuples)."""
+        place); `programs` runs only those programs of the grid (ints or (x, y, z) tuples); `schedule=`
+        "reverse" or an int seed changes how warp roles take turns (default "in_order")."""
         _interpreter()(self, grid, *args, block=block, num_warps=num_warps, arch=arch, programs=programs, **kwargs)
 
 

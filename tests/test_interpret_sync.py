@@ -472,3 +472,42 @@ def test_the_shipped_attention_interprets_right(causal, over):
                              K_BSHD=kb, V_BSHD=vb, WRITE_LSE=True, num_warps=num_warps(cfg))
     ref = torch.nn.functional.scaled_dot_product_attention(q.float(), k.float(), v.float(), is_causal=causal)
     torch.testing.assert_close(o.float(), ref, rtol=2e-3, atol=2e-3)
+
+
+# ------------------------------------------------------------------------------ schedules
+
+
+def _ring_with(schedule, v=""):
+    a, b, c = _operands()
+    ring(v, False).interpret((2, 2), a, b, c, a.shape[1], STAGES=2, schedule=schedule)
+    return a, b, c
+
+
+@pytest.mark.parametrize("schedule", ["reverse", 0, 1, 7])
+def test_a_correct_ring_gives_the_same_result_under_every_schedule(schedule):
+    """The roles' turns change the interleaving, not the values: the ring is bit for bit the in-order run."""
+    *_, want = _ring_with("in_order")
+    *_, got = _ring_with(schedule)
+    assert torch.equal(got, want)
+
+
+@pytest.mark.parametrize("schedule", ["reverse", 3])
+@pytest.mark.parametrize("v", ["no_wait", "overrun", "release_early", "wrong_phase", "empty_count_2"])
+def test_seeded_faults_are_caught_under_other_schedules(schedule, v):
+    """A fault is reported whatever order the roles run in (its message may differ: a read before the load
+    completed, or before anything was written, depending on who ran first)."""
+    with pytest.raises(GluonError):
+        _ring_with(schedule, v)
+
+
+def test_the_schedule_comes_from_the_environment(monkeypatch):
+    from gluon.interpret.tasks import check_schedule
+    monkeypatch.setenv("GLUON_INTERPRET_SCHEDULE", "reverse")
+    assert check_schedule(None) == "reverse"
+    monkeypatch.setenv("GLUON_INTERPRET_SCHEDULE", "12")
+    assert check_schedule(None) == 12
+    monkeypatch.setenv("GLUON_INTERPRET_SCHEDULE", "sideways")
+    with pytest.raises(GluonError, match="use 'in_order', 'reverse' or a seed"):
+        check_schedule(None)
+    monkeypatch.delenv("GLUON_INTERPRET_SCHEDULE")
+    assert check_schedule(None) == "in_order"

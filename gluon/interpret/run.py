@@ -30,7 +30,7 @@ from . import ptx as _ptx  # noqa: F401 - registers the inline-assembly rule (gl
 from .hazards import actor
 from .tma import desc_of  # registers the TMA rules
 from .ops import NOT_YET, RULES, InterpretError
-from .tasks import Cta, Role, Task
+from .tasks import Cta, Role, Task, check_schedule
 from .values import Ptr, buffer_of, scalar
 
 
@@ -184,10 +184,12 @@ def _grid3(grid) -> tuple[int, int, int]:
 
 
 def run_kernel(kernel: ir.Kernel, grid, args: Sequence[Any], kwargs: dict | None = None,
-               programs: Iterable | None = None, bound: bool = False) -> None:
+               programs: Iterable | None = None, bound: bool = False, schedule=None) -> None:
     """Run every program of `grid` (or those in `programs`: ints or (x, y, z) tuples) of a traced kernel;
-    `bound`: `args` are one per parameter (bind_params)."""
+    `bound`: `args` are one per parameter (bind_params); `schedule`: how warp roles take turns
+    (tasks.check_schedule; None: GLUON_INTERPRET_SCHEDULE, else in section order)."""
     check_supported(kernel)
+    schedule = check_schedule(schedule)
     g = _grid3(grid)
     rank = len(grid) if isinstance(grid, (tuple, list)) else 1
     env = bind_params(kernel, args, kwargs or {}, bound)
@@ -202,7 +204,8 @@ def run_kernel(kernel: ir.Kernel, grid, args: Sequence[Any], kwargs: dict | None
     with np.errstate(all="ignore"):
         for pid in pids:
             pid = tuple(pid)
-            Program(pid, g, env, rank, cta=Cta(pid, rank, kernel.num_warps)).run_region(kernel.body, [])
+            cta = Cta(pid, rank, kernel.num_warps, schedule=schedule)
+            Program(pid, g, env, rank, cta=cta).run_region(kernel.body, [])
 
 
 # ------------------------------------------------------------------------------ the JIT entry
@@ -260,10 +263,11 @@ def trace_for(template, args: Sequence[Any], constexprs: dict, block=None, num_w
 
 
 def interpret(template, grid, *args, block: Sequence[int] | None = None, num_warps: int | None = None,
-              arch=None, programs: Iterable | None = None, **kwargs) -> None:
+              arch=None, programs: Iterable | None = None, schedule=None, **kwargs) -> None:
     """Run `template` (a JIT kernel) on the CPU: `grid` as `kernel[grid]` takes it (a tuple of ints, or a
     callable of the arguments and constexprs by name), the runtime arguments as the launch takes them,
-    constexprs and keyword sizes as keywords. `programs` picks a subset of the grid's programs."""
+    constexprs and keyword sizes as keywords. `programs` picks a subset of the grid's programs;
+    `schedule` how warp roles take turns ("in_order", "reverse" or an int seed; tasks.check_schedule)."""
     constexprs = {k: kwargs.pop(k) for k in list(kwargs) if k in template.constexprs}
     names = list(template.signature.parameters)
     runtime = _jit_of(template).runtime_params
@@ -276,4 +280,4 @@ def interpret(template, grid, *args, block: Sequence[int] | None = None, num_war
         meta = dict(zip(runtime, conv))
         meta.update(constexprs)
         grid = grid(meta)
-    run_kernel(module.kernel, grid, conv, kwargs, programs)
+    run_kernel(module.kernel, grid, conv, kwargs, programs, schedule=schedule)

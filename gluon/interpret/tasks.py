@@ -19,6 +19,8 @@ point; it unwinds from there) before it propagates, so no thread outlives the la
 """
 from __future__ import annotations
 
+import os
+import random
 import threading
 import time
 from dataclasses import dataclass, field
@@ -31,6 +33,21 @@ from .ops import InterpretError, rule
 from .shared import BarrierView
 
 TIME_BUDGET_S = 600.0     # wall-clock seconds one program's warp-specialized section may take
+SCHEDULE_ENV = "GLUON_INTERPRET_SCHEDULE"
+
+
+def check_schedule(schedule) -> str | int:
+    """`schedule` as the scheduler takes it: "in_order" (round robin in section order, the default),
+    "reverse" (round robin from the last role), or an int seed (a seeded random pick among the roles that
+    can go on, at every switch); None reads GLUON_INTERPRET_SCHEDULE (unset: "in_order")."""
+    if schedule is None:
+        schedule = os.environ.get(SCHEDULE_ENV, "").strip() or "in_order"
+        if isinstance(schedule, str) and schedule.isdigit():
+            schedule = int(schedule)
+    if schedule in ("in_order", "reverse") or (type(schedule) is int and schedule >= 0):
+        return schedule
+    raise GluonError(f"interpreter schedule={schedule!r}: use 'in_order', 'reverse' or a seed (an int >= 0), "
+                     f"as an argument or in {SCHEDULE_ENV}")
 
 
 @dataclass(frozen=True)
@@ -73,6 +90,7 @@ class Cta:
     observer: HazardTracker = field(default_factory=HazardTracker)
     named: dict = field(default_factory=dict)      # barrier id -> NamedBarrier
     sched: "Scheduler | None" = None
+    schedule: str | int = "in_order"               # check_schedule's values: how the sections pick roles
 
     @property
     def where(self) -> str:
@@ -185,7 +203,8 @@ class Task:
 
 
 class Scheduler:
-    """Runs a section's tasks one at a time, round robin in section order, switching at blocking points."""
+    """Runs a section's tasks one at a time, switching at blocking points: round robin in section order, in
+    reverse order, or a seeded random pick among those that can go on (`Cta.schedule`)."""
 
     def __init__(self, cta: Cta, op: Op):
         self.cta, self.op = cta, op
@@ -204,14 +223,21 @@ class Scheduler:
 
     def _loop(self) -> None:
         deadline = time.monotonic() + TIME_BUDGET_S
-        cur, n = -1, len(self.tasks)
+        schedule = self.cta.schedule
+        order = self.tasks[::-1] if schedule == "reverse" else self.tasks
+        rng = random.Random(f"{schedule}:{self.cta.pid}") if type(schedule) is int else None
+        cur, n = -1, len(order)
         while True:
             pick = None
-            for k in range(1, n + 1):
-                t = self.tasks[(cur + k) % n]
-                if not t.done and (t.waiting is None or t.waiting.ready()):
-                    pick, cur = t, (cur + k) % n
-                    break
+            if rng is not None:                    # a seeded pick among the roles that can go on
+                ready = [t for t in order if not t.done and (t.waiting is None or t.waiting.ready())]
+                pick = rng.choice(ready) if ready else None
+            else:
+                for k in range(1, n + 1):
+                    t = order[(cur + k) % n]
+                    if not t.done and (t.waiting is None or t.waiting.ready()):
+                        pick, cur = t, (cur + k) % n
+                        break
             if pick is None:
                 if all(t.done for t in self.tasks):
                     return
@@ -298,5 +324,5 @@ def _warp_specialize(it, op, args):
     return results[defaults[0]]
 
 
-__all__ = ["Cta", "DeadlockError", "MbarWait", "NamedBarrier", "NamedWait", "Role", "Scheduler", "TIME_BUDGET_S",
-           "block"]
+__all__ = ["Cta", "DeadlockError", "MbarWait", "NamedBarrier", "NamedWait", "Role", "SCHEDULE_ENV", "Scheduler",
+           "TIME_BUDGET_S", "block", "check_schedule"]
