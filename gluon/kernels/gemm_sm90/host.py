@@ -185,13 +185,14 @@ def _plan(a, c, M: int, N: int, K: int, config: GemmConfig | Mapping | None, b_k
     fp32 workspace. Computed once per (device, sizes, output width, config) and kept in _PLANS, so a
     repeated launch costs a dict lookup here."""
     import torch
-    if interpreting():              # the CPU interpreter (GLUON_INTERPRET=1): planned as for an H200
+    interp = interpreting()
+    if interp:                      # the CPU interpreter (GLUON_INTERPRET=1): planned as for an H200
         dev, sms = -1, device_sms(a.device)
     else:
         dev = a.device.index if a.device.index is not None else torch.cuda.current_device()
         sms = sm_count(dev)
     cfg = resolve_config(M, N, K, sms, c.element_size(), pitch_aligned, config, a.element_size())
-    if dev == -1 and cfg.CLUSTER_M > 1 and not _asks_for_clusters(config):
+    if interp and cfg.CLUSTER_M > 1 and not _asks_for_clusters(config):
         # the interpreter runs one CTA at a time; the pick's clusters only move data (multicast B), so the
         # same config without them computes the same values (clusters the caller asks for stay, and are refused)
         cfg = cfg.replace(CLUSTER_M=1)
