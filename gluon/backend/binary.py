@@ -11,6 +11,10 @@ import re
 from ..abi import KernelABI
 from .machine_code import cuda_resources, hip_resources
 
+# triton.tools.disasm's line pattern, taking code offsets of any length: its own takes 4 hex digits, so a
+# kernel over 64 KiB of code lost every line past offset 0xfff0
+_SASS_LINE = re.compile(r"\s*/\*\w{4,}\*/\s*([^;]*;)\s*/\* 0x(\w{16}) \*/\s*")
+
 #: Files Triton produces, by backend; the binary one is read as bytes.
 BINARY_EXTS = ("cubin", "hsaco")
 METADATA_FILE = "metadata.json"
@@ -138,9 +142,7 @@ class Binary:
             pass
         import triton.tools.disasm as disasm
 
-        # its line pattern takes 4-hex-digit code offsets, so a kernel over 64 KiB of code lost every line past
-        # offset 0xfff0; widened to any length (the same pattern otherwise)
-        disasm.FLINE_RE = re.compile(r"\s*/\*\w{4,}\*/\s*([^;]*;)\s*/\* 0x(\w{16}) \*/\s*")
+        disasm.FLINE_RE = _SASS_LINE
         text = disasm.get_sass(bytes(self.asm["cubin"]))
         self._sass = text
         tmp = self.path / f".{f.name}.{os.getpid()}.tmp"
