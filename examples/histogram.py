@@ -198,9 +198,9 @@ def main() -> int:
                     if dtype == torch.int32:
                         def theirs_fn(x=x, num_bins=num_bins):
                             return torch.bincount(x.clamp(0, num_bins), minlength=num_bins + 1)
-                    else:
+                    else:                    # torch.histc on CUDA takes no fp16/bf16: theirs converts first
                         def theirs_fn(x=x, num_bins=num_bins):
-                            return torch.histc(x, num_bins, -3.0, 3.0)
+                            return torch.histc(x if x.dtype == torch.float32 else x.float(), num_bins, -3.0, 3.0)
                     ours = triton.testing.do_bench(lambda: histogram(x, num_bins, lo, hi, hist), return_mode="median")
                     theirs = triton.testing.do_bench(theirs_fn, return_mode="median")
                     print(f"{n:>9} {num_bins:>5} bins {str(dtype)[6:]:>8}: {problem or 'ok'}  "

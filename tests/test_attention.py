@@ -277,8 +277,31 @@ def test_a_repeated_call_launches_what_the_first_call_did(monkeypatch, case):
 
 
 def test_a_repeated_call_with_a_misaligned_input_takes_the_full_path(monkeypatch):
+    """Same shapes and strides, but q's base 2 bytes past a 16-byte boundary: the prepared launch refuses it
+    before launching, and the full path reads q through an aligned copy."""
+    import sys
+    import os
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from test_runtime import FakeBackend
     import gluon.kernels.attention_sm90.host as host
-    q = torch.randn(2, 4, 40, 64).half()
-    fp = host._FastPlan(None, (1,), [], (), None, (2, 4, 40, 64), False, (2, 4, 40))
+    import gluon.runtime.cuda as cuda
+    fake = FakeBackend()
+    monkeypatch.setattr(cuda, "DEFAULT_BACKEND", fake)
+    monkeypatch.setattr(host, "sm_count", lambda d: 132)
+    monkeypatch.setattr(host, "_FAST", {})
+    monkeypatch.setattr(host, "_PLANS", {})
+    from gluon.jit import _jit_of
+    jf = _jit_of(host.attention_sm90)           # its compiled kernels keep the backend their launcher was made with
+    monkeypatch.setattr(jf, "cache", {})
+    monkeypatch.setattr(jf, "seen", {})
+    q, k, v = (torch.randn(2, 4, 40, 64).half() for _ in range(3))
+    attention(q, k, v)
+    (fp,) = host._FAST.values()
     odd = torch.empty(2 * 4 * 40 * 64 + 1).half()[1:].view(2, 4, 40, 64)
-    assert host._fast_call(fp, odd, q, q) is None
+    odd.copy_(q)
+    calls = len(fake.calls)
+    assert host._fast_call(fp, odd, k, v) is None and len(fake.calls) == calls
+    attention(odd, k, v)
+    assert len(fake.calls) == calls + 1
+    maps = [x for x in fake.calls[-1] if isinstance(x, tuple) and x and x[0] == "CUtensorMap"]
+    assert all(m[1][0] % 16 == 0 for m in maps) and odd.data_ptr() not in [m[1][0] for m in maps]

@@ -237,6 +237,7 @@ def test_repeated_launches_reuse_the_compiled_kernel(monkeypatch):
     monkeypatch.setattr(rt_cuda, "DEFAULT_BACKEND", backend)
     monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
     monkeypatch.setattr(g, "_PLANS", {})
+    monkeypatch.setattr(g, "_FAST", {})
     monkeypatch.setattr("gluon.runtime.cuda._SM_COUNTS", {0: 132})
     monkeypatch.setattr(g, "_WORKSPACE", {(0, None): torch.empty(16)})
     a, b, c = torch.randn(1024, 512).half(), torch.randn(512, 2048).half(), torch.empty(1024, 2048).half()

@@ -205,6 +205,38 @@ class Launcher:
         ``CUstream`` int or a ``torch.cuda.Stream``; None means the current torch stream of the
         arguments' device. Every argument is validated before the GPU is touched.
         """
+        flat, pending, dev, g = self._validate(grid, args, constexprs_for_grid_fn)
+        if stream is not None and type(stream) is not int:
+            stream = self._stream_slow(stream)
+        dev = self._resolve(dev, pending, flat)
+        self._issue(dev, g, flat, stream)
+
+    def prepare(self, grid, args, addressed: tuple[int, ...], keep: tuple = ()):
+        """This launch validated once (`PreparedLaunch`, gluon/runtime/prepared.py), to re-issue with new
+        base addresses for the arguments at positions `addressed` (tensors or descriptors): a host
+        function whose own key of a call covers everything else the checks read (dtypes, shapes,
+        strides, devices, scalars) launches a repeat through it. `keep`: objects the launch reads but
+        the caller does not pass again (workspaces), held alive with it. Nothing is launched."""
+        from .prepared import PreparedLaunch
+        flat, pending, dev, g = self._validate(grid, args, {})
+        dev = self._resolve(dev, pending, flat)
+        starts = self._flat_starts(args)
+        slots = [(starts[i], self._plans[i], len(args[i].shape) if self._plans[i].kind == _DESC else 0,
+                  1 if getattr(args[i], "padding", "zero") == "nan" else 0) for i in addressed]
+        return PreparedLaunch(self, g, dev, flat, slots, keep)
+
+    def _flat_starts(self, args) -> list[int]:
+        """Where each (validated) argument starts in the flat launch list: a descriptor takes its
+        CUtensorMap, then the tensor's shape and strides."""
+        pos, out = 0, []
+        for p, v in zip(self._plans, args):
+            out.append(pos)
+            pos += 1 + 2 * len(v.shape) if p.kind == _DESC else 1
+        return out
+
+    def _validate(self, grid, args, constexprs_for_grid_fn):
+        """(flat launch arguments, descriptors still to fill, device or None, grid as 3 ints): every
+        check of a launch, nothing GPU-side."""
         plans = self._plans
         if len(args) != self._nargs:
             raise LaunchError(f"{self._kname()} takes {self._nargs} arguments "
@@ -266,21 +298,28 @@ class Launcher:
             if constexprs_for_grid_fn:
                 meta.update(constexprs_for_grid_fn)
             grid = grid(meta)
-        g0, g1, g2 = self._grid(grid)
-        if stream is not None and type(stream) is not int:
-            stream = self._stream_slow(stream)
+        return flat, pending, dev, self._grid(grid)
 
-        # ---- validated: from here on the GPU is touched ----
+    # ---- validated: from here on the GPU is touched ----
+
+    def _resolve(self, dev: int | None, pending, flat: list) -> int:
+        """The launch's device (its function loaded there) and the descriptors of cache misses filled."""
         backend = self._backend
         if dev is None or dev < 0:
             if self._want_cuda:
                 backend.check_available(self._kname())
             dev = backend.current_device()
-        function = self._functions.get(dev)
-        if function is None:
-            function = self._load(dev)
+        if dev not in self._functions:
+            self._load(dev)
         if pending is not None:
             self._fill(pending, flat)
+        return dev
+
+    def _issue(self, dev: int, g: tuple, flat, stream) -> None:
+        """Triton's C launch of validated flat arguments on `dev` (`stream` None: its current stream)."""
+        backend = self._backend
+        g0, g1, g2 = g
+        function = self._functions[dev]
         if stream is None:
             stream = backend.current_stream(dev)
         if g0 * g1 * g2 == 0:

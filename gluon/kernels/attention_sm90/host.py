@@ -15,9 +15,7 @@ from typing import Mapping
 
 from gluon.dtypes import DType
 from gluon.ir import GluonError
-from gluon.abi import ParamKind
 from gluon.language.kernel import ScalarArg
-from gluon.runtime.descriptors import TensorDescriptor
 from gluon.runtime.cuda import sm_count
 from gluon.types import TensorRef
 
@@ -40,18 +38,13 @@ class _Plan:
 
 @dataclass
 class _FastPlan:
-    """A call seen before, to the inputs' shapes, strides, dtypes and devices: everything the checks and
-    the 2-D views derived from them, so a repeat costs the output's allocation and the launch. Inputs
-    TMA reads without a copy only; `slots` are (flat position, input 0/1/2 = q/k/v or 3 = the output,
-    2-D shape, 2-D strides, the descriptor's KernelParam or None for a pointer)."""
-    launcher: object
-    grid: tuple
-    template: list                  # the flat launch arguments of the first call
-    slots: tuple
-    lse_pos: int | None             # where a fresh log-sum-exp goes (return_lse), else None
+    """A call seen before, to the inputs' shapes, strides, dtypes and devices: its checks and the 2-D views
+    derived from them hold for a repeat, which costs the output's allocation and the prepared launch (q, k,
+    v, the output and the log-sum-exp take their new addresses). Inputs TMA reads without a copy only."""
+    launch: object                  # gluon.runtime.prepared.PreparedLaunch
     alloc: tuple                    # the output's allocation shape: [B, S, H, D] or [B, H, S, D] rows
     transpose_out: bool             # the result is the allocation transposed (1, 2)
-    lse_shape: tuple
+    lse_shape: tuple | None         # [B, H, Sq] when the call returns the log-sum-exp
 
 
 def _fast_key(q, k, v, causal, scale, config, return_lse, layout):
@@ -69,20 +62,15 @@ def _fast_call(fp: _FastPlan, q, k, v):
     """The launch of a call `_FAST` has seen, or None when a base address lost its 16-byte alignment
     (the full path copies such an input)."""
     import torch
-    src = (q, k, v)
-    ptrs = (q.data_ptr(), k.data_ptr(), v.data_ptr())
-    if (ptrs[0] | ptrs[1] | ptrs[2]) & 15:
-        return None
     base = torch.empty(fp.alloc, device=q.device, dtype=q.dtype)
-    flat = list(fp.template)
-    for pos, which, shape, strides, p in fp.slots:
-        t, ptr = (base, base.data_ptr()) if which == 3 else (src[which], ptrs[which])
-        flat[pos] = ptr if p is None else TensorDescriptor(t, ptr, shape, strides, p.dtype, p.block_shape,
-                                                           p.swizzle_bytes, p.box, "zero", t.get_device(), True)
-    lse = None
-    if fp.lse_pos is not None:
-        lse = flat[fp.lse_pos] = torch.empty(fp.lse_shape, device=q.device, dtype=torch.float32)
-    fp.launcher(fp.grid, *flat)
+    if fp.lse_shape is None:
+        lse = None
+        launched = fp.launch((q.data_ptr(), k.data_ptr(), v.data_ptr(), base.data_ptr()))
+    else:
+        lse = torch.empty(fp.lse_shape, device=q.device, dtype=torch.float32)
+        launched = fp.launch((q.data_ptr(), k.data_ptr(), v.data_ptr(), base.data_ptr(), lse.data_ptr()))
+    if not launched:
+        return None
     o = base.transpose(1, 2) if fp.transpose_out else base
     return (o, lse) if lse is not None else o
 
@@ -92,29 +80,17 @@ def _fast_plan(ck, plan: _Plan, la, views: tuple, o_work, q, layout: str, return
     launch arguments cannot be matched to its inputs (then every call takes the full path)."""
     if ck.abi is None:                          # interpreted (GLUON_INTERPRET=1): no binary to call directly
         return None
-    params = [p for p in ck.abi.params if p.kind is not ParamKind.CONSTEXPR]
-    if len(params) != len(la):
-        return None
-    slots, lse_pos = [], None
-    for i, a in enumerate(la):
-        which = next((j for j, t in enumerate(views) if a is t), None)
-        if which is not None:
-            p = params[i]
-            if p.kind is ParamKind.TENSORDESC:
-                slots.append((i, which, tuple(a.shape), tuple(a.stride()), p))
-            elif p.kind is ParamKind.POINTER:
-                slots.append((i, which, None, None, None))
-            else:
-                return None
-        elif return_lse and a is lse:
-            lse_pos = i
-    if sorted(s[1] for s in slots) != [0, 1, 2, 3] or (return_lse and lse_pos is None):
-        return None
+    addressed = []
+    for t in (*views, lse) if return_lse else views:      # q, k, v, o (and the log-sum-exp): by identity
+        i = next((i for i, a in enumerate(la) if a is t), None)
+        if i is None:
+            return None
+        addressed.append(i)
     B, H, Sq, D = q.shape
     rows_bshd = o_work.stride(2) != D          # [B, S, H, D] rows: the allocation is [B, S, H, D]
     alloc = (B, Sq, H, D) if rows_bshd else (B, H, Sq, D)
-    return _FastPlan(ck.launcher, plan.bound.grid, list(la), tuple(slots), lse_pos, alloc,
-                     rows_bshd != (layout == "bshd"), (B, H, Sq))
+    prepared = ck.launcher.prepare(plan.bound.grid, la, tuple(addressed), keep=() if return_lse else (lse,))
+    return _FastPlan(prepared, alloc, rows_bshd != (layout == "bshd"), (B, H, Sq) if return_lse else None)
 
 
 def _fail(msg: str) -> None:
@@ -174,7 +150,10 @@ def _as_view(t):
     got = _view2d(t)
     if got is not None:
         return got + (False,)
-    return _view2d(t.contiguous()) + (True,)
+    dense = t.contiguous()
+    if dense.data_ptr() == t.data_ptr():        # contiguous already, at a base TMA cannot take: a fresh copy
+        dense = t.clone()
+    return _view2d(dense) + (True,)
 
 
 def attention(q, k, v, causal: bool = False, scale: float | None = None, config: AttentionConfig | Mapping | None = None,

@@ -18,6 +18,7 @@ from gluon.dtypes import DType
 from gluon.ir import GluonError
 from gluon.jit import jit
 from gluon.language.kernel import ScalarArg
+import gluon.runtime.cuda as _cuda
 from gluon.runtime.cuda import sm_count
 from gluon.types import TensorRef
 
@@ -29,6 +30,8 @@ _WORKSPACE: dict[tuple, object] = {}    # (device, stream or None, "w" | "cnt") 
 _SCRATCH: dict[tuple, object] = {}     # unaligned operands' padded copies, per (role, device, stream, shape)
 _SCRATCH_MAX = 32
 _PLANS: dict[tuple, "_Plan"] = {}
+_FAST: dict[tuple, tuple] = {}          # a repeated call's key -> its prepared launches (see `_fast_key`)
+_FAST_MAX = 256
 
 
 @jit
@@ -101,6 +104,11 @@ def launch(a, b, c, config: GemmConfig | Mapping | None = None, b_kmajor: bool =
     read 8-bit operands only so) and fp32 dequantization scales `scale_a`, `scale_b`: one element each
     (per tensor) or M and N elements (per row of A, per column of B), as torch._scaled_mm takes them;
     C = (scale_a * A) @ (scale_b * B) accumulated in fp32, rounded once to C's dtype."""
+    fast_key = _fast_key(a, b, c, config, b_kmajor, splits, compiled, scale_a, scale_b)
+    if fast_key is not None:
+        fast = _FAST.get(fast_key)
+        if fast is not None and _fast_launch(fast, a, b, c, scale_a, scale_b, fast_key[-1]):
+            return c
     scale = "none" if scale_a is None and scale_b is None else _scale_mode(a, b, c, scale_a, scale_b)
     if a.element_size() == 1 and not b_kmajor:
         raise GluonError("gemm: 8-bit inputs need B K-major: pass b as [N, K] rows (nn.Linear's weight) with "
@@ -150,10 +158,72 @@ def launch(a, b, c, config: GemmConfig | Mapping | None = None, b_kmajor: bool =
         if plan.ck is None:
             plan.ck = plan.bound.compiled(*args, **plan.kw)
         ck = plan.ck
-    ck.launcher(plan.bound.grid, *ck.launch_args(args, {}))
+    la = ck.launch_args(args, {})
+    ck.launcher(plan.bound.grid, *la)
+    reduce = None
     if S > 1 and not plan.fixup:
-        splitk_reduce[(gl.cdiv(M * N, 1024),), (1024,)](c, w, M * N, S, XBLOCK=1024, num_warps=4)
+        reduce = splitk_reduce[(gl.cdiv(M * N, 1024),), (1024,)]
+        reduce(c, w, M * N, S, XBLOCK=1024, num_warps=4)
+    if fast_key is not None and not interpreting():
+        _remember(fast_key, ck, plan.bound.grid, la, reduce and (reduce, (c, w, M * N, S)), args, compiled)
     return c
+
+
+def _fast_key(a, b, c, config, b_kmajor, splits, compiled, scale_a, scale_b) -> tuple | None:
+    """What a call's launch depends on besides its operands' addresses (dtypes, shapes, strides, devices,
+    the arguments, the current stream: the split-K workspace is the stream's), or None where the full
+    path must look (a dict config, something that is not a tensor). Its last item is the stream."""
+    import torch
+    T = torch.Tensor
+    if type(a) is not T or type(b) is not T or type(c) is not T or not (config is None or type(config) is GemmConfig) \
+            or interpreting():
+        return None
+    if scale_a is not None or scale_b is not None:
+        if type(scale_a) is not T or type(scale_b) is not T:
+            return None
+        scales = (scale_a.dtype, scale_a.shape, scale_a.stride(), scale_a.get_device(),
+                  scale_b.dtype, scale_b.shape, scale_b.stride(), scale_b.get_device())
+    else:
+        scales = None
+    dev = a.get_device()
+    stream = _cuda.DEFAULT_BACKEND.current_stream(dev) if dev >= 0 else None
+    return (a.shape, a.stride(), b.shape, b.stride(), c.shape, c.stride(), a.dtype, b.dtype, c.dtype, dev,
+            b.get_device(), c.get_device(), b_kmajor, splits, config, id(compiled), scales, stream)
+
+
+def _fast_launch(fast: tuple, a, b, c, scale_a, scale_b, stream) -> bool:
+    """A repeat of a call `_remember` kept: its launches with the new addresses (False if one cannot
+    take them: an address that lost the 16-byte alignment TMA needs; the full path pads then)."""
+    main, reduce, _compiled = fast
+    ptrs = (a.data_ptr(), b.data_ptr(), c.data_ptr()) if scale_a is None else \
+        (a.data_ptr(), b.data_ptr(), c.data_ptr(), scale_a.data_ptr(), scale_b.data_ptr())
+    if (ptrs[0] | ptrs[1] | ptrs[2]) & 15:
+        return False
+    main(ptrs, stream)
+    if reduce is not None:
+        reduce((ptrs[2],), stream)
+    return True
+
+
+def _remember(key: tuple, ck, grid, la, reduce, args, compiled) -> None:
+    """Keep a first call's launches, prepared (gluon/runtime/prepared.py), for `_fast_launch`: A, B, C (and
+    the scales when given) take new addresses, the workspaces are held; the split-K reduction's C too. A
+    caller's `compiled` kernel is held with them (the key has its id)."""
+    if ck.abi is None:                      # no binary of ours to launch directly
+        return
+    scaled = key[-2] is not None
+    keep = (args[3], args[4]) if scaled else (args[3], args[4], args[5], args[6])
+    main = ck.launcher.prepare(grid, la, (0, 1, 2, 5, 6) if scaled else (0, 1, 2), keep)
+    second = None
+    if reduce is not None:
+        bound, rargs = reduce
+        rck = bound.compiled(*rargs, XBLOCK=1024, num_warps=4)
+        if not rck.takes_args_as_given(len(rargs)):
+            return
+        second = rck.launcher.prepare(bound.grid, rargs, (0,), (rargs[1],))
+    if len(_FAST) >= _FAST_MAX:
+        _FAST.pop(next(iter(_FAST)))
+    _FAST[key] = (main, second, compiled)
 
 
 def _scale_mode(a, b, c, scale_a, scale_b) -> str:
@@ -225,6 +295,8 @@ def _workspace(key: tuple, numel: int, device, counters: bool = False):
     w = _WORKSPACE.get(full)
     if w is None or w.numel() < numel:
         import torch
+        if w is not None:                   # the prepared launches hold the old one: let it go
+            _FAST.clear()
         make = torch.zeros if counters else torch.empty
         w = _WORKSPACE[full] = make(numel, device=device, dtype=torch.int32 if counters else torch.float32)
     return w

@@ -1,0 +1,108 @@
+"""A declared kernel's repeated call (gluon/tuning/declared_replay.py): positional tensors of the shapes,
+strides, dtypes and devices of a call seen before, and the same config values, replay that call's launch
+with new addresses and fresh outputs; anything else takes the full path. A fake backend records launches
+(CPU tensors pass its device check)."""
+import os
+import sys
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from test_declared import _write  # noqa: E402
+from test_runtime import FakeBackend  # noqa: E402
+
+from gluon.arch import SM90  # noqa: E402
+from gluon.tuning.spec import load_spec, template_of  # noqa: E402
+
+CONFIG = {"BLOCK": 1024, "NUM_WARPS": 4}
+
+
+@pytest.fixture
+def scale(tmp_path, monkeypatch):
+    import gluon.runtime.cuda as rt_cuda
+    be = FakeBackend(device_type="cpu")
+    monkeypatch.setattr(rt_cuda, "DEFAULT_BACKEND", be)
+    monkeypatch.setattr(sys.modules["gluon.jit"], "current_arch", lambda: SM90)       # the "GPU" the calls compile for
+    t = template_of(load_spec(_write(tmp_path)))
+    return t, be
+
+
+def _full_path_calls(t, monkeypatch):
+    """A counter of the full path's argument reading (`prepare`)."""
+    n = [0]
+    real = t.prepare
+    monkeypatch.setattr(t, "prepare", lambda *a, **k: n.__setitem__(0, n[0] + 1) or real(*a, **k))
+    return n
+
+
+def test_a_repeat_replays_the_launch_with_the_new_addresses(scale, monkeypatch):
+    t, be = scale
+    x = torch.randn(3000).half()
+    y1 = t.call(CONFIG, x)
+    full = _full_path_calls(t, monkeypatch)
+    x2 = torch.randn(3000).half()
+    y2 = t.call(dict(CONFIG), x2)                       # an equal config in another dict
+    assert full[0] == 0 and len(be.calls) == 2
+    assert y2.shape == y1.shape and y2.dtype == y1.dtype and y2.data_ptr() != y1.data_ptr()
+    first, again = be.calls
+    assert first[9:] == (y1.data_ptr(), x.data_ptr(), 3000, 0.5)
+    assert again[9:] == (y2.data_ptr(), x2.data_ptr(), 3000, 0.5) and again[:3] == first[:3]
+
+
+@pytest.mark.parametrize("change", ["shape", "dtype", "config", "out given", "strided"])
+def test_what_the_launch_depends_on_takes_the_full_path(scale, monkeypatch, change):
+    t, be = scale
+    x = torch.randn(3000).half()
+    t.call(CONFIG, x)
+    full = _full_path_calls(t, monkeypatch)
+    if change == "shape":
+        t.call(CONFIG, torch.randn(2000).half())
+    elif change == "dtype":
+        t.call(CONFIG, x.float())
+    elif change == "config":
+        t.call({"BLOCK": 512, "NUM_WARPS": 2}, x)
+    elif change == "out given":
+        t.call(CONFIG, x, out=torch.empty(3000).half())
+    else:
+        with pytest.raises(Exception, match="not contiguous"):
+            t.call(CONFIG, torch.randn(6000).half()[::2])
+    assert full[0] == 1
+
+
+def test_an_input_off_16_bytes_is_never_replayed_into_an_aligned_specialization(scale, monkeypatch):
+    t, be = scale
+    t.call(CONFIG, torch.randn(3000).half())
+    full = _full_path_calls(t, monkeypatch)
+    odd = torch.randn(3001).half()[1:]                  # same shape and stride, base 2 bytes off
+    t.call(CONFIG, odd)
+    assert full[0] == 1 and be.calls[-1][10] == odd.data_ptr()
+    assert len(t._replays) == 1                         # the unaligned call made no replay of its own
+
+
+def test_a_loaded_kernels_repeat_skips_the_bucket_choice_and_replays(tmp_path, monkeypatch, capsys):
+    """gluon.load(name)(x): the first call of a key reads the arguments and picks the bucket; a repeat goes
+    straight to the bucket's config and the template's replay."""
+    import gluon
+    import gluon.runtime.cuda as rt_cuda
+    from gluon.cli import main
+    spec = _write(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    assert main(["tune", str(spec)]) == 0 and main(["build", "--best", "--allow-dry-run", "--specs", str(tmp_path)]) == 0
+    capsys.readouterr()
+    be = FakeBackend(device_type="cpu")
+    monkeypatch.setattr(rt_cuda, "DEFAULT_BACKEND", be)
+    monkeypatch.setattr(sys.modules["gluon.jit"], "current_arch", lambda: SM90)
+    k = gluon.load("scale")
+    x = torch.randn(3000).half()
+    y1 = k(x)
+    bucket = [0]
+    real = k.bucket
+    monkeypatch.setattr(k, "bucket", lambda *a: bucket.__setitem__(0, bucket[0] + 1) or real(*a))
+    y2 = k(torch.randn(3000).half())
+    assert bucket[0] == 0 and len(be.calls) == 2 and y2.shape == y1.shape
+    assert len(k._replays) == 1
+    k(torch.randn(5000).half())                          # a new key: the bucket is chosen again
+    assert bucket[0] == 1
+    sys.modules.pop("k", None)

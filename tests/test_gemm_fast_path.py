@@ -1,0 +1,115 @@
+"""The GEMM's eager fast path (gluon/runtime/prepared.py, `_FAST` in gemm_sm90/host.py): a call seen before, with
+operands of the same dtypes, shapes, strides and devices, is launched from its prepared launch with the new
+addresses, and gets the launch the full path would make. A fake backend records the launches (CPU tensors)."""
+import importlib
+import os
+import sys
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from test_runtime import FakeBackend  # noqa: E402
+
+from gluon.arch import SM90  # noqa: E402
+from gluon.jit import _jit_of  # noqa: E402
+
+g = importlib.import_module("gluon.kernels.gemm_sm90.host")
+
+
+@pytest.fixture
+def backend(monkeypatch):
+    import gluon.runtime.cuda as rt_cuda
+    from gluon.runtime.descriptors import clear_descriptor_cache
+    be = FakeBackend(device_type="cpu")
+    monkeypatch.setattr(rt_cuda, "DEFAULT_BACKEND", be)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    monkeypatch.setattr("gluon.runtime.cuda._SM_COUNTS", {0: 132})
+    monkeypatch.setattr(sys.modules["gluon.jit"], "current_arch", lambda: SM90)     # splitk_reduce's arch
+    for name in ("_PLANS", "_FAST", "_WORKSPACE", "_SCRATCH"):
+        monkeypatch.setattr(g, name, {})
+    for kernel in (g.gemm_sm90, g.splitk_reduce):     # compiled kernels keep the backend their launcher was made with
+        jf = _jit_of(kernel)
+        monkeypatch.setattr(jf, "cache", {})
+        monkeypatch.setattr(jf, "seen", {})
+    clear_descriptor_cache()
+    yield be
+    clear_descriptor_cache()
+
+
+def _operands(M=1024, N=2048, K=512, dtype=torch.float16):
+    return torch.randn(M, K).to(dtype), torch.randn(K, N).to(dtype), torch.empty(M, N, dtype=dtype)
+
+
+def _maps(call):
+    """The base addresses of the CUtensorMaps a recorded launch passed (the fake fills record them)."""
+    return [arg[1][0] for arg in call[9:] if isinstance(arg, tuple) and arg and arg[0] == "CUtensorMap"]
+
+
+def test_a_repeat_with_new_tensors_launches_the_prepared_launch_with_their_addresses(backend, monkeypatch):
+    g.launch(*_operands())
+    assert len(g._FAST) == 1
+    full = [0]
+    real_plan = g._plan
+    monkeypatch.setattr(g, "_plan", lambda *a, **k: full.__setitem__(0, full[0] + 1) or real_plan(*a, **k))
+    a, b, c = _operands()                                    # same shapes, new storage
+    g.launch(a, b, c)
+    assert full[0] == 0 and len(backend.calls) == 2            # no plan lookup: the prepared launch
+    first, second = backend.calls
+    assert first[:3] == second[:3] and len(first) == len(second)
+    assert _maps(second) == [a.data_ptr(), b.data_ptr(), c.data_ptr()]
+    # everything but the descriptors is the first call's (sizes, workspaces)
+    assert [x for x in first[9:] if not isinstance(x, tuple)] == [x for x in second[9:] if not isinstance(x, tuple)]
+
+
+def test_what_the_launch_depends_on_takes_the_full_path(backend):
+    a, b, c = _operands()
+    g.launch(a, b, c)
+    g.launch(a.bfloat16(), b.bfloat16(), c.bfloat16())                # dtype
+    a2 = torch.empty(1024, 576, dtype=torch.float16)[:, :512]         # another row pitch
+    a2.copy_(a)
+    g.launch(a2, b, c)
+    g.launch(a, b, c, {"STAGES": 2})                                  # a dict config: always the full path
+    g.launch(a, b, c, g.GemmConfig(BLOCK_N=128))                      # another config
+    assert len(g._FAST) == 4 and len(g._PLANS) == 4       # a2 shares a's plan (its pitch is 128-byte aligned too)
+    assert _maps(backend.calls[2])[0] == a2.data_ptr()
+
+
+def test_an_address_that_lost_its_alignment_falls_back_to_the_padded_copy(backend):
+    a, b, c = _operands()
+    g.launch(a, b, c)
+    store = torch.empty(1024 * 512 + 8, dtype=torch.float16)
+    a_odd = store[1:1 + 1024 * 512].view(1024, 512)                 # 2 bytes past a 16-byte boundary
+    a_odd.copy_(a)
+    g.launch(a_odd, b, c)
+    assert any(k[0] == "a" for k in g._SCRATCH)                       # padded into an aligned buffer
+    assert _maps(backend.calls[-1])[0] != a_odd.data_ptr()
+
+
+def test_split_k_repeats_launch_the_reduction_too(backend):
+    a, b, c = _operands(256, 256, 8192)
+    g.launch(a, b, c, splits=4)
+    assert len(backend.calls) == 2                                    # the GEMM, then splitk_reduce
+    c2 = torch.empty_like(c)
+    g.launch(a, b, c2, splits=4)
+    assert len(backend.calls) == 4
+    reduce_first, reduce_again = backend.calls[1], backend.calls[3]
+    assert reduce_again[9] == c2.data_ptr() and reduce_first[9] == c.data_ptr()
+    assert reduce_again[10:] == reduce_first[10:]                     # the same workspace, sizes, splits
+
+
+def test_a_grown_workspace_drops_the_prepared_launches_holding_the_old_one(backend):
+    g.launch(*_operands(256, 256, 8192), splits=2)
+    assert len(g._FAST) == 1
+    g.launch(*_operands(512, 512, 8192), splits=4)                  # needs a larger fp32 workspace
+    assert len(g._FAST) == 1                                          # the first entry went with the old buffer
+    (w,) = [v for k, v in g._WORKSPACE.items() if k[-1] == "w"]
+    assert w.numel() >= 4 * 512 * 512
+
+
+def test_the_fast_path_keeps_at_most_its_bound(backend, monkeypatch):
+    monkeypatch.setattr(g, "_FAST_MAX", 3)
+    for n in (128, 256, 384, 512, 640):
+        g.launch(*_operands(n, 256, 256))
+    assert len(g._FAST) == 3
