@@ -1,13 +1,17 @@
 """fp8 GEMM: `gemm_sm90.launch` with fp8 inputs against torch._scaled_mm (cuBLASLt), in the same run.
 
-    python3 bench/gemm_fp8.py [--shapes 4096x4096x4096,...] [--fp8 e4m3,e5m2] [--scales tensor,rowcol]
+    python3 bench/gemm_fp8.py [--shapes 4096x4096x4096,...] [--fp8 e4m3,e5m2] [--scales tensor,rowcol,block]
                               [--graph] [--repeats 3] [--round-ms 1000] [--json out.json]
 
 A is [M, K] and B [N, K] (K-major: nn.Linear's weight, what _scaled_mm takes as `b.t()`), quantized from
-random fp32 with per-tensor or per-row/per-column absmax scales; bf16 output. Each case is checked first
-against fp64 of the same dequantized operands (output poisoned with NaN), then timed interleaved with
-torch._scaled_mm (median of CUDA-event timings, L2 flushed; ratio = its time / ours). TFLOP/s counts
-2*M*N*K. --json is rewritten (atomically) after every row.
+random fp32 with absmax scales: per tensor, per row / per column, or per block as DeepSeek's DeepGEMM
+(A per row and 128 of K, B per 128 x 128 block; shapes whose N and K are multiples of 128); bf16 output.
+Each case is checked first against fp64 of the same dequantized operands (output poisoned with NaN), then
+timed interleaved with torch._scaled_mm (median of CUDA-event timings, L2 flushed; ratio = its time / ours).
+Block scales: _scaled_mm's own blockwise scaling where this torch and cuBLASLt take it (each scale layout
+it may want is tried and checked against the reference), else its per-row/column scaling of the same
+operands (the `baseline` column says which). TFLOP/s counts 2*M*N*K. --json is rewritten (atomically)
+after every row.
 """
 from __future__ import annotations
 
@@ -30,11 +34,39 @@ def _quantized(x, dtype, per_row: bool):
     return (x / s).to(dtype), s
 
 
+def _block_quantized(x, dtype, rows: int):
+    """x [R, K] (R a multiple of `rows`, K of 128) as `dtype` with one absmax scale per `rows` x 128 block:
+    (quantized, scales [R / rows, K / 128], the scales expanded to x's shape)."""
+    import torch
+    R, K = x.shape
+    blocks = x.reshape(R // rows, rows, K // 128, 128)
+    s = (blocks.abs().amax(dim=(1, 3)).float() / torch.finfo(dtype).max).clamp(min=1e-12)
+    full = s.repeat_interleave(rows, dim=0).repeat_interleave(128, dim=1)
+    return (x / full).to(dtype), s, full
+
+
+def _blockwise_scaled_mm(a, b, sa, sb, out, ref):
+    """(torch._scaled_mm with block scales, "scaled_mm blockwise") for the first scale layout this torch /
+    cuBLASLt takes that gives the reference, or None."""
+    import torch
+    for sa_t, sb_t in ((sa.t().contiguous().t(), sb.t()), (sa, sb.t()), (sa.t().contiguous().t(), sb.t().contiguous())):
+        def call(sa_t=sa_t, sb_t=sb_t):
+            return torch._scaled_mm(a, b.t(), scale_a=sa_t, scale_b=sb_t, out_dtype=torch.bfloat16, out=out)
+        try:
+            call()
+            torch.cuda.synchronize()
+        except (RuntimeError, ValueError, TypeError):
+            continue
+        if ((out.double() - ref).norm() / ref.norm()).item() <= 1e-2:
+            return call
+    return None
+
+
 def main() -> int:
     p = parser(__doc__)
     p.add_argument("--shapes", default=",".join(SHAPES), help="MxNxK list")
     p.add_argument("--fp8", default="e4m3", help="comma list of e4m3, e5m2")
-    p.add_argument("--scales", default="tensor,rowcol", help="comma list of tensor, rowcol")
+    p.add_argument("--scales", default="tensor,rowcol,block", help="comma list of tensor, rowcol, block")
     p.add_argument("--graph", action="store_true", help="time CUDA-graph replays (GPU time without host cost)")
     args = p.parse_args()
     import torch
@@ -45,29 +77,43 @@ def main() -> int:
         M, N, K = map(int, shape.split("x"))
         for fp8 in args.fp8.split(","):
             for mode in args.scales.split(","):
-                dt, per_row = dts[fp8], mode == "rowcol"
-                a, sa = _quantized(torch.randn(M, K, device="cuda"), dt, per_row)
-                b, sb = _quantized(torch.randn(N, K, device="cuda"), dt, per_row)
-                ref = (a.double() * sa.double()) @ (b.double() * sb.double()).T
+                dt, per_row = dts[fp8], mode != "tensor"
+                base_c = torch.empty(M, N, device="cuda", dtype=torch.bfloat16)
+                if mode == "block":
+                    a, sa_k, sa_full = _block_quantized(torch.randn(M, K, device="cuda"), dt, 1)
+                    b, sb_k, sb_full = _block_quantized(torch.randn(N, K, device="cuda"), dt, 128)
+                    ref = (a.double() * sa_full.double()) @ (b.double() * sb_full.double()).T
+                    theirs = _blockwise_scaled_mm(a, b, sa_k, sb_k, base_c, ref)
+                    baseline = "scaled_mm blockwise"
+                    if theirs is None:            # the same operands through _scaled_mm's per-row/column scaling
+                        sa, sb = sa_full.amax(dim=1, keepdim=True), sb_full.amax(dim=1, keepdim=True)
+                        baseline = "scaled_mm rowwise"
+                else:
+                    a, sa = _quantized(torch.randn(M, K, device="cuda"), dt, per_row)
+                    b, sb = _quantized(torch.randn(N, K, device="cuda"), dt, per_row)
+                    ref = (a.double() * sa.double()) @ (b.double() * sb.double()).T
+                    sa_k, sb_k = sa.reshape(-1).contiguous(), sb.reshape(-1).contiguous()
+                    theirs, baseline = None, "scaled_mm"
                 c = torch.full((M, N), float("nan"), device="cuda", dtype=torch.bfloat16)
-                sa_k, sb_k = sa.reshape(-1).contiguous(), sb.reshape(-1).contiguous()
                 launch(a, b, c, b_kmajor=True, scale_a=sa_k, scale_b=sb_k)
                 torch.cuda.synchronize()
                 err = ((c.double() - ref).norm() / ref.norm()).item()
-                sbt = sb.reshape(1, -1) if per_row else sb.reshape(())
-                sat = sa if per_row else sa.reshape(())
-                base_c = torch.empty(M, N, device="cuda", dtype=torch.bfloat16)
+                if theirs is None:
+                    sbt = sb.reshape(1, -1) if per_row else sb.reshape(())
+                    sat = sa if per_row else sa.reshape(())
+                    theirs = lambda: torch._scaled_mm(a, b.t(), scale_a=sat, scale_b=sbt,  # noqa: E731
+                                                      out_dtype=torch.bfloat16, out=base_c)
                 ours = lambda: launch(a, b, c, b_kmajor=True, scale_a=sa_k, scale_b=sb_k)  # noqa: E731
-                theirs = lambda: torch._scaled_mm(a, b.t(), scale_a=sat, scale_b=sbt, out_dtype=torch.bfloat16,  # noqa: E731
-                                                  out=base_c)
                 theirs()
                 torch.cuda.synchronize()
-                t_err = ((base_c.double() - ref).norm() / ref.norm()).item()
+                t_err = ((base_c.double() - ref).norm() / ref.norm()).item() if baseline != "scaled_mm rowwise" \
+                    else float("nan")         # other scales: not this product
                 if args.graph:
                     ours, theirs = graphed(ours), graphed(theirs)
                 r = interleaved(ours, theirs, args.repeats, args.round_ms)
                 flops = 2 * M * N * K
-                r.update(shape=[M, N, K], shape_s=shape, fp8=fp8, scales=mode, graph=args.graph, rel_err=err,
+                r.update(shape=[M, N, K], shape_s=shape, fp8=fp8, scales=mode, baseline=baseline, graph=args.graph,
+                         rel_err=err,
                          scaled_mm_rel_err=t_err, tflops=flops / r["time_ms"] / 1e9,
                          scaled_mm_tflops=flops / r["baseline_ms"] / 1e9, ok=err <= 1e-2)
                 rows.append(r)
@@ -79,7 +125,7 @@ def main() -> int:
     write_json(args.json, rows, meta)
     print(f"\nfp8 GEMM on {meta['device']} (commit {meta['commit']}); ratio = torch._scaled_mm time / ours")
     print(table(rows, [("MxNxK", "shape_s", ""), ("fp8", "fp8", ""), ("scales", "scales", ""),
-                       ("TFLOP/s", "tflops", ".0f"), ("_scaled_mm", "scaled_mm_tflops", ".0f"),
+                       ("TFLOP/s", "tflops", ".0f"), ("_scaled_mm", "scaled_mm_tflops", ".0f"), ("baseline", "baseline", ""),
                        ("ratio", "ratio", ".3f"), ("rel err", "rel_err", ".1e")]))
     return 0 if all(r["ok"] for r in rows) else 1
 

@@ -465,3 +465,13 @@ def test_overrides_without_swap_ab_apply_to_the_ordinary_kernels_pick():
     cfg = resolve_config(128, 8192, 8192, 132, 2, True, {"SPLIT_WGS": True})
     assert not cfg.SWAP_AB and cfg.SPLIT_WGS
     assert resolve_config(16, 4096, 4096, 132, 2, True, {"SWAP_AB": True, "STAGES": 8}).BLOCK_M == 16
+
+
+@pytest.mark.parametrize("dtype,in_size", [(DType.bf16, 2), (DType.f8e4m3, 1)])
+def test_the_deep_k_pick_for_an_fp32_output_fits_shared_memory(dtype, in_size):
+    """DEEP_K_CONFIG's 6 stages of 32 KiB and a 128x128 fp32 staging tile (64 KiB) would need 257 KiB: an fp32
+    output takes 5 stages."""
+    cfg = resolve_config(256, 256, 16384, 132, 4, in_size=in_size)
+    assert cfg.BLOCK_N == 128 and cfg.STAGES == 5
+    ck = gemm_sm90.compile(*stand_ins(dtype, DType.f32), num_warps=num_warps(cfg), CFG=cfg, B_KMAJOR=in_size == 1)
+    assert ck.shared_bytes <= 227 * 1024

@@ -353,7 +353,9 @@ def choose_config(M: int, N: int, K: int, num_sms: int, pitch_aligned: bool = Tr
             return cfg.replace(EPILOGUE="coalesced")
         return cfg
     if K >= DEEP_K and tiles(M, N, DEEP_K_CONFIG) * 2 <= num_sms:
-        return DEEP_K_CONFIG if _cdiv(M, DEEP_K_CONFIG.BLOCK_M) > 1 else DEEP_K_CONFIG.replace(CLUSTER_M=1)
+        # an fp32 output's 64 KiB staging tile fits beside 5 of the ring's 32 KiB stages, not 6
+        deep = DEEP_K_CONFIG if out_size <= 2 else DEEP_K_CONFIG.replace(STAGES=5)
+        return deep if _cdiv(M, deep.BLOCK_M) > 1 else deep.replace(CLUSTER_M=1)
     for cfg in SMALL_CONFIGS:
         if tiles(M, N, cfg) <= num_sms:
             return cfg

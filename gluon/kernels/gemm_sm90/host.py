@@ -102,7 +102,9 @@ def launch(a, b, c, config: GemmConfig | Mapping | None = None, b_kmajor: bool =
 
     fp8 inputs (float8_e4m3fn / float8_e5m2, one for both) take B K-major (`b_kmajor`: the tensor cores
     read 8-bit operands only so) and fp32 dequantization scales `scale_a`, `scale_b`: one element each
-    (per tensor) or M and N elements (per row of A, per column of B), as torch._scaled_mm takes them;
+    (per tensor), M and N elements (per row of A, per column of B), as torch._scaled_mm takes them, or
+    per block as DeepSeek's DeepGEMM: scale_a [M, ceil(K/128)] (a row of A per 128 of K), scale_b
+    [ceil(N/128), ceil(K/128)] (128 x 128 blocks of B), each block's product summed in fp32;
     C = (scale_a * A) @ (scale_b * B) accumulated in fp32, rounded once to C's dtype."""
     fast_key = _fast_key(a, b, c, config, b_kmajor, splits, compiled, scale_a, scale_b)
     if fast_key is not None:
@@ -245,8 +247,12 @@ def _scale_mode(a, b, c, scale_a, scale_b) -> str:
         return "tensor"
     if scale_a.numel() == M and scale_b.numel() == N:
         return "rowcol"
-    raise GluonError(f"gemm: scale_a has {scale_a.numel()} elements and scale_b {scale_b.numel()}; per tensor they "
-                     f"have 1 each, per row and column {M} (A's rows) and {N} (B's columns)")
+    KB, NB = -(-a.shape[1] // 128), -(-N // 128)
+    if tuple(scale_a.shape) == (M, KB) and tuple(scale_b.shape) == (NB, KB):
+        return "block"
+    raise GluonError(f"gemm: scale_a is {tuple(scale_a.shape)} and scale_b {tuple(scale_b.shape)}; per tensor they have "
+                     f"1 element each, per row and column {M} (A's rows) and {N} (B's columns), per block "
+                     f"[{M}, {KB}] (a row of A per 128 of K) and [{NB}, {KB}] (128 x 128 blocks of B)")
 
 
 def _plan(a, c, M: int, N: int, K: int, config: GemmConfig | Mapping | None, b_kmajor: bool, splits: int | None,
@@ -261,6 +267,8 @@ def _plan(a, c, M: int, N: int, K: int, config: GemmConfig | Mapping | None, b_k
     else:
         dev = a.device.index if a.device.index is not None else torch.cuda.current_device()
         sms = sm_count(dev)
+    if scale == "block" and not isinstance(config, GemmConfig):
+        config = _block_scaled_overrides(M, N, K, sms, c.element_size(), pitch_aligned, config)
     cfg = resolve_config(M, N, K, sms, c.element_size(), pitch_aligned, config, a.element_size())
     if interp and cfg.CLUSTER_M > 1 and not _asks_for_clusters(config):
         # the interpreter runs one CTA at a time; the pick's clusters only move data (multicast B), so the
@@ -278,6 +286,18 @@ def _plan(a, c, M: int, N: int, K: int, config: GemmConfig | Mapping | None, b_k
     if cfg.EPILOGUE == "coalesced" and N % 16 == 0:     # its 16-byte stores need 16-element rows
         kw["N_MULTIPLE_16"] = True
     return _Plan(bound, dev, S, kw, fixup=S > 1 and cfg.SPLITK_FIXUP)
+
+
+def _block_scaled_overrides(M: int, N: int, K: int, sms: int, out_size: int, pitch_aligned: bool, config) -> dict:
+    """The caller's overrides (a dict or None) with what block scales need where the caller left it open: one
+    128 x 128 B block per tile (BLOCK_N 128, or the pick's if below), a 128-deep k-step, no SWAP_AB."""
+    from .config import choose_config
+    given = dict(config or {})
+    pick = choose_config(M, N, K, sms, pitch_aligned, out_size, swap_ab=False)
+    given.setdefault("SWAP_AB", False)
+    given.setdefault("BLOCK_N", min(pick.BLOCK_N, 128))
+    given.setdefault("BLOCK_K", 128)
+    return given
 
 
 def _asks_for_clusters(config) -> bool:

@@ -140,6 +140,34 @@ def _scaled(acc, SA, SB, off_m, off_n, M, N, SCALE: str, SWAPPED: bool):
 
 
 @gl.helper
+def _block_scaled_k_loop(acc, a_s, b_s, ready, empty, cnt, k_lo, k_hi, k_top, SA, SB, off_m, off_n, M, KB,
+                         STAGES: int, CL: int, B_KMAJOR: bool, ZIG: bool):
+    """SCALE="block" (DeepSeek's DeepGEMM scaling): k-steps kk in [k_lo, k_hi) of 128 K each, A scaled per row
+    and 128-deep block of K (SA [M, KB]), B per 128 x 128 block (SB [ceil(N / 128), KB]). Each k-step's WGMMA
+    product starts from zero and is added to the fp32 `acc` times SA[row, kk] * SB[off_n // 128, kk]: the
+    tensor cores' fp8 accumulation (about 14 bits of mantissa) never runs over more than one block of K,
+    and the sum is fp32 (the promotion DeepGEMM does). The stage is released once its product is read;
+    the scales load while the WGMMA runs. With K_ZIGZAG (`ZIG`) a unit whose `k_top` is set got its K slice
+    top down from the producer: its i-th stage holds block k_top - i. (acc, cnt) after the slice."""
+    rows = off_m + gl.arange(0, acc.shape[0], layout=SliceLayout(1, acc.layout))
+    row_ok = rows < M
+    sb_row = SB + (off_n // 128) * KB
+    for kk in range(k_lo, k_hi):
+        s = cnt % STAGES
+        ready[s].wait((cnt // STAGES) & 1)
+        b_op = b_s[s].T if B_KMAJOR else b_s[s]
+        part = wgmma(a_s[s], b_op, acc, wait=False, use_acc=False)
+        kb = gl.where(k_top >= 0, k_top - kk, kk) if ZIG else kk
+        sa = gl.load(SA + rows * KB + kb, mask=row_ok, other=0.0)
+        sb = gl.load(sb_row + kb)
+        part = wgmma_wait(part, a_s[s], b_s[s], pendings=0)
+        empty[s].arrive(cluster=CL > 1)
+        acc = acc + part * (sa * sb)[:, None]
+        cnt = cnt + 1
+    return acc, cnt
+
+
+@gl.helper
 def _store_swapped(C, W, acc, off_m, off_n, split, M, N, SPLITS):
     """SWAP_AB's epilogue: `acc` is the BLOCK_N x BLOCK_M tile of C^T at (off_n, off_m), stored into C (or
     with split-K as this slice's fp32 partial into the workspace) from registers. Its rows run along N,
@@ -161,8 +189,14 @@ def gemm_sm90(A, B, C, W, CNT, SA, SB, SPLITS, CFG: gl.constexpr, B_KMAJOR: gl.c
     C and zero between launches, let the last slice to finish sum them); B is [N, K] with B_KMAJOR;
     N_MULTIPLE_16 is the launch's promise that N is a multiple of 16 (the coalesced epilogue's stores
     then vectorize). SCALE (fp8 inputs): "tensor" multiplies the product by SA[0] * SB[0], "rowcol" by
-    SA[row] * SB[col] (fp32 scales), before the output's rounding."""
+    SA[row] * SB[col] (fp32 scales), before the output's rounding; "block" scales each 128-deep k-step's
+    product by SA[row, k-block] * SB[col // 128, k-block] into the fp32 sum (`_block_scaled_k_loop`;
+    BLOCK_K 128, BLOCK_N 64 or 128, no SWAP_AB)."""
     kernel_config(CFG)
+    if SCALE == "block" and (CFG.BLOCK_K != 128 or 128 % CFG.BLOCK_N or CFG.SWAP_AB):
+        raise GluonError(f"fp8 block scales take BLOCK_K=128 (one scale block per k-step), BLOCK_N 64 or 128 (one B "
+                         f"scale per tile) and no SWAP_AB; got BLOCK_K={CFG.BLOCK_K}, BLOCK_N={CFG.BLOCK_N}, "
+                         f"SWAP_AB={CFG.SWAP_AB}")
     CL = CFG.CLUSTER_M                          # CTAs per cluster
     if CL > 1:
         gl.set_cluster(CL)
@@ -262,29 +296,41 @@ def gemm_sm90(A, B, C, W, CNT, SA, SB, SPLITS, CFG: gl.constexpr, B_KMAJOR: gl.c
                 tpw_n = min(32, CFG.BLOCK_N // vec)
                 out_layout = Layout.blocked([1, vec], [32 // tpw_n, tpw_n], [RW, 1], [1, 0])
             cnt = gl.full((), 0, gl.int32)
+            ZIG = SCALE == "block" and CFG.K_ZIGZAG   # the block scales must follow the producer's K order
+            if ZIG:
+                odd = gl.full((), 0, gl.int32)
             for unit in range(first_tile, num_units, tile_step):
                 split = unit % SPLITS
                 row, col = _tile_coords(unit // SPLITS, num_rows, num_cols, GROUP_ROWS)
                 pid_m, pid_n = _cta_tile(row, col, rank, CL)
                 k_lo, k_hi = _k_slice(split, k_per_split, k_tiles)
+                if ZIG:                             # as the producer: odd units load their K slice top down
+                    k_top = gl.where(odd == 1, k_lo + k_hi - 1, -1)
+                    odd = 1 - odd
+                else:
+                    k_top = -1
                 acc = gl.zeros(ACC, gl.float32, layout=acc_layout)
-                for kk in range(k_lo, k_hi):
-                    s = cnt % CFG.STAGES
-                    ready[s].wait((cnt // CFG.STAGES) & 1)
-                    b_op = b_s[s].T if B_KMAJOR else b_s[s]
-                    if CFG.SWAP_AB:                 # C^T += B^T A^T
-                        acc = wgmma(b_op.T, a_s[s].T, acc, wait=False)
-                    else:
-                        acc = wgmma(a_s[s], b_op, acc, wait=False)
-                    acc = wgmma_wait(acc, a_s[s], b_s[s], pendings=1)
-                    if kk > k_lo:                   # the previous WGMMA is done: release its stage
-                        empty[(cnt + (CFG.STAGES - 1)) % CFG.STAGES].arrive(cluster=CL > 1)
-                    cnt = cnt + 1
-                acc = wgmma_wait(acc, pendings=0)
-                empty[(cnt + (CFG.STAGES - 1)) % CFG.STAGES].arrive(cluster=CL > 1)
                 off_m = pid_m * CFG.BLOCK_M + g * RM
                 off_n = pid_n * CFG.BLOCK_N
-                if SCALE != "none":                 # fp8's dequantization: linear, so split-K partials take it too
+                if SCALE == "block":                # each 128-deep k-step's product scaled into fp32 (below)
+                    acc, cnt = _block_scaled_k_loop(acc, a_s, b_s, ready, empty, cnt, k_lo, k_hi, k_top, SA, SB,
+                                                    off_m, off_n, M, gl.cdiv(K, 128), CFG.STAGES, CL, B_KMAJOR, ZIG)
+                else:
+                    for kk in range(k_lo, k_hi):
+                        s = cnt % CFG.STAGES
+                        ready[s].wait((cnt // CFG.STAGES) & 1)
+                        b_op = b_s[s].T if B_KMAJOR else b_s[s]
+                        if CFG.SWAP_AB:             # C^T += B^T A^T
+                            acc = wgmma(b_op.T, a_s[s].T, acc, wait=False)
+                        else:
+                            acc = wgmma(a_s[s], b_op, acc, wait=False)
+                        acc = wgmma_wait(acc, a_s[s], b_s[s], pendings=1)
+                        if kk > k_lo:               # the previous WGMMA is done: release its stage
+                            empty[(cnt + (CFG.STAGES - 1)) % CFG.STAGES].arrive(cluster=CL > 1)
+                        cnt = cnt + 1
+                    acc = wgmma_wait(acc, pendings=0)
+                    empty[(cnt + (CFG.STAGES - 1)) % CFG.STAGES].arrive(cluster=CL > 1)
+                if SCALE == "tensor" or SCALE == "rowcol":   # linear: split-K partials take it too
                     acc = _scaled(acc, SA, SB, off_m, off_n, M, N, SCALE, CFG.SWAP_AB)
                 rows, cols, mask = _tile_indices(off_m, off_n, RM, CFG.BLOCK_N, acc_layout, M, N)  # (unused: SWAP_AB)
                 if CFG.SWAP_AB:                     # C^T's tile, from registers (or its split-K partial)

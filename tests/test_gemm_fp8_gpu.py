@@ -1,0 +1,52 @@
+"""On the GPU: the fp8 GEMM with DeepGEMM-style block scales (scale_a per row and 128 of K, scale_b per 128 x 128
+block of B), on poisoned outputs against fp64 of the dequantized operands, at sizes that are and are not
+multiples of the tiles and of the 128-blocks, both fp8 kinds, split-K, and repeated calls with fresh operands."""
+import pytest
+
+pytestmark = pytest.mark.gpu
+torch = pytest.importorskip("torch")
+
+from gluon.kernels.gemm_sm90 import launch  # noqa: E402
+
+
+def _case(M, N, K, dtype, seed):
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    a = (torch.randn(M, K, device="cuda", generator=g) * 3).to(dtype)
+    b = (torch.randn(N, K, device="cuda", generator=g) * 3).to(dtype)
+    KB, NB = -(-K // 128), -(-N // 128)
+    sa = torch.rand(M, KB, device="cuda", generator=g) + 0.25
+    sb = torch.rand(NB, KB, device="cuda", generator=g) + 0.25
+    sa_full = sa.double().repeat_interleave(128, dim=1)[:, :K]
+    sb_full = sb.double().repeat_interleave(128, dim=0)[:N].repeat_interleave(128, dim=1)[:, :K]
+    return a, b, sa, sb, (a.double() * sa_full) @ (b.double() * sb_full).T
+
+
+@pytest.mark.parametrize("M,N,K,kw", [(4096, 4096, 4096, {}), (1000, 3000, 784, {}), (333, 1000, 4224, {}),
+                                       (128, 512, 8192, dict(splits=4)), (8192, 1024, 2048, dict(config=dict(BLOCK_N=64))),
+                                       (64, 4096, 4096, {}), (2048, 2048, 144, {})])
+@pytest.mark.parametrize("dtype", [torch.float8_e4m3fn, torch.float8_e5m2])
+def test_block_scaled_fp8_gemm_matches_fp64(M, N, K, kw, dtype):
+    for seed in range(2):
+        a, b, sa, sb, ref = _case(M, N, K, dtype, seed)
+        for out in (torch.bfloat16, torch.float16):
+            c = torch.full((M, N), float("nan"), device="cuda", dtype=out)
+            launch(a, b, c, b_kmajor=True, scale_a=sa, scale_b=sb, **kw)
+            torch.cuda.synchronize()
+            assert not torch.isnan(c).any(), "output elements not written"
+            err = ((c.double() - ref).norm() / ref.norm()).item()
+            assert err < 1e-2, f"seed {seed} {out}: rel err {err:.2e}"
+
+
+def test_block_scales_sum_each_block_in_fp32():
+    """K = 16384 of one sign: one fp32 sum of 128 per-block products stays within bf16's rounding of the
+    exact value, where the tensor cores' own accumulation over the whole K would drift."""
+    M = N = 256
+    K = 16384
+    a = torch.full((M, K), 1.0, device="cuda").to(torch.float8_e4m3fn)
+    b = (torch.rand(N, K, device="cuda") + 0.5).to(torch.float8_e4m3fn)
+    sa = torch.ones(M, K // 128, device="cuda")
+    sb = torch.ones(N // 128, K // 128, device="cuda")
+    c = torch.full((M, N), float("nan"), device="cuda", dtype=torch.float32)
+    launch(a, b, c, b_kmajor=True, scale_a=sa, scale_b=sb)
+    ref = b.double().sum(dim=1)[None, :].expand(M, N)
+    assert ((c.double() - ref).abs() / ref).max().item() < 1e-5

@@ -1,0 +1,98 @@
+"""The GEMM's fp8 scales in the CPU interpreter (GLUON_INTERPRET): per tensor, per row and column, and per block
+as DeepSeek's DeepGEMM (scale_a [M, ceil(K/128)], scale_b [ceil(N/128), ceil(K/128)], each 128-deep block's
+product summed in fp32), against a reference that dequantizes with the same scales; the scale shapes that fit
+none of them get one line naming both shapes and what would be right; the block configs the kernel refuses."""
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from gluon.ir import GluonError  # noqa: E402
+from gluon.kernels.gemm_sm90 import launch  # noqa: E402
+
+NAN = float("nan")
+
+
+@pytest.fixture
+def interpret_env():
+    from gluon.interpret import set_enabled
+    was = set_enabled(True)
+    yield
+    set_enabled(was)
+
+
+def _fp8(*shape, dtype=torch.float8_e4m3fn):
+    return (torch.randn(*shape) * 2).to(dtype)
+
+
+def _block_ref(a, b, sa, sb):
+    """(sa * A) @ (sb * B)^T with sa per (row, 128 of K) and sb per (128 of N, 128 of K), in fp64."""
+    M, K = a.shape
+    N = b.shape[0]
+    sa_full = sa.double().repeat_interleave(128, dim=1)[:, :K]
+    sb_full = sb.double().repeat_interleave(128, dim=0)[:N].repeat_interleave(128, dim=1)[:, :K]
+    return (a.double() * sa_full) @ (b.double() * sb_full).T
+
+
+@pytest.mark.parametrize("M,N,K,kw", [(200, 136, 320, {}), (64, 256, 384, {}), (130, 200, 128, dict(splits=1)),
+                                       (200, 136, 520, dict(splits=2)), (96, 300, 256, dict(config=dict(BLOCK_N=64)))])
+@pytest.mark.parametrize("dtype", [torch.float8_e4m3fn, torch.float8_e5m2])
+def test_block_scales_match_the_dequantized_product(interpret_env, M, N, K, kw, dtype):
+    torch.manual_seed(7)
+    a, b = _fp8(M, K, dtype=dtype), _fp8(N, K, dtype=dtype)
+    KB, NB = -(-K // 128), -(-N // 128)
+    sa = torch.rand(M, KB) * 2 + 0.25            # scales that differ by block: a wrong block would show
+    sb = torch.rand(NB, KB) * 2 + 0.25
+    c = torch.full((M, N), NAN).bfloat16()
+    launch(a, b, c, b_kmajor=True, scale_a=sa, scale_b=sb, **kw)
+    ref = _block_ref(a, b, sa, sb)
+    torch.testing.assert_close(c.double(), ref, rtol=1e-2, atol=1e-2 * ref.abs().max().item())
+    # the same scales applied per tensor would be far off: the blocks are really used
+    flat = (a.double() * sa.mean().double()) @ (b.double() * sb.mean().double()).T
+    assert (c.double() - flat).abs().max() > 0.05 * ref.abs().max()
+
+
+@pytest.mark.parametrize("kind", ["tensor", "rowcol"])
+def test_tensor_and_rowcol_scales_match_the_dequantized_product(interpret_env, kind):
+    torch.manual_seed(8)
+    M, N, K = 200, 136, 320
+    a, b = _fp8(M, K), _fp8(N, K)
+    sa, sb = (torch.rand(1) + 0.5, torch.rand(1) + 0.5) if kind == "tensor" else (torch.rand(M) + 0.5, torch.rand(N) + 0.5)
+    c = torch.full((M, N), NAN).bfloat16()
+    launch(a, b, c, b_kmajor=True, scale_a=sa, scale_b=sb)
+    ref = (a.double() * sa.double().reshape(-1, 1)) @ (b.double() * sb.double().reshape(-1, 1)).T
+    torch.testing.assert_close(c.double(), ref, rtol=1e-2, atol=1e-2 * ref.abs().max().item())
+
+
+def test_scales_of_no_known_shape_are_one_line_with_the_shapes_that_would_fit(interpret_env):
+    a, b, c = _fp8(200, 320), _fp8(136, 320), torch.empty(200, 136).bfloat16()
+    with pytest.raises(GluonError, match=r"scale_a is \(200, 2\) and scale_b \(2, 3\).*\[200, 3\].*\[2, 3\]"):
+        launch(a, b, c, b_kmajor=True, scale_a=torch.ones(200, 2), scale_b=torch.ones(2, 3))
+
+
+def test_a_block_config_the_kernel_cannot_scale_is_refused(interpret_env):
+    a, b, c = _fp8(200, 320), _fp8(136, 320), torch.empty(200, 136).bfloat16()
+    sa, sb = torch.ones(200, 3), torch.ones(2, 3)
+    with pytest.raises(GluonError, match="BLOCK_N 64 or 128"):
+        launch(a, b, c, b_kmajor=True, scale_a=sa, scale_b=sb, config=dict(BLOCK_N=256))
+
+
+def test_block_scales_follow_k_zigzag(interpret_env):
+    """K_ZIGZAG: a program's odd units get their K slice top down; their k-steps take those blocks' scales.
+    Several units a program (a grid of 2), so the odd ones run."""
+    from gluon.kernels.gemm_sm90 import GemmConfig
+    torch.manual_seed(9)
+    M, N, K = 512, 256, 512
+    a, b = _fp8(M, K), _fp8(N, K)
+    sa, sb = torch.rand(M, 4) * 2 + 0.25, torch.rand(2, 4) * 2 + 0.25
+    c = torch.full((M, N), NAN).bfloat16()
+    cfg = GemmConfig(BLOCK_N=128, BLOCK_K=128, SPLIT_WGS=True, K_ZIGZAG=True, STAGES=3)
+    import gluon.kernels.gemm_sm90.host as host
+    import gluon.kernels.tensor_checks as tc
+    real = tc.device_sms
+    host.device_sms = lambda d: 2                     # two programs for eight tiles: four units each
+    try:
+        launch(a, b, c, b_kmajor=True, scale_a=sa, scale_b=sb, config=cfg)
+    finally:
+        host.device_sms = real
+    ref = _block_ref(a, b, sa, sb)
+    torch.testing.assert_close(c.double(), ref, rtol=1e-2, atol=1e-2 * ref.abs().max().item())
