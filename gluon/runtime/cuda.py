@@ -49,12 +49,18 @@ class CudaBackend:
     def device_context(self, device: int):
         return _torch().cuda.device(device)
 
+    _get_stream = None
+
     def current_stream(self, device: int) -> int:
+        get = self._get_stream
+        if get is not None:
+            return get(device)
         torch = _torch()
-        try:
-            return torch._C._cuda_getCurrentRawStream(device)
-        except AttributeError:  # pragma: no cover
+        get = getattr(torch._C, "_cuda_getCurrentRawStream", None)     # torch's C getter, looked up once
+        if get is None:  # pragma: no cover
             return torch.cuda.current_stream(device).cuda_stream
+        self._get_stream = get
+        return get(device)
 
     def capability(self, device: int) -> tuple[int, int]:
         return _torch().cuda.get_device_capability(device)

@@ -50,6 +50,7 @@ from ..arch import TMA_SWIZZLE_MODE
 from .descriptors import (DESC_CACHE, TMA_DTYPE_DEVICE_TO_HOST, TensorDescriptor,
                           check_tma_tensor)
 from .errors import LaunchError
+from .prepared import PreparedLaunch
 
 # Launch grid limits of CUDA (x, y, z).
 _GRID_MAX = (2**31 - 1, 65535, 65535)
@@ -217,7 +218,6 @@ class Launcher:
         function whose own key of a call covers everything else the checks read (dtypes, shapes,
         strides, devices, scalars) launches a repeat through it. `keep`: objects the launch reads but
         the caller does not pass again (workspaces), held alive with it. Nothing is launched."""
-        from .prepared import PreparedLaunch
         flat, pending, dev, g = self._validate(grid, args, {})
         dev = self._resolve(dev, pending, flat)
         starts = self._flat_starts(args)

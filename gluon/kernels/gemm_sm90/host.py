@@ -23,7 +23,7 @@ from gluon.runtime.cuda import sm_count
 from gluon.types import TensorRef
 
 from ..tensor_checks import device_sms, interpreting, on_the_launch_device, stream_key
-from .config import DEFAULT_CONFIG, GemmConfig, grid, num_warps, resolve_config, split_k, to_config
+from .config import DEFAULT_CONFIG, GemmConfig, choose_config, grid, num_warps, resolve_config, split_k, to_config
 from .kernel import gemm_sm90
 
 _WORKSPACE: dict[tuple, object] = {}    # (device, stream or None, "w" | "cnt") -> buffer
@@ -291,7 +291,6 @@ def _plan(a, c, M: int, N: int, K: int, config: GemmConfig | Mapping | None, b_k
 def _block_scaled_overrides(M: int, N: int, K: int, sms: int, out_size: int, pitch_aligned: bool, config) -> dict:
     """The caller's overrides (a dict or None) with what block scales need where the caller left it open: one
     128 x 128 B block per tile (BLOCK_N 128, or the pick's if below), a 128-deep k-step, no SWAP_AB."""
-    from .config import choose_config
     given = dict(config or {})
     pick = choose_config(M, N, K, sms, pitch_aligned, out_size, swap_ab=False)
     given.setdefault("SWAP_AB", False)
