@@ -9,7 +9,6 @@ A module's allowed imports are the layers below it (LAYERS); its own package's m
 from __future__ import annotations
 
 import ast
-import collections
 import pathlib
 
 import pytest
