@@ -27,7 +27,8 @@ if TYPE_CHECKING:
 # (not gluon/kernels/: those are user kernels, whose lines diagnostics name).
 _LANGUAGE_DIR = os.path.dirname(__file__) + os.sep
 _INTERNAL_FILES = {os.path.join(os.path.dirname(os.path.dirname(__file__)), f)
-                   for f in ("dsl.py", "frontend.py", "ir.py", "types.py")}
+                   for f in ("dsl.py", "frontend.py", "ir.py", "ir_types.py", "ir_verify.py", "ir_print.py",
+                             "types.py")}
 
 
 def _user_loc() -> ir.Loc | None:
