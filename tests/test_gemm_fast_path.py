@@ -16,6 +16,7 @@ from gluon.arch import SM90  # noqa: E402
 from gluon.jit import _jit_of  # noqa: E402
 
 g = importlib.import_module("gluon.kernels.gemm_sm90.host")
+padding = importlib.import_module("gluon.kernels.gemm_sm90.padding")
 
 
 @pytest.fixture
@@ -27,8 +28,9 @@ def backend(monkeypatch):
     monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
     monkeypatch.setattr("gluon.runtime.cuda._SM_COUNTS", {0: 132})
     monkeypatch.setattr(sys.modules["gluon.jit"], "current_arch", lambda: SM90)     # splitk_reduce's arch
-    for name in ("_PLANS", "_FAST", "_WORKSPACE", "_SCRATCH"):
+    for name in ("_PLANS", "_FAST", "_WORKSPACE", "_PADS"):
         monkeypatch.setattr(g, name, {})
+    monkeypatch.setattr(padding, "_SCRATCH", {})
     for kernel in (g.gemm_sm90, g.splitk_reduce):     # compiled kernels keep the backend their launcher was made with
         jf = _jit_of(kernel)
         monkeypatch.setattr(jf, "cache", {})
@@ -83,7 +85,7 @@ def test_an_address_that_lost_its_alignment_falls_back_to_the_padded_copy(backen
     a_odd = store[1:1 + 1024 * 512].view(1024, 512)                 # 2 bytes past a 16-byte boundary
     a_odd.copy_(a)
     g.launch(a_odd, b, c)
-    assert any(k[0] == "a" for k in g._SCRATCH)                       # padded into an aligned buffer
+    assert any(k[0] == "a" for k in padding._SCRATCH)                 # padded into an aligned buffer
     assert _maps(backend.calls[-1])[0] != a_odd.data_ptr()
 
 

@@ -1,8 +1,9 @@
-"""The SM90 GEMM's host side: `launch` on torch tensors, its plan cache, operand padding, split-K.
+"""The SM90 GEMM's host side: `launch` on torch tensors, its plan cache, its eager fast path, split-K.
 
 A launch of a problem it has seen costs one dict lookup (the plan: resolved config, split count, grid,
-the compiled specialization) and the compiled kernel's launcher. Operands whose strides TMA cannot
-describe are copied into zero-padded aligned buffers first (cached per device, stream and shape); a
+the compiled specialization) and the compiled kernel's launcher; a call seen before (the shapes, strides,
+dtypes, devices and arguments) its prepared launch with the new addresses. Operands whose strides TMA
+cannot describe are copied into zero-padded aligned buffers first (padding.py); a
 split-K launch writes fp32 partials into a per-(device, stream) workspace that `splitk_reduce` sums into
 C (or, with SPLITK_FIXUP, the kernel's last K slice of each element, counting arrivals in a per-(device,
 stream) int32 buffer). `compile_variant` and `stand_ins` compile the kernel without tensors (no GPU
@@ -22,13 +23,13 @@ import gluon.runtime.cuda as _cuda
 from gluon.runtime.cuda import sm_count
 from gluon.types import TensorRef
 
-from ..tensor_checks import device_sms, interpreting, on_the_launch_device, stream_key
+from ..tensor_checks import device_sms, interpreting, on_the_launch_device
 from .config import DEFAULT_CONFIG, GemmConfig, choose_config, grid, num_warps, resolve_config, split_k, to_config
 from .kernel import gemm_sm90
+from .padding import PadPlan, pad_plan, tma_ready
 
 _WORKSPACE: dict[tuple, object] = {}    # (device, stream or None, "w" | "cnt") -> buffer
-_SCRATCH: dict[tuple, object] = {}     # unaligned operands' padded copies, per (role, device, stream, shape)
-_SCRATCH_MAX = 32
+_PADS: dict[tuple, PadPlan] = {}       # a call's key (`_fast_key`) -> the padded buffers of its operands TMA cannot take
 _PLANS: dict[tuple, "_Plan"] = {}
 _FAST: dict[tuple, tuple] = {}          # a repeated call's key -> its prepared launches (see `_fast_key`)
 _FAST_MAX = 256
@@ -45,15 +46,6 @@ def splitk_reduce(c_ptr, w_ptr, numel, SPLITS, XBLOCK: gl.constexpr):
         c_ptr[idx] = acc
 
 
-def _tma_ready(t, strides: tuple | None = None) -> bool:
-    """TMA needs a 16-byte aligned base, unit last stride and 16-byte multiple other strides."""
-    es = t.element_size()
-    st = t.stride() if strides is None else strides
-    if len(st) == 2:                 # the GEMM's operands: no generator on the launch path
-        return st[1] == 1 and t.data_ptr() % 16 == 0 and st[0] * es % 16 == 0
-    return st[-1] == 1 and t.data_ptr() % 16 == 0 and all(x * es % 16 == 0 for x in st[:-1])
-
-
 @dataclass
 class _Plan:
     """What a launch of one problem needs besides the operands (see `_plan`)."""
@@ -66,27 +58,6 @@ class _Plan:
     unused: tuple | None = None     # (W, CNT) stand-ins where the kernel reads neither (no split-K), once fetched
 
 
-def _scratch(role: str, t, rows: int, cols: int, zeroed: bool):
-    """A rows x cols buffer of t's dtype for `role` ("a", "b", "c"), kept per (device, stream, t's shape):
-    repeated launches of one unaligned problem allocate nothing. `zeroed` buffers are zero when made and
-    only ever written at t's extent, so their padding stays zero."""
-    import torch
-    key = (role, t.device, stream_key(t.device), rows, cols, tuple(t.shape), t.dtype)
-    buf = _SCRATCH.get(key)
-    if buf is None:
-        if len(_SCRATCH) >= _SCRATCH_MAX:      # the oldest goes (same-stream reuse is ordered by torch)
-            _SCRATCH.pop(next(iter(_SCRATCH)))
-        buf = _SCRATCH[key] = (torch.zeros if zeroed else torch.empty)(rows, cols, device=t.device, dtype=t.dtype)
-    return buf
-
-
-def _padded(role: str, t, rows: int, cols: int):
-    """t copied into the top-left of a cached zero-padded rows x cols buffer."""
-    out = _scratch(role, t, rows, cols, zeroed=True)
-    out[: t.shape[0], : t.shape[1]].copy_(t)
-    return out
-
-
 def launch(a, b, c, config: GemmConfig | Mapping | None = None, b_kmajor: bool = False, splits: int | None = None,
            compiled=None, scale_a=None, scale_b=None):
     """c = a @ b with the persistent kernel (b is [K, N], or [N, K] when b_kmajor). `choose_config` picks
@@ -95,10 +66,10 @@ def launch(a, b, c, config: GemmConfig | Mapping | None = None, b_kmajor: bool =
     this config (a gluon.jit.CompiledKernel, e.g. the one the tuner's pool built), launched instead of
     specializing here.
 
-    Operands whose strides TMA cannot describe (a row of K or N elements that is not a multiple of
-    16 bytes, or a misaligned base) are copied into zero-padded aligned buffers first (kept per device,
-    stream and shape, so repeated calls allocate nothing): exact, but it costs a copy, so aligned inputs
-    are the fast path.
+    An operand whose strides TMA cannot describe (a row of K or N elements that is not a multiple of
+    16 bytes, or a misaligned base) is copied into a zero-padded aligned buffer first (padding.py; kept
+    per device, stream and shape, so repeated calls allocate nothing; the others are used as given):
+    exact, but it costs a copy, so aligned inputs are the fast path.
 
     fp8 inputs (float8_e4m3fn / float8_e5m2, one for both) take B K-major (`b_kmajor`: the tensor cores
     read 8-bit operands only so) and fp32 dequantization scales `scale_a`, `scale_b`: one element each
@@ -116,19 +87,17 @@ def launch(a, b, c, config: GemmConfig | Mapping | None = None, b_kmajor: bool =
         raise GluonError("gemm: 8-bit inputs need B K-major: pass b as [N, K] rows (nn.Linear's weight) with "
                          "b_kmajor=True; WGMMA reads 8-bit operands K-major only")
     sa, sb = a.stride(), b.stride()
-    if not (_tma_ready(a, sa) and _tma_ready(b, sb) and _tma_ready(c)):
-        align = 16 // a.element_size()
-        M, K = a.shape
-        N = c.shape[1]
-        Kp, Np = -(-K // align) * align, -(-N // (16 // c.element_size())) * (16 // c.element_size())
-        Np = max(Np, -(-N // align) * align)
-        a2 = _padded("a", a, M, Kp)
-        b2 = _padded("b", b, Np, Kp) if b_kmajor else _padded("b", b, Kp, Np)
-        c2 = c if (Np == N and _tma_ready(c)) else _scratch("c", c, M, Np, zeroed=False)
-        launch(a2, b2, c2, config, b_kmajor, splits, compiled, scale_a, scale_b)
-        if c2 is not c:
-            c.copy_(c2[:, :N])
-        return c
+    if not (tma_ready(a, sa) and tma_ready(b, sb) and tma_ready(c)):
+        pad = _PADS.get(fast_key) if fast_key is not None else None
+        if pad is None:
+            stream = fast_key[-1] if fast_key is not None else _stream_of(a)
+            pad = pad_plan(a, b, c, scale_b, stream)
+            if fast_key is not None:
+                if len(_PADS) >= _FAST_MAX:
+                    _PADS.pop(next(iter(_PADS)))
+                _PADS[fast_key] = pad
+        return pad.launch(launch, a, b, c, scale_b, config=config, b_kmajor=b_kmajor, splits=splits,
+                          compiled=compiled, scale_a=scale_a)
     M, N = c.shape
     K = a.shape[1]
     es = a.element_size()
@@ -143,7 +112,7 @@ def launch(a, b, c, config: GemmConfig | Mapping | None = None, b_kmajor: bool =
         plan = _PLANS[plan_key] = _plan(a, c, M, N, K, config, b_kmajor, splits, aligned, scale)
     S = plan.splits
     if S > 1:                       # one fp32 workspace per (device, stream): same-stream launches run in order
-        stream = stream_key(a.device)
+        stream = _stream_of(a)
         w = _workspace((plan.dev, stream), S * M * N, a.device)
         cnt = _workspace((plan.dev, stream if plan.fixup else None), M * N if plan.fixup else 16, a.device,
                          counters=True)
@@ -171,14 +140,19 @@ def launch(a, b, c, config: GemmConfig | Mapping | None = None, b_kmajor: bool =
     return c
 
 
+def _stream_of(t):
+    """The current stream of t's device (what per-stream buffers are kept by); None for a CPU tensor."""
+    dev = t.get_device()
+    return _cuda.DEFAULT_BACKEND.current_stream(dev) if dev >= 0 else None
+
+
 def _fast_key(a, b, c, config, b_kmajor, splits, compiled, scale_a, scale_b) -> tuple | None:
     """What a call's launch depends on besides its operands' addresses (dtypes, shapes, strides, devices,
     the arguments, the current stream: the split-K workspace is the stream's), or None where the full
     path must look (a dict config, something that is not a tensor). Its last item is the stream."""
     import torch
     T = torch.Tensor
-    if type(a) is not T or type(b) is not T or type(c) is not T or not (config is None or type(config) is GemmConfig) \
-            or interpreting():
+    if type(a) is not T or type(b) is not T or type(c) is not T or not (config is None or type(config) is GemmConfig):
         return None
     if scale_a is not None or scale_b is not None:
         if type(scale_a) is not T or type(scale_b) is not T:
@@ -187,10 +161,8 @@ def _fast_key(a, b, c, config, b_kmajor, splits, compiled, scale_a, scale_b) -> 
                   scale_b.dtype, scale_b.shape, scale_b.stride(), scale_b.get_device())
     else:
         scales = None
-    dev = a.get_device()
-    stream = _cuda.DEFAULT_BACKEND.current_stream(dev) if dev >= 0 else None
-    return (a.shape, a.stride(), b.shape, b.stride(), c.shape, c.stride(), a.dtype, b.dtype, c.dtype, dev,
-            b.get_device(), c.get_device(), b_kmajor, splits, config, id(compiled), scales, stream)
+    return (a.shape, a.stride(), b.shape, b.stride(), c.shape, c.stride(), a.dtype, b.dtype, c.dtype, a.get_device(),
+            b.get_device(), c.get_device(), b_kmajor, splits, config, id(compiled), scales, _stream_of(a))
 
 
 def _fast_launch(fast: tuple, a, b, c, scale_a, scale_b, stream) -> bool:

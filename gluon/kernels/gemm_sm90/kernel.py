@@ -141,56 +141,30 @@ def _scaled(acc, SA, SB, off_m, off_n, M, N, SCALE: str, SWAPPED: bool):
 
 @gl.helper
 def _block_scaled_k_loop(acc, a_s, b_s, ready, empty, cnt, k_lo, k_hi, k_top, SA, SB, off_m, off_n, M, KB,
-                         STAGES: int, CL: int, B_KMAJOR: bool, ZIG: bool, OVERLAP: bool):
+                         STAGES: int, CL: int, B_KMAJOR: bool, ZIG: bool):
     """SCALE="block" (DeepSeek's DeepGEMM scaling): k-steps kk in [k_lo, k_hi) of 128 K each, A scaled per row
     and 128-deep block of K (SA [M, KB]), B per 128 x 128 block (SB [ceil(N / 128), KB]). Each k-step's WGMMA
     product starts from zero and is added to the fp32 `acc` times SA[row, kk] * SB[off_n // 128, kk]: the
     tensor cores' fp8 accumulation (about 14 bits of mantissa) never runs over more than one block of K,
     and the sum is fp32 (the promotion DeepGEMM does). The stage is released once its product is read;
-    the scales load while the WGMMA runs. With K_ZIGZAG (`ZIG`) a unit whose `k_top` is set got its K slice
-    top down from the producer: its i-th stage holds block k_top - i. (acc, cnt) after the slice."""
+    the scales load while the WGMMA runs (adding each product while the next k-step's WGMMA runs was
+    slower: docs/PERF.md). With K_ZIGZAG (`ZIG`) a unit whose `k_top` is set got its K slice top down from
+    the producer: its i-th stage holds block k_top - i. (acc, cnt) after the slice."""
     rows = off_m + gl.arange(0, acc.shape[0], layout=SliceLayout(1, acc.layout))
     row_ok = rows < M
     sb_row = SB + (off_n // 128) * KB
-    if not OVERLAP:
-        for kk in range(k_lo, k_hi):
-            s = cnt % STAGES
-            ready[s].wait((cnt // STAGES) & 1)
-            b_op = b_s[s].T if B_KMAJOR else b_s[s]
-            part = wgmma(a_s[s], b_op, acc, wait=False, use_acc=False)
-            kb = gl.where(k_top >= 0, k_top - kk, kk) if ZIG else kk
-            sa = gl.load(SA + rows * KB + kb, mask=row_ok, other=0.0)
-            sb = gl.load(sb_row + kb)
-            part = wgmma_wait(part, a_s[s], b_s[s], pendings=0)
-            empty[s].arrive(cluster=CL > 1)
-            acc = acc + part * (sa * sb)[:, None]
-            cnt = cnt + 1
-        return acc, cnt
-    # OVERLAP: the k-step's product is added while the next one's WGMMA runs (two products in registers)
-    zero = gl.zeros(acc.shape, gl.float32, layout=acc.layout)
-    prev = zero
-    prev_scale = gl.zeros([acc.shape[0]], gl.float32, layout=SliceLayout(1, acc.layout))
     for kk in range(k_lo, k_hi):
         s = cnt % STAGES
         ready[s].wait((cnt // STAGES) & 1)
         b_op = b_s[s].T if B_KMAJOR else b_s[s]
-        part = wgmma(a_s[s], b_op, zero, wait=False, use_acc=False)
+        part = wgmma(a_s[s], b_op, acc, wait=False, use_acc=False)
         kb = gl.where(k_top >= 0, k_top - kk, kk) if ZIG else kk
         sa = gl.load(SA + rows * KB + kb, mask=row_ok, other=0.0)
         sb = gl.load(sb_row + kb)
-        ps = (cnt + (STAGES - 1)) % STAGES          # the previous k-step's stage
-        prev = wgmma_wait(prev, a_s[ps], b_s[ps], pendings=1)     # its product is done
-        if kk > k_lo:
-            empty[ps].arrive(cluster=CL > 1)
-        acc = acc + prev * prev_scale[:, None]      # (zero times zero on the first step)
-        prev = part
-        prev_scale = sa * sb
+        part = wgmma_wait(part, a_s[s], b_s[s], pendings=0)
+        empty[s].arrive(cluster=CL > 1)
+        acc = acc + part * (sa * sb)[:, None]
         cnt = cnt + 1
-    ps = (cnt + (STAGES - 1)) % STAGES
-    prev = wgmma_wait(prev, a_s[ps], b_s[ps], pendings=0)
-    if k_hi > k_lo:
-        empty[ps].arrive(cluster=CL > 1)
-    acc = acc + prev * prev_scale[:, None]
     return acc, cnt
 
 
@@ -210,7 +184,7 @@ def _store_swapped(C, W, acc, off_m, off_n, split, M, N, SPLITS):
 
 @kernel(arch=SM90, num_warps=9)
 def gemm_sm90(A, B, C, W, CNT, SA, SB, SPLITS, CFG: gl.constexpr, B_KMAJOR: gl.constexpr = False,
-              N_MULTIPLE_16: gl.constexpr = False, SCALE: gl.constexpr = "none", BLOCK_OVERLAP: gl.constexpr = False):
+              N_MULTIPLE_16: gl.constexpr = False, SCALE: gl.constexpr = "none"):
     """C = A @ B under the resolved GemmConfig `CFG`, in SPLITS K slices (fp32 partials into the
     workspace W when SPLITS > 1; with CFG.SPLITK_FIXUP the int32 arrival counters CNT, one per element of
     C and zero between launches, let the last slice to finish sum them); B is [N, K] with B_KMAJOR;
@@ -341,8 +315,7 @@ def gemm_sm90(A, B, C, W, CNT, SA, SB, SPLITS, CFG: gl.constexpr, B_KMAJOR: gl.c
                 off_n = pid_n * CFG.BLOCK_N
                 if SCALE == "block":                # each 128-deep k-step's product scaled into fp32 (below)
                     acc, cnt = _block_scaled_k_loop(acc, a_s, b_s, ready, empty, cnt, k_lo, k_hi, k_top, SA, SB,
-                                                    off_m, off_n, M, gl.cdiv(K, 128), CFG.STAGES, CL, B_KMAJOR, ZIG,
-                                                    BLOCK_OVERLAP)
+                                                    off_m, off_n, M, gl.cdiv(K, 128), CFG.STAGES, CL, B_KMAJOR, ZIG)
                 else:
                     for kk in range(k_lo, k_hi):
                         s = cnt % CFG.STAGES

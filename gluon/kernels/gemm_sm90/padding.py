@@ -1,0 +1,101 @@
+"""The GEMM's operands TMA cannot describe: each copied into a cached zero-padded buffer it can, alone.
+
+TMA needs a 16-byte aligned base, a unit last stride and 16-byte multiple row pitches. An operand that is
+not so (a row of K or N elements off 16 bytes, a view at an odd offset) is copied into the top-left of a
+buffer that is, kept per (role, device, stream, shape), so repeated calls allocate nothing; an operand
+that is TMA-ready is used as it is, even when another one is padded: the kernel's K comes from A and its
+N from C, and TMA reads the columns or rows past an operand's own extent as zeros, which is what the
+padding would hold. A call's `PadPlan` (the buffers and the views to copy through) is kept by the
+caller's key of the call, so a repeat costs the copies and the launch.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+SCRATCH_MAX = 32
+_SCRATCH: dict[tuple, object] = {}      # (role, device, stream, rows, cols, source shape, dtype) -> buffer
+
+
+def tma_ready(t, strides: tuple | None = None) -> bool:
+    """TMA needs a 16-byte aligned base, unit last stride and 16-byte multiple other strides."""
+    es = t.element_size()
+    st = t.stride() if strides is None else strides
+    if len(st) == 2:                 # the GEMM's operands: no generator on the launch path
+        return st[1] == 1 and t.data_ptr() % 16 == 0 and st[0] * es % 16 == 0
+    return st[-1] == 1 and t.data_ptr() % 16 == 0 and all(x * es % 16 == 0 for x in st[:-1])
+
+
+def _roundup(n: int, to: int) -> int:
+    return -(-n // to) * to
+
+
+def _scratch(role: str, t, rows: int, cols: int, zeroed: bool, stream):
+    """A rows x cols buffer of t's dtype for `role`, kept per (device, stream, t's shape). `zeroed` buffers
+    are zero when made and only ever written at t's extent, so their padding stays zero; same-stream reuse
+    is ordered by torch."""
+    import torch
+    key = (role, t.get_device(), stream, rows, cols, tuple(t.shape), t.dtype)
+    buf = _SCRATCH.get(key)
+    if buf is None:
+        if len(_SCRATCH) >= SCRATCH_MAX:    # the oldest goes (a PadPlan holding it keeps it alive)
+            _SCRATCH.pop(next(iter(_SCRATCH)))
+        buf = _SCRATCH[key] = (torch.zeros if zeroed else torch.empty)(rows, cols, device=t.device, dtype=t.dtype)
+    return buf
+
+
+@dataclass(frozen=True)
+class PadPlan:
+    """The padded buffers of a call's operands TMA cannot take (None: the caller's operand, as given) and
+    the views to copy through: `*_in` views of a padded buffer to copy the caller's operand into before the
+    launch, `c_out` the view of C's buffer to copy into the caller's C after it. It holds no tensor of the
+    caller's, so a repeat with other tensors of the same shapes and strides takes it."""
+    a: object = None
+    b: object = None
+    c: object = None
+    scale_b: object = None
+    a_in: object = None
+    b_in: object = None
+    c_out: object = None
+    scale_b_in: object = None
+
+    def launch(self, launch, a, b, c, scale_b, **kw):
+        """Copy in, `launch(A, B, C, scale_b=...)` on the padded operands (the others as given), copy C out."""
+        if self.a is not None:
+            self.a_in.copy_(a)
+            a = self.a
+        if self.b is not None:
+            self.b_in.copy_(b)
+            b = self.b
+        if self.scale_b is not None:
+            self.scale_b_in.copy_(scale_b)
+            scale_b = self.scale_b
+        launch(a, b, c if self.c is None else self.c, scale_b=scale_b, **kw)
+        if self.c is not None:
+            c.copy_(self.c_out)
+        return c
+
+
+def pad_plan(a, b, c, scale_b, stream) -> PadPlan:
+    """The PadPlan of a call whose operands are not all TMA-ready. A row of a padded operand is rounded up to
+    16 bytes; a per-column scale_b is padded (with zeros) to a padded C's columns, so the kernel reads none
+    past its end."""
+    kw = {}
+    M, N = c.shape
+    if not tma_ready(a):
+        kw["a"] = _scratch("a", a, a.shape[0], _roundup(a.shape[1], 16 // a.element_size()), True, stream)
+        kw["a_in"] = kw["a"][:, : a.shape[1]]
+    if not tma_ready(b):
+        kw["b"] = _scratch("b", b, b.shape[0], _roundup(b.shape[1], 16 // b.element_size()), True, stream)
+        kw["b_in"] = kw["b"][:, : b.shape[1]]
+    if not tma_ready(c):
+        kw["c"] = _scratch("c", c, M, _roundup(N, 16 // c.element_size()), False, stream)
+        kw["c_out"] = kw["c"][:, :N]
+        if scale_b is not None and scale_b.numel() == N and N > 1:
+            kw["scale_b"] = _scratch("sb", scale_b.reshape(1, N), 1, kw["c"].shape[1], True, stream).reshape(-1)
+            kw["scale_b_in"] = kw["scale_b"][:N]
+    return PadPlan(**kw)
+
+
+def clear() -> None:
+    """Drop every padded buffer (tests)."""
+    _SCRATCH.clear()
