@@ -8,7 +8,8 @@ output poisoned (NaN), then timed interleaved with cuBLAS (median ratio over --r
 again interleaved with plain Triton (autotuned first; its pick is in each row's `triton_config`).
 TFLOP/s counts 2*M*N*K. With --out-dtype fp32 the output is fp32 (fp32 accumulation written as is) and
 the cuBLAS baseline is `torch.mm(a, b, out_dtype=torch.float32)`, the same GEMM with an fp32 output.
---json is rewritten (atomically) after every row, its meta.complete false until the run ends: a run
+Eager runs (no --graph) also report each side's host time per call (`host_us`, `cublas_host_us`: 200
+calls back to back on the CPU clock, bench/common.py `host_us_per_call`). --json is rewritten (atomically) after every row, its meta.complete false until the run ends: a run
 stopped by a time limit keeps the rows it finished.
 """
 from __future__ import annotations
@@ -19,7 +20,8 @@ import sys
 
 # the repo root instead of bench/ on the path: bench/copy.py must not shadow the stdlib `copy`
 sys.path[0] = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-from bench.common import environment, graphed, interleaved, parse_config, parser, table, write_json  # noqa: E402
+from bench.common import (environment, graphed, host_us_per_call, interleaved, parse_config, parser, table,  # noqa: E402
+                          write_json)
 
 SHAPES = ["8192x8192x8192", "4096x4096x4096", "2048x2048x2048", "16384x8192x1024", "8192x28672x4096",
           "128x8192x8192", "1000x1000x1000", "3000x2000x1500", "333x200x136", "4000x3000x5000"]
@@ -160,8 +162,11 @@ def main() -> int:
                 unwritten = int(torch.isnan(c).sum().item())
                 err = ((c.double() - ref).norm() / ref.norm()).item()
                 ours, theirs = (lambda: launch(a, b, c)), _cublas(a, bv, base_c)
+                host = None
                 if args.graph:
                     ours, theirs = graphed(ours), graphed(theirs)
+                else:                           # eager: what a caller pays per call on the CPU, both sides
+                    host = (host_us_per_call(ours), host_us_per_call(theirs))
                 r = interleaved(ours, theirs, args.repeats, args.round_ms)
                 # plain Triton in rounds of its own against the same candidate: at the power cap one
                 # timing of it would carry the run's clock drift into "vs Triton"
@@ -175,6 +180,7 @@ def main() -> int:
                           "triton_ms": tri_ms, "triton_rel_err": tri_err, "triton_config": tri_cfg,
                           "triton_ratio": tri["ratio"] if tri else None,
                           "triton_vs_cublas": (r["baseline_ms"] / tri_ms) if tri_ms else None,
+                          "host_us": host[0] if host else None, "cublas_host_us": host[1] if host else None,
                           "ok": unwritten == 0 and err <= 1e-2 and not math.isnan(err)})
                 rows.append(r)
                 write_json(args.json, rows, meta)
@@ -192,7 +198,8 @@ def main() -> int:
     print(table(rows, [("kernel", "kernel", ""), ("MxNxK", "shape_s", ""), ("dtype", "dtype", ""),
                        ("TFLOP/s", "tflops", ".0f"), ("cuBLAS", "cublas_tflops", ".0f"), ("vs cuBLAS", "ratio", ".3f"),
                        ("vs Triton", "triton_ratio", ".3f"), ("Triton/cuBLAS", "triton_vs_cublas", ".3f"),
-                       ("rel err", "rel_err", ".1e")]))
+                       ("rel err", "rel_err", ".1e")]
+                + ([] if args.graph else [("host us", "host_us", ".1f"), ("cuBLAS host us", "cublas_host_us", ".1f")])))
     for name in names:
         rs = [r["ratio"] for r in rows if r["kernel"] == name]
         if rs:
