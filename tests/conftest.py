@@ -51,3 +51,13 @@ def _isolated_cache(tmp_path_factory, monkeypatch):
     """Every test compiles into a session-private cache, never the user's."""
     root = tmp_path_factory.getbasetemp() / "gluon-cache"
     monkeypatch.setenv("GLUON_CACHE_DIR", str(root))
+
+
+@pytest.fixture
+def interpret_env():
+    """Ordinary launches (a host function's `kernel[grid](...)`, the shipped kernels' host functions) run in the
+    CPU interpreter for the test, as with GLUON_INTERPRET=1 at import."""
+    from gluon.interpret import set_enabled
+    was = set_enabled(True)
+    yield
+    set_enabled(was)

@@ -78,14 +78,6 @@ def test_list_runs_without_a_gpu():
     assert len(lines) == len(gallery.KERNELS) and "transpose 8192x8192 fp16" in out and "SWIZZLE=True" in out
 
 
-@pytest.fixture
-def interpret_env():
-    from gluon.interpret import set_enabled
-    was = set_enabled(True)
-    yield
-    set_enabled(was)
-
-
 SMALL = [
     gallery.Case("softmax", (5, 100), "fp32"), gallery.Case("softmax", (16, 24), "fp16"),
     gallery.Case("layernorm", (6, 96), "bf16"), gallery.Case("rmsnorm", (3, 33), "fp32"),

@@ -12,14 +12,6 @@ from gluon.kernels.gemm_sm90 import launch  # noqa: E402
 NAN = float("nan")
 
 
-@pytest.fixture
-def interpret_env():
-    from gluon.interpret import set_enabled
-    was = set_enabled(True)
-    yield
-    set_enabled(was)
-
-
 def _fp8(*shape, dtype=torch.float8_e4m3fn):
     return (torch.randn(*shape) * 2).to(dtype)
 

@@ -12,13 +12,10 @@ NAN = float("nan")
 
 
 @pytest.fixture
-def interpret_env(monkeypatch):
-    from gluon.interpret import set_enabled
+def padded_env(interpret_env, monkeypatch):
+    """The interpreter, and no padded buffer or pad plan left from another test."""
     monkeypatch.setattr(padding, "_SCRATCH", {})
     monkeypatch.setattr(host, "_PADS", {})
-    was = set_enabled(True)
-    yield
-    set_enabled(was)
 
 
 def _odd_view(rows, cols, dtype, offset=1):
@@ -38,7 +35,7 @@ def _check(a, b, c, b_kmajor=False):
     ("c's base", {"c"}),
     ("kmajor K", {"a", "b"}),                  # B [N, K] with K = 77
 ])
-def test_each_operand_is_padded_alone(interpret_env, case, padded):
+def test_each_operand_is_padded_alone(padded_env, case, padded):
     torch.manual_seed(11)
     M, N, K, kmajor = 200, 136, 72, False
     if case == "K off 16 bytes":
@@ -68,7 +65,7 @@ def test_each_operand_is_padded_alone(interpret_env, case, padded):
     assert len(host._PADS) == 1
 
 
-def test_a_per_column_scale_is_padded_with_c(interpret_env):
+def test_a_per_column_scale_is_padded_with_c(padded_env):
     """fp8 with per-column scales and C's rows off 16 bytes: the kernel's N is the padded C's, so scale_b is
     padded to it (with zeros) and no scale past the caller's is read."""
     torch.manual_seed(12)

@@ -63,14 +63,6 @@ def test_launch_plan_caps_the_grid():
     assert grid == (3,)                                # 2048-element chunks
 
 
-@pytest.fixture
-def interpret_env():
-    from gluon.interpret import set_enabled
-    was = set_enabled(True)
-    yield
-    set_enabled(was)
-
-
 @pytest.mark.parametrize("n,num_bins,dtype", [
     (10000, 100, "int32"), (5003, 256, "int32"), (7, 5, "int32"),
     (9001, 37, "float32"), (3001, 10, "float16"), (2000, 64, "bfloat16"),

@@ -28,16 +28,6 @@ import softmax_kernel as sm  # noqa: E402
 NAN = float("nan")
 
 
-@pytest.fixture
-def interpret_env():
-    """Ordinary launches run in the interpreter (the examples' host functions launch `kernel[grid](...)`), as
-    with GLUON_INTERPRET=1 at import."""
-    from gluon.interpret import set_enabled
-    was = set_enabled(True)
-    yield
-    set_enabled(was)
-
-
 def _line_of(fn, text: str) -> int:
     """The file line of the first line of `fn`'s source containing `text`."""
     lines, start = inspect.getsourcelines(fn)

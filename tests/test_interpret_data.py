@@ -22,14 +22,6 @@ from gluon.types import DType, Layout, SwizzleMode
 NAN = float("nan")
 
 
-@pytest.fixture
-def interpret_env():
-    from gluon.interpret import set_enabled
-    was = set_enabled(True)
-    yield
-    set_enabled(was)
-
-
 def _bf16(*shape):
     return torch.randn(*shape).bfloat16()
 

@@ -55,14 +55,6 @@ def test_bad_input_is_one_clear_error():
         ln.launch_plan(x, torch.ones(10), torch.zeros(10), torch.zeros_like(x), 1e-5, BLOCK_N=8)
 
 
-@pytest.fixture
-def interpret_env():
-    from gluon.interpret import set_enabled
-    was = set_enabled(True)
-    yield
-    set_enabled(was)
-
-
 @pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
 @pytest.mark.parametrize("m,n", [(6, 96), (3, 33), (5, 100), (40, 64)])
 def test_interpreted_layernorm_matches_torch(interpret_env, dtype, m, n):

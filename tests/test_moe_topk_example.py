@@ -19,15 +19,6 @@ sys.path.insert(0, os.path.join(ROOT, "examples"))
 import moe_topk as mt  # noqa: E402
 
 
-@pytest.fixture
-def interpret_env():
-    """`route`'s `kernel[grid](...)` launches run in the interpreter, as with GLUON_INTERPRET=1."""
-    from gluon.interpret import set_enabled
-    was = set_enabled(True)
-    yield
-    set_enabled(was)
-
-
 def _poisoned(t: int, k: int, device="cpu"):
     return (torch.full((t, k), float("nan"), device=device),
             torch.full((t, k), -1, dtype=torch.int32, device=device))

@@ -62,14 +62,6 @@ def test_bad_input_is_one_clear_error():
         rs.launch_plan(torch.zeros(3, 300), torch.zeros(3), torch.zeros(3), BLOCK_N=128)
 
 
-@pytest.fixture
-def interpret_env():
-    from gluon.interpret import set_enabled
-    was = set_enabled(True)
-    yield
-    set_enabled(was)
-
-
 @pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
 @pytest.mark.parametrize("shape,tunables", [
     ((5, 100), {}), ((3, 37), {}), ((17, 8), {}), ((64, 256), {}),

@@ -37,14 +37,6 @@ def test_the_models_count_fp8_at_twice_the_16_bit_rate():
     assert T.bytes(shape, "fp8e4m3") == 8192 * 8192 * (1 + 1 + 2)
 
 
-@pytest.fixture
-def interpret_env():
-    from gluon.interpret import set_enabled
-    was = set_enabled(True)
-    yield
-    set_enabled(was)
-
-
 @pytest.mark.parametrize("dtype", ["fp8e4m3", "fp8e5m2"])
 def test_the_adapter_runs_fp8_in_the_interpreter_against_fp64(interpret_env, dtype):
     inp = T.make_inputs((256, 192, 384), dtype, "cpu", 3)
