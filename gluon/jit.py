@@ -124,6 +124,7 @@ class CompiledKernel:
     binary: Any                       # gluon.backend.binary.Binary
     timings: dict = field(default_factory=dict)
     _launcher: Any = None
+    _n_in_place: int | None = None    # how many positional arguments a call passes through unchanged (-1: none)
 
     @property
     def kernel(self) -> ir.Kernel:
@@ -183,9 +184,14 @@ class CompiledKernel:
     def __call__(self, grid, *args, stream=None, meta: dict | None = None, **sizes):
         if _INTERPRET_LAUNCHES:          # GLUON_INTERPRET=1: its IR runs in the interpreter
             return _route("run_compiled")(self, grid, args, sizes, meta)
+        launcher = self._launcher or self.launcher
+        n = self._n_in_place
+        if n is None:                    # once: the ABI's answer to `takes_args_as_given`
+            n = self._n_in_place = len(self.abi.runtime_params) if self.abi.args_in_place else -1
+        la = args if not sizes and len(args) == n else self.launch_args(args, sizes)
         if meta and callable(grid):      # a grid function reads the constexprs too
-            return self.launcher(grid, *self.launch_args(args, sizes), stream=stream, **meta)
-        return self.launcher(grid, *self.launch_args(args, sizes), stream=stream)
+            return launcher(grid, *la, stream=stream, **meta)
+        return launcher(grid, *la, stream=stream)
 
 
 def compile_module(module: ir.Module, *, options: dict | None = None, cache=None) -> CompiledKernel:
