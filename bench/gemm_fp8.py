@@ -45,23 +45,6 @@ def _block_quantized(x, dtype, rows: int):
     return (x / full).to(dtype), s, full
 
 
-def _blockwise_scaled_mm(a, b, sa, sb, out, ref):
-    """(torch._scaled_mm with block scales, "scaled_mm blockwise") for the first scale layout this torch /
-    cuBLASLt takes that gives the reference, or None."""
-    import torch
-    for sa_t, sb_t in ((sa.t().contiguous().t(), sb.t()), (sa, sb.t()), (sa.t().contiguous().t(), sb.t().contiguous())):
-        def call(sa_t=sa_t, sb_t=sb_t):
-            return torch._scaled_mm(a, b.t(), scale_a=sa_t, scale_b=sb_t, out_dtype=torch.bfloat16, out=out)
-        try:
-            call()
-            torch.cuda.synchronize()
-        except (RuntimeError, ValueError, TypeError):
-            continue
-        if ((out.double() - ref).norm() / ref.norm()).item() <= 1e-2:
-            return call
-    return None
-
-
 def main() -> int:
     p = parser(__doc__)
     p.add_argument("--shapes", default=",".join(SHAPES), help="MxNxK list")
@@ -71,6 +54,7 @@ def main() -> int:
     args = p.parse_args()
     import torch
     from gluon.kernels.gemm_sm90 import launch
+    from gluon.tuning.templates.gemm_sm90_fp8_block import scaled_mm_blockwise
     dts = {"e4m3": torch.float8_e4m3fn, "e5m2": torch.float8_e5m2}
     rows, meta = [], dict(environment(), complete=False)
     for shape in args.shapes.split(","):
@@ -83,7 +67,7 @@ def main() -> int:
                     a, sa_k, sa_full = _block_quantized(torch.randn(M, K, device="cuda"), dt, 1)
                     b, sb_k, sb_full = _block_quantized(torch.randn(N, K, device="cuda"), dt, 128)
                     ref = (a.double() * sa_full.double()) @ (b.double() * sb_full.double()).T
-                    theirs = _blockwise_scaled_mm(a, b, sa_k, sb_k, base_c, ref)
+                    theirs = scaled_mm_blockwise(a, b, sa_k, sb_k, base_c, ref)
                     baseline = "scaled_mm blockwise"
                     if theirs is None:            # the same operands through _scaled_mm's per-row/column scaling
                         sa, sb = sa_full.amax(dim=1, keepdim=True), sb_full.amax(dim=1, keepdim=True)

@@ -1,0 +1,58 @@
+"""fp8 with block scales in the tuner (gluon/tuning/templates/gemm_sm90_fp8_block.py, specs/gemm_sm90_fp8_block.toml):
+the spec loads and names the template, its configs trace as the block-scaled launch specializes them, a config
+the block path cannot run is pruned with the kernel's reason, the seeds are in the space, and the adapter's
+whole GPU path (inputs, run, reference, check, the loaded callable) runs on CPU tensors in the interpreter
+against the fp64 dequantized product. GPU timing: `gluon tune` on the H200."""
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from gluon import GluonError  # noqa: E402
+from gluon.tuning.spec import load_spec, resolve_template  # noqa: E402
+from gluon.tuning.templates.gemm_sm90_fp8_block import TUNING as T  # noqa: E402
+
+SPECS = Path(__file__).resolve().parent.parent / "specs"
+CFG = dict(BLOCK_M=128, BLOCK_N=128, BLOCK_K=128, STAGES=3, CONSUMER_WARPS=8, PRODUCER_WARPS=1, EPILOGUE="tma",
+           SPLIT_WGS=True, K_ZIGZAG=True)
+
+
+def test_the_spec_loads_and_names_the_block_template():
+    spec = load_spec(SPECS / "gemm_sm90_fp8_block.toml")
+    assert spec.name == "gemm_sm90_fp8_block" and resolve_template(spec) is T and spec.dtypes == ["fp8e4m3"]
+    configs = list(spec.space.grid())
+    assert {c["BLOCK_N"] for c in configs} == {64, 128} and {c["BLOCK_K"] for c in configs} == {128}
+    for seed in T.seed_configs():
+        assert {k: seed[k] for k in spec.space.params} in configs
+
+
+def test_a_trace_is_the_block_scaled_kernel():
+    k = T.trace(CFG, (4096, 4096, 4096), "fp8e4m3", "sm90").kernel
+    assert k.constexprs["SCALE"] == "block" and k.constexprs["B_KMAJOR"] is True
+
+
+def test_a_config_the_block_path_cannot_run_fails_to_trace_with_the_reason():
+    with pytest.raises(GluonError, match="BLOCK_N 64 or 128"):
+        T.trace(dict(CFG, BLOCK_N=256), (4096, 4096, 4096), "fp8e4m3", "sm90")
+
+
+@pytest.mark.parametrize("dtype", ["fp8e4m3", "fp8e5m2"])
+def test_the_adapter_runs_in_the_interpreter_against_fp64(interpret_env, dtype):
+    inp = T.make_inputs((256, 200, 384), dtype, "cpu", 3)
+    assert inp["scale_a"].shape == (256, 3) and inp["scale_b"].shape == (2, 3)
+    T.poison(inp)
+    T.run(inp, CFG)
+    ok, err, why = T.check(T.output(inp), T.reference(inp), 1e-2, 0.0)
+    assert ok, why
+    # the same product under one scale per tensor is far off: the blocks' scales are what the check holds to
+    flat = (inp["a"].double() * inp["scale_a"].mean().double()) @ (inp["b"].double() * inp["scale_b"].mean().double()).T
+    assert not T.check(flat, T.reference(inp), 1e-2, 0.0)[0]
+    out = T.call(CFG, *T.call_args(inp), **T.call_kwargs(inp))
+    assert out.equal(inp["out"])
+
+
+def test_a_call_without_scales_names_their_shapes(interpret_env):
+    inp = T.make_inputs((128, 256, 300), "fp8e4m3", "cpu", 0)
+    with pytest.raises(GluonError, match=r"scale_a= \(\[128, 3\] fp32\) and scale_b= \(\[2, 3\] fp32\)"):
+        T.call(CFG, inp["a"], inp["b"])
