@@ -54,7 +54,7 @@ def main() -> int:
     args = p.parse_args()
     import torch
     from gluon.kernels.gemm_sm90 import launch
-    from gluon.tuning.templates.gemm_sm90_fp8_block import scaled_mm_blockwise
+    from gluon.tuning.templates.gemm_sm90_fp8_scales import scaled_mm_blockwise
     dts = {"e4m3": torch.float8_e4m3fn, "e5m2": torch.float8_e5m2}
     rows, meta = [], dict(environment(), complete=False)
     for shape in args.shapes.split(","):

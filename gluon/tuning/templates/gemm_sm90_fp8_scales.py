@@ -1,15 +1,18 @@
-"""`gemm_sm90` on fp8 inputs with DeepGEMM-style block scales, for the tuner: `TUNING`, named by
-specs/gemm_sm90_fp8_block.toml.
+"""`gemm_sm90` on fp8 inputs with per-row / per-column or DeepGEMM-style block scales, for the tuner: `ROWCOL`
+(specs/gemm_sm90_fp8_rowcol.toml) and `BLOCK` (specs/gemm_sm90_fp8_block.toml).
 
 The scale kind is part of the problem, not a knob: its inputs, reference and baseline differ from the
-per-tensor problem's, so it is a template of its own (results and builds under its own name). A [M, K] and
-B [N, K] (K-major) in e4m3 or e5m2; scale_a [M, ceil(K/128)] (a row of A per 128 of K) and scale_b
-[ceil(N/128), ceil(K/128)] (128 x 128 blocks of B), fp32, random in [0.25, 2.25) so a block's scale taken
-for another's fails the check; C in bf16. The kernel sums each 128-deep block's product in fp32 (`launch`'s
-block path: BLOCK_K 128, BLOCK_N 64 or 128, no SWAP_AB; other configs fail to trace and are pruned with the
-kernel's reason). Baseline: torch._scaled_mm with the same block scales where this torch / cuBLASLt takes
-them (`scaled_mm_blockwise`), else its per-row/column scaling of the same operands. Everything else (the
-spec's names, splits, the models) is the GEMM adapter's.
+per-tensor problem's (gemm_sm90.py), so each is a template of its own (results and builds under its own
+name). A [M, K] and B [N, K] (K-major) in e4m3 or e5m2, C in bf16, fp32 scales random in [0.25, 2.25) so a
+scale taken for another row, column or block fails the check:
+* ROWCOL: scale_a [M] (a row of A each), scale_b [N] (a column of B each), applied in the epilogue; against
+  torch._scaled_mm's rowwise scaling of the same operands.
+* BLOCK: scale_a [M, ceil(K/128)] (a row of A per 128 of K), scale_b [ceil(N/128), ceil(K/128)] (128 x 128
+  blocks of B); the kernel sums each 128-deep block's product in fp32 (`launch`'s block path: BLOCK_K 128,
+  BLOCK_N 64 or 128, no SWAP_AB; other configs fail to trace and are pruned with the kernel's reason);
+  against torch._scaled_mm with the same block scales where this torch / cuBLASLt takes them
+  (`scaled_mm_blockwise`), else its rowwise scaling of the same operands.
+Everything else (the spec's names, splits, the models, `run`) is the GEMM adapter's.
 """
 from __future__ import annotations
 
@@ -59,21 +62,30 @@ def scaled_mm_blockwise(a, b, scale_a, scale_b, out, ref=None):
     return None
 
 
-class _GemmSM90BlockFP8Tuning(_GemmSM90Tuning):
-    name = "gemm_sm90_fp8_block"
+class _ScaledFP8Tuning(_GemmSM90Tuning):
+    """The two scale kinds' common part: fp8 dtypes, inputs with `_scales`, `SCALE` in the trace."""
     dtypes = ("fp8e4m3", "fp8e5m2")
+    SCALE = ""
 
     def source_hash(self) -> str:
         h = hashlib.sha256(super().source_hash().encode())
         h.update(Path(__file__).read_bytes())
         return h.hexdigest()[:16]
 
+    def scale_shapes(self, M: int, N: int, K: int) -> tuple[tuple, tuple]:
+        raise NotImplementedError
+
+    def seed_configs(self):
+        """The 16-bit seeds with fp8's k-step: 128 one-byte elements, the same bytes per stage (what `launch`
+        runs for fp8)."""
+        return [dict(c, BLOCK_K=2 * c["BLOCK_K"]) for c in super().seed_configs()]
+
     def trace(self, config, shape, dtype, arch):
         if str(arch) != "sm90":
             raise GluonError(f"gemm_sm90 runs on sm90 (WGMMA + TMA), not {arch}")
         cfg = self.kernel_config(config, dtype)
         return gemm_sm90.trace(*stand_ins(gluon_dtype(dtype), DType.bf16, splits=self.splits(config, shape)),
-                               arch=arch, num_warps=num_warps(cfg), CFG=cfg, B_KMAJOR=True, SCALE="block")
+                               arch=arch, num_warps=num_warps(cfg), CFG=cfg, B_KMAJOR=True, SCALE=self.SCALE)
 
     def make_inputs(self, shape, dtype, device, seed):
         import torch
@@ -83,12 +95,46 @@ class _GemmSM90BlockFP8Tuning(_GemmSM90Tuning):
         dt = torch_dtype(dtype)
         a = torch.randn(M, K, device=device, generator=g, dtype=torch.float32).to(dt)
         b = torch.randn(N, K, device=device, generator=g, dtype=torch.float32).to(dt)
-        sa_shape, sb_shape = block_scale_shapes(M, N, K)
+        sa_shape, sb_shape = self.scale_shapes(M, N, K)
         sa = torch.rand(sa_shape, device=device, generator=g) * 2 + 0.25
         sb = torch.rand(sb_shape, device=device, generator=g) * 2 + 0.25
         return {"a": a, "b": b, "scale_a": sa, "scale_b": sb,
                 "out": torch.empty(M, N, device=device, dtype=torch.bfloat16),
                 "base_out": torch.empty(M, N, device=device, dtype=torch.bfloat16)}
+
+    def call(self, config, a, b, out=None, scale_a=None, scale_b=None):
+        """c = (scale_a a) @ (scale_b b).T in bf16: b [N, K] (nn.Linear's weight), the scales fp32 of
+        `scale_shapes`. `out` is written when given."""
+        if scale_a is None or scale_b is None:
+            sa_shape, sb_shape = self.scale_shapes(a.shape[0], b.shape[0], a.shape[1])
+            raise GluonError(f"{self.name} takes scale_a= ({list(sa_shape)} fp32) and scale_b= ({list(sb_shape)} fp32)")
+        return super().call(config, a, b, out=out, scale_a=scale_a, scale_b=scale_b)
+
+
+class _RowColFP8Tuning(_ScaledFP8Tuning):
+    name = "gemm_sm90_fp8_rowcol"
+    SCALE = "rowcol"
+
+    def scale_shapes(self, M, N, K):
+        return (M,), (N,)
+
+    def reference(self, inputs):
+        a, b = inputs["a"], inputs["b"]
+        return (a.double() * inputs["scale_a"].double()[:, None]) @ (b.double() * inputs["scale_b"].double()[:, None]).T
+
+    def baseline(self, inputs):
+        import torch
+        a, b, o = inputs["a"], inputs["b"], inputs["base_out"]
+        sa, sb = inputs["scale_a"].reshape(-1, 1), inputs["scale_b"].reshape(1, -1)
+        return lambda: torch._scaled_mm(a, b.t(), scale_a=sa, scale_b=sb, out_dtype=torch.bfloat16, out=o)
+
+
+class _BlockFP8Tuning(_ScaledFP8Tuning):
+    name = "gemm_sm90_fp8_block"
+    SCALE = "block"
+
+    def scale_shapes(self, M, N, K):
+        return block_scale_shapes(M, N, K)
 
     def reference(self, inputs):
         return dequantized(inputs["a"], inputs["b"], inputs["scale_a"], inputs["scale_b"])
@@ -112,15 +158,6 @@ class _GemmSM90BlockFP8Tuning(_GemmSM90Tuning):
                    CLUSTER_M=1, CONSUMER_WARPS=8, PRODUCER_WARPS=1, K_ZIGZAG=True)
         return [cfg, dict(cfg, K_ZIGZAG=False)]
 
-    def call(self, config, a, b, out=None, scale_a=None, scale_b=None):
-        """c = (scale_a a) @ (scale_b b).T in bf16: b [N, K] (nn.Linear's weight), scale_a [M, ceil(K/128)],
-        scale_b [ceil(N/128), ceil(K/128)] fp32. `out` is written when given."""
-        if scale_a is None or scale_b is None:
-            M, K = a.shape
-            sa_shape, sb_shape = block_scale_shapes(M, b.shape[0], K)
-            raise GluonError(f"gemm_sm90_fp8_block takes scale_a= ({list(sa_shape)} fp32) and scale_b= "
-                             f"({list(sb_shape)} fp32)")
-        return super().call(config, a, b, out=out, scale_a=scale_a, scale_b=scale_b)
 
-
-TUNING = _GemmSM90BlockFP8Tuning()
+ROWCOL = _RowColFP8Tuning()
+BLOCK = _BlockFP8Tuning()

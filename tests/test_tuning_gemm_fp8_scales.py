@@ -1,8 +1,9 @@
-"""fp8 with block scales in the tuner (gluon/tuning/templates/gemm_sm90_fp8_block.py, specs/gemm_sm90_fp8_block.toml):
-the spec loads and names the template, its configs trace as the block-scaled launch specializes them, a config
-the block path cannot run is pruned with the kernel's reason, the seeds are in the space, and the adapter's
-whole GPU path (inputs, run, reference, check, the loaded callable) runs on CPU tensors in the interpreter
-against the fp64 dequantized product. GPU timing: `gluon tune` on the H200."""
+"""fp8 with per-row/column and with block scales in the tuner (gluon/tuning/templates/gemm_sm90_fp8_scales.py,
+specs/gemm_sm90_fp8_rowcol.toml and specs/gemm_sm90_fp8_block.toml): the specs load and name their templates,
+their configs trace as the scaled launch specializes them, a config the block path cannot run is pruned with
+the kernel's reason, the seeds are in the spaces, and each adapter's whole GPU path (inputs, run, reference,
+check, the loaded callable) runs on CPU tensors in the interpreter against the fp64 dequantized product. GPU
+timing: `gluon tune` on the H200."""
 from pathlib import Path
 
 import pytest
@@ -11,7 +12,8 @@ torch = pytest.importorskip("torch")
 
 from gluon import GluonError  # noqa: E402
 from gluon.tuning.spec import load_spec, resolve_template  # noqa: E402
-from gluon.tuning.templates.gemm_sm90_fp8_block import TUNING as T  # noqa: E402
+from gluon.tuning.templates.gemm_sm90_fp8_scales import BLOCK as T  # noqa: E402
+from gluon.tuning.templates.gemm_sm90_fp8_scales import ROWCOL  # noqa: E402
 
 SPECS = Path(__file__).resolve().parent.parent / "specs"
 CFG = dict(BLOCK_M=128, BLOCK_N=128, BLOCK_K=128, STAGES=3, CONSUMER_WARPS=8, PRODUCER_WARPS=1, EPILOGUE="tma",
@@ -56,3 +58,26 @@ def test_a_call_without_scales_names_their_shapes(interpret_env):
     inp = T.make_inputs((128, 256, 300), "fp8e4m3", "cpu", 0)
     with pytest.raises(GluonError, match=r"scale_a= \(\[128, 3\] fp32\) and scale_b= \(\[2, 3\] fp32\)"):
         T.call(CFG, inp["a"], inp["b"])
+
+
+def test_the_rowcol_spec_loads_its_seeds_are_in_the_space_and_it_traces_rowcol():
+    spec = load_spec(SPECS / "gemm_sm90_fp8_rowcol.toml")
+    assert spec.name == "gemm_sm90_fp8_rowcol" and resolve_template(spec) is ROWCOL
+    configs = list(spec.space.grid())
+    seeds = [{k: s[k] for k in spec.space.params} for s in ROWCOL.seed_configs()]
+    assert seeds and all(s in configs for s in seeds)
+    k = ROWCOL.trace(dict(CFG, BLOCK_N=256), (4096, 4096, 4096), "fp8e4m3", "sm90").kernel
+    assert k.constexprs["SCALE"] == "rowcol"
+
+
+def test_the_rowcol_adapter_runs_in_the_interpreter_against_fp64(interpret_env):
+    inp = ROWCOL.make_inputs((256, 200, 384), "fp8e5m2", "cpu", 4)
+    assert inp["scale_a"].shape == (256,) and inp["scale_b"].shape == (200,)
+    ROWCOL.poison(inp)
+    ROWCOL.run(inp, CFG)
+    ok, err, why = ROWCOL.check(ROWCOL.output(inp), ROWCOL.reference(inp), 1e-2, 0.0)
+    assert ok, why
+    swapped = dict(inp, scale_a=inp["scale_a"].flip(0))               # another row's scale fails the check
+    assert not ROWCOL.check(ROWCOL.output(inp), ROWCOL.reference(swapped), 1e-2, 0.0)[0]
+    with pytest.raises(GluonError, match=r"scale_a= \(\[256\] fp32\) and scale_b= \(\[200\] fp32\)"):
+        ROWCOL.call(CFG, inp["a"], inp["b"])
