@@ -7,6 +7,7 @@ pytestmark = pytest.mark.gpu
 torch = pytest.importorskip("torch")
 
 from gluon.kernels.gemm_sm90 import launch  # noqa: E402
+from gluon.tuning.templates.gemm_sm90_fp8_scales import dequantized  # noqa: E402
 
 
 def _case(M, N, K, dtype, seed):
@@ -16,9 +17,7 @@ def _case(M, N, K, dtype, seed):
     KB, NB = -(-K // 128), -(-N // 128)
     sa = torch.rand(M, KB, device="cuda", generator=g) + 0.25
     sb = torch.rand(NB, KB, device="cuda", generator=g) + 0.25
-    sa_full = sa.double().repeat_interleave(128, dim=1)[:, :K]
-    sb_full = sb.double().repeat_interleave(128, dim=0)[:N].repeat_interleave(128, dim=1)[:, :K]
-    return a, b, sa, sb, (a.double() * sa_full) @ (b.double() * sb_full).T
+    return a, b, sa, sb, dequantized(a, b, sa, sb)
 
 
 @pytest.mark.parametrize("M,N,K,kw", [(4096, 4096, 4096, {}), (1000, 3000, 784, {}), (333, 1000, 4224, {}),

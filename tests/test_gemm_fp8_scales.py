@@ -8,21 +8,13 @@ torch = pytest.importorskip("torch")
 
 from gluon.ir import GluonError  # noqa: E402
 from gluon.kernels.gemm_sm90 import launch  # noqa: E402
+from gluon.tuning.templates.gemm_sm90_fp8_scales import dequantized  # noqa: E402
 
 NAN = float("nan")
 
 
 def _fp8(*shape, dtype=torch.float8_e4m3fn):
     return (torch.randn(*shape) * 2).to(dtype)
-
-
-def _block_ref(a, b, sa, sb):
-    """(sa * A) @ (sb * B)^T with sa per (row, 128 of K) and sb per (128 of N, 128 of K), in fp64."""
-    M, K = a.shape
-    N = b.shape[0]
-    sa_full = sa.double().repeat_interleave(128, dim=1)[:, :K]
-    sb_full = sb.double().repeat_interleave(128, dim=0)[:N].repeat_interleave(128, dim=1)[:, :K]
-    return (a.double() * sa_full) @ (b.double() * sb_full).T
 
 
 @pytest.mark.parametrize("M,N,K,kw", [(200, 136, 320, {}), (64, 256, 384, {}), (130, 200, 128, dict(splits=1)),
@@ -36,7 +28,7 @@ def test_block_scales_match_the_dequantized_product(interpret_env, M, N, K, kw, 
     sb = torch.rand(NB, KB) * 2 + 0.25
     c = torch.full((M, N), NAN).bfloat16()
     launch(a, b, c, b_kmajor=True, scale_a=sa, scale_b=sb, **kw)
-    ref = _block_ref(a, b, sa, sb)
+    ref = dequantized(a, b, sa, sb)
     torch.testing.assert_close(c.double(), ref, rtol=1e-2, atol=1e-2 * ref.abs().max().item())
     # the same scales applied per tensor would be far off: the blocks are really used
     flat = (a.double() * sa.mean().double()) @ (b.double() * sb.mean().double()).T
@@ -86,5 +78,5 @@ def test_block_scales_follow_k_zigzag(interpret_env):
         launch(a, b, c, b_kmajor=True, scale_a=sa, scale_b=sb, config=cfg)
     finally:
         host.device_sms = real
-    ref = _block_ref(a, b, sa, sb)
+    ref = dequantized(a, b, sa, sb)
     torch.testing.assert_close(c.double(), ref, rtol=1e-2, atol=1e-2 * ref.abs().max().item())

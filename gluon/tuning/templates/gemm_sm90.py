@@ -131,10 +131,16 @@ class _GemmSM90Tuning(TuningTemplate):
             return {"a": a, "b": b, "out": torch.empty(M, N, device=device, dtype=dt),
                     "base_out": torch.empty(M, N, device=device, dtype=dt)}
         b = torch.randn(N, K, device=device, generator=g, dtype=torch.float32).to(dt)    # K-major
-        sa, sb = (torch.tensor([s], device=device, dtype=torch.float32) for s in FP8_SCALES)
+        sa, sb = self.fp8_scales(M, N, K, device, g)
         return {"a": a, "b": b, "scale_a": sa, "scale_b": sb,
                 "out": torch.empty(M, N, device=device, dtype=torch.bfloat16),
                 "base_out": torch.empty(M, N, device=device, dtype=torch.bfloat16)}
+
+    def fp8_scales(self, M: int, N: int, K: int, device, g) -> tuple:
+        """(scale_a, scale_b) of an fp8 problem: one fp32 element each (FP8_SCALES); the scaled templates'
+        (gemm_sm90_fp8_scales.py) draw theirs from `g`."""
+        import torch
+        return tuple(torch.tensor([s], device=device, dtype=torch.float32) for s in FP8_SCALES)
 
     def run(self, inputs, config, kernel=None):
         """One launch; `kernel` (the binary the tuner's pool built from `trace`) is launched as it is."""

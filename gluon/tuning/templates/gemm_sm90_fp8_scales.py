@@ -22,7 +22,7 @@ from pathlib import Path
 from gluon.dtypes import DType
 from gluon.ir import GluonError
 from gluon.kernels.gemm_sm90 import DEFAULT_CONFIG, gemm_sm90, num_warps, stand_ins
-from gluon.tuning.template import gluon_dtype, torch_dtype
+from gluon.tuning.template import gluon_dtype
 
 from .gemm_sm90 import _GemmSM90Tuning
 
@@ -63,7 +63,8 @@ def scaled_mm_blockwise(a, b, scale_a, scale_b, out, ref=None):
 
 
 class _ScaledFP8Tuning(_GemmSM90Tuning):
-    """The two scale kinds' common part: fp8 dtypes, inputs with `_scales`, `SCALE` in the trace."""
+    """The two scale kinds' common part: fp8 dtypes, the inputs' scales of `scale_shapes`, `SCALE` in the
+    trace."""
     dtypes = ("fp8e4m3", "fp8e5m2")
     SCALE = ""
 
@@ -87,20 +88,11 @@ class _ScaledFP8Tuning(_GemmSM90Tuning):
         return gemm_sm90.trace(*stand_ins(gluon_dtype(dtype), DType.bf16, splits=self.splits(config, shape)),
                                arch=arch, num_warps=num_warps(cfg), CFG=cfg, B_KMAJOR=True, SCALE=self.SCALE)
 
-    def make_inputs(self, shape, dtype, device, seed):
+    def fp8_scales(self, M, N, K, device, g):
         import torch
-        M, N, K = shape
-        g = torch.Generator(device=device)
-        g.manual_seed(int(seed))
-        dt = torch_dtype(dtype)
-        a = torch.randn(M, K, device=device, generator=g, dtype=torch.float32).to(dt)
-        b = torch.randn(N, K, device=device, generator=g, dtype=torch.float32).to(dt)
         sa_shape, sb_shape = self.scale_shapes(M, N, K)
-        sa = torch.rand(sa_shape, device=device, generator=g) * 2 + 0.25
-        sb = torch.rand(sb_shape, device=device, generator=g) * 2 + 0.25
-        return {"a": a, "b": b, "scale_a": sa, "scale_b": sb,
-                "out": torch.empty(M, N, device=device, dtype=torch.bfloat16),
-                "base_out": torch.empty(M, N, device=device, dtype=torch.bfloat16)}
+        return (torch.rand(sa_shape, device=device, generator=g) * 2 + 0.25,
+                torch.rand(sb_shape, device=device, generator=g) * 2 + 0.25)
 
     def call(self, config, a, b, out=None, scale_a=None, scale_b=None):
         """c = (scale_a a) @ (scale_b b).T in bf16: b [N, K] (nn.Linear's weight), the scales fp32 of
