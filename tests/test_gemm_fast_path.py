@@ -115,3 +115,17 @@ def test_the_fast_path_keeps_at_most_its_bound(backend, monkeypatch):
     for n in (128, 256, 384, 512, 640):
         g.launch(*_operands(n, 256, 256))
     assert len(g._FAST) == 3
+
+
+def test_a_prepared_launch_is_not_taken_once_the_interpreter_is_on(backend):
+    from gluon.interpret import set_enabled
+    a, b, c = _operands(256, 256, 128)
+    g.launch(a, b, c)
+    assert len(g._FAST) == 1 and len(backend.calls) == 1
+    was = set_enabled(True)
+    try:
+        g.launch(a, b, c)                                 # interpreted: computes C on the CPU, launches nothing
+    finally:
+        set_enabled(was)
+    assert len(backend.calls) == 1
+    torch.testing.assert_close(c.double(), a.double() @ b.double(), rtol=1e-2, atol=1e-1)

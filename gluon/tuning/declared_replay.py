@@ -10,6 +10,8 @@ the replay launches; a later input that is not gets the full path).
 """
 from __future__ import annotations
 
+from ..jit import _interpret_enabled
+
 REPLAYS_MAX = 256
 
 
@@ -52,7 +54,10 @@ class Replay:
         self.launch, self.outputs, self.single = launch, outputs, len(outputs) == 1
 
     def __call__(self, args: tuple):
-        """The outputs, launched, or None where an input's address breaks the alignment the launch assumes."""
+        """The outputs, launched, or None where an input's address breaks the alignment the launch assumes or
+        the interpreter is on (a replay is made on the GPU only)."""
+        if _interpret_enabled():
+            return None
         first = args[0]
         outs = [make(first) if extents is None else make(first, extents, dtype=dt) for make, extents, dt in self.outputs]
         ptrs = [a.data_ptr() for a in args]
@@ -73,7 +78,6 @@ def make_replay(launched, inputs: dict, runtime: list, input_names: tuple, outpu
     """The Replay of a call just launched (`launched`: the kernel run() launched, its grid and arguments), or
     None where a repeat could differ in more than addresses (a kernel whose arguments need binding,
     scalars the caller gave, a tensor not 16-byte aligned)."""
-    from ..jit import _interpret_enabled
     kernel, grid, args = launched
     prepare = getattr(kernel, "prepare", None)          # a Launcher (a CompiledKernel binds its arguments first)
     if prepare is None or "@given" in inputs or _interpret_enabled() or not input_names:

@@ -175,7 +175,7 @@ def attention(q, k, v, causal: bool = False, scale: float | None = None, config:
         else None
     if fast_key is not None:
         fp = _FAST.get(fast_key)
-        if fp is not None:
+        if fp is not None and not interpreting():     # (one made on the GPU is not taken once the interpreter is on)
             got = _fast_call(fp, q, k, v)
             if got is not None:
                 return got

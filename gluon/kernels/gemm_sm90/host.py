@@ -80,8 +80,8 @@ def launch(a, b, c, config: GemmConfig | Mapping | None = None, b_kmajor: bool =
     fast_key = _fast_key(a, b, c, config, b_kmajor, splits, compiled, scale_a, scale_b)
     if fast_key is not None:
         fast = _FAST.get(fast_key)
-        if fast is not None and _fast_launch(fast, a, b, c, scale_a, scale_b, fast_key[-1]):
-            return c
+        if fast is not None and not interpreting() and _fast_launch(fast, a, b, c, scale_a, scale_b, fast_key[-1]):
+            return c                # (one made on the GPU is not taken once the interpreter is on)
     scale = "none" if scale_a is None and scale_b is None else _scale_mode(a, b, c, scale_a, scale_b)
     if a.element_size() == 1 and not b_kmajor:
         raise GluonError("gemm: 8-bit inputs need B K-major: pass b as [N, K] rows (nn.Linear's weight) with "
