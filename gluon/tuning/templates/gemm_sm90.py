@@ -165,13 +165,16 @@ class _GemmSM90Tuning(TuningTemplate):
     def seed_configs(self):
         """What choose_config runs where programs have several tiles (DEFAULT_CONFIG with SPLIT_WGS and
         K_ZIGZAG: 1.01-1.04x cuBLAS at 4096^3-8192^3 on the H200, docs/PERF.md), then without K_ZIGZAG,
-        then the cooperative form, in the spec's names."""
+        then the cooperative form, in the spec's names; then the same with fp8's k-step (128 one-byte
+        elements, what `launch` runs for fp8 inputs). A spec's study takes those in its space (a 16-bit spec
+        the first three, an fp8 one the last three)."""
         d = DEFAULT_CONFIG
         cfg = dict(BLOCK_M=d.BLOCK_M, BLOCK_N=d.BLOCK_N, BLOCK_K=d.BLOCK_K, STAGES=d.STAGES, GROUP_M=d.GROUP_M,
                    PRODUCER_REGS=d.PRODUCER_REGS, SWIZZLE=d.SWIZZLE, EPILOGUE="tma", SPLIT_WGS=d.SPLIT_WGS,
                    CONSUMER_REGS=d.CONSUMER_REGS, CLUSTER_M=d.CLUSTER_M, CONSUMER_WARPS=4 * d.CONSUMER_WGS,
                    PRODUCER_WARPS=1, K_ZIGZAG=False)
-        return [dict(cfg, SPLIT_WGS=True, K_ZIGZAG=True), dict(cfg, SPLIT_WGS=True), cfg]
+        sixteen = [dict(cfg, SPLIT_WGS=True, K_ZIGZAG=True), dict(cfg, SPLIT_WGS=True), cfg]
+        return sixteen + [dict(c, BLOCK_K=2 * c["BLOCK_K"]) for c in sixteen]
 
     def shape_of(self, a, b, out=None, scale_a=None, scale_b=None):
         return (a.shape[0], b.shape[0] if a.element_size() == 1 else b.shape[1], a.shape[1])
