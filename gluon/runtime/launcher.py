@@ -221,9 +221,20 @@ class Launcher:
         flat, pending, dev, g = self._validate(grid, args, {})
         dev = self._resolve(dev, pending, flat)
         starts = self._flat_starts(args)
-        slots = [(starts[i], self._plans[i], len(args[i].shape) if self._plans[i].kind == _DESC else 0,
-                  1 if getattr(args[i], "padding", "zero") == "nan" else 0) for i in addressed]
-        return PreparedLaunch(self, g, dev, flat, slots, keep)
+        slots = []
+        for i in addressed:
+            p, pos = self._plans[i], starts[i]
+            if p.kind == _DESC:                 # the descriptor cache's key but for the address
+                rank = len(args[i].shape)
+                padding = 1 if getattr(args[i], "padding", "zero") == "nan" else 0
+                tail = (tuple(flat[pos + 1: pos + 1 + rank]), tuple(flat[pos + 1 + rank: pos + 1 + 2 * rank]), padding,
+                        p.desc_kind)
+                slots.append((pos, True, p, tail))
+            elif p.kind == _PTR:
+                slots.append((pos, p.div16, p, None))
+            else:
+                raise ValueError(f"argument '{p.name}' is a scalar: only pointers and descriptors take addresses")
+        return PreparedLaunch(self, g, dev, flat, tuple(slots), keep)
 
     def _flat_starts(self, args) -> list[int]:
         """Where each (validated) argument starts in the flat launch list: a descriptor takes its
