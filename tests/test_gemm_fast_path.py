@@ -129,3 +129,22 @@ def test_a_prepared_launch_is_not_taken_once_the_interpreter_is_on(backend):
         set_enabled(was)
     assert len(backend.calls) == 1
     torch.testing.assert_close(c.double(), a.double() @ b.double(), rtol=1e-2, atol=1e-1)
+
+
+def test_a_scale_off_its_specialized_alignment_takes_the_full_path(backend):
+    """fp8 per-row/column scales: the binary assumes 16-byte aligned scale pointers; a repeat with a scale 4 bytes
+    off is refused by the prepared launch and the full path reports it (before, the call returned having
+    launched nothing)."""
+    from gluon.runtime import LaunchError
+    M, N, K = 256, 256, 128
+    a = (torch.randn(M, K) * 2).to(torch.float8_e4m3fn)
+    b = (torch.randn(N, K) * 2).to(torch.float8_e4m3fn)
+    c = torch.empty(M, N, dtype=torch.bfloat16)
+    sa, sb = torch.rand(M) + 0.5, torch.rand(N) + 0.5
+    g.launch(a, b, c, b_kmajor=True, scale_a=sa, scale_b=sb)
+    assert len(g._FAST) == 1 and len(backend.calls) == 1
+    odd = torch.empty(M + 1)[1:]                                    # 4 bytes past a 16-byte boundary
+    odd.copy_(sa)
+    with pytest.raises(LaunchError, match="'SA'.*not 16-byte aligned"):
+        g.launch(a, b, c, b_kmajor=True, scale_a=odd, scale_b=sb)
+    assert len(backend.calls) == 1

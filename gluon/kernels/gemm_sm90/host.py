@@ -166,14 +166,14 @@ def _fast_key(a, b, c, config, b_kmajor, splits, compiled, scale_a, scale_b) -> 
 
 
 def _fast_launch(fast: tuple, a, b, c, scale_a, scale_b, stream) -> bool:
-    """A repeat of a call `_remember` kept: its launches with the new addresses (False if one cannot
-    take them: an address that lost the 16-byte alignment TMA needs; the full path pads then)."""
+    """A repeat of a call `_remember` kept: its launches with the new addresses (False, nothing launched,
+    if the GEMM's cannot take them: an operand off the 16-byte alignment TMA needs, which the full path
+    pads, or a scale off the 16-byte alignment the binary assumes, which the full path reports)."""
     main, reduce, _compiled = fast
     ptrs = (a.data_ptr(), b.data_ptr(), c.data_ptr()) if scale_a is None else \
         (a.data_ptr(), b.data_ptr(), c.data_ptr(), scale_a.data_ptr(), scale_b.data_ptr())
-    if (ptrs[0] | ptrs[1] | ptrs[2]) & 15:
+    if not main(ptrs, stream):          # an address off the alignment the launch relies on: nothing ran
         return False
-    main(ptrs, stream)
     if reduce is not None:
         reduce((ptrs[2],), stream)
     return True
