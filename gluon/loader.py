@@ -16,7 +16,7 @@ import warnings
 from pathlib import Path
 
 from .tuning.build import MANIFEST, BuildError
-from .tuning.declared_replay import REPLAYS_MAX, call_key
+from .tuning.declared_replay import Replays, call_key
 
 
 def _manifest_path(name_or_path: str | Path, root: str | Path) -> Path:
@@ -66,7 +66,7 @@ class LoadedKernel:
         for e in self.entries:
             _install(base / e["artifacts"], e["cache_key"])
         self._choice: dict = {}
-        self._replays: dict = {}                 # call_key of a call -> the replay of its launch
+        self._replays = Replays()                # by call_key: the replays of calls seen before
 
     def bucket(self, shape: tuple, dtype: str) -> dict:
         """The manifest entry a call of `shape` and `dtype` runs: the nearest built bucket of that dtype that
@@ -107,18 +107,15 @@ class LoadedKernel:
             # the first one chose (gluon/tuning/declared_replay.py)
             key = call_key(args) if not kwargs else None
             if key is not None:
-                replay = self._replays.get(key)
-                if replay is not None:
-                    out = replay(args)
-                    if out is not None:
-                        return out
+                out = self._replays.run(key, args)
+                if out is not None:
+                    return out
             prepared = prepare(*args, **kwargs)
             config = self.bucket(prepared[0], prepared[1])["config"]
             if key is None:
                 return self.template.call_prepared(config, prepared)
             out, replay = self.template.call_replayable(config, prepared)
-            if replay is not None and len(self._replays) < REPLAYS_MAX:
-                self._replays[key] = replay
+            self._replays.keep(key, replay)
             return out
         shape = tuple(int(d) for d in self.template.shape_of(*args, **kwargs))
         e = self.bucket(shape, self.template.dtype_of(*args, **kwargs))

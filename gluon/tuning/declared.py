@@ -48,7 +48,7 @@ from .spec_declared import (
     is_function_ref,
     names_of,
 )
-from .declared_replay import REPLAYS_MAX, Replay, call_key, make_replay
+from .declared_replay import Replays, call_key, make_replay
 from .template import H200_SMS, TuningTemplate, dtype_name, load_template_ref
 from .torch_expr import TorchExpr
 
@@ -120,7 +120,7 @@ class DeclaredTemplate(TuningTemplate):
         self._static_scalars = {a.name for a in decl.args if isinstance(a, ScalarDecl) and _uses_only(a.value, self._static)}
         self._dtype_names: dict = {}
         self._call_plans: dict[tuple, tuple] = {}
-        self._replays: dict[tuple, Replay] = {}
+        self._replays = Replays()
 
     @classmethod
     def from_manifest(cls, manifest: dict) -> "DeclaredTemplate":
@@ -467,19 +467,16 @@ class DeclaredTemplate(TuningTemplate):
             if tensors is not None:
                 key = (tuple(config.items()), tensors)
                 try:
-                    replay = self._replays.get(key)
+                    out = self._replays.run(key, args)
                 except TypeError:                   # a config value that does not hash: no replay
-                    key = replay = None
-                if replay is not None:
-                    out = replay(args)
-                    if out is not None:
-                        return out
+                    key = out = None
+                if out is not None:
+                    return out
         prepared = self.prepare(*args, **kwargs)
         if key is None:
             return self.call_prepared(config, prepared)
         out, replay = self.call_replayable(config, prepared)
-        if replay is not None and len(self._replays) < REPLAYS_MAX:
-            self._replays[key] = replay
+        self._replays.keep(key, replay)
         return out
 
     def call_replayable(self, config: dict, prepared: tuple):

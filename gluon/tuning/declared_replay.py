@@ -74,6 +74,27 @@ def _allocator(zeroed: bool, extents: tuple, dtype, first) -> tuple:
     return (torch.Tensor.new_zeros if zeroed else torch.Tensor.new_empty), extents, dtype
 
 
+class Replays:
+    """The replays of calls seen before, by the caller's key of a call: at most REPLAYS_MAX (then no more are
+    kept; the full path serves the rest)."""
+
+    def __init__(self):
+        self._kept: dict = {}
+
+    def __len__(self) -> int:
+        return len(self._kept)
+
+    def run(self, key, args: tuple):
+        """The outputs of the replay kept for `key`, or None: none kept, or it cannot take these tensors.
+        A key that does not hash raises TypeError."""
+        replay = self._kept.get(key)
+        return replay(args) if replay is not None else None
+
+    def keep(self, key, replay: Replay | None) -> None:
+        if replay is not None and len(self._kept) < REPLAYS_MAX:
+            self._kept[key] = replay
+
+
 def make_replay(launched, inputs: dict, runtime: list, input_names: tuple, outputs: tuple) -> Replay | None:
     """The Replay of a call just launched (`launched`: the kernel run() launched, its grid and arguments), or
     None where a repeat could differ in more than addresses (a kernel whose arguments need binding,

@@ -93,9 +93,7 @@ def launch(a, b, c, config: GemmConfig | Mapping | None = None, b_kmajor: bool =
             stream = fast_key[-1] if fast_key is not None else _stream_of(a)
             pad = pad_plan(a, b, c, scale_b, stream)
             if fast_key is not None:
-                if len(_PADS) >= _FAST_MAX:
-                    _PADS.pop(next(iter(_PADS)))
-                _PADS[fast_key] = pad
+                _keep(_PADS, fast_key, pad)
         return pad.launch(launch, a, b, c, scale_b, config=config, b_kmajor=b_kmajor, splits=splits,
                           compiled=compiled, scale_a=scale_a)
     M, N = c.shape
@@ -195,9 +193,14 @@ def _remember(key: tuple, ck, grid, la, reduce, args, compiled) -> None:
         if not rck.takes_args_as_given(len(rargs)):
             return
         second = rck.launcher.prepare(bound.grid, rargs, (0,), (rargs[1],))
-    if len(_FAST) >= _FAST_MAX:
-        _FAST.pop(next(iter(_FAST)))
-    _FAST[key] = (main, second, compiled)
+    _keep(_FAST, key, (main, second, compiled))
+
+
+def _keep(cache: dict, key, value) -> None:
+    """cache[key] = value, the oldest entry going past _FAST_MAX."""
+    if len(cache) >= _FAST_MAX:
+        cache.pop(next(iter(cache)))
+    cache[key] = value
 
 
 def _scale_mode(a, b, c, scale_a, scale_b) -> str:
