@@ -53,6 +53,8 @@ class _GemmSM90Tuning(TuningTemplate):
               "CONSUMER_REGS", "PRODUCER_WARPS", "PRODUCER_REGS", "CONSUMER_WGS", "SPLIT_K", "SPLIT_WGS", "CLUSTER_M",
               "EARLY_LOADS", "LEAN_PROLOGUE", "K_ZIGZAG", "SWAP_AB", "SPLITK_FIXUP")
 
+    SCALE = "tensor"                # the fp8 problems' scale kind (gemm_sm90_fp8_scales.py has the others)
+
     def __init__(self):
         self._runs: dict[tuple, tuple[GemmConfig, int | None]] = {}      # run(): (config, dtype) -> launch args
 
@@ -105,7 +107,7 @@ class _GemmSM90Tuning(TuningTemplate):
         S = self.splits(config, shape)
         if _fp8(dtype):
             return gemm_sm90.trace(*stand_ins(gluon_dtype(dtype), DType.bf16, splits=S), arch=arch,
-                                   num_warps=num_warps(cfg), CFG=cfg, B_KMAJOR=True, SCALE="tensor")
+                                   num_warps=num_warps(cfg), CFG=cfg, B_KMAJOR=True, SCALE=self.SCALE)
         return gemm_sm90.trace(*stand_ins(gluon_dtype(dtype), splits=S), arch=arch, num_warps=num_warps(cfg),
                                CFG=cfg, B_KMAJOR=False)
 

@@ -19,10 +19,8 @@ from __future__ import annotations
 import hashlib
 from pathlib import Path
 
-from gluon.dtypes import DType
 from gluon.ir import GluonError
-from gluon.kernels.gemm_sm90 import DEFAULT_CONFIG, gemm_sm90, num_warps, stand_ins
-from gluon.tuning.template import gluon_dtype
+from gluon.kernels.gemm_sm90 import DEFAULT_CONFIG
 
 from .gemm_sm90 import _GemmSM90Tuning
 
@@ -63,10 +61,9 @@ def scaled_mm_blockwise(a, b, scale_a, scale_b, out, ref=None):
 
 
 class _ScaledFP8Tuning(_GemmSM90Tuning):
-    """The two scale kinds' common part: fp8 dtypes, the inputs' scales of `scale_shapes`, `SCALE` in the
-    trace."""
+    """The two scale kinds' common part: fp8 dtypes, the inputs' scales of `scale_shapes` (the trace takes
+    the subclass's SCALE)."""
     dtypes = ("fp8e4m3", "fp8e5m2")
-    SCALE = ""
 
     def source_hash(self) -> str:
         h = hashlib.sha256(super().source_hash().encode())
@@ -79,13 +76,6 @@ class _ScaledFP8Tuning(_GemmSM90Tuning):
     def seed_configs(self):
         """The GEMM's seeds with fp8's k-step (its last three)."""
         return super().seed_configs()[3:]
-
-    def trace(self, config, shape, dtype, arch):
-        if str(arch) != "sm90":
-            raise GluonError(f"gemm_sm90 runs on sm90 (WGMMA + TMA), not {arch}")
-        cfg = self.kernel_config(config, dtype)
-        return gemm_sm90.trace(*stand_ins(gluon_dtype(dtype), DType.bf16, splits=self.splits(config, shape)),
-                               arch=arch, num_warps=num_warps(cfg), CFG=cfg, B_KMAJOR=True, SCALE=self.SCALE)
 
     def fp8_scales(self, M, N, K, device, g):
         import torch
