@@ -113,12 +113,9 @@ def check(n: int, dtype, device: str = "cuda"):
 
 
 def main() -> int:
-    try:
+    from example_cli import gpu_present, interpreted_cases      # here, not at the top: the file also loads by path
+    if gpu_present():
         import torch
-        has_gpu = torch.cuda.is_available()
-    except ImportError:
-        has_gpu = False
-    if has_gpu:
         import triton.testing
         for n in (1 << 26, (1 << 26) + 3, 1 << 20, 1000):
             for dtype in (torch.float16, torch.bfloat16, torch.float32):
@@ -139,7 +136,6 @@ def main() -> int:
             mem = {op: k for op, k in sorted(ops.items()) if op.startswith(("LDG.", "STG."))}
             print(f"{dt.name:>4} n%16={'0' if d == 16 else '?'} {cfg}: registers={ck.registers} spills={ck.spills} {mem}")
 
-    from example_cli import interpreted_cases      # here, not at the top: the file also loads by path
     return interpreted_cases(check, [((1000,), "float16"), ((4097,), "bfloat16"),
                                      ((2 * 1024 + 3,), "float32")])
 

@@ -62,6 +62,16 @@ def interpreted(check: Callable[[], int]) -> int:
         set_enabled(was)
 
 
+def gpu_present() -> bool:
+    """Whether torch is installed and sees a CUDA device: an example's choice between its GPU run and its
+    compile-and-interpret fallback."""
+    try:
+        import torch
+    except ImportError:
+        return False
+    return torch.cuda.is_available()
+
+
 def main_for(args, run: Callable[[object], int], describe: Callable[[object], int],
              interpret: Callable[[object, bool], int] | None = None) -> int:
     """`run(args)` on a GPU (unless --compile-only); `interpret(args, True)` with --interpret; else
@@ -69,11 +79,7 @@ def main_for(args, run: Callable[[object], int], describe: Callable[[object], in
     `interpret(args, False)`: a small case checked in the CPU interpreter."""
     if interpret is not None and getattr(args, "interpret", False):
         return interpret(args, True)
-    try:
-        import torch
-        has_gpu = torch.cuda.is_available()
-    except ImportError:
-        has_gpu = False
+    has_gpu = gpu_present()
     if has_gpu and not args.compile_only:
         return run(args)
     check_too = not has_gpu and not args.compile_only and interpret is not None

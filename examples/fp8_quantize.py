@@ -120,12 +120,9 @@ def check_case(m: int, n: int, dtype, device: str = "cuda"):
 
 
 def main() -> int:
-    try:
+    from example_cli import gpu_present, interpreted_cases      # here, not at the top: the file also loads by path
+    if gpu_present():
         import torch
-        has_gpu = torch.cuda.is_available()
-    except ImportError:
-        has_gpu = False
-    if has_gpu:
         import triton.testing
         for (m, n) in ((8192, 4096), (16384, 8192), (4096, 1000), (32768, 1024), (1000, 4095)):
             for dtype in (torch.float16, torch.bfloat16, torch.float32):
@@ -151,7 +148,6 @@ def main() -> int:
     cvt = [ln.strip() for ln in sass.splitlines() if "F2FP" in ln]
     print(f"the fp8 conversions of the last one ({len(cvt)}), e.g.:")
     print("\n".join(cvt[:4]))
-    from example_cli import interpreted_cases      # here, not at the top: the file also loads by path
     return interpreted_cases(check_case, [((37, 1000), "float16"), ((5, 4097), "bfloat16"),
                                           ((9, 300), "float32")])
 

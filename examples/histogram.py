@@ -184,12 +184,9 @@ def check_case(n: int, num_bins: int, dtype, device: str = "cuda"):
 
 
 def main() -> int:
-    try:
+    from example_cli import gpu_present, interpreted_cases      # here, not at the top: the file also loads by path
+    if gpu_present():
         import torch
-        has_gpu = torch.cuda.is_available()
-    except ImportError:
-        has_gpu = False
-    if has_gpu:
         import triton.testing
         for n in (1 << 26, (1 << 24) + 3, 100_001):
             for num_bins in (256, 100, 1000):
@@ -219,7 +216,6 @@ def main() -> int:
                    if op in ops}
             print(f"{dt.name:>4} {num_bins:>4} bins {cfg}: registers={ck.registers} spills={ck.spills} {mem}")
 
-    from example_cli import interpreted_cases      # here, not at the top: the file also loads by path
     bins = {"int32": 100, "float32": 256, "float16": 1000}      # the SASS summary's bin counts
     return interpreted_cases(lambda n, dtype, device: check_case(n, bins[str(dtype).removeprefix("torch.")], dtype,
                                                                  device),

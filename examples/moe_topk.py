@@ -153,12 +153,9 @@ TOP_K = {8: 2, 64: 6, 128: 8, 160: 8, 256: 8}      # the k the script routes to,
 
 
 def main() -> int:
-    try:
+    from example_cli import gpu_present, interpreted_cases      # here, not at the top: the file also loads by path
+    if gpu_present():
         import torch
-        has_gpu = torch.cuda.is_available()
-    except ImportError:
-        has_gpu = False
-    if has_gpu:
         import triton.testing
         for (t, e, k) in ((16384, 8, 2), (16384, 64, 6), (16384, 128, 8), (4096, 160, 8), (65536, 256, 8)):
             for dtype in (torch.float32, torch.bfloat16):
@@ -182,7 +179,6 @@ def main() -> int:
             mem = {op: n for op, n in sorted(ops.items()) if op.startswith(("LDG.", "STG.", "SHFL.", "LDS", "STS"))}
             print(f"{dt.name:>4} E={e:<3} k={k} {cfg}: registers={ck.registers} spills={ck.spills} {mem}")
 
-    from example_cli import interpreted_cases      # here, not at the top: the file also loads by path
     # [tokens, experts] cases, each routed to TOP_K[experts]: one thread a token (8), lanes a token (64, and
     # 160 padded to 256 with -inf)
     return interpreted_cases(lambda t, e, dtype, device: check_case(t, e, TOP_K[e], dtype, device),

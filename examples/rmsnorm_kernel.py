@@ -148,12 +148,9 @@ def check(m: int, n: int, dtype, device: str = "cuda"):
 
 
 def main() -> int:
-    try:
+    from example_cli import gpu_present, interpreted_cases      # here, not at the top: the file also loads by path
+    if gpu_present():
         import torch
-        has_gpu = torch.cuda.is_available()
-    except ImportError:
-        has_gpu = False
-    if has_gpu:
         import triton.testing
         for (m, n) in ((8192, 4096), (16384, 8192), (4096, 1000), (32768, 1024), (1000, 4095)):
             for dtype in (torch.float16, torch.bfloat16, torch.float32):
@@ -176,7 +173,6 @@ def main() -> int:
             mem = {op: k for op, k in sorted(ops.items()) if op.startswith(("LDG.", "STG."))}
             print(f"{dt.name:>4} N={n_cols:<5} {cfg}: registers={ck.registers} spills={ck.spills} {mem}")
 
-    from example_cli import interpreted_cases      # here, not at the top: the file also loads by path
     return interpreted_cases(check, [((37, 1000), "float16"), ((5, 4097), "bfloat16"),
                                      ((9, 300), "float32")])
 

@@ -162,12 +162,9 @@ def check_case(m: int, n: int, dtype, device: str = "cuda"):
 
 
 def main() -> int:
-    try:
+    from example_cli import gpu_present, interpreted_cases      # here, not at the top: the file also loads by path
+    if gpu_present():
         import torch
-        has_gpu = torch.cuda.is_available()
-    except ImportError:
-        has_gpu = False
-    if has_gpu:
         import triton.testing
         for (m, n) in ((8192, 4096), (4096, 1000), (65536, 128), (1024, 3000), (512, 50000)):
             for dtype in (torch.float16, torch.bfloat16, torch.float32):
@@ -189,7 +186,6 @@ def main() -> int:
             mem = {op: k for op, k in sorted(ops.items()) if op.startswith(("LDG.", "SHFL."))}
             print(f"{dt.name:>4} N={n_cols:<5} {cfg}: registers={ck.registers} spills={ck.spills} {mem}")
 
-    from example_cli import interpreted_cases      # here, not at the top: the file also loads by path
     return interpreted_cases(check_case, [((37, 1000), "float16"), ((5, 5000), "float32"),
                                           ((9, 300), "bfloat16")])
 

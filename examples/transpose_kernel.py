@@ -161,12 +161,9 @@ def check(m: int, n: int, dtype, device: str = "cuda", x=None, **tunables):
 
 
 def main() -> int:
-    try:
+    from example_cli import gpu_present, interpreted_cases      # here, not at the top: the file also loads by path
+    if gpu_present():
         import torch
-        has_gpu = torch.cuda.is_available()
-    except ImportError:
-        has_gpu = False
-    if has_gpu:
         import triton.testing
         for (m, n) in ((8192, 8192), (4096, 1000), (1000, 4096), (3001, 517)):
             for dtype in (torch.float16, torch.float32):
@@ -192,7 +189,6 @@ def main() -> int:
                       f"{cfg['BLOCK_M']}x{cfg['BLOCK_N']}: registers={ck.registers} spills={ck.spills} {verdict} {mem}")
         print(f"     shared layouts: swizzled {shared_layout(16 // dt.bytes, True)}, naive {shared_layout(1, False)}")
 
-    from example_cli import interpreted_cases      # here, not at the top: the file also loads by path
     return interpreted_cases(check, [((37, 1000), "float16"), ((64, 200), "bfloat16"),
                                      ((100, 67), "float32"), ((129, 72), "int32")])
 
