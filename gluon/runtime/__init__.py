@@ -1,8 +1,9 @@
 """Launching compiled kernels: the last stage of the pipeline (``binary + ABI -> launch``).
 
 `Launcher` (launcher.py) turns a Python call into a CUDA launch from a binary and its `gluon.abi`
-KernelABI; `make_tensor_descriptor` / `TensorDescriptor` and the CUtensorMap cache (descriptors.py)
-describe tensors for TMA; cuda.py is the only module that touches the driver. The runtime knows
+KernelABI; `Launcher.prepare` keeps a validated launch to re-issue with new addresses (prepared.py: the
+host functions' eager fast path); `make_tensor_descriptor` / `TensorDescriptor` and the CUtensorMap cache
+(descriptors.py) describe tensors for TMA; cuda.py is the only module that touches the driver. The runtime knows
 nothing of the IR, the DSL, specs or the tuner.
 """
 from ..arch import tma_box_shape
