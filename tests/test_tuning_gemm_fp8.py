@@ -21,6 +21,14 @@ def test_the_fp8_spec_loads_and_names_the_gemm_template():
     assert spec.space.params["BLOCK_K"] == Choice((128, 256))
 
 
+def test_the_fp8_spec_takes_the_seeds_with_fp8s_k_step():
+    """The GEMM's seeds are the three 16-bit ones, then the same with BLOCK_K 128: the fp8 spec's space holds
+    the last three."""
+    spec = load_spec(SPECS / "gemm_sm90_fp8.toml")
+    seeds = T.seed_configs()
+    assert [s for s in seeds if spec.space.check({k: s[k] for k in spec.space.params}) is None] == seeds[3:]
+
+
 def test_an_fp8_trace_is_the_k_major_scaled_kernel_with_a_bf16_output():
     k = T.trace(CFG, (4096, 4096, 4096), "fp8e4m3", "sm90").kernel
     assert k.constexprs["B_KMAJOR"] is True and k.constexprs["SCALE"] == "tensor"
