@@ -5,6 +5,7 @@ sm90, the errors for operand counts Triton would abort the process on, and the t
 GPU (marked): the results against torch (a register swap, packed bf16 conversion, the approximate units),
 the timer and the lane election.
 """
+import numpy as np
 import pytest
 
 import gluon
@@ -146,3 +147,96 @@ def test_on_the_gpu_matches_torch():
     assert torch.allclose(e, torch.exp2(xf), rtol=1e-6 * 8)
     assert torch.allclose(r, 1 / xf, rtol=1e-6 * 4)
     assert torch.equal(h, xf.to(torch.bfloat16))
+
+
+def _run_ptx_lane(lines: list[str], inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Evaluate ex2_mixed's polynomial-lane PTX, instruction by instruction, in numpy fp32 (round to nearest;
+    fma through fp64, exact for fp32 products): the text ptxas gets, not a second copy of its math."""
+    regs = dict(inputs)
+
+    def val(tok: str) -> np.ndarray:
+        tok = tok.strip()
+        if tok.startswith("0f"):
+            return np.full_like(inputs["$in"], np.uint32(int(tok[2:], 16)).view(np.float32))
+        return regs[tok]
+    for line in lines:
+        op, rest = line.rstrip(";").split(None, 1)
+        dst, *srcs = [t.strip() for t in rest.split(",")]
+        a = [val(s) if not s.isdigit() else int(s) for s in srcs]
+        f32 = [np.asarray(x, np.float32) if not isinstance(x, int) else x for x in a]
+        if op == "max.f32":
+            r = np.maximum(f32[0], f32[1])
+        elif op == "add.rn.f32":
+            r = (f32[0] + f32[1]).astype(np.float32)
+        elif op == "sub.rn.f32":
+            r = (f32[0] - f32[1]).astype(np.float32)
+        elif op == "fma.rn.f32":
+            r = (f32[0].astype(np.float64) * f32[1] + f32[2]).astype(np.float32)
+        elif op == "shl.b32":
+            r = (f32[0].view(np.uint32) << np.uint32(a[1])).view(np.float32)
+        elif op == "add.s32":
+            r = (f32[0].view(np.uint32) + f32[1].view(np.uint32)).view(np.float32)
+        else:
+            raise AssertionError(f"unexpected instruction {line!r}")
+        regs[dst] = r
+    return regs
+
+
+@pytest.mark.parametrize("pack,poly", [(4, 1), (2, 1), (8, 1), (4, 2)])
+def test_ex2_mixed_asm_splits_the_lanes_and_its_polynomial_is_within_7_6e_5_of_normal_results(pack, poly):
+    asm = ptx.ex2_mixed_asm(pack, poly)
+    lines = [ln.strip() for ln in asm.split("\n")]
+    assert lines[0] == f"{ptx.EX2_MIXED_MARK} {pack - poly}+{poly}"
+    mufu = [ln for ln in lines if ln.startswith("ex2.approx.ftz.f32")]
+    assert mufu == [f"ex2.approx.ftz.f32 ${i}, ${pack + i};" for i in range(pack - poly)]
+    body = lines[lines.index(".reg .b32 t, j, f, p, e;") + 1:-1]
+    assert len(body) == len(mufu) + 9 * poly
+    lane = body[len(mufu):len(mufu) + 9]                # the first polynomial lane: output pack - poly
+    x = np.concatenate([np.linspace(-125, 0, 400001, dtype=np.float32),
+                        np.float32([-0.0, -1e-30, -0.5, -0.49999997, -124.5, -17.25])])
+    regs = _run_ptx_lane([ln.replace(f"${2 * pack - poly}", "$in") for ln in lane], {"$in": x})
+    got = regs[f"${pack - poly}"].astype(np.float64)
+    want = np.exp2(x.astype(np.float64))
+    assert np.max(np.abs(got - want) / want) < 7.6e-5
+    low = _run_ptx_lane([ln.replace(f"${2 * pack - poly}", "$in") for ln in lane],
+                        {"$in": np.float32([-125.5, -126.5, -127.0, -200.0, -1e30, -np.inf])})
+    assert np.all(low[f"${pack - poly}"] >= 0) and np.all(low[f"${pack - poly}"] < 2.0 ** -125)   # no wrapped exponent
+
+
+def test_ex2_mixed_checks_its_arguments_and_compiles_for_sm90():
+    @gluon.jit
+    def k(x_ptr, PACK: gl.constexpr, POLY: gl.constexpr):
+        offs = gl.arange(0, 512, layout=gl.Layout.blocked([4], [32], [4]))
+        gl.store(x_ptr + offs, ptx.ex2_mixed(gl.load(x_ptr + offs), pack=PACK, poly=POLY))
+    ck = k.compile(PointerArg(gl.float32), PACK=4, POLY=1, arch="sm90", num_warps=4)
+    text = ck.binary.asm["ptx"] if hasattr(ck.binary, "asm") else ck.ptx
+    assert "ex2.approx.ftz.f32" in text and "0f3D61F9AE" in text and "shl.b32" in text
+    with pytest.raises(GluonError, match=r"ex2_mixed: pack=4, poly=5"):
+        k.trace(PointerArg(gl.float32), PACK=4, POLY=5, arch="sm90", num_warps=4)
+
+
+@gluon.jit
+def ex2_mixed_kernel(x_ptr, out_ptr, n, PACK: gl.constexpr, POLY: gl.constexpr, BLOCK: gl.constexpr):
+    layout = gl.Layout.blocked([8], [32], [4])
+    offs = gl.program_id(0) * BLOCK + gl.arange(0, BLOCK, layout=layout)
+    m = offs < n
+    gl.store(out_ptr + offs, ptx.ex2_mixed(gl.load(x_ptr + offs, mask=m), pack=PACK, poly=POLY), mask=m)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("pack,poly", [(4, 1), (2, 1), (8, 1), (8, 8)])
+def test_ex2_mixed_on_the_gpu_is_within_7_6e_5_of_exp2(pack, poly):
+    torch = pytest.importorskip("torch")
+    n = 1 << 20
+    x = -torch.rand(n, device="cuda", dtype=torch.float64).mul(125.0)     # 2**x a normal number
+    x[:4] = torch.tensor([0.0, -0.5, -125.0, -1e-9], dtype=torch.float64)
+    x = x.float()
+    out = torch.full_like(x, float("nan"))
+    ex2_mixed_kernel[(gl.cdiv(n, 4096),)](x, out, n, PACK=pack, POLY=poly, BLOCK=4096, num_warps=4)
+    want = torch.exp2(x.double())
+    rel = ((out.double() - want).abs() / want).max().item()
+    assert rel < 7.6e-5, rel
+    low = torch.tensor([-126.5, -200.0, -1e30], device="cuda").repeat(8)
+    lo = torch.full_like(low, float("nan"))
+    ex2_mixed_kernel[(1,)](low, lo, low.numel(), PACK=pack, POLY=poly, BLOCK=4096, num_warps=4)
+    assert bool((lo >= 0).all()) and bool((lo < 2.0 ** -125).all())

@@ -7,6 +7,8 @@ its line, since its meaning is the target's, not the IR's.
     %clock64                       a counter that grows by one per read (cycles cannot be modelled)
     ex2 / rcp / rsqrt .approx.ftz  2**x, 1/x, 1/sqrt(x) in fp32 (exact where the GPU's are within 1-2 ulp;
                                    subnormal inputs and results flushed to zero as .ftz does)
+    ex2_mixed                      2**x in fp32 as ex2.approx.ftz (on the GPU its polynomial lanes are within
+                                   7.6e-5 relative, and at most 2**-125 below x = -125)
     tanh.approx.f32                tanh(x) in fp32 (exact where the GPU's is within about 2**-11)
     cvt.rn.bf16x2.f32              fp32 -> bf16, round to nearest even
 
@@ -22,6 +24,7 @@ from typing import Callable
 
 import numpy as np
 
+from ..language.nvidia.ptx import EX2_MIXED_MARK
 from ..types import DType
 from .ops import InterpretError, rule, shape_of
 from .values import full, reg_dtype, round_to
@@ -55,6 +58,8 @@ def _template(asm: str) -> Callable | None:
         return lambda args: time.monotonic_ns()
     if asm == "mov.u64 $0, %clock64;":
         return lambda args: next(_CLOCK)
+    if asm.startswith(EX2_MIXED_MARK + " "):
+        return _UNARY["ex2.approx.ftz"]
     m = re.fullmatch(r"([a-z0-9.]+)\.f32 \$0, \$1;", asm)
     if m and m.group(1) in _UNARY:
         return _UNARY[m.group(1)]

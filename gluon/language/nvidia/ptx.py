@@ -2,8 +2,8 @@
 
 Timers and clocks (`globaltimer`, `clock`), memory fences (`fence`: `fence.acq_rel` / `fence.sc` at a
 scope, the one fence a whole batch of relaxed atomics needs), lane election (`elect_one`), the
-approximate math units (`ex2_approx`, `rcp_approx`, `rsqrt_approx`, `tanh_approx`) and a packed
-conversion (`cvt_rn_bf16x2`). Each needs an NVIDIA arch (`ArchError` on CDNA3 at the user's line).
+approximate math units (`ex2_approx`, `rcp_approx`, `rsqrt_approx`, `tanh_approx`), 2**x split between the
+special function unit and a polynomial on the FMA pipe (`ex2_mixed`) and a packed conversion (`cvt_rn_bf16x2`). Each needs an NVIDIA arch (`ArchError` on CDNA3 at the user's line).
 """
 from __future__ import annotations
 
@@ -63,6 +63,53 @@ def _f32_unary(name: str, instr: str, x) -> Tensor:
 def ex2_approx(x) -> Tensor:
     """2**x by the special function unit (`ex2.approx.ftz.f32`: 2 ulp, subnormals flushed), in fp32."""
     return _f32_unary("ex2_approx", "ex2.approx.ftz", x)
+
+
+# ex2_mixed's polynomial: 2**f on [-0.5, 0.5], degree 3, fitted for relative error (at most 7.6e-5 through the
+# fp32 chain below where the result is normal, checked in tests/test_inline_asm.py), highest power first, as
+# fp32 bit patterns
+_EX2_POLY = ("0f3D61F9AE", "0f3E786E60", "0f3F31798F", "0f3F7FFB4C")
+_EX2_FLOOR = "0fC2FC0000"       # -126.0: below it the polynomial lanes give 2**-126, not a wrapped exponent
+_EX2_ROUND = "0f4B400000"       # 1.5 * 2**23: adding it rounds to an integer, kept in the low mantissa bits
+EX2_MIXED_MARK = "// gluon ex2_mixed"
+
+
+def ex2_mixed_asm(pack: int, poly: int) -> str:
+    """The PTX of `ex2_mixed`: `pack` results $0.., then `pack` inputs; the last `poly` by the polynomial."""
+    lines = [f"{EX2_MIXED_MARK} {pack - poly}+{poly}", "{", ".reg .b32 t, j, f, p, e;"]
+    for i in range(pack - poly):
+        lines.append(f"ex2.approx.ftz.f32 ${i}, ${pack + i};")
+    c3, c2, c1, c0 = _EX2_POLY
+    for i in range(pack - poly, pack):
+        lines += [f"max.f32 f, ${pack + i}, {_EX2_FLOOR};",       # x >= -126: the exponent add cannot wrap
+                  f"add.rn.f32 t, f, {_EX2_ROUND};",               # t = 1.5 * 2**23 + round(x)
+                  f"sub.rn.f32 j, t, {_EX2_ROUND};",               # j = round(x)
+                  "sub.rn.f32 f, f, j;",                            # f = x - j in [-0.5, 0.5]
+                  f"fma.rn.f32 p, f, {c3}, {c2};",
+                  f"fma.rn.f32 p, p, f, {c1};",
+                  f"fma.rn.f32 p, p, f, {c0};",                     # p = 2**f in [0.70, 1.42]
+                  "shl.b32 e, t, 23;",                              # round(x) << 23 (mod 2**32)
+                  f"add.s32 ${i}, p, e;"]                           # 2**j * p: j added to p's exponent
+    return "\n\t".join(lines + ["}"])
+
+
+def ex2_mixed(x, pack: int = 4, poly: int = 1) -> Tensor:
+    """2**x in fp32 for x <= 0 with `pack - poly` of every `pack` elements on the special function unit
+    (`ex2.approx.ftz.f32`) and `poly` of them by a degree-3 polynomial on the FMA pipe (a rounding add,
+    three FMAs and an integer add to the exponent; FlashAttention-4's trick). A softmax at a small head dim
+    issues as many exponentials as its tensor cores take cycles for the two GEMMs, and the unit does 16 a
+    clock per SM: moving some to the FMA pipe, which does 128, takes the unit off the critical path.
+    The polynomial lanes are within 7.6e-5 relative where 2**x is a normal fp32 (enough for P cast to fp16
+    or bf16); below -125 they give at most 2**-125 (never a wrapped exponent), not 0 for -inf: feed them
+    finite scores (an unmasked block's).
+    Which elements take the polynomial is the packing's choice (Triton groups a thread's registers)."""
+    _ptx("ex2_mixed")
+    if not (isinstance(pack, int) and isinstance(poly, int)) or pack < 1 or not 0 <= poly <= pack:
+        raise ir.GluonError(f"ex2_mixed: pack={pack!r}, poly={poly!r}: takes ints with 0 <= poly <= pack, pack >= 1",
+                            _user_loc())
+    x = cast(_to_tensor(x, DType.f32), DType.f32)
+    cons = ",".join(["=r"] * pack + ["r"] * pack)
+    return inline_asm_elementwise(ex2_mixed_asm(pack, poly), cons, [x], DType.f32, is_pure=True, pack=pack)
 
 
 def rcp_approx(x) -> Tensor:
