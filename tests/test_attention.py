@@ -54,7 +54,6 @@ def test_overlap_issues_s_before_waiting_for_pv():
     (dict(CONSUMER_REGS=250), "multiple of 8"),
     (dict(STAGES=0), "STAGES=0"),
     (dict(OVERLAP="yes"), "OVERLAP='yes'"),
-    (dict(POLY_EXP=3), "POLY_EXP=3: takes one of 0, 2, 4, 8, 16"),
 ])
 def test_config_checks(kw, msg):
     with pytest.raises(GluonError, match=msg.replace("*", r"\*").replace("(", r"\(")):
@@ -89,18 +88,6 @@ def test_persistent_variants_compile_without_spills(kw):
     assert ck.spills == 0 and ck.shared_bytes <= 227 * 1024
     ptx = ck.binary.asm["ptx"]
     assert "bar.sync 10, 128;" in ptx and "bar.sync 11, 128;" in ptx
-
-
-@pytest.mark.parametrize("D,causal,poly", [(64, False, 4), (64, True, 2), (128, False, 8), (128, True, 4)])
-def test_poly_exp_moves_exponentials_off_the_special_function_unit(D, causal, poly):
-    """POLY_EXP=n: one in n of an unmasked block's exponentials is the FMA-pipe polynomial (ptx.ex2_mixed), so
-    the binary has fewer MUFU.EX2 and more FFMA than the default, and spills nothing."""
-    base = sass_instructions(compile_variant(D, DType.bf16, causal).sass())
-    ck = compile_variant(D, DType.bf16, causal, POLY_EXP=poly)
-    ops = sass_instructions(ck.sass())
-    assert ck.spills == 0
-    assert ops["MUFU.EX2"] < base["MUFU.EX2"] and ops["FFMA"] > base["FFMA"]
-    assert "0f3D61F9AE" in ck.binary.asm["ptx"]        # the polynomial's leading coefficient
 
 
 def test_too_much_shared_memory_is_refused_by_the_passes():

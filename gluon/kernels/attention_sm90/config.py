@@ -17,7 +17,6 @@ from ..config_checks import flag, overridden, positive_int
 HEAD_DIMS = (64, 128, 256)
 _INTS = ("BLOCK_M", "BLOCK_N", "STAGES", "CONSUMER_WGS", "CONSUMER_REGS", "PRODUCER_REGS")
 _BOOLS = ("OVERLAP", "PINGPONG", "REVERSE_M", "PERSISTENT")
-POLY_EXPS = (0, 2, 4, 8, 16)
 
 
 @dataclass(frozen=True)
@@ -37,9 +36,6 @@ class AttentionConfig:
     PINGPONG        the consumer warpgroups take turns issuing their GEMMs (named barriers), so one's
                     softmax overlaps the other's GEMMs (FlashAttention-3, section 3.1)
     REVERSE_M       launch the query blocks last-first: with a causal mask the longest rows start first
-    POLY_EXP        0, or 2, 4, 8, 16: one in POLY_EXP of an unmasked key block's exponentials is computed by a
-                    polynomial on the FMA pipe instead of the special function unit (`gl.nvidia.ptx.ex2_mixed`),
-                    which at small head dims is as busy as the tensor cores
     PERSISTENT      one CTA per SM walks the (query block, head) tiles: the producer loads the next tile's
                     first K/V blocks (and, with OVERLAP, its Q into a second buffer) while the consumers
                     finish this one; with a causal mask a CTA takes a head's query blocks in pairs
@@ -56,16 +52,12 @@ class AttentionConfig:
     PINGPONG: bool = False
     REVERSE_M: bool = True
     PERSISTENT: bool = False
-    POLY_EXP: int = 0
 
     def __post_init__(self):
         for name in _INTS:
             object.__setattr__(self, name, positive_int("AttentionConfig", name, getattr(self, name)))
         for name in _BOOLS:
             object.__setattr__(self, name, flag("AttentionConfig", name, getattr(self, name)))
-        if isinstance(self.POLY_EXP, bool) or self.POLY_EXP not in POLY_EXPS:
-            raise GluonError(f"AttentionConfig POLY_EXP={self.POLY_EXP!r}: takes one of {', '.join(map(str, POLY_EXPS))} "
-                             "(0: every exponential on the special function unit)")
         if self.CONSUMER_WGS not in (1, 2, 3):
             raise GluonError(f"AttentionConfig CONSUMER_WGS={self.CONSUMER_WGS}: takes 1, 2 or 3")
         if self.BLOCK_M != 64 * self.CONSUMER_WGS:

@@ -35,7 +35,6 @@ from gluon.jit import kernel
 from gluon.language.control import static_range, warp_role
 from gluon.language.memory import smem
 from gluon.language.nvidia.ampere import named_barrier_arrive, named_barrier_sync
-from gluon.language.nvidia import ptx
 from gluon.language.nvidia.hopper import fence_async_shared, mbarrier, tma_load, wgmma, wgmma_wait
 from gluon.types import DotOperandLayout, Layout, SliceLayout, SwizzleMode, WarpRole
 
@@ -86,16 +85,14 @@ def _masked(s, rows, n0, Skv, off, BLOCK_N: int, s_layout, CAUSAL: bool):
     return gl.where(keep, s, _NEG_INF)
 
 
-def _softmax(s, m_i, l_i, qk_scale, MASKED: bool, POLY_EXP: int = 0):
+def _softmax(s, m_i, l_i, qk_scale, MASKED: bool):
     """One online-softmax step on the fp32 scores `s`: the new row max, P = exp2((s - m) * c), the
     factor exp2((m_old - m_new) * c) that rescales O and l, and the new row sum. In a masked block a
-    row may have seen no key yet (max -inf): it keeps m = -inf and P = 0 without a NaN. With POLY_EXP
-    one in POLY_EXP of an unmasked block's exponentials (finite, <= 0) is a polynomial on the FMA pipe."""
+    row may have seen no key yet (max -inf): it keeps m = -inf and P = 0 without a NaN."""
     m_new = gl.maximum(m_i, gl.max(s, 1))
     m_use = gl.where(m_new == _NEG_INF, 0.0, m_new) if MASKED else m_new
     m_c = m_use * qk_scale
-    x = gl.fma(s, qk_scale, -m_c[:, None])
-    p = ptx.ex2_mixed(x, pack=POLY_EXP, poly=1) if POLY_EXP and not MASKED else gl.exp2(x)
+    p = gl.exp2(gl.fma(s, qk_scale, -m_c[:, None]))
     alpha = gl.exp2(m_i * qk_scale - m_c)
     return m_new, p, alpha, l_i * alpha + gl.sum(p, 1)
 
@@ -188,12 +185,12 @@ def attention_sm90(Q, K, V, O, L, Sq, Skv, H, GROUP, qk_scale, CFG: gl.constexpr
                                 acc, m_i, l_i, p_op = _overlapped_step(
                                     j, cnt, q_g, k_s, v_s, k_ready, v_ready, k_empty, v_empty, acc, m_i, l_i, p_op,
                                     rows, Skv, off, qk_scale, ST, BN, s_layout, p_layout, CAUSAL, Q.dtype, False, g,
-                                    PP, CFG.POLY_EXP)
+                                    PP)
                             for jm in range(gl.maximum(f_g, 1), n_g):
                                 acc, m_i, l_i, p_op = _overlapped_step(
                                     jm, cnt, q_g, k_s, v_s, k_ready, v_ready, k_empty, v_empty, acc, m_i, l_i, p_op,
                                     rows, Skv, off, qk_scale, ST, BN, s_layout, p_layout, CAUSAL, Q.dtype, True, g,
-                                    PP, CFG.POLY_EXP)
+                                    PP)
                             # the last computed block's P V
                             c_last = cnt + n_g - 1
                             s_last = c_last % ST
@@ -207,11 +204,11 @@ def attention_sm90(Q, K, V, O, L, Sq, Skv, H, GROUP, qk_scale, CFG: gl.constexpr
                         for j in range(0, f_g):
                             acc, m_i, l_i = _serial_step(j, cnt, q_g, k_s, v_s, k_ready, v_ready, k_empty, v_empty,
                                                          acc, m_i, l_i, rows, Skv, off, qk_scale, ST, BN, s_layout,
-                                                         p_layout, CAUSAL, Q.dtype, False, CFG.POLY_EXP)
+                                                         p_layout, CAUSAL, Q.dtype, False)
                         for jm in range(f_g, n_g):
                             acc, m_i, l_i = _serial_step(jm, cnt, q_g, k_s, v_s, k_ready, v_ready, k_empty, v_empty,
                                                          acc, m_i, l_i, rows, Skv, off, qk_scale, ST, BN, s_layout,
-                                                         p_layout, CAUSAL, Q.dtype, True, CFG.POLY_EXP)
+                                                         p_layout, CAUSAL, Q.dtype, True)
                     if CAUSAL:
                         for jr in range(n_g, n_blocks):     # blocks only later warpgroups' rows see
                             _release(cnt + jr, k_ready, v_ready, k_empty, v_empty, ST)
@@ -287,7 +284,7 @@ def _unit_tile(u, h, num_m, per_head, TPU: int, REVERSE_M: bool):
 
 
 def _serial_step(j, base, q_g, k_s, v_s, k_ready, v_ready, k_empty, v_empty, acc, m_i, l_i, rows, Skv, off,
-                 qk_scale, ST: int, BN: int, s_layout, p_layout, CAUSAL: bool, dtype, MASKED: bool, POLY_EXP: int):
+                 qk_scale, ST: int, BN: int, s_layout, p_layout, CAUSAL: bool, dtype, MASKED: bool):
     """Key block j (the ring's block base + j) without overlap: S, softmax, rescale O, O += P V, each
     waited for in turn."""
     s_i = (base + j) % ST
@@ -297,7 +294,7 @@ def _serial_step(j, base, q_g, k_s, v_s, k_ready, v_ready, k_empty, v_empty, acc
     k_empty[s_i].arrive()
     if MASKED:
         s = _masked(s, rows, j * BN, Skv, off, BN, s_layout, CAUSAL)
-    m_i, p, alpha, l_i = _softmax(s, m_i, l_i, qk_scale, MASKED, POLY_EXP)
+    m_i, p, alpha, l_i = _softmax(s, m_i, l_i, qk_scale, MASKED)
     acc = _rescale(acc, alpha)
     p_op = gl.convert_layout(p.to(dtype), p_layout)
     v_ready[s_i].wait(ph)
@@ -321,7 +318,7 @@ def _turn_end(g: int, PINGPONG: bool):
 
 def _overlapped_step(j, base, q_g, k_s, v_s, k_ready, v_ready, k_empty, v_empty, acc, m_i, l_i, p_op, rows, Skv, off,
                      qk_scale, ST: int, BN: int, s_layout, p_layout, CAUSAL: bool, dtype, MASKED: bool, g: int,
-                     PINGPONG: bool, POLY_EXP: int):
+                     PINGPONG: bool):
     """Key block j with FlashAttention-3's intra-warpgroup overlap: issue S_j = Q K_j^T and then
     O += P_{j-1} V_{j-1}; wait for S_j only and run its softmax while P V runs; then wait for P V,
     release V_{j-1} and rescale O for block j. Block j is the ring's block base + j."""
@@ -339,7 +336,7 @@ def _overlapped_step(j, base, q_g, k_s, v_s, k_ready, v_ready, k_empty, v_empty,
     k_empty[s_i].arrive()
     if MASKED:
         s = _masked(s, rows, j * BN, Skv, off, BN, s_layout, CAUSAL)
-    m_i, p, alpha, l_i = _softmax(s, m_i, l_i, qk_scale, MASKED, POLY_EXP)
+    m_i, p, alpha, l_i = _softmax(s, m_i, l_i, qk_scale, MASKED)
     p_next = gl.convert_layout(p.to(dtype), p_layout)
     acc = wgmma_wait(acc, p_op, v_s[v_i], pendings=0)
     v_empty[v_i].arrive()
