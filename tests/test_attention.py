@@ -6,7 +6,8 @@ import torch
 from gluon import DType
 from gluon.backend.machine_code import sass_instructions
 from gluon.ir import GluonError
-from gluon.kernels.attention_sm90 import AttentionConfig, attention, compile_variant, default_config, to_config
+from gluon.kernels.attention_sm90 import (AttentionConfig, attention, choose_config, compile_variant, default_config,
+                                          to_config)
 from gluon.kernels.attention_sm90.host import _view2d
 
 
@@ -36,6 +37,49 @@ def test_the_d128_default_has_no_spills_as_launches_specialize_it(sq, causal):
     ck = attention_sm90.compile(*stand_ins(DType.bf16, sq, sq, 16, 1), CFG=cfg, HEAD_DIM=128, CAUSAL=causal,
                                 num_warps=num_warps(cfg))
     assert ck.spills == 0
+
+
+@pytest.mark.parametrize("sq,skv", [(1024, 1024), (1000, 1000), (512, 512), (1000, 700), (130, 130)])
+def test_the_short_causal_d128_config_has_no_spills_as_launches_specialize_it(sq, skv):
+    from gluon.kernels.attention_sm90 import attention_sm90, num_warps, stand_ins
+    cfg = choose_config(128, skv, True)
+    assert cfg.BLOCK_N == 64
+    ck = attention_sm90.compile(*stand_ins(DType.bf16, sq, skv, 16, 1), CFG=cfg, HEAD_DIM=128, CAUSAL=True,
+                                num_warps=num_warps(cfg))
+    assert ck.spills == 0 and ck.shared_bytes <= 227 * 1024
+
+
+def test_choose_config_takes_64_key_steps_for_short_causal_d128_only():
+    from gluon.kernels.attention_sm90.config import SHORT_CAUSAL_D128, SHORT_CAUSAL_SKV
+    assert choose_config(128, SHORT_CAUSAL_SKV, True) == SHORT_CAUSAL_D128
+    assert SHORT_CAUSAL_D128 == to_config(dict(BLOCK_N=64, PINGPONG=False, STAGES=3), default_config(128))
+    assert choose_config(128, SHORT_CAUSAL_SKV + 1, True) == default_config(128)
+    assert choose_config(128, 512, False) == default_config(128)
+    for d in (64, 256):
+        assert choose_config(d, 512, True) == default_config(d)
+
+
+def test_attention_runs_the_chosen_config(monkeypatch, interpret_env):
+    """The host plans a call with choose_config's pick for its (head dim, Skv, causal), overrides on top."""
+    import gluon.kernels.attention_sm90.host as host
+    seen = []
+
+    class Bound:
+        grid = (1,)
+
+        def compiled(self, *args, **kw):
+            seen.append(kw["CFG"])
+            raise RuntimeError("stop")
+    monkeypatch.setattr(host, "attention_sm90", type("K", (), {"__getitem__": lambda self, g: Bound()})())
+    host._PLANS.clear()
+    q = _t(1, 2, 1000, 128)
+    for causal, over in ((True, None), (False, None), (True, {"STAGES": 2})):
+        with pytest.raises(RuntimeError, match="stop"):
+            host.attention(q, q, q, causal=causal, config=over)
+    host._PLANS.clear()
+    assert seen[0] == choose_config(128, 1000, True) and seen[0].BLOCK_N == 64
+    assert seen[1] == default_config(128)
+    assert seen[2] == to_config({"STAGES": 2}, choose_config(128, 1000, True))
 
 
 def test_overlap_issues_s_before_waiting_for_pv():

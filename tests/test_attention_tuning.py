@@ -79,9 +79,11 @@ def test_the_shipped_spec_validates():
     from gluon.tuning.spec import template_of
     assert template_of(spec) is TUNING
     _check_shapes(spec, TUNING)
-    # the template's seed (the kernel's default config) is a config of the space
-    (seed,) = TUNING.seed_configs()
-    assert {k: seed[k] for k in p} in configs
+    # the template's seeds (the kernel's default config, and short causal problems' pick) are configs of the space
+    seeds = TUNING.seed_configs()
+    assert len(seeds) == 2 and seeds[1]["BLOCK_N"] == 64
+    for seed in seeds:
+        assert {k: seed[k] for k in p} in configs
 
 
 @pytest.mark.parametrize("old, new, parts", [
@@ -160,7 +162,7 @@ def test_a_spec_config_is_one_kernel_whatever_the_kernels_defaults(monkeypatch):
     cfg = TUNING.kernel_config(dict(DEFAULT, CONSUMER_WARPS=12, CONSUMER_REGS=160, OVERLAP=False), 128)
     assert (cfg.BLOCK_M, cfg.CONSUMER_WGS, cfg.STAGES, cfg.PRODUCER_REGS, cfg.PINGPONG) == (192, 3, 2, 24, False)
     assert TUNING.kernel_config({"BLOCK_N": 64}, 128) == AttentionConfig(BLOCK_N=64)
-    (seed,) = TUNING.seed_configs()                            # the default, in the spec's names
+    seed = TUNING.seed_configs()[0]                            # the default, in the spec's names
     assert seed["STAGES"] == 3 and seed["PRODUCER_REGS"] == 56 and seed["PINGPONG"] is True
 
 

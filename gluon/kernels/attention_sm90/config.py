@@ -7,7 +7,7 @@ allows (shared memory, registers, TMA boxes, warp roles) by the compiler passes.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from typing import Mapping
 
 from gluon.ir import GluonError
@@ -98,7 +98,23 @@ def to_config(overrides: Mapping | AttentionConfig | None, base: AttentionConfig
     return overridden(overrides, base)
 
 
+# D128 causal with at most SHORT_CAUSAL_SKV keys: a query block sees 8 key blocks of 128 or fewer, half of them on
+# or next to the diagonal, so 64-key steps (less of each diagonal block masked away, a finer skip per warpgroup),
+# each warpgroup on its own (no ping-pong turns to wait for) and a third stage measured +7% at S1024 and +25% at
+# S512 over the default; at S1536 and S2048 the default is ahead (docs/PERF.md, eighteenth session)
+SHORT_CAUSAL_SKV = 1024
+SHORT_CAUSAL_D128 = replace(DEFAULT_CONFIGS[128], BLOCK_N=64, PINGPONG=False, STAGES=3)
+
+
 def default_config(head_dim: int) -> AttentionConfig:
+    """The config for `head_dim` whatever the problem (the tuner's and the examples' starting point)."""
+    return DEFAULT_CONFIGS[head_dim]
+
+
+def choose_config(head_dim: int, skv: int, causal: bool) -> AttentionConfig:
+    """What `attention` runs for a problem: the head dim's default, but for short causal ones at D128."""
+    if head_dim == 128 and causal and skv <= SHORT_CAUSAL_SKV:
+        return SHORT_CAUSAL_D128
     return DEFAULT_CONFIGS[head_dim]
 
 

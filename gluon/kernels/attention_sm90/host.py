@@ -20,7 +20,7 @@ from gluon.runtime.cuda import sm_count
 from gluon.types import TensorRef
 
 from ..tensor_checks import device_sms, interpreting, on_the_launch_device
-from .config import HEAD_DIMS, AttentionConfig, default_config, grid, num_warps, to_config
+from .config import HEAD_DIMS, AttentionConfig, choose_config, default_config, grid, num_warps, to_config
 from .kernel import attention_sm90
 
 _LOG2E = 1.4426950408889634
@@ -167,7 +167,7 @@ def attention(q, k, v, causal: bool = False, scale: float | None = None, config:
     key gets zeros. `layout="bshd"` takes and returns [B, S, H, D] tensors instead. `return_lse`
     also returns the [B, Hq, Sq] fp32 log-sum-exp of the scaled scores (natural log), what a backward
     pass needs. `out` (the output's shape and dtype) is written instead of a new tensor. `config`
-    overrides fields of the default config (a dict) or gives a whole AttentionConfig. `compiled`: the
+    overrides fields of the chosen config (`choose_config`; a dict) or gives a whole AttentionConfig. `compiled`: the
     kernel already compiled for this config and these inputs (a gluon.jit.CompiledKernel, e.g. the one
     the tuner's pool built from `stand_ins`), launched instead of specializing here."""
     import torch
@@ -215,7 +215,7 @@ def attention(q, k, v, causal: bool = False, scale: float | None = None, config:
            config if isinstance(config, AttentionConfig) or config is None else tuple(sorted(config.items())))
     plan = _PLANS.get(key)
     if plan is None:
-        cfg = to_config(config, default_config(D))
+        cfg = to_config(config, choose_config(D, Skv, bool(causal)))
         kw = dict(CFG=cfg, HEAD_DIM=D, CAUSAL=bool(causal), Q_BSHD=q_bshd, K_BSHD=k_bshd, V_BSHD=v_bshd,
                   WRITE_LSE=bool(return_lse), num_warps=num_warps(cfg))
         sms = (device_sms(q.device) if interpreting() else sm_count(q.device.index)) if cfg.PERSISTENT else 0
