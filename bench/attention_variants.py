@@ -1,6 +1,6 @@
 """Configs of our attention side by side: every variant and baseline checked, then timed in rounds, in one run.
 
-    python bench/attention_variants.py --variant base= --variant poly4=POLY_EXP=4 [--variant NAME=K=V,K=V ...]
+    python bench/attention_variants.py --variant base= --variant bn64=BLOCK_N=64 [--variant NAME=K=V,K=V ...]
                                        [--cases D64,S1024] [--dtype bf16] [--causal both] [--no-triton]
                                        [--repeats 3] [--round-ms 500] [--json out.json]
 
@@ -8,8 +8,8 @@ What an A/B of the kernel's switches needs (docs/PERF.md's ablations): bench/att
 against each baseline in pairs; here each round times every variant and baseline once, in an order that
 rotates from round to round, and a variant's ratio to a baseline is the median over rounds of the
 baseline's time in that round over the variant's, so the clock the board runs at in a round divides out.
-A variant's text is NAME=OVERRIDES: `base=` is the default config for the head dim, `poly4=POLY_EXP=4`
-the default with POLY_EXP=4, `x=BLOCK_M=192,CONSUMER_WGS=3,OVERLAP=false` several fields. Checks, TFLOP/s
+A variant's text is NAME=OVERRIDES: `base=` is what `attention` runs (choose_config's pick), `bn64=BLOCK_N=64`
+that with BLOCK_N=64, `x=BLOCK_M=192,CONSUMER_WGS=3,OVERLAP=False` several fields. Checks, TFLOP/s
 and the cases are bench/attention.py's (fp32 reference, output poisoned, 4*B*H*Sq*Skv*D, halved for
 causal). Exit code 0 when every variant is correct on every case.
 """
@@ -23,16 +23,15 @@ sys.path[0] = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 import math  # noqa: E402
 import statistics  # noqa: E402
 
-from bench.attention import (CASES, DEVICE, _comma_list, _ours, _sdpa, _triton, attention_flops, check,  # noqa: E402
-                             resolve_cases)
+from bench import attention as A  # noqa: E402
 from bench.common import bench_ms, environment, parse_config, parser, table, write_json  # noqa: E402
 
 
 def parse_variant(text: str) -> tuple[str, dict | None]:
-    """'poly4=POLY_EXP=4' -> ('poly4', {'POLY_EXP': 4}); 'base=' -> ('base', None)."""
+    """'bn64=BLOCK_N=64' -> ('bn64', {'BLOCK_N': 64}); 'base=' -> ('base', None)."""
     name, sep, body = text.partition("=")
     if not sep or not name.strip():
-        raise ValueError(f"--variant {text!r}: expected NAME=OVERRIDES (e.g. base= or poly4=POLY_EXP=4)")
+        raise ValueError(f"--variant {text!r}: expected NAME=OVERRIDES (e.g. base= or bn64=BLOCK_N=64)")
     return name.strip(), (parse_config(body) if body.strip() else None)
 
 
@@ -40,7 +39,7 @@ def parse_args(argv: list[str] | None = None):
     p = parser(__doc__)
     p.add_argument("--variant", action="append", default=[], metavar="NAME=K=V,...", help="a config of ours "
                    "(repeatable; the first is the one the baselines' ratios are printed for first)")
-    p.add_argument("--cases", type=_comma_list, default=None, help="as bench/attention.py's --cases")
+    p.add_argument("--cases", type=A._comma_list, default=None, help="as bench/attention.py's --cases")
     p.add_argument("--dtype", choices=("fp16", "bf16"), default="bf16")
     p.add_argument("--causal", choices=("both", "on", "off"), default="both")
     p.add_argument("--no-triton", action="store_true", help="skip the plain Triton baseline")
@@ -49,12 +48,15 @@ def parse_args(argv: list[str] | None = None):
     args = p.parse_args(argv)
     try:
         args.variants = dict(parse_variant(v) for v in (args.variant or ["base="]))
-        args.cases = resolve_cases(args.cases, CASES) if args.cases else list(CASES)
+        args.cases = A.resolve_cases(args.cases, A.CASES) if args.cases else list(A.CASES)
     except ValueError as e:
         p.error(str(e))
     if len(args.variants) != len(args.variant or ["base="]):
         p.error("--variant: two variants have one name")
     return args
+
+
+TIMER = bench_ms                    # (call, round_ms) -> ms; the CPU tests put a fake clock here
 
 
 def rounds(calls: dict, repeats: int, round_ms: int) -> dict[str, list[float]]:
@@ -63,19 +65,19 @@ def rounds(calls: dict, repeats: int, round_ms: int) -> dict[str, list[float]]:
     out: dict[str, list[float]] = {n: [] for n in names}
     for r in range(repeats):
         for n in names[r % len(names):] + names[:r % len(names)]:
-            out[n].append(bench_ms(calls[n], round_ms))
+            out[n].append(TIMER(calls[n], round_ms))
     return out
 
 
 def measure(case, dn: str, causal: bool, q, k, v, scale: float, impls: dict, args) -> dict:
     from bench.attention_ref import check_pairs, reference
-    flops = attention_flops(case, causal)
-    pairs = check_pairs(case.b, case.h, attention_flops(case, False) / (case.b * case.h), 0.2e12)
+    flops = A.attention_flops(case, causal)
+    pairs = check_pairs(case.b, case.h, A.attention_flops(case, False) / (case.b * case.h), 0.2e12)
     ref = reference(q, k, v, causal, scale, pairs)
     row: dict = {"case": case.name, "dtype": dn, "mask": "causal" if causal else "none", "flops": flops}
     calls = {}
     for name, make in impls.items():
-        res = check(make, q, k, v, causal, scale, ref, pairs, args.tol)
+        res = A.check(make, q, k, v, causal, scale, ref, pairs, args.tol)
         row[f"{name}_status"], row[f"{name}_err"] = res["status"], res.get("err")
         if res["status"] == "ok":
             calls[name] = res["call"]
@@ -92,24 +94,31 @@ def measure(case, dn: str, causal: bool, q, k, v, scale: float, impls: dict, arg
     return row
 
 
+def implementations(args) -> dict:
+    """Our variants by name, then the baselines: cuDNN SDPA and (unless --no-triton) plain Triton."""
+    impls = {name: A._ours(cfg) for name, cfg in args.variants.items()}
+    impls["cudnn"] = A._sdpa("CUDNN_ATTENTION")
+    if not args.no_triton:
+        impls["triton"] = A._triton
+    return impls
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     import torch
 
     from gluon.dtypes import DType
-    impls = {name: _ours(cfg) for name, cfg in args.variants.items()}
-    impls["cudnn"] = _sdpa("CUDNN_ATTENTION")
-    if not args.no_triton:
-        impls["triton"] = _triton
+    impls = implementations(args)
     meta = dict(environment(), complete=False, variants=args.variants, repeats=args.repeats, round_ms=args.round_ms)
     rows: list[dict] = []
     causals = {"both": [False, True], "on": [True], "off": [False]}[args.causal]
     dt = DType.from_name(args.dtype).torch
     for case in args.cases:
-        gen = torch.Generator(device=DEVICE).manual_seed(20261204)
-        q = torch.randn(case.b, case.h, case.sq, case.d, device=DEVICE, dtype=dt, generator=gen)
-        k = torch.randn(case.b, case.hkv, case.skv, case.d, device=DEVICE, dtype=dt, generator=gen)
-        v = torch.randn(case.b, case.hkv, case.skv, case.d, device=DEVICE, dtype=dt, generator=gen)
+        dev = A.DEVICE
+        gen = torch.Generator(device=dev).manual_seed(20261204)
+        q = torch.randn(case.b, case.h, case.sq, case.d, device=dev, dtype=dt, generator=gen)
+        k = torch.randn(case.b, case.hkv, case.skv, case.d, device=dev, dtype=dt, generator=gen)
+        v = torch.randn(case.b, case.hkv, case.skv, case.d, device=dev, dtype=dt, generator=gen)
         for causal in causals:
             row = measure(case, args.dtype, causal, q, k, v, 1.0 / math.sqrt(case.d), impls, args)
             rows.append(row)
