@@ -167,9 +167,9 @@ def attention(q, k, v, causal: bool = False, scale: float | None = None, config:
     key gets zeros. `layout="bshd"` takes and returns [B, S, H, D] tensors instead. `return_lse`
     also returns the [B, Hq, Sq] fp32 log-sum-exp of the scaled scores (natural log), what a backward
     pass needs. `out` (the output's shape and dtype) is written instead of a new tensor. `config`
-    overrides fields of the chosen config (`choose_config`; a dict) or gives a whole AttentionConfig. `compiled`: the
-    kernel already compiled for this config and these inputs (a gluon.jit.CompiledKernel, e.g. the one
-    the tuner's pool built from `stand_ins`), launched instead of specializing here."""
+    overrides fields of the chosen config (`choose_config`; a dict) or gives a whole AttentionConfig.
+    `compiled`: the kernel already compiled for this config and these inputs (a gluon.jit.CompiledKernel, e.g.
+    the one the tuner's pool built from `stand_ins`), launched instead of specializing here."""
     import torch
     fast_key = _fast_key(q, k, v, causal, scale, config, return_lse, layout) if out is None and compiled is None \
         else None

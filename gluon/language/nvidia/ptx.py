@@ -3,7 +3,8 @@
 Timers and clocks (`globaltimer`, `clock`), memory fences (`fence`: `fence.acq_rel` / `fence.sc` at a
 scope, the one fence a whole batch of relaxed atomics needs), lane election (`elect_one`), the
 approximate math units (`ex2_approx`, `rcp_approx`, `rsqrt_approx`, `tanh_approx`), 2**x split between the
-special function unit and a polynomial on the FMA pipe (`ex2_mixed`) and a packed conversion (`cvt_rn_bf16x2`). Each needs an NVIDIA arch (`ArchError` on CDNA3 at the user's line).
+special function unit and a polynomial on the FMA pipe (`ex2_mixed`) and a packed conversion
+(`cvt_rn_bf16x2`). Each needs an NVIDIA arch (`ArchError` on CDNA3 at the user's line).
 """
 from __future__ import annotations
 
@@ -69,7 +70,7 @@ def ex2_approx(x) -> Tensor:
 # fp32 chain below where the result is normal, checked in tests/test_inline_asm.py), highest power first, as
 # fp32 bit patterns
 _EX2_POLY = ("0f3D61F9AE", "0f3E786E60", "0f3F31798F", "0f3F7FFB4C")
-_EX2_FLOOR = "0fC2FC0000"       # -126.0: below it the polynomial lanes give 2**-126, not a wrapped exponent
+_EX2_FLOOR = "0fC2FC0000"       # -126.0: below it the polynomial lanes give about 2**-126, not a wrapped exponent
 _EX2_ROUND = "0f4B400000"       # 1.5 * 2**23: adding it rounds to an integer, kept in the low mantissa bits
 EX2_MIXED_MARK = "// gluon ex2_mixed"
 
@@ -96,9 +97,9 @@ def ex2_mixed_asm(pack: int, poly: int) -> str:
 def ex2_mixed(x, pack: int = 4, poly: int = 1) -> Tensor:
     """2**x in fp32 for x <= 0 with `pack - poly` of every `pack` elements on the special function unit
     (`ex2.approx.ftz.f32`) and `poly` of them by a degree-3 polynomial on the FMA pipe (a rounding add,
-    three FMAs and an integer add to the exponent; FlashAttention-4's trick). A softmax at a small head dim
-    issues as many exponentials as its tensor cores take cycles for the two GEMMs, and the unit does 16 a
-    clock per SM: moving some to the FMA pipe, which does 128, takes the unit off the critical path.
+    three FMAs and an integer add to the exponent; FlashAttention-4's trick). The unit does 16 a clock per
+    SM, the FMA pipe 128: where the unit is what a kernel waits on, this frees it; each polynomial lane
+    costs nine issue slots where ex2 costs one, so where issue slots or latency are the limit it is slower.
     The polynomial lanes are within 7.6e-5 relative where 2**x is a normal fp32 (enough for P cast to fp16
     or bf16); below -125 they give at most 2**-125 (never a wrapped exponent), not 0 for -inf: feed them
     finite scores (an unmasked block's).
