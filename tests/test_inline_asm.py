@@ -58,6 +58,9 @@ def bad_kernel(x_ptr, CASE: gl.constexpr):
         gl.inline_asm_elementwise("mov.b32 $0, $1;", "=r,r", [x], gl.int32, True, 0)
     if CASE == "no result":
         gl.inline_asm_elementwise("mov.b32 $0, $1;", "=r,r", [x], (), True, 1)
+    if CASE == "pack divides":
+        gl.inline_asm_elementwise("mov.b32 $0, $3;\n\tmov.b32 $1, $4;\n\tmov.b32 $2, $5;", "=r,=r,=r,r,r,r", [x],
+                                  gl.int32, True, 3)
 
 
 def _ttgir(kernel, *args, **kw) -> str:
@@ -96,6 +99,7 @@ def test_compiles_for_sm90_with_the_ptx_instructions():
     ("operand", r"asm uses \$2, but it has operands \$0\.\.\$1"),
     ("pack", r"pack=0 must be a positive int"),
     ("no result", r"dtype names no result"),
+    ("pack divides", r"pack=3 does not divide the 128 elements of the 128 tile"),
 ])
 def test_bad_operand_counts_are_refused_at_the_call(case, match):
     with pytest.raises(GluonError, match=match) as e:

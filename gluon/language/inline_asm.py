@@ -7,8 +7,9 @@ result register, then one input per argument register ($0.. are the outputs, the
 arguments broadcast to one shape (Python numbers take int32 or float32); with no argument the result is
 one scalar per thread (a clock read, a fence). `is_pure=False` keeps an instance that looks unused (a
 fence) and its order among the other side effects. The assembly is the target's own: PTX on NVIDIA
-(gl.nvidia.ptx has templates), AMDGCN on CDNA3. Counts that do not match are refused here: Triton's
-lowering would abort the process on them.
+(gl.nvidia.ptx has templates), AMDGCN on CDNA3. Counts that do not match, and a `pack` that does not
+divide the tile's elements, are refused here: Triton's lowering would abort the process on the first, its
+verifier refuse the TTGIR on the second.
 """
 from __future__ import annotations
 
@@ -63,6 +64,13 @@ def inline_asm_elementwise(asm: str, constraints: str, args: Sequence, dtype, is
         shape = _broadcast_shape(shape, v.shape)
     if shape:
         vals = [_broadcast_to(v, shape) for v in vals]
+        n = 1
+        for d in shape:
+            n *= d
+        if n % pack:
+            raise ir.GluonError(f"inline_asm_elementwise: pack={pack} does not divide the {n} elements of the "
+                                f"{'x'.join(map(str, shape))} tile (Triton's instances take whole packs); use a pack "
+                                "that divides it", loc)
     outs, ins = _split_constraints(constraints)
     want_out = sum(_registers(d, pack) for d in dtypes)
     want_in = sum(_registers(v.dtype, pack) for v in vals)
