@@ -16,7 +16,7 @@ return_lse=..., layout=..., out=...)` (as `gluon.kernels.attention_sm90.attentio
 built buckets of its dtype with the same head dim and causal flag, the nearest in log space over B * H
 (the grid's batch x head axis: [8, 16] and [4, 32] are the same work) and S (Sq of the call; Skv is not
 part of the key, tuning shapes have Sq == Skv). A call no bucket serves (another head dim, causal flag or
-dtype) runs the kernel's default config for its head dim, with a one-line warning.
+dtype) runs what `attention` picks for it (`choose_config`), with a one-line warning.
 
 **Configs.** `kernel_config` maps the spec's names to an `AttentionConfig`, on top of AttentionConfig's field
 defaults (not of the kernel's per-head-dim default, which moves as the kernel is tuned by hand: one spec
@@ -227,10 +227,10 @@ class _AttentionSM90Tuning(TuningTemplate):
         return log_distance((bB * bH, bS), (B * H, S))
 
     def fallback_config(self, shape, dtype):
-        return {}                            # `call` runs the kernel's default for the call's head dim
+        return {}                            # `call` runs what `attention` picks for the call (choose_config)
 
     def call(self, config, q, k, v, causal=False, scale=None, return_lse=False, layout="bhsd", out=None):
-        """`attention(q, k, v, ...)` with the bucket's config (its default config for `config={}`)."""
+        """`attention(q, k, v, ...)` with the bucket's config (`attention`'s own pick for `config={}`)."""
         cfg = self.kernel_config(config, q.shape[-1]) if config else None
         return attention(q, k, v, causal=causal, scale=scale, config=cfg, return_lse=return_lse, layout=layout,
                          out=out)
