@@ -98,6 +98,7 @@ def test_overlap_issues_s_before_waiting_for_pv():
     (dict(CONSUMER_REGS=250), "multiple of 8"),
     (dict(STAGES=0), "STAGES=0"),
     (dict(OVERLAP="yes"), "OVERLAP='yes'"),
+    (dict(P_SMEM=2), "P_SMEM=2"),
 ])
 def test_config_checks(kw, msg):
     with pytest.raises(GluonError, match=msg.replace("*", r"\*").replace("(", r"\(")):
@@ -132,6 +133,21 @@ def test_persistent_variants_compile_without_spills(kw):
     assert ck.spills == 0 and ck.shared_bytes <= 227 * 1024
     ptx = ck.binary.asm["ptx"]
     assert "bar.sync 10, 128;" in ptx and "bar.sync 11, 128;" in ptx
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_p_smem_lets_three_overlapped_warpgroups_fit_at_d64(causal):
+    """With P in registers, OVERLAP at D64 (three warpgroups, 128-key blocks) spills; with P_SMEM it does not:
+    P V reads P from two shared tiles per warpgroup (the shared-memory pass counts them)."""
+    from gluon.kernels.attention_sm90.config import smem_bytes
+    assert compile_variant(64, DType.bf16, causal, OVERLAP=True).spills > 0
+    ck = compile_variant(64, DType.bf16, causal, OVERLAP=True, P_SMEM=True)
+    assert ck.spills == 0 and ck.shared_bytes <= 227 * 1024
+    cfg = to_config(dict(OVERLAP=True, P_SMEM=True), default_config(64))
+    assert smem_bytes(cfg, 64) == 192 * 64 * 2 + 2 * 2 * 128 * 64 * 2 + 2 * 192 * 128 * 2
+    assert ck.shared_bytes >= smem_bytes(cfg, 64)
+    ops = sass_instructions(ck.sass())
+    assert ops["HGMMA.64x64x16.F32.BF16"] >= 8 and ops["MUFU.EX2"] >= 64
 
 
 def test_too_much_shared_memory_is_refused_by_the_passes():

@@ -451,7 +451,7 @@ def test_the_shipped_gemm_256_cubed_interprets_right_and_fast(over):
 
 @pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize("over", [None, dict(PINGPONG=True, PERSISTENT=True, OVERLAP=True, BLOCK_M=128,
-                                              CONSUMER_WGS=2)])
+                                              CONSUMER_WGS=2), dict(P_SMEM=True, OVERLAP=True), dict(P_SMEM=True)])
 def test_the_shipped_attention_interprets_right(causal, over):
     from gluon.kernels.attention_sm90.config import default_config, grid, num_warps, to_config
     from gluon.kernels.attention_sm90.host import _as_view, _empty_like_rows, _view2d

@@ -16,7 +16,7 @@ from ..config_checks import flag, overridden, positive_int
 
 HEAD_DIMS = (64, 128, 256)
 _INTS = ("BLOCK_M", "BLOCK_N", "STAGES", "CONSUMER_WGS", "CONSUMER_REGS", "PRODUCER_REGS")
-_BOOLS = ("OVERLAP", "PINGPONG", "REVERSE_M", "PERSISTENT")
+_BOOLS = ("OVERLAP", "PINGPONG", "REVERSE_M", "PERSISTENT", "P_SMEM")
 
 
 @dataclass(frozen=True)
@@ -40,6 +40,9 @@ class AttentionConfig:
                     first K/V blocks (and, with OVERLAP, its Q into a second buffer) while the consumers
                     finish this one; with a causal mask a CTA takes a head's query blocks in pairs
                     (last + first, ...), whose work sums to the same, so the static schedule stays balanced
+    P_SMEM          P goes through shared memory (a tile per warpgroup, two with OVERLAP) and O += P V reads both
+                    operands from there (FlashAttention-3's choice at D64): P's registers are free while S is
+                    live, so OVERLAP fits three warpgroups with 128-key blocks
     """
 
     BLOCK_M: int = 128
@@ -52,6 +55,7 @@ class AttentionConfig:
     PINGPONG: bool = False
     REVERSE_M: bool = True
     PERSISTENT: bool = False
+    P_SMEM: bool = False
 
     def __post_init__(self):
         for name in _INTS:
@@ -147,7 +151,8 @@ def grid(sq: int, batch_heads: int, cfg: AttentionConfig, causal: bool = False, 
 
 
 def smem_bytes(cfg: AttentionConfig, head_dim: int, elem_bytes: int = 2) -> int:
-    """Shared memory of the Q tiles and the K/V ring (barriers aside)."""
+    """Shared memory of the Q tiles, the K/V ring and the P tiles (barriers aside)."""
     q = q_buffers(cfg) * cfg.BLOCK_M * head_dim * elem_bytes
     kv = 2 * cfg.STAGES * cfg.BLOCK_N * head_dim * elem_bytes
-    return q + kv
+    p = (2 if cfg.OVERLAP else 1) * cfg.BLOCK_M * cfg.BLOCK_N * elem_bytes if cfg.P_SMEM else 0
+    return q + kv + p

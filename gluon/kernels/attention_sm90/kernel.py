@@ -117,6 +117,8 @@ def attention_sm90(Q, K, V, O, L, Sq, Skv, H, GROUP, qk_scale, CFG: gl.constexpr
     q_s = smem(Q.dtype, Layout.swizzled(RM, D, sw), name="q_tile", stages=WGS * QB)
     k_s = smem(K.dtype, Layout.swizzled(BN, D, sw), name="k_ring", stages=ST)
     v_s = smem(V.dtype, Layout.swizzled(BN, D, sw), name="v_ring", stages=ST)
+    PB = 2 if CFG.OVERLAP else 1                # P_SMEM: P tiles per warpgroup (overlapped: P_j while P_(j-1) is read)
+    p_s = smem(Q.dtype, Layout.swizzled(RM, BN, sw), name="p_tile", stages=WGS * PB) if CFG.P_SMEM else None
     q_ready = mbarrier(count=1, name="q_ready", stages=QB)
     if CFG.PERSISTENT:
         q_empty = mbarrier(count=WGS, name="q_empty", stages=QB)   # the consumers are done with a Q buffer
@@ -180,35 +182,38 @@ def attention_sm90(Q, K, V, O, L, Sq, Skv, H, GROUP, qk_scale, CFG: gl.constexpr
                             k_empty[c0].arrive()
                             s = _masked(s, rows, 0, Skv, off, BN, s_layout, CAUSAL)
                             m_i, p, alpha, l_i = _softmax(s, m_i, l_i, qk_scale, True)
-                            p_op = gl.convert_layout(p.to(Q.dtype), p_layout)
+                            p_op = _p_operand(p, Q.dtype, p_layout, _p_tile(p_s, g, 0, PB, WGS))
+                            if CFG.P_SMEM:      # the loops carry no P: block j's is in _p_tile(.., j, ..)
+                                p_op = gl.full((), 0, gl.int32)
                             for j in range(1, f_g):
                                 acc, m_i, l_i, p_op = _overlapped_step(
                                     j, cnt, q_g, k_s, v_s, k_ready, v_ready, k_empty, v_empty, acc, m_i, l_i, p_op,
                                     rows, Skv, off, qk_scale, ST, BN, s_layout, p_layout, CAUSAL, Q.dtype, False, g,
-                                    PP)
+                                    PP, p_s, PB, WGS)
                             for jm in range(gl.maximum(f_g, 1), n_g):
                                 acc, m_i, l_i, p_op = _overlapped_step(
                                     jm, cnt, q_g, k_s, v_s, k_ready, v_ready, k_empty, v_empty, acc, m_i, l_i, p_op,
                                     rows, Skv, off, qk_scale, ST, BN, s_layout, p_layout, CAUSAL, Q.dtype, True, g,
-                                    PP)
+                                    PP, p_s, PB, WGS)
                             # the last computed block's P V
                             c_last = cnt + n_g - 1
                             s_last = c_last % ST
+                            p_last = _p_tile(p_s, g, n_g - 1, PB, WGS) if CFG.P_SMEM else p_op
                             v_ready[s_last].wait((c_last // ST) & 1)
                             _turn_begin(g, PP)
-                            acc = wgmma(p_op, v_s[s_last], acc, wait=False)
+                            acc = wgmma(p_last, v_s[s_last], acc, wait=False)
                             _turn_end(g, PP)
-                            acc = wgmma_wait(acc, p_op, v_s[s_last], pendings=0)
+                            acc = wgmma_wait(acc, p_last, v_s[s_last], pendings=0)
                             v_empty[s_last].arrive()
                     else:
                         for j in range(0, f_g):
                             acc, m_i, l_i = _serial_step(j, cnt, q_g, k_s, v_s, k_ready, v_ready, k_empty, v_empty,
                                                          acc, m_i, l_i, rows, Skv, off, qk_scale, ST, BN, s_layout,
-                                                         p_layout, CAUSAL, Q.dtype, False)
+                                                         p_layout, CAUSAL, Q.dtype, False, _p_tile(p_s, g, 0, 1, WGS))
                         for jm in range(f_g, n_g):
                             acc, m_i, l_i = _serial_step(jm, cnt, q_g, k_s, v_s, k_ready, v_ready, k_empty, v_empty,
                                                          acc, m_i, l_i, rows, Skv, off, qk_scale, ST, BN, s_layout,
-                                                         p_layout, CAUSAL, Q.dtype, True)
+                                                         p_layout, CAUSAL, Q.dtype, True, _p_tile(p_s, g, 0, 1, WGS))
                     if CAUSAL:
                         for jr in range(n_g, n_blocks):     # blocks only later warpgroups' rows see
                             _release(cnt + jr, k_ready, v_ready, k_empty, v_empty, ST)
@@ -284,9 +289,9 @@ def _unit_tile(u, h, num_m, per_head, TPU: int, REVERSE_M: bool):
 
 
 def _serial_step(j, base, q_g, k_s, v_s, k_ready, v_ready, k_empty, v_empty, acc, m_i, l_i, rows, Skv, off,
-                 qk_scale, ST: int, BN: int, s_layout, p_layout, CAUSAL: bool, dtype, MASKED: bool):
+                 qk_scale, ST: int, BN: int, s_layout, p_layout, CAUSAL: bool, dtype, MASKED: bool, p_buf):
     """Key block j (the ring's block base + j) without overlap: S, softmax, rescale O, O += P V, each
-    waited for in turn."""
+    waited for in turn (P through `p_buf` in shared memory when it is not None)."""
     s_i = (base + j) % ST
     ph = ((base + j) // ST) & 1
     k_ready[s_i].wait(ph)
@@ -296,7 +301,7 @@ def _serial_step(j, base, q_g, k_s, v_s, k_ready, v_ready, k_empty, v_empty, acc
         s = _masked(s, rows, j * BN, Skv, off, BN, s_layout, CAUSAL)
     m_i, p, alpha, l_i = _softmax(s, m_i, l_i, qk_scale, MASKED)
     acc = _rescale(acc, alpha)
-    p_op = gl.convert_layout(p.to(dtype), p_layout)
+    p_op = _p_operand(p, dtype, p_layout, p_buf)
     v_ready[s_i].wait(ph)
     acc = wgmma(p_op, v_s[s_i], acc, wait=False)
     acc = wgmma_wait(acc, p_op, v_s[s_i], pendings=0)
@@ -318,10 +323,11 @@ def _turn_end(g: int, PINGPONG: bool):
 
 def _overlapped_step(j, base, q_g, k_s, v_s, k_ready, v_ready, k_empty, v_empty, acc, m_i, l_i, p_op, rows, Skv, off,
                      qk_scale, ST: int, BN: int, s_layout, p_layout, CAUSAL: bool, dtype, MASKED: bool, g: int,
-                     PINGPONG: bool):
+                     PINGPONG: bool, p_s, PB: int, WGS: int):
     """Key block j with FlashAttention-3's intra-warpgroup overlap: issue S_j = Q K_j^T and then
     O += P_{j-1} V_{j-1}; wait for S_j only and run its softmax while P V runs; then wait for P V,
-    release V_{j-1} and rescale O for block j. Block j is the ring's block base + j."""
+    release V_{j-1} and rescale O for block j. Block j is the ring's block base + j. With P in shared memory
+    (`p_s`), P_{j-1} is read from its tile and P_j stored to the other one; `p_op` is then a placeholder."""
     c = base + j
     s_i = c % ST
     v_i = (c - 1) % ST
@@ -330,17 +336,35 @@ def _overlapped_step(j, base, q_g, k_s, v_s, k_ready, v_ready, k_empty, v_empty,
     _turn_begin(g, PINGPONG)
     s = wgmma(q_g, k_s[s_i].T, gl.zeros(acc.shape[:1] + (BN,), gl.float32, layout=s_layout), use_acc=False,
               wait=False)
-    acc = wgmma(p_op, v_s[v_i], acc, wait=False)
+    p_prev = p_op if p_s is None else _p_tile(p_s, g, j - 1, PB, WGS)
+    acc = wgmma(p_prev, v_s[v_i], acc, wait=False)
     _turn_end(g, PINGPONG)
     s = wgmma_wait(s, q_g, k_s[s_i], pendings=1)
     k_empty[s_i].arrive()
     if MASKED:
         s = _masked(s, rows, j * BN, Skv, off, BN, s_layout, CAUSAL)
     m_i, p, alpha, l_i = _softmax(s, m_i, l_i, qk_scale, MASKED)
-    p_next = gl.convert_layout(p.to(dtype), p_layout)
-    acc = wgmma_wait(acc, p_op, v_s[v_i], pendings=0)
+    p_next = _p_operand(p, dtype, p_layout, None if p_s is None else _p_tile(p_s, g, j, PB, WGS))
+    acc = wgmma_wait(acc, p_prev, v_s[v_i], pendings=0)
     v_empty[v_i].arrive()
-    return _rescale(acc, alpha), m_i, l_i, p_next
+    return _rescale(acc, alpha), m_i, l_i, p_op if p_s is not None else p_next
+
+
+def _p_tile(p_s, g: int, j, PB: int, WGS: int):
+    """Warpgroup g's shared P tile for key block j (block j in tile j % PB of its PB), or None without P_SMEM."""
+    if p_s is None:
+        return None
+    return _stage(p_s, g * PB + j % PB if PB > 1 else g, WGS * PB)
+
+
+def _p_operand(p, dtype, p_layout, p_buf):
+    """P as the A operand of O += P V: in registers (WGMMA's register operand), or stored to `p_buf` in shared
+    memory and fenced for the tensor cores' (async proxy) reads."""
+    if p_buf is None:
+        return gl.convert_layout(p.to(dtype), p_layout)
+    p_buf.store(p.to(dtype))
+    fence_async_shared()
+    return p_buf
 
 
 def _release(c, k_ready, v_ready, k_empty, v_empty, ST: int):
