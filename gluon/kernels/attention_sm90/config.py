@@ -150,9 +150,17 @@ def grid(sq: int, batch_heads: int, cfg: AttentionConfig, causal: bool = False, 
     return (-(-sq // cfg.BLOCK_M), batch_heads)
 
 
+def p_buffers(cfg: AttentionConfig) -> int:
+    """P tiles per consumer warpgroup with P_SMEM: two with OVERLAP (P_j is stored while P_(j-1) is read), else
+    one; none without P_SMEM."""
+    if not cfg.P_SMEM:
+        return 0
+    return 2 if cfg.OVERLAP else 1
+
+
 def smem_bytes(cfg: AttentionConfig, head_dim: int, elem_bytes: int = 2) -> int:
     """Shared memory of the Q tiles, the K/V ring and the P tiles (barriers aside)."""
     q = q_buffers(cfg) * cfg.BLOCK_M * head_dim * elem_bytes
     kv = 2 * cfg.STAGES * cfg.BLOCK_N * head_dim * elem_bytes
-    p = (2 if cfg.OVERLAP else 1) * cfg.BLOCK_M * cfg.BLOCK_N * elem_bytes if cfg.P_SMEM else 0
+    p = p_buffers(cfg) * cfg.BLOCK_M * cfg.BLOCK_N * elem_bytes
     return q + kv + p

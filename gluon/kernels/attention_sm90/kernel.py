@@ -38,6 +38,8 @@ from gluon.language.nvidia.ampere import named_barrier_arrive, named_barrier_syn
 from gluon.language.nvidia.hopper import fence_async_shared, mbarrier, tma_load, wgmma, wgmma_wait
 from gluon.types import DotOperandLayout, Layout, SliceLayout, SwizzleMode, WarpRole
 
+from .config import p_buffers, q_buffers
+
 _NEG_INF = float("-inf")
 _TURN = 8                   # PINGPONG: warpgroup g waits on named barrier _TURN + g for its turn to issue GEMMs
 _EPILOGUE = 10              # PERSISTENT: warpgroup g's threads meet on named barrier _EPILOGUE + g after the epilogue
@@ -111,13 +113,13 @@ def attention_sm90(Q, K, V, O, L, Sq, Skv, H, GROUP, qk_scale, CFG: gl.constexpr
     # Q buffers: the next tile's Q loads while this one runs. Serial (not OVERLAP) persistent kernels keep one:
     # with two, their S GEMM in the masked loop read a wrong Q when the unmasked loop ran no step (Skv < BLOCK_N;
     # seen on the H200, cause not found; the OVERLAP loops, whose first S GEMM comes before them, are right)
-    QB = 2 if CFG.PERSISTENT and CFG.OVERLAP else 1
+    QB = q_buffers(CFG)
     TPU = 2 if CFG.PERSISTENT and CAUSAL else 1     # tiles per unit of work: causal pairs long + short
     sw = SwizzleMode.B128
     q_s = smem(Q.dtype, Layout.swizzled(RM, D, sw), name="q_tile", stages=WGS * QB)
     k_s = smem(K.dtype, Layout.swizzled(BN, D, sw), name="k_ring", stages=ST)
     v_s = smem(V.dtype, Layout.swizzled(BN, D, sw), name="v_ring", stages=ST)
-    PB = 2 if CFG.OVERLAP else 1                # P_SMEM: P tiles per warpgroup (overlapped: P_j while P_(j-1) is read)
+    PB = max(p_buffers(CFG), 1)                 # P_SMEM: P tiles per warpgroup (overlapped: P_j while P_(j-1) is read)
     p_s = smem(Q.dtype, Layout.swizzled(RM, BN, sw), name="p_tile", stages=WGS * PB) if CFG.P_SMEM else None
     q_ready = mbarrier(count=1, name="q_ready", stages=QB)
     if CFG.PERSISTENT:
@@ -209,11 +211,11 @@ def attention_sm90(Q, K, V, O, L, Sq, Skv, H, GROUP, qk_scale, CFG: gl.constexpr
                         for j in range(0, f_g):
                             acc, m_i, l_i = _serial_step(j, cnt, q_g, k_s, v_s, k_ready, v_ready, k_empty, v_empty,
                                                          acc, m_i, l_i, rows, Skv, off, qk_scale, ST, BN, s_layout,
-                                                         p_layout, CAUSAL, Q.dtype, False, _p_tile(p_s, g, 0, 1, WGS))
+                                                         p_layout, CAUSAL, Q.dtype, False, _p_tile(p_s, g, 0, PB, WGS))
                         for jm in range(f_g, n_g):
                             acc, m_i, l_i = _serial_step(jm, cnt, q_g, k_s, v_s, k_ready, v_ready, k_empty, v_empty,
                                                          acc, m_i, l_i, rows, Skv, off, qk_scale, ST, BN, s_layout,
-                                                         p_layout, CAUSAL, Q.dtype, True, _p_tile(p_s, g, 0, 1, WGS))
+                                                         p_layout, CAUSAL, Q.dtype, True, _p_tile(p_s, g, 0, PB, WGS))
                     if CAUSAL:
                         for jr in range(n_g, n_blocks):     # blocks only later warpgroups' rows see
                             _release(cnt + jr, k_ready, v_ready, k_empty, v_empty, ST)
