@@ -206,6 +206,15 @@ def _triton(q, k, v, causal, scale):
     return call, out
 
 
+def random_inputs(case: Case, dtype, seed: int) -> tuple:
+    """q [B, H, Sq, D], k and v [B, HKV, Skv, D] of `dtype`, standard normal, on DEVICE, from `seed`."""
+    import torch
+    gen = torch.Generator(device=DEVICE).manual_seed(seed)
+    return (torch.randn(case.b, case.h, case.sq, case.d, device=DEVICE, dtype=dtype, generator=gen),
+            torch.randn(case.b, case.hkv, case.skv, case.d, device=DEVICE, dtype=dtype, generator=gen),
+            torch.randn(case.b, case.hkv, case.skv, case.d, device=DEVICE, dtype=dtype, generator=gen))
+
+
 def implementations(args: argparse.Namespace) -> dict[str, Make]:
     impls = {"ours": _ours(args.config), "cudnn": _sdpa("CUDNN_ATTENTION"), "flash": _sdpa("FLASH_ATTENTION")}
     if not args.no_triton:
@@ -332,11 +341,7 @@ def main(argv: list[str] | None = None) -> int:
     rows: list[dict] = []
     for case in args.cases:
         for dn in dtypes:
-            dt = DType.from_name(dn).torch
-            gen = torch.Generator(device=DEVICE).manual_seed(20261201)
-            q = torch.randn(case.b, case.h, case.sq, case.d, device=DEVICE, dtype=dt, generator=gen)
-            k = torch.randn(case.b, case.hkv, case.skv, case.d, device=DEVICE, dtype=dt, generator=gen)
-            v = torch.randn(case.b, case.hkv, case.skv, case.d, device=DEVICE, dtype=dt, generator=gen)
+            q, k, v = random_inputs(case, DType.from_name(dn).torch, 20261201)
             scale = args.scale if args.scale is not None else 1.0 / math.sqrt(case.d)
             for causal in causals:
                 row = measure(case, dn, causal, q, k, v, scale, impls, args)

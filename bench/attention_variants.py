@@ -38,7 +38,7 @@ def parse_variant(text: str) -> tuple[str, dict | None]:
 def parse_args(argv: list[str] | None = None):
     p = parser(__doc__)
     p.add_argument("--variant", action="append", default=[], metavar="NAME=K=V,...", help="a config of ours "
-                   "(repeatable; the first is the one the baselines' ratios are printed for first)")
+                   "(repeatable; default: base=, what attention picks)")
     p.add_argument("--cases", type=A._comma_list, default=None, help="as bench/attention.py's --cases")
     p.add_argument("--dtype", choices=("fp16", "bf16"), default="bf16")
     p.add_argument("--causal", choices=("both", "on", "off"), default="both")
@@ -105,8 +105,6 @@ def implementations(args) -> dict:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    import torch
-
     from gluon.dtypes import DType
     impls = implementations(args)
     meta = dict(environment(), complete=False, variants=args.variants, repeats=args.repeats, round_ms=args.round_ms)
@@ -114,11 +112,7 @@ def main(argv: list[str] | None = None) -> int:
     causals = {"both": [False, True], "on": [True], "off": [False]}[args.causal]
     dt = DType.from_name(args.dtype).torch
     for case in args.cases:
-        dev = A.DEVICE
-        gen = torch.Generator(device=dev).manual_seed(20261204)
-        q = torch.randn(case.b, case.h, case.sq, case.d, device=dev, dtype=dt, generator=gen)
-        k = torch.randn(case.b, case.hkv, case.skv, case.d, device=dev, dtype=dt, generator=gen)
-        v = torch.randn(case.b, case.hkv, case.skv, case.d, device=dev, dtype=dt, generator=gen)
+        q, k, v = A.random_inputs(case, dt, 20261204)
         for causal in causals:
             row = measure(case, args.dtype, causal, q, k, v, 1.0 / math.sqrt(case.d), impls, args)
             rows.append(row)
