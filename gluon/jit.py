@@ -184,7 +184,13 @@ class CompiledKernel:
     def __call__(self, grid, *args, stream=None, meta: dict | None = None, **sizes):
         if _INTERPRET_LAUNCHES:          # GLUON_INTERPRET=1: its IR runs in the interpreter
             return _route("run_compiled")(self, grid, args, sizes, meta)
-        launcher = self._launcher or self.launcher
+        launcher = self._launcher
+        if launcher is not None:         # the launcher's straight-line entry (runtime/fast_call.py)
+            fast = launcher._fast
+            if fast is not None and len(args) == self._n_in_place and not sizes and not meta:
+                return fast(grid, args, stream)
+        else:
+            launcher = self.launcher
         n = self._n_in_place
         if n is None:                    # once: the ABI's answer to `takes_args_as_given`
             n = self._n_in_place = len(self.abi.runtime_params) if self.abi.args_in_place else -1

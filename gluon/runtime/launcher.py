@@ -45,7 +45,7 @@ from typing import Any
 
 from ..abi import KernelABI, KernelParam, ParamKind
 from ..dtypes import DType
-from . import cuda
+from . import cuda, fast_call
 from ..arch import TMA_SWIZZLE_MODE
 from .descriptors import (DESC_CACHE, TMA_DTYPE_DEVICE_TO_HOST, TensorDescriptor,
                           check_tma_tensor)
@@ -149,6 +149,7 @@ class Launcher:
         self._functions: dict[int, int] = {}
         self._c_launcher = None
         self._direct = None           # backend.direct_launch: (C function, cooperative, pdl) without scratch
+        self._fast = None             # fast_call.build's entry for the common call, once loaded
         self._lock = threading.Lock()
         try:
             import torch
@@ -206,6 +207,13 @@ class Launcher:
         ``CUstream`` int or a ``torch.cuda.Stream``; None means the current torch stream of the
         arguments' device. Every argument is validated before the GPU is touched.
         """
+        fast = self._fast
+        if fast is not None and not constexprs_for_grid_fn:
+            return fast(grid, args, stream)
+        return self._general_call(grid, args, stream, constexprs_for_grid_fn)
+
+    def _general_call(self, grid, args, stream, constexprs_for_grid_fn=None) -> None:
+        """Every call `fast` (gluon/runtime/fast_call.py) does not take, and every error."""
         flat, pending, dev, g = self._validate(grid, args, constexprs_for_grid_fn)
         if stream is not None and type(stream) is not int:
             stream = self._stream_slow(stream)
@@ -549,6 +557,8 @@ class Launcher:
                 direct = getattr(backend, "direct_launch", None)
                 self._direct = direct(self._c_launcher) if direct is not None else None
             self._functions[dev] = function
+            if self._fast is None:
+                self._fast = fast_call.build(self)
             return function
 
     # ---- introspection -----------------------------------------------------------------------

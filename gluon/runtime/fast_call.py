@@ -1,0 +1,107 @@
+"""A Launcher's straight-line entry for the common call, generated once per kernel.
+
+`Launcher.__call__` walks its argument plans in a loop: general, but about 2 us of Python for a
+three-argument kernel, which a model calling small kernels per token pays on every call. The common call
+passes torch tensors, Python ints, floats and bools, a tuple grid, no stream or an int one, on the device
+the binary is loaded on and current. For that call this module writes one Python function per Launcher
+with every check unrolled and every constant (dtype, range, alignment) folded in, which launches through
+the C function directly. Anything else (another argument type, a failed check, a descriptor argument,
+scratch memory, a launch hook, another device) goes to the general path unchanged: only there are errors
+raised, so their messages are the general path's, and the fast path accepts only calls the general path
+launches the same way (tests/test_fast_call.py compares the two).
+"""
+from __future__ import annotations
+
+from typing import Any, Callable
+
+_GRID_MAX = (2**31 - 1, 65535, 65535)
+
+
+def _tensor_checks(i: int, p, first: bool, want_cuda: bool) -> list[str]:
+    """Lines checking tensor argument `a{i}` as `Launcher._check_tensor` and the pointer branch of
+    `_validate` would, leaving its address in `p{i}` (the first tensor also sets `dev`)."""
+    a = f"a{i}"
+    cond = [f"type({a}) is not Tensor", f"not {a}.is_cuda" if want_cuda else f"{a}.is_cuda", f"{a}.dtype is not DT{i}"]
+    if p.rank is not None:
+        cond.append(f"{a}.dim() != {p.rank}")
+    if p.contig:
+        cond.append(f"not {a}.is_contiguous()")
+    lines = [f"    if {' or '.join(cond)}: return slow(grid, args, stream)"]
+    if first:
+        lines.append(f"    dev = {a}.get_device()")
+        if not want_cuda:       # a CPU tensor's device is -1: the general path then takes the current one
+            lines.append("    if dev < 0: dev = current_device()")
+    else:
+        lines.append(f"    if {a}.get_device() != dev: return slow(grid, args, stream)" if want_cuda else
+                     f"    if {a}.get_device() >= 0 and {a}.get_device() != dev: return slow(grid, args, stream)")
+    lines.append(f"    p{i} = {a}.data_ptr()")
+    if p.div16:
+        lines.append(f"    if p{i} & 15: return slow(grid, args, stream)")
+    return lines
+
+
+def build(launcher) -> Callable[..., Any] | None:
+    """`fast(grid, args, stream)` for `launcher` (args: a tuple, one value per runtime parameter), or None
+    where every call must take the general path (descriptor arguments, no direct C launch, no parameters
+    that are tensors to take the device from)."""
+    from .launcher import _BOOL, _DESC, _FLOAT, _INT, _PTR      # the plan kinds
+
+    plans = launcher._plans
+    direct = launcher._direct
+    if direct is None or any(p.kind == _DESC for p in plans) or not any(p.kind == _PTR for p in plans):
+        return None
+    backend = launcher._backend
+    env: dict[str, Any] = {
+        "Tensor": launcher._Tensor, "slow": launcher._general_call, "functions": launcher._functions,
+        "backend": backend, "current_device": backend.current_device, "current_stream": backend.current_stream,
+        "hooks": backend.launch_hooks, "direct": direct[0], "coop": direct[1], "pdl": direct[2],
+        "packed": launcher._packed_metadata, "G0": _GRID_MAX[0], "G1": _GRID_MAX[1], "G2": _GRID_MAX[2],
+    }
+    names = [f"a{i}" for i in range(len(plans))]
+    body = [f"    if len(args) != {len(plans)}: return slow(grid, args, stream)",
+            f"    {', '.join(names)}{',' if len(names) == 1 else ''} = args"]
+    flat = []
+    first = True
+    for i, p in enumerate(plans):
+        a = f"a{i}"
+        if p.kind == _PTR:
+            env[f"DT{i}"] = p.torch_dtype
+            body += _tensor_checks(i, p, first, launcher._want_cuda)
+            first = False
+            flat.append(f"p{i}")
+        elif p.kind == _INT:
+            cond = f"type({a}) is not int or not {p.lo} <= {a} <= {p.hi}"
+            if p.div16:
+                cond += f" or {a} % 16"
+            body.append(f"    if {cond}: return slow(grid, args, stream)")
+            flat.append(a)
+        elif p.kind == _FLOAT:
+            env[f"F{i}"] = p.fmax
+            body.append(f"    if type({a}) is not float or not -F{i} <= {a} <= F{i}: return slow(grid, args, stream)")
+            flat.append(a)
+        elif p.kind == _BOOL:
+            body.append(f"    if {a} is True: b{i} = 1")
+            body.append(f"    elif {a} is False: b{i} = 0")
+            body.append("    else: return slow(grid, args, stream)")
+            flat.append(f"b{i}")
+    body += [
+        "    if type(grid) is not tuple: return slow(grid, args, stream)",
+        "    n = len(grid)",
+        "    if n == 1: g0, g1, g2 = grid[0], 1, 1",
+        "    elif n == 3: g0, g1, g2 = grid",
+        "    elif n == 2: g0, g1 = grid; g2 = 1",
+        "    else: return slow(grid, args, stream)",
+        "    if type(g0) is not int or type(g1) is not int or type(g2) is not int or not (0 < g0 <= G0 and "
+        "0 < g1 <= G1 and 0 < g2 <= G2): return slow(grid, args, stream)",
+        "    fn = functions.get(dev)",
+        "    if fn is None or dev != current_device(): return slow(grid, args, stream)",
+        "    if stream is None: stream = current_stream(dev)",
+        "    elif type(stream) is not int: return slow(grid, args, stream)",
+        "    if hooks()[0] is not None: return slow(grid, args, stream)",
+        f"    direct(g0, g1, g2, stream, fn, coop, pdl, None, None, packed, None, None, None, {', '.join(flat)})",
+    ]
+    src = "def fast(grid, args, stream=None):\n" + "\n".join(body) + "\n"
+    exec(compile(src, f"<fast launch of {launcher.kernel_name}>", "exec"), env)
+    fast = env["fast"]
+    fast.source = src
+    return fast

@@ -1,0 +1,170 @@
+"""The Launcher's straight-line entry (gluon/runtime/fast_call.py) against its general path.
+
+Every call below runs through `Launcher.__call__` (which takes the fast entry where it can) and through
+`_general_call` on a twin launcher: the two must launch the same thing or raise the same message, and the
+common calls must take the fast entry (counted), the others must not.
+"""
+from __future__ import annotations
+
+import math
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from gluon.runtime import LaunchError, Launcher  # noqa: E402
+from gluon.runtime import fast_call  # noqa: E402
+from test_runtime import (COPY_ARGS, TMA_ARGS, DirectBackend, FakeBackend, abi, cuda_like, fake_binary,  # noqa: E402
+                          param)
+
+ARGS = [param("x", "pointer", "f16", rank=1, divisibility=16),
+        param("y", "pointer", "f32", rank=2, needs_contiguous=True),
+        param("n", "scalar", "i32", divisibility=16),
+        param("m", "scalar", "i64"),
+        param("alpha", "scalar", "f32"),
+        param("flag", "scalar", "i1")]
+
+
+class Counting(DirectBackend):
+    """DirectBackend whose launches say which entry made them."""
+
+
+def _pair(params=ARGS):
+    """(launcher with the fast entry, its general twin, the backend of each)."""
+    fast_be, slow_be = Counting(), Counting()
+    fast = Launcher(fake_binary(), abi(params, "k", "k.py:1"), backend=fast_be)
+    slow = Launcher(fake_binary(), abi(params, "k", "k.py:1"), backend=slow_be)
+    return fast, slow, fast_be, slow_be
+
+
+def _outcome(launcher, backend, grid, args, stream, general: bool):
+    before = len(backend.calls)
+    try:
+        if general:
+            launcher._general_call(grid, args, stream)
+        else:
+            launcher(grid, *args, stream=stream)
+    except LaunchError as e:
+        return ("error", str(e))
+    return ("launched", backend.calls[before:])
+
+
+def _inputs():
+    return torch.randn(64).half(), torch.randn(4, 8)
+
+
+def _warm(fast, slow):
+    x, y = _inputs()
+    for L in (fast, slow):
+        L((1,), x, y, 16, 1, 1.0, True)       # loads the binary: the fast entry is built after it
+    assert fast._fast is not None and "def fast(" in fast._fast.source
+
+
+def _cases():
+    x, y = _inputs()
+    odd = torch.randn(65).half()[1:]          # 2-byte offset: the x parameter wants a 16-byte aligned address
+    yt = torch.randn(8, 4).t()                # not contiguous
+    good = (x, y, 32, -5, 0.5, False)
+    yield "common", (3,), good, None, True
+    yield "3-d grid", (3, 2, 1), good, None, True
+    yield "2-d grid", (3, 2), good, None, True
+    yield "int stream", (3,), good, 77, True
+    yield "grid list", [3], good, None, False
+    yield "grid callable", lambda meta: (meta["n"] // 16,), good, None, False
+    yield "grid zero", (0,), good, None, False
+    yield "grid too big", (2**31,), good, None, False
+    yield "grid 4-d", (1, 1, 1, 1), good, None, False
+    yield "grid of floats", (3.0,), good, None, False
+    yield "stream object", (3,), good, object(), False
+    yield "x unaligned", (3,), (odd, y, 32, -5, 0.5, False), None, False
+    yield "x wrong dtype", (3,), (x.float(), y, 32, -5, 0.5, False), None, False
+    yield "x wrong rank", (3,), (x.view(8, 8), y, 32, -5, 0.5, False), None, False
+    yield "y not contiguous", (3,), (x, yt, 32, -5, 0.5, False), None, False
+    yield "x an int address", (3,), (x.data_ptr(), y, 32, -5, 0.5, False), None, False
+    yield "x None", (3,), (None, y, 32, -5, 0.5, False), None, False
+    yield "x a cuda-looking tensor", (3,), (cuda_like(x), y, 32, -5, 0.5, False), None, False
+    yield "x a parameter", (3,), (torch.nn.Parameter(x, requires_grad=False), y, 32, -5, 0.5, False), None, False
+    yield "n not a multiple of 16", (3,), (x, y, 33, -5, 0.5, False), None, False
+    yield "n too big", (3,), (x, y, 2**31, -5, 0.5, False), None, False
+    yield "n a bool", (3,), (x, y, True, -5, 0.5, False), None, False
+    yield "n a float", (3,), (x, y, 32.0, -5, 0.5, False), None, False
+    yield "m an i64", (3,), (x, y, 32, 2**40, 0.5, False), None, True
+    yield "m too big", (3,), (x, y, 32, 2**63, 0.5, False), None, False
+    yield "alpha an int", (3,), (x, y, 32, -5, 2, False), None, False
+    yield "alpha inf", (3,), (x, y, 32, -5, math.inf, False), None, False
+    yield "alpha nan", (3,), (x, y, 32, -5, math.nan, False), None, False
+    yield "alpha beyond f32", (3,), (x, y, 32, -5, 1e39, False), None, False
+    yield "flag 1", (3,), (x, y, 32, -5, 0.5, 1), None, False
+    yield "flag 2", (3,), (x, y, 32, -5, 0.5, 2), None, False
+    yield "too few", (3,), (x, y, 32), None, False
+
+
+@pytest.mark.parametrize("case", list(_cases()), ids=lambda c: c[0])
+def test_the_fast_entry_launches_what_the_general_path_does(case):
+    _name, grid, args, stream, takes_fast = case
+    fast, slow, fast_be, slow_be = _pair()
+    _warm(fast, slow)
+    general_calls = []
+    real = fast._general_call
+    fast._general_call = lambda *a: general_calls.append(a) or real(*a)
+    fast._fast = fast_call.build(fast)        # the entry reads _general_call when it is built
+    got = _outcome(fast, fast_be, grid, args, stream, general=False)
+    want = _outcome(slow, slow_be, grid, args, stream, general=True)
+    assert got == want
+    assert (not general_calls) == takes_fast
+
+
+def test_a_device_that_is_not_current_takes_the_general_path():
+    fast, slow, fast_be, _ = _pair()
+    _warm(fast, slow)
+    x, y = _inputs()
+    fast_be.current = 1                      # the tensors' device (-1: the current one) is loaded; device 1 not
+    fast((2,), x, y, 16, 1, 1.0, True)
+    assert fast_be.loads[-1][2] == 1         # the general path loaded the binary on the new current device
+
+
+def test_a_launch_hook_takes_the_general_path():
+    fast, slow, fast_be, _ = _pair()
+    _warm(fast, slow)
+    pytest.importorskip("triton")            # the launch metadata is triton's LazyDict
+    hook = object()
+    fast_be.hooks = (hook, None)
+    x, y = _inputs()
+    fast((2,), x, y, 16, 1, 1.0, True)
+    call = fast_be.calls[-1]
+    assert call[12] is hook and call[11] is not None     # the general path passed the hook and its metadata
+
+
+@pytest.mark.parametrize("params, why", [(TMA_ARGS, "descriptors"), ([param("n", "scalar", "i32")], "no tensor")])
+def test_no_fast_entry_where_it_would_not_apply(params, why):
+    L = Launcher(fake_binary(), abi(params), backend=DirectBackend())
+    L._direct = L._backend.direct_launch(None)
+    assert fast_call.build(L) is None, why
+
+
+def test_no_fast_entry_without_a_direct_c_launch():
+    L = Launcher(fake_binary(), abi(COPY_ARGS), backend=FakeBackend())
+    x, y = torch.randn(16).half(), torch.empty(16).half()
+    L((1,), x, y, 16)
+    assert L._direct is None and L._fast is None
+
+
+def test_compiled_kernel_calls_take_the_fast_entry(monkeypatch):
+    """`ck(grid, *args)` of a compiled DSL kernel goes straight to the launcher's entry after its first call."""
+    pytest.importorskip("triton")
+    import sys
+    from pathlib import Path
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
+    from copy_kernel import copy_kernel_explicit
+    src, dst = torch.randn(4096), torch.empty(4096)
+    kw = dict(XBLOCK=1024, VEC=4, NUM_WARPS=4, num_warps=4)
+    ck = copy_kernel_explicit[(4,)].compiled(dst, src, 4096, arch="sm_90", **kw)
+    be = Counting()
+    ck._launcher = Launcher(ck.binary, ck.abi, backend=be)
+    ck((4,), dst, src, 4096)
+    entered = []
+    fast = ck._launcher._fast
+    ck._launcher._fast = lambda *a: entered.append(a) or fast(*a)
+    ck((4,), dst, src, 4096)
+    assert len(entered) == 1
+    assert be.calls[0] == be.calls[1]
