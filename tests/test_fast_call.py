@@ -14,6 +14,7 @@ torch = pytest.importorskip("torch")
 
 from gluon.runtime import LaunchError, Launcher  # noqa: E402
 from gluon.runtime import fast_call  # noqa: E402
+from gluon.runtime.launcher import _BOOL, _DESC, _FLOAT, _INT, _PTR  # noqa: E402
 from test_runtime import (COPY_ARGS, TMA_ARGS, DirectBackend, FakeBackend, abi, cuda_like, fake_binary,  # noqa: E402
                           param)
 
@@ -23,6 +24,9 @@ ARGS = [param("x", "pointer", "f16", rank=1, divisibility=16),
         param("m", "scalar", "i64"),
         param("alpha", "scalar", "f32"),
         param("flag", "scalar", "i1")]
+
+
+KINDS = (_PTR, _INT, _FLOAT, _BOOL, _DESC)
 
 
 class Counting(DirectBackend):
@@ -107,7 +111,7 @@ def test_the_fast_entry_launches_what_the_general_path_does(case):
     general_calls = []
     real = fast._general_call
     fast._general_call = lambda *a: general_calls.append(a) or real(*a)
-    fast._fast = fast_call.build(fast)        # the entry reads _general_call when it is built
+    fast._fast = fast_call.build(fast, KINDS)        # the entry reads _general_call when it is built
     got = _outcome(fast, fast_be, grid, args, stream, general=False)
     want = _outcome(slow, slow_be, grid, args, stream, general=True)
     assert got == want
@@ -139,7 +143,7 @@ def test_a_launch_hook_takes_the_general_path():
 def test_no_fast_entry_where_it_would_not_apply(params, why):
     L = Launcher(fake_binary(), abi(params), backend=DirectBackend())
     L._direct = L._backend.direct_launch(None)
-    assert fast_call.build(L) is None, why
+    assert fast_call.build(L, KINDS) is None, why
 
 
 def test_no_fast_entry_without_a_direct_c_launch():

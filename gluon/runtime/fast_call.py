@@ -40,12 +40,12 @@ def _tensor_checks(i: int, p, first: bool, want_cuda: bool) -> list[str]:
     return lines
 
 
-def build(launcher) -> Callable[..., Any] | None:
+def build(launcher, kinds: tuple[int, int, int, int, int]) -> Callable[..., Any] | None:
     """`fast(grid, args, stream)` for `launcher` (args: a tuple, one value per runtime parameter), or None
     where every call must take the general path (descriptor arguments, no direct C launch, no parameters
-    that are tensors to take the device from)."""
-    from .launcher import _BOOL, _DESC, _FLOAT, _INT, _PTR      # the plan kinds
-
+    that are tensors to take the device from). `kinds`: the launcher's argument plan kinds (pointer, int,
+    float, bool, descriptor)."""
+    _PTR, _INT, _FLOAT, _BOOL, _DESC = kinds
     plans = launcher._plans
     direct = launcher._direct
     if direct is None or any(p.kind == _DESC for p in plans) or not any(p.kind == _PTR for p in plans):

@@ -558,7 +558,7 @@ class Launcher:
                 self._direct = direct(self._c_launcher) if direct is not None else None
             self._functions[dev] = function
             if self._fast is None:
-                self._fast = fast_call.build(self)
+                self._fast = fast_call.build(self, (_PTR, _INT, _FLOAT, _BOOL, _DESC))
             return function
 
     # ---- introspection -----------------------------------------------------------------------
