@@ -52,7 +52,7 @@ def test_the_short_causal_d128_config_has_no_spills_as_launches_specialize_it(sq
 def test_choose_config_takes_64_key_steps_for_short_causal_d128_only():
     from gluon.kernels.attention_sm90.config import SHORT_CAUSAL_D128, SHORT_CAUSAL_SKV
     assert choose_config(128, SHORT_CAUSAL_SKV, True) == SHORT_CAUSAL_D128
-    assert SHORT_CAUSAL_D128 == to_config(dict(BLOCK_N=64, PINGPONG=False, STAGES=3), default_config(128))
+    assert SHORT_CAUSAL_D128 == to_config(dict(BLOCK_N=64, PINGPONG=False, STAGES=4), default_config(128))
     assert choose_config(128, SHORT_CAUSAL_SKV + 1, True) == default_config(128)
     assert choose_config(128, 512, False) == default_config(128)
     for d in (64, 256):

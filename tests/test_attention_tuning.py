@@ -66,9 +66,9 @@ def test_the_shipped_spec_validates():
     assert list(p) == ["BLOCK_N", "STAGES", "CONSUMER_WARPS", "CONSUMER_REGS", "PRODUCER_WARPS", "PRODUCER_REGS",
                        "OVERLAP", "REVERSE_M", "PINGPONG", "PERSISTENT"]
     assert "BLOCK_M" not in p                                   # BLOCK_M = 64 rows per consumer warpgroup
-    # 2 BLOCK_N x 2 STAGES x 5 producer budgets x 2 REVERSE_M x 2 PERSISTENT x 8 schedules: (8 warps at 240 |
+    # 2 BLOCK_N x 3 STAGES x 5 producer budgets x 2 REVERSE_M x 2 PERSISTENT x 8 schedules: (8 warps at 240 |
     # 8 at 232) x (serial | overlapped | overlapped with ping-pong) + 12 warps at 160 x (serial | overlapped)
-    assert spec.space.raw_size() == 1920 and spec.space.size() == 640
+    assert spec.space.raw_size() == 2880 and spec.space.size() == 960
     configs = list(spec.space.grid())
     assert {(c["CONSUMER_WARPS"], c["CONSUMER_REGS"]) for c in configs} == {(8, 240), (8, 232), (12, 160)}
     assert {c["PRODUCER_REGS"] for c in configs} == {24, 32, 40, 48, 56}

@@ -104,10 +104,11 @@ def to_config(overrides: Mapping | AttentionConfig | None, base: AttentionConfig
 
 # D128 causal with at most SHORT_CAUSAL_SKV keys: a query block sees 8 key blocks of 128 or fewer, half of them on
 # or next to the diagonal, so 64-key steps (less of each diagonal block masked away, a finer skip per warpgroup),
-# each warpgroup on its own (no ping-pong turns to wait for) and a third stage measured +7% at S1024 and +25% at
-# S512 over the default; at S1536 and S2048 the default is ahead (docs/PERF.md, eighteenth session)
+# each warpgroup on its own (no ping-pong turns to wait for) and a deeper ring measured +7% at S1024 and +25% at
+# S512 over the default with three stages, four +0.5 to +1.3% over three (three runs); at S1536 and S2048 the
+# default is ahead (docs/PERF.md, eighteenth and nineteenth sessions)
 SHORT_CAUSAL_SKV = 1024
-SHORT_CAUSAL_D128 = replace(DEFAULT_CONFIGS[128], BLOCK_N=64, PINGPONG=False, STAGES=3)
+SHORT_CAUSAL_D128 = replace(DEFAULT_CONFIGS[128], BLOCK_N=64, PINGPONG=False, STAGES=4)
 
 
 def default_config(head_dim: int) -> AttentionConfig:
