@@ -104,7 +104,7 @@ def test_cluster_builtins_need_set_cluster():
         _tma_kernel(1, multicast=True, cluster_arrive=False, expect=8192)
     with pytest.raises(GluonError, match=r"arrive\(cluster=True\) needs a thread-block cluster"):
         _tma_kernel(1, multicast=False, cluster_arrive=True, expect=8192)
-    with pytest.raises(GluonError, match=r"set_cluster\(3\): clusters of 1, 2 or 4"):
+    with pytest.raises(GluonError, match=r"set_cluster\(3\): clusters of 1, 2, 4 or 8"):
         _tma_kernel(3, multicast=False, cluster_arrive=False, expect=8192)
 
 

@@ -158,3 +158,46 @@ def test_deep_k_default_config_matches_fp64(M, N, K, b_kmajor):
     assert not torch.isnan(outs[0]).any()
     assert _rel_err(outs[0], a, b, b_kmajor) < 1e-2
     assert torch.equal(outs[0], outs[1])
+
+
+@pytest.mark.parametrize("M,N,K,ck,base", [
+    (1, 4096, 4096, 2, "swap"), (64, 4096, 4096, 2, "swap"), (128, 4096, 4096, 2, "swap"), (33, 1000, 3000, 4, "swap"),
+    (8, 200, 136, 2, "swap"), (100, 4097, 2048, 8, "swap"),
+    (512, 512, 65536, 8, "deep"), (1000, 1024, 32768, 4, "deep"), (300, 200, 5000, 2, "deep"), (256, 1024, 8192, 8, "deep")])
+@pytest.mark.parametrize("b_kmajor", [False, True])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_cluster_k_matches_fp64_and_the_two_pass_sum_bit_for_bit(M, N, K, ck, base, b_kmajor, dtype):
+    """CLUSTER_K: the K slices of a tile on the CTAs of one cluster, summed by them after a cluster barrier.
+    Against the same config with the slices summed by splitk_reduce (bit for bit: both add the slices in
+    order), on poisoned outputs, repeated calls, fresh inputs twice; within 1e-2 of fp64."""
+    from gluon.kernels.gemm_sm90.config import DEEP_K_CONFIG
+    if base == "swap":
+        bm = max(8, 1 << (M - 1).bit_length())
+        cfg = _swap(M, 64, 128, STAGES=min(8, 216 * 1024 // ((bm + 64) * 128 * 2))).replace(CLUSTER_K=ck)
+    else:
+        cfg = DEEP_K_CONFIG.replace(CLUSTER_M=1, CLUSTER_K=ck)
+    two_pass = cfg.replace(CLUSTER_K=1)
+    for seed in range(2):
+        a, b = _operands(M, N, K, dtype, b_kmajor, seed)
+        outs = []
+        for c_cfg, splits in ((cfg, None), (cfg, None), (two_pass, ck)):
+            c = torch.full((M, N), float("nan"), device="cuda", dtype=dtype)
+            launch(a, b, c, c_cfg, b_kmajor=b_kmajor, splits=splits)
+            outs.append(c)
+        torch.cuda.synchronize()
+        assert not torch.isnan(outs[0]).any(), "some output elements were not written"
+        assert _rel_err(outs[0], a, b, b_kmajor) < 1e-2
+        for o in outs[1:]:
+            assert torch.equal(o, outs[0])
+
+
+def test_cluster_k_with_several_tiles_per_cluster():
+    """More tiles than clusters: each cluster walks several tiles, meeting at one barrier per tile."""
+    from gluon.kernels.gemm_sm90.config import DEEP_K_CONFIG
+    cfg = DEEP_K_CONFIG.replace(CLUSTER_M=1, CLUSTER_K=4, BLOCK_N=64)
+    a, b = _operands(2048, 4096, 4096, torch.bfloat16)
+    c = torch.full((2048, 4096), float("nan"), device="cuda", dtype=torch.bfloat16)
+    launch(a, b, c, cfg)            # 32 x 64 tiles over 33 clusters of 4
+    torch.cuda.synchronize()
+    assert not torch.isnan(c).any()
+    assert _rel_err(c, a, b, False) < 1e-2

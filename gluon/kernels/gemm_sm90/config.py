@@ -19,7 +19,8 @@ from ..config_checks import flag, overridden, positive_int
 EPILOGUES = ("tma", "ring", "coalesced", "direct")
 AUTO = "auto"
 _INTS = ("BLOCK_M", "BLOCK_N", "BLOCK_K", "STAGES", "GROUP_M", "CONSUMER_WGS", "PRODUCER_REGS", "CONSUMER_REGS",
-         "CLUSTER_M")
+         "CLUSTER_M", "CLUSTER_K")
+CLUSTER_K_SIZES = (1, 2, 4, 8)      # a portable cluster holds at most 8 CTAs
 _BOOLS = ("SPLIT_WGS", "K_ZIGZAG", "TMA_PREFETCH", "SPLITK_FIXUP", "SWAP_AB")
 _AUTO_BOOLS = ("EARLY_LOADS", "LEAN_PROLOGUE")
 _SWIZZLES = tuple(m.value for m in SwizzleMode)
@@ -66,6 +67,11 @@ class GemmConfig:
                                 A's BLOCK_M rows on its N (a power of two, 8 .. 256), so a few rows of A
                                 (decode: M of 1 .. 64) neither waste the MMA nor shared memory; one
                                 consumer warpgroup, stores C from registers
+    CLUSTER_K                   split-K inside a cluster: its CLUSTER_K CTAs (2, 4 or 8) take the K slices of
+                                one output tile, store their fp32 partials, meet at a cluster barrier, and
+                                each sums 1/CLUSTER_K of the tile's columns over the slices in slice order
+                                (deterministic, the values `splitk_reduce` gives) and stores C: no second
+                                kernel. The launch's split count is CLUSTER_K
     """
 
     BLOCK_M: int = 128
@@ -86,6 +92,7 @@ class GemmConfig:
     LEAN_PROLOGUE: bool | str = AUTO
     SPLITK_FIXUP: bool = False
     SWAP_AB: bool = False
+    CLUSTER_K: int = 1
 
     def __post_init__(self):
         for name in _INTS:
@@ -121,6 +128,8 @@ class GemmConfig:
                              "(or 'auto')")
         if self.SWAP_AB:
             _check_swap_ab(self)
+        if self.CLUSTER_K > 1:
+            _check_cluster_k(self)
         if self.CONSUMER_REGS != _SPLIT_CONSUMER_REGS and not self.SPLIT_WGS:
             raise GluonError(f"GemmConfig CONSUMER_REGS={self.CONSUMER_REGS}: the cooperative consumers are Triton's "
                              "default partition and take the registers setmaxnreg leaves them; CONSUMER_REGS is the "
@@ -132,11 +141,11 @@ class GemmConfig:
     def plain(self) -> bool:
         """The family EARLY_LOADS and LEAN_PROLOGUE are written and verified for: no cluster, not the
         ring epilogue."""
-        return self.CLUSTER_M == 1 and self.EPILOGUE != "ring"
+        return self.cluster_size == 1 and self.EPILOGUE != "ring"
 
     @property
     def cluster_size(self) -> int:
-        return self.CLUSTER_M
+        return self.CLUSTER_M * self.CLUSTER_K
 
     @property
     def resolved(self) -> bool:
@@ -152,7 +161,8 @@ class GemmConfig:
             return self
         kw = {}
         if self.EPILOGUE == AUTO:
-            staged = out_size * self.BLOCK_M * self.BLOCK_N <= 64 * 1024 and not (self.SPLITK_FIXUP or self.SWAP_AB)
+            staged = out_size * self.BLOCK_M * self.BLOCK_N <= 64 * 1024 and not (
+                self.SPLITK_FIXUP or self.SWAP_AB or self.CLUSTER_K > 1)
             kw["EPILOGUE"] = "tma" if staged else "direct"
         for name in _AUTO_BOOLS:
             if getattr(self, name) == AUTO:
@@ -168,9 +178,11 @@ class GemmConfig:
         return {f: getattr(self, f) for f in FIELDS}
 
     def describe(self) -> str:
-        """"KEY=VALUE, ..." of every field, but K_ZIGZAG, TMA_PREFETCH, SPLITK_FIXUP and SWAP_AB only when on."""
+        """"KEY=VALUE, ..." of every field, but K_ZIGZAG, TMA_PREFETCH, SPLITK_FIXUP and SWAP_AB only when on and
+        CLUSTER_K only above 1."""
         return ", ".join(f"{k}={v}" for k, v in self.to_dict().items()
-                         if v is not False or k not in ("K_ZIGZAG", "TMA_PREFETCH", "SPLITK_FIXUP", "SWAP_AB"))
+                         if (v is not False or k not in ("K_ZIGZAG", "TMA_PREFETCH", "SPLITK_FIXUP", "SWAP_AB"))
+                         and (k != "CLUSTER_K" or v > 1))
 
 
 FIELDS: tuple[str, ...] = tuple(f.name for f in fields(GemmConfig))
@@ -195,6 +207,26 @@ def _check_swap_ab(cfg: GemmConfig) -> None:
         why = "SPLITK_FIXUP=False: split-K partials under the swap are summed by splitk_reduce"
     if why:
         raise GluonError(f"GemmConfig SWAP_AB=True takes {why}")
+
+
+def _check_cluster_k(cfg: GemmConfig) -> None:
+    """CLUSTER_K's rules: a cluster size, no other cluster or split-K sum, C stored from registers, and a column
+    slab per CTA that is a whole power of two."""
+    why = None
+    slab = cfg.BLOCK_N // cfg.CLUSTER_K
+    if cfg.CLUSTER_K not in CLUSTER_K_SIZES:
+        why = f"2, 4 or 8 CTAs (a power of two, at most a portable cluster), not {cfg.CLUSTER_K}"
+    elif cfg.CLUSTER_M != 1:
+        why = f"CLUSTER_M=1 (one cluster dimension), not CLUSTER_M={cfg.CLUSTER_M}"
+    elif cfg.SPLITK_FIXUP:
+        why = "SPLITK_FIXUP=False (the cluster sums the slices itself)"
+    elif cfg.EPILOGUE not in ("direct", AUTO):
+        why = f"EPILOGUE='direct' (or 'auto'): the sum is stored from registers, not EPILOGUE={cfg.EPILOGUE!r}"
+    elif cfg.BLOCK_N % cfg.CLUSTER_K or slab & (slab - 1):
+        why = (f"a BLOCK_N that splits into CLUSTER_K column slabs of a power of two each, not BLOCK_N={cfg.BLOCK_N} "
+               f"over {cfg.CLUSTER_K}")
+    if why:
+        raise GluonError(f"GemmConfig CLUSTER_K={cfg.CLUSTER_K} takes {why}")
 
 
 def to_config(config: GemmConfig | Mapping | None, base: GemmConfig) -> GemmConfig:
@@ -253,13 +285,14 @@ def units(M: int, N: int, config: GemmConfig, splits: int = 1) -> int:
 
 def num_warps(config: GemmConfig) -> int:
     """Consumer warps, then the producer: one warp, a whole warpgroup in a cluster."""
-    return 4 * config.CONSUMER_WGS + (4 if config.CLUSTER_M > 1 else 1)
+    return 4 * config.CONSUMER_WGS + (4 if config.cluster_size > 1 else 1)
 
 
 def grid(M: int, N: int, config: GemmConfig, num_sms: int, splits: int = 1) -> tuple[int]:
     """Persistent grid, in clusters (Triton's launcher starts a cluster's CTAs per grid entry): one per
-    unit of work up to one per SM."""
-    return (max(1, min(units(M, N, config, splits), num_sms // config.CLUSTER_M)),)
+    unit of work up to one per SM. With CLUSTER_K a unit is a tile, its K slices the cluster's CTAs."""
+    work = units(M, N, config, 1 if config.CLUSTER_K > 1 else splits)
+    return (max(1, min(work, num_sms // config.cluster_size)),)
 
 
 def balanced_splits(t: int, k_tiles: int, num_sms: int, min_k: int = 8, max_splits: int = 16) -> int:
@@ -282,6 +315,8 @@ def balanced_splits(t: int, k_tiles: int, num_sms: int, min_k: int = 8, max_spli
 def split_k(M: int, N: int, K: int, config: GemmConfig, num_sms: int) -> int:
     """How many K slices: with SWAP_AB, `balanced_splits`; else 1 while the tiles fill the GPU, or else
     enough units for about one wave, each slice at least 16 k-steps, and every slice non-empty."""
+    if config.CLUSTER_K > 1:        # the cluster's CTAs are the slices
+        return config.CLUSTER_K
     t = tiles(M, N, config)
     k_tiles = _cdiv(K, config.BLOCK_K)
     if config.SWAP_AB:              # a few tiles less than a wave already stream B at full bandwidth
@@ -330,7 +365,8 @@ def choose_config(M: int, N: int, K: int, num_sms: int, pitch_aligned: bool = Tr
     not a table of shapes; its "auto" values are resolved by `resolve_config`):
 
     * M <= 64, or M <= SMALL_M where 128x256 tiles make under 3/4 of a wave (decode):
-      `small_m_config`, A and B swapped (unless `swap_ab` is False: the ordinary kernel's pick);
+      `small_m_config`, A and B swapped (unless `swap_ab` is False: the ordinary kernel's pick), its two K
+      slices (where `split_k` makes two) summed in 2-CTA clusters (CLUSTER_K=2);
     * K >= DEEP_K with under half a wave of 128x128 tiles: DEEP_K_CONFIG (split along K by `split_k`;
       no cluster where A has one row of tiles);
     * under about one wave of 128x256 tiles: the first of SMALL_CONFIGS whose tiles fit in one wave;
@@ -342,7 +378,10 @@ def choose_config(M: int, N: int, K: int, num_sms: int, pitch_aligned: bool = Tr
 
     The measurements behind each rule: docs/PERF.md."""
     if swap_ab and (M <= _SWAP_ALWAYS_M or (M <= SMALL_M and tiles(M, N, DEFAULT_CONFIG) * 4 < num_sms * 3)):
-        return small_m_config(M, N, num_sms)
+        cfg = small_m_config(M, N, num_sms)
+        # two K slices: summed by the two CTAs of a cluster (no second kernel); more slices keep splitk_reduce
+        # (clusters of 4 measured 0.57-0.77x cuBLAS at 4096^2: fewer of them fit on the GPU at once)
+        return cfg.replace(CLUSTER_K=2) if split_k(M, N, K, cfg, num_sms) == 2 else cfg
     if tiles(M, N, DEFAULT_CONFIG) * 10 >= num_sms * 9:
         if out_size > 2:
             return FP32_OUT_CONFIG

@@ -54,6 +54,7 @@ class _Plan:
     splits: int
     kw: dict                        # the constexprs (CFG, B_KMAJOR, N_MULTIPLE_16) and num_warps
     fixup: bool = False             # split-K partials summed in the kernel (CFG.SPLITK_FIXUP), no second pass
+    summed: bool = False            # ... or by the cluster's CTAs (CFG.CLUSTER_K): no counters either
     ck: object = None               # the compiled specialization, after the first launch
     unused: tuple | None = None     # (W, CNT) stand-ins where the kernel reads neither (no split-K), once fetched
 
@@ -130,7 +131,7 @@ def launch(a, b, c, config: GemmConfig | Mapping | None = None, b_kmajor: bool =
     la = ck.launch_args(args, {})
     ck.launcher(plan.bound.grid, *la)
     reduce = None
-    if S > 1 and not plan.fixup:
+    if S > 1 and not (plan.fixup or plan.summed):
         reduce = splitk_reduce[(gl.cdiv(M * N, 1024),), (1024,)]
         reduce(c, w, M * N, S, XBLOCK=1024, num_warps=4)
     if fast_key is not None and not interpreting():
@@ -245,10 +246,16 @@ def _plan(a, c, M: int, N: int, K: int, config: GemmConfig | Mapping | None, b_k
     if scale == "block" and not isinstance(config, GemmConfig):
         config = _block_scaled_overrides(M, N, K, sms, c.element_size(), pitch_aligned, config)
     cfg = resolve_config(M, N, K, sms, c.element_size(), pitch_aligned, config, a.element_size())
-    if interp and cfg.CLUSTER_M > 1 and not _asks_for_clusters(config):
-        # the interpreter runs one CTA at a time; the pick's clusters only move data (multicast B), so the
-        # same config without them computes the same values (clusters the caller asks for stay, and are refused)
-        cfg = cfg.replace(CLUSTER_M=1)
+    if interp and cfg.cluster_size > 1 and not _asks_for_clusters(config):
+        # the interpreter runs one CTA at a time; the pick's clusters only move data (multicast B) or sum K
+        # slices (which splitk_reduce sums the same way), so the same config without them computes the same
+        # values (clusters the caller asks for stay, and are refused)
+        if cfg.CLUSTER_K > 1 and splits is None:
+            splits = cfg.CLUSTER_K
+        cfg = cfg.replace(CLUSTER_M=1, CLUSTER_K=1)
+    if cfg.CLUSTER_K > 1 and splits not in (None, cfg.CLUSTER_K):
+        raise GluonError(f"gemm: splits={splits} with CLUSTER_K={cfg.CLUSTER_K}: the cluster's CTAs are the K slices, "
+                         f"so the split count is CLUSTER_K; leave splits unset")
     S = split_k(M, N, K, cfg, sms) if splits is None else splits
     # no empty K slice: the kernel's consumers release a stage after every unit, so a unit without
     # k-steps would release one it never took (e.g. splits=5 over 16 k-steps: 4, 4, 4, 4, 0)
@@ -258,9 +265,9 @@ def _plan(a, c, M: int, N: int, K: int, config: GemmConfig | Mapping | None, b_k
     kw = dict(CFG=cfg, B_KMAJOR=b_kmajor, num_warps=num_warps(cfg))
     if scale != "none":
         kw["SCALE"] = scale
-    if cfg.EPILOGUE == "coalesced" and N % 16 == 0:     # its 16-byte stores need 16-element rows
-        kw["N_MULTIPLE_16"] = True
-    return _Plan(bound, dev, S, kw, fixup=S > 1 and cfg.SPLITK_FIXUP)
+    if (cfg.EPILOGUE == "coalesced" or cfg.CLUSTER_K > 1) and N % 16 == 0:   # 16-byte stores / loads need
+        kw["N_MULTIPLE_16"] = True                                            # 16-element rows
+    return _Plan(bound, dev, S, kw, fixup=S > 1 and cfg.SPLITK_FIXUP, summed=S > 1 and cfg.CLUSTER_K > 1)
 
 
 def _block_scaled_overrides(M: int, N: int, K: int, sms: int, out_size: int, pitch_aligned: bool, config) -> dict:
@@ -275,10 +282,10 @@ def _block_scaled_overrides(M: int, N: int, K: int, sms: int, out_size: int, pit
 
 
 def _asks_for_clusters(config) -> bool:
-    """Whether the caller's config (a GemmConfig, or a dict of overrides) sets CLUSTER_M itself."""
+    """Whether the caller's config (a GemmConfig, or a dict of overrides) sets CLUSTER_M or CLUSTER_K itself."""
     if isinstance(config, GemmConfig):
-        return config.CLUSTER_M > 1
-    return bool(config) and "CLUSTER_M" in config
+        return config.cluster_size > 1
+    return bool(config) and ("CLUSTER_M" in config or "CLUSTER_K" in config)
 
 
 def _workspace(key: tuple, numel: int, device, counters: bool = False):

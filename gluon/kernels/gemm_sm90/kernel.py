@@ -22,7 +22,9 @@ unit. TMA zero-fills reads past the edges and clips writes, so any M, N, K works
 In a CLUSTER_M cluster the CTAs take vertically adjacent tiles, which share their B tile: each loads
 its part with a multicast TMA load into all, a ring slot is free when the consumers of every CTA
 released it (`arrive(cluster=True)`), and the producer drains the ring before exiting so no remote
-arrive is left in flight. Measurements: docs/PERF.md.
+arrive is left in flight. In a CLUSTER_K cluster the CTAs take the K slices of one tile instead: each stores
+its fp32 partial into the workspace, the cluster meets at a barrier (release / acquire at cluster scope), and
+each CTA sums its column slab of the tile over the slices (`_cluster_sum`). Measurements: docs/PERF.md.
 """
 import gluon.language as gl
 from gluon.arch import SM90
@@ -57,7 +59,19 @@ def _k_slice(split, k_per_split, k_tiles):
 def _cta_tile(row, col, rank, CLUSTER_M: int):
     """(pid_m, pid_n) of cluster rank `rank` in the cluster tile (row, col): clusters of CLUSTER_M tiles
     stacked along M."""
+    if CLUSTER_M == 1:
+        return row, col
     return row * CLUSTER_M + rank, col
+
+
+def _unit(unit, rank, SPLITS, num_rows, num_cols, GROUP_ROWS: int, CLUSTER_K: int):
+    """(K slice, cluster tile row, column) of work unit `unit`: units run over the K slices fastest, or with
+    CLUSTER_K the unit is the tile and the CTA's cluster rank its slice."""
+    if CLUSTER_K > 1:
+        row, col = _tile_coords(unit, num_rows, num_cols, GROUP_ROWS)
+        return rank, row, col
+    row, col = _tile_coords(unit // SPLITS, num_rows, num_cols, GROUP_ROWS)
+    return unit % SPLITS, row, col
 
 
 def _load_stage(a_rings, b_s, b_parts, s, A, B, bar, off_m, off_n, kk, rank, RM: int, BN_PART: int, BLOCK_K: int,
@@ -182,14 +196,35 @@ def _store_swapped(C, W, acc, off_m, off_n, split, M, N, SPLITS):
         gl.store(C + (ms[None, :] * N + ns[:, None]), acc.to(C.dtype), mask=mask)
 
 
+@gl.helper
+def _cluster_sum(C, W, off_m, off_n, M, N, ROWS: int, SLAB: int, CK: int, RW: int):
+    """CLUSTER_K: the ROWS x SLAB block of C at (off_m, off_n), the sum of the CK slices' fp32 partials in the
+    workspace in slice order (so bit-equal to `splitk_reduce`), read 16 bytes a thread along rows. Called after
+    the cluster barrier that follows every slice's partial store. The loads skip L1 (`.cg`): the partials were
+    written by other SMs."""
+    vec = min(4, SLAB)
+    tpw_n = min(32, SLAB // vec)
+    layout = Layout.blocked([1, vec], [32 // tpw_n, tpw_n], [RW, 1], [1, 0])
+    # in chunks of rows of at most 8 values a thread: the CK loads of a chunk are in flight at once, and
+    # the tile's accumulator may still hold registers
+    CH = min(ROWS, max(8 * 32 * RW // SLAB, 1))
+    for i in static_range(ROWS // CH):
+        rows, cols, mask = _tile_indices(off_m + i * CH, off_n, CH, SLAB, layout, M, N)
+        offs = rows[:, None] * N + cols[None, :]
+        total = gl.load(W + offs, mask=mask, other=0.0, cache="cg")
+        for s in static_range(1, CK):
+            total = total + gl.load(W + (s * M * N + offs), mask=mask, other=0.0, cache="cg")
+        gl.store(C + offs, total.to(C.dtype), mask=mask)
+
+
 @kernel(arch=SM90, num_warps=9)
 def gemm_sm90(A, B, C, W, CNT, SA, SB, SPLITS, CFG: gl.constexpr, B_KMAJOR: gl.constexpr = False,
               N_MULTIPLE_16: gl.constexpr = False, SCALE: gl.constexpr = "none"):
     """C = A @ B under the resolved GemmConfig `CFG`, in SPLITS K slices (fp32 partials into the
     workspace W when SPLITS > 1; with CFG.SPLITK_FIXUP the int32 arrival counters CNT, one per element of
     C and zero between launches, let the last slice to finish sum them); B is [N, K] with B_KMAJOR;
-    N_MULTIPLE_16 is the launch's promise that N is a multiple of 16 (the coalesced epilogue's stores
-    then vectorize). SCALE (fp8 inputs): "tensor" multiplies the product by SA[0] * SB[0], "rowcol" by
+    N_MULTIPLE_16 is the launch's promise that N is a multiple of 16 (the coalesced epilogue's stores and
+    CLUSTER_K's partial sums then vectorize). SCALE (fp8 inputs): "tensor" multiplies the product by SA[0] * SB[0], "rowcol" by
     SA[row] * SB[col] (fp32 scales), before the output's rounding; "block" scales each 128-deep k-step's
     product by SA[row, k-block] * SB[col // 128, k-block] into the fp32 sum (`_block_scaled_k_loop`;
     BLOCK_K 128, BLOCK_N 64 or 128, no SWAP_AB)."""
@@ -198,9 +233,13 @@ def gemm_sm90(A, B, C, W, CNT, SA, SB, SPLITS, CFG: gl.constexpr, B_KMAJOR: gl.c
         raise GluonError(f"fp8 block scales take BLOCK_K=128 (one scale block per k-step), BLOCK_N 64 or 128 (one B "
                          f"scale per tile) and no SWAP_AB; got BLOCK_K={CFG.BLOCK_K}, BLOCK_N={CFG.BLOCK_N}, "
                          f"SWAP_AB={CFG.SWAP_AB}")
-    CL = CFG.CLUSTER_M                          # CTAs per cluster
+    CM = CFG.CLUSTER_M                          # CTAs per cluster along M (sharing B by multicast) ...
+    CK = CFG.CLUSTER_K                          # ... or along K (the slices of one tile)
+    CL = CM * CK                                # CTAs per cluster
     if CL > 1:
         gl.set_cluster(CL)
+    if CK > 1:
+        SPLITS = CK                             # the launch passes CK; the kernel counts on it
     if CFG.TMA_PREFETCH:    # the A, B and C descriptors into the descriptor cache at kernel start
         gl.set_tma_prefetch()
     if CFG.LEAN_PROLOGUE:   # no CTA barrier between the barrier inits and the EARLY_LOADS (backend/ptx/prologue.py)
@@ -222,14 +261,14 @@ def gemm_sm90(A, B, C, W, CNT, SA, SB, SPLITS, CFG: gl.constexpr, B_KMAJOR: gl.c
         b_s = smem(B.dtype, Layout.swizzled(CFG.BLOCK_N, CFG.BLOCK_K, sw), name="b_ring", stages=CFG.STAGES)
     else:
         b_s = smem(B.dtype, Layout.swizzled(CFG.BLOCK_K, CFG.BLOCK_N, sw), name="b_ring", stages=CFG.STAGES)
-    BN_PART = CFG.BLOCK_N // CL                 # the B columns one CTA of a cluster loads
-    if CL > 1:          # B stage s as CL parts along N, back to back: part r is what CTA r loads
+    BN_PART = CFG.BLOCK_N // CM                 # the B columns one CTA of a cluster loads
+    if CM > 1:          # B stage s as CM parts along N, back to back: part r is what CTA r loads
         b_parts = b_s.reinterpret((BN_PART, CFG.BLOCK_K) if B_KMAJOR else (CFG.BLOCK_K, BN_PART),
-                                  stages=CFG.STAGES * CL)
+                                  stages=CFG.STAGES * CM)
     ready = mbarrier(count=1, name="ready", stages=CFG.STAGES)
     # a slot is free once every consumer role of every CTA of the cluster is done with it: in a cluster
     # the other CTAs' producers multicast their part of B into it too
-    empty = mbarrier(count=ROLES * CL, name="empty", stages=CFG.STAGES)
+    empty = mbarrier(count=ROLES * CM, name="empty", stages=CFG.STAGES)
     EPILOGUE = CFG.EPILOGUE
     c_tiles = []
     if EPILOGUE in ("tma", "coalesced"):
@@ -252,23 +291,24 @@ def gemm_sm90(A, B, C, W, CNT, SA, SB, SPLITS, CFG: gl.constexpr, B_KMAJOR: gl.c
         c_free = [mbarrier(count=1, name=f"c_free{g}" if ROLES > 1 else "c_free") for g in range(ROLES)]
     stage_bytes = ROLES * a_rings[0].nbytes + b_s.nbytes
 
-    # work unit = (a cluster's tiles: CL stacked along M, K slice); a cluster's CTAs take the tiles of
-    # one unit, which share their B columns: each CTA loads 1/CL of the shared tile and multicasts it
+    # work unit = (a cluster's tiles: CM stacked along M, K slice); a cluster's CTAs take the tiles of
+    # one unit, which share their B columns: each CTA loads 1/CM of the shared tile and multicasts it
     num_pid_m = gl.cdiv(M, CFG.BLOCK_M)
     num_pid_n = gl.cdiv(N, CFG.BLOCK_N)
-    num_rows = gl.cdiv(num_pid_m, CL)           # rows of cluster tiles
+    num_rows = gl.cdiv(num_pid_m, CM)           # rows of cluster tiles
     num_cols = num_pid_n                        # columns of cluster tiles
     k_tiles = gl.cdiv(K, CFG.BLOCK_K)
     k_per_split = gl.cdiv(k_tiles, SPLITS)
-    num_units = num_rows * num_cols * SPLITS
+    # a unit: a cluster tile and a K slice, or with CLUSTER_K a tile (the cluster's CTAs are its slices)
+    num_units = num_rows * num_cols * (1 if CK > 1 else SPLITS)
     first_tile = gl.program_id(0) // CL         # this cluster's first unit
     tile_step = gl.num_programs(0) // CL        # the number of clusters
     rank = gl.program_id(0) % CL                # == cluster_rank(): clusters run along x
-    GROUP_ROWS = max(CFG.GROUP_M // CL, 1)
-    if CL > 1 and not B_KMAJOR and BN_PART * B.dtype.bits // 8 % CFG.SWIZZLE:
-        raise GluonError(f"CLUSTER_M={CL} with BLOCK_N={CFG.BLOCK_N}: each CTA loads {BN_PART} columns of B "
+    GROUP_ROWS = max(CFG.GROUP_M // CM, 1)
+    if CM > 1 and not B_KMAJOR and BN_PART * B.dtype.bits // 8 % CFG.SWIZZLE:
+        raise GluonError(f"CLUSTER_M={CM} with BLOCK_N={CFG.BLOCK_N}: each CTA loads {BN_PART} columns of B "
                          f"({BN_PART * B.dtype.bits // 8} bytes), which must be whole {CFG.SWIZZLE}-byte swizzle "
-                         f"rows; use BLOCK_N >= {CL * CFG.SWIZZLE * 8 // B.dtype.bits} or CLUSTER_M=1")
+                         f"rows; use BLOCK_N >= {CM * CFG.SWIZZLE * 8 // B.dtype.bits} or CLUSTER_M=1")
 
     if CFG.EARLY_LOADS:
         # the first unit's first stages, loaded by the default warps before the warp roles start: Triton
@@ -301,9 +341,8 @@ def gemm_sm90(A, B, C, W, CNT, SA, SB, SPLITS, CFG: gl.constexpr, B_KMAJOR: gl.c
             if ZIG:
                 odd = gl.full((), 0, gl.int32)
             for unit in range(first_tile, num_units, tile_step):
-                split = unit % SPLITS
-                row, col = _tile_coords(unit // SPLITS, num_rows, num_cols, GROUP_ROWS)
-                pid_m, pid_n = _cta_tile(row, col, rank, CL)
+                split, row, col = _unit(unit, rank, SPLITS, num_rows, num_cols, GROUP_ROWS, CK)
+                pid_m, pid_n = _cta_tile(row, col, rank, CM)
                 k_lo, k_hi = _k_slice(split, k_per_split, k_tiles)
                 if ZIG:                             # as the producer: odd units load their K slice top down
                     k_top = gl.where(odd == 1, k_lo + k_hi - 1, -1)
@@ -315,7 +354,7 @@ def gemm_sm90(A, B, C, W, CNT, SA, SB, SPLITS, CFG: gl.constexpr, B_KMAJOR: gl.c
                 off_n = pid_n * CFG.BLOCK_N
                 if SCALE == "block":                # each 128-deep k-step's product scaled into fp32 (below)
                     acc, cnt = _block_scaled_k_loop(acc, a_s, b_s, ready, empty, cnt, k_lo, k_hi, k_top, SA, SB,
-                                                    off_m, off_n, M, gl.cdiv(K, 128), CFG.STAGES, CL, B_KMAJOR, ZIG)
+                                                    off_m, off_n, M, gl.cdiv(K, 128), CFG.STAGES, CM, B_KMAJOR, ZIG)
                 else:
                     for kk in range(k_lo, k_hi):
                         s = cnt % CFG.STAGES
@@ -327,14 +366,22 @@ def gemm_sm90(A, B, C, W, CNT, SA, SB, SPLITS, CFG: gl.constexpr, B_KMAJOR: gl.c
                             acc = wgmma(a_s[s], b_op, acc, wait=False)
                         acc = wgmma_wait(acc, a_s[s], b_s[s], pendings=1)
                         if kk > k_lo:               # the previous WGMMA is done: release its stage
-                            empty[(cnt + (CFG.STAGES - 1)) % CFG.STAGES].arrive(cluster=CL > 1)
+                            empty[(cnt + (CFG.STAGES - 1)) % CFG.STAGES].arrive(cluster=CM > 1)
                         cnt = cnt + 1
                     acc = wgmma_wait(acc, pendings=0)
-                    empty[(cnt + (CFG.STAGES - 1)) % CFG.STAGES].arrive(cluster=CL > 1)
+                    empty[(cnt + (CFG.STAGES - 1)) % CFG.STAGES].arrive(cluster=CM > 1)
                 if SCALE == "tensor" or SCALE == "rowcol":   # linear: split-K partials take it too
                     acc = _scaled(acc, SA, SB, off_m, off_n, M, N, SCALE, CFG.SWAP_AB)
                 rows, cols, mask = _tile_indices(off_m, off_n, RM, CFG.BLOCK_N, acc_layout, M, N)  # (unused: SWAP_AB)
-                if CFG.SWAP_AB:                     # C^T's tile, from registers (or its split-K partial)
+                if CK > 1:                          # the partial, the cluster barrier, this CTA's column slab
+                    if CFG.SWAP_AB:
+                        _store_swapped(C, W, acc, off_m, off_n, split, M, N, SPLITS)
+                    else:
+                        gl.store(W + ((split * M + rows[:, None]) * N + cols[None, :]), acc, mask=mask)
+                    gl.cluster_sync()
+                    SLAB = CFG.BLOCK_N // CK
+                    _cluster_sum(C, W, off_m, off_n + rank * SLAB, M, N, RM, SLAB, CK, RW)
+                elif CFG.SWAP_AB:                   # C^T's tile, from registers (or its split-K partial)
                     _store_swapped(C, W, acc, off_m, off_n, split, M, N, SPLITS)
                 elif SPLITS > 1:                    # split-K: fp32 partial tile into the workspace
                     if CFG.SPLITK_FIXUP:            # ... and the last slice of each element sums them
@@ -385,9 +432,8 @@ def gemm_sm90(A, B, C, W, CNT, SA, SB, SPLITS, CFG: gl.constexpr, B_KMAJOR: gl.c
                     for g in static_range(ROLES):
                         c_free[g].wait((done - 1) & 1)
                 done = done + 1
-            split = unit % SPLITS
-            row, col = _tile_coords(unit // SPLITS, num_rows, num_cols, GROUP_ROWS)
-            pid_m, pid_n = _cta_tile(row, col, rank, CL)
+            split, row, col = _unit(unit, rank, SPLITS, num_rows, num_cols, GROUP_ROWS, CK)
+            pid_m, pid_n = _cta_tile(row, col, rank, CM)
             off_m = pid_m * CFG.BLOCK_M
             off_n = pid_n * CFG.BLOCK_N
             k_lo, k_hi = _k_slice(split, k_per_split, k_tiles)
@@ -405,10 +451,12 @@ def gemm_sm90(A, B, C, W, CNT, SA, SB, SPLITS, CFG: gl.constexpr, B_KMAJOR: gl.c
                 empty[s].wait(((cnt // CFG.STAGES) & 1) ^ 1)   # fresh barriers pass phase 1 at once
                 ready[s].expect(stage_bytes)
                 # in a cluster, this CTA's part of the shared B tile, multicast into every CTA of the cluster
-                _load_stage(a_rings, b_s, b_parts if CL > 1 else None, s, A, B, ready[s], off_m, off_n, k_at, rank,
-                            RM, BN_PART, CFG.BLOCK_K, CL, B_KMAJOR)
+                _load_stage(a_rings, b_s, b_parts if CM > 1 else None, s, A, B, ready[s], off_m, off_n, k_at, rank,
+                            RM, BN_PART, CFG.BLOCK_K, CM, B_KMAJOR)
                 cnt = cnt + 1
-        if CL > 1:
+            if CK > 1:                              # every thread of the cluster meets the consumers' barrier
+                gl.cluster_sync()
+        if CM > 1:
             # drain: wait until both CTAs' consumers have released every slot, so no remote arrive is
             # still on its way to this block's barriers when it exits
             for i in static_range(CFG.STAGES):

@@ -96,7 +96,7 @@ def _need_cluster(t: "_Trace", name: str, args: str = "") -> None:
     t.require("cluster", name)
     if t.kernel.attrs.get("num_ctas", 1) < 2:
         raise ir.GluonError(f"{name}({args}) needs a thread-block cluster: call set_cluster(num_ctas) first "
-                            f"(num_ctas 2 or 4)", _user_loc())
+                            f"(num_ctas 2, 4 or 8)", _user_loc())
 
 
 def set_cluster(num_ctas: int) -> None:
@@ -104,8 +104,9 @@ def set_cluster(num_ctas: int) -> None:
     counts clusters (Triton's launcher starts grid[0] * num_ctas CTAs); `program_id(0)` and
     `num_programs(0)` still count CTAs, and `cluster_rank()` is program_id(0) % num_ctas."""
     t = _tr()
-    if num_ctas not in (1, 2, 4):
-        raise ir.GluonError(f"set_cluster({num_ctas}): clusters of 1, 2 or 4 CTAs are supported", _user_loc())
+    if num_ctas not in (1, 2, 4, 8):
+        raise ir.GluonError(f"set_cluster({num_ctas}): clusters of 1, 2, 4 or 8 CTAs (a portable cluster) are "
+                            "supported", _user_loc())
     if num_ctas > 1:
         t.require("cluster", "set_cluster")
     t.kernel.attrs["num_ctas"] = int(num_ctas)
