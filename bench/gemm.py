@@ -118,6 +118,7 @@ def main() -> int:
     from bench.triton_matmul import best_config as triton_config
     from bench.triton_matmul import matmul as triton_matmul
     from gluon.dtypes import DType
+    from gluon.ir import GluonError
     from gluon.runtime import LaunchError
     kmajor = args.b_layout == "nk"
     kernels = _kernels(_parse_configs(args.ws_configs) if args.ws_configs else [{}],
@@ -155,8 +156,11 @@ def main() -> int:
                 c = torch.full((M, N), float("nan"), device="cuda", dtype=out_dt)
                 try:
                     launch(a, b, c)
-                except LaunchError as e:        # e.g. the tile kernel on strides TMA cannot describe
+                except (LaunchError, GluonError) as e:  # strides TMA cannot describe; a config that does not fit
                     print(f"{name} {shape} {dn}: skipped: {str(e).splitlines()[0]}", flush=True)
+                    rows.append({"kernel": name, "shape": [M, N, K], "shape_s": shape, "dtype": dn, "config": name,
+                                 "skipped": str(e), "ok": False})
+                    write_json(args.json, rows, meta)
                     continue
                 torch.cuda.synchronize()
                 unwritten = int(torch.isnan(c).sum().item())
@@ -201,7 +205,7 @@ def main() -> int:
                        ("rel err", "rel_err", ".1e")]
                 + ([] if args.graph else [("host us", "host_us", ".1f"), ("cuBLAS host us", "cublas_host_us", ".1f")])))
     for name in names:
-        rs = [r["ratio"] for r in rows if r["kernel"] == name]
+        rs = [r["ratio"] for r in rows if r["kernel"] == name and "ratio" in r]
         if rs:
             print(f"{name}: geometric mean vs cuBLAS {math.exp(sum(map(math.log, rs)) / len(rs)):.3f}x over {len(rs)} cases")
     return 0 if all(r["ok"] for r in rows) else 1
