@@ -172,3 +172,49 @@ def test_compiled_kernel_calls_take_the_fast_entry(monkeypatch):
     ck((4,), dst, src, 4096)
     assert len(entered) == 1
     assert be.calls[0] == be.calls[1]
+
+
+# ---------------------------------------------------------------- prepared launches (fast_call.build_prepared)
+
+def _prepared_pair():
+    """A prepared launch of the copy kernel with its straight-line function, and its general twin's launcher."""
+    fast_be, slow_be = Counting(), Counting()
+    x, y = torch.randn(64).half(), torch.empty(64).half()
+    launchers = []
+    for be in (fast_be, slow_be):
+        L = Launcher(fake_binary(), abi(COPY_ARGS, "copy_kernel", "copy.py:2"), backend=be)
+        L((2,), x, y, 64)
+        launchers.append(L.prepare((2,), (x, y, 64), (0, 1)))
+    return launchers, (fast_be, slow_be)
+
+
+@pytest.mark.parametrize("case", ["aligned", "x off 16 bytes", "stream", "too few addresses"])
+def test_a_prepared_launch_launches_what_its_general_path_does(case):
+    (fast, slow), (fast_be, slow_be) = _prepared_pair()
+    assert fast.fast is not None and "def fast(" in fast.fast.source
+    a, b = torch.randn(64).half(), torch.empty(64).half()
+    ptrs = {"aligned": (a.data_ptr(), b.data_ptr()), "x off 16 bytes": (a.data_ptr() + 2, b.data_ptr()),
+            "stream": (a.data_ptr(), b.data_ptr()), "too few addresses": (a.data_ptr(),)}[case]
+    stream = 55 if case == "stream" else None
+    n = len(fast_be.calls), len(slow_be.calls)
+    assert fast(ptrs, stream) == slow.general(ptrs, stream)
+    assert fast_be.calls[n[0]:] == slow_be.calls[n[1]:]
+
+
+def test_a_prepared_launch_off_its_device_or_with_a_hook_takes_the_general_path():
+    (fast, _), (fast_be, _) = _prepared_pair()
+    a, b = torch.randn(64).half(), torch.empty(64).half()
+    fast_be.hooks = (object(), None)
+    assert fast((a.data_ptr(), b.data_ptr())) is True
+    assert fast_be.calls[-1][12] is fast_be.hooks[0]                # the general path passed the hook on
+    fast_be.hooks = (None, None)
+    fast_be.current = 1
+    assert fast((a.data_ptr(), b.data_ptr())) is True
+    assert fast_be.contexts[-1] == 0                                # launched on its device from another
+
+
+def test_no_straight_line_prepared_launch_with_descriptor_slots():
+    L = Launcher(fake_binary(), abi(TMA_ARGS), backend=DirectBackend())
+    a, b, c = torch.randn(128, 64).half(), torch.randn(64, 128).half(), torch.empty(128, 128).half()
+    L((1,), a, b, c, 64)
+    assert L.prepare((1,), (a, b, c, 64), (0, 1, 2)).fast is None

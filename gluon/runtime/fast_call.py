@@ -105,3 +105,48 @@ def build(launcher, kinds: tuple[int, int, int, int, int]) -> Callable[..., Any]
     fast = env["fast"]
     fast.source = src
     return fast
+
+
+def build_prepared(prepared) -> Callable[..., Any] | None:
+    """`fast(ptrs, stream)` for a `PreparedLaunch` whose slots are all pointers (a declared kernel's replay, a
+    split-K reduction): the new addresses checked and placed straight into the C call, the rest of its flat
+    arguments constants; False where an address breaks an alignment the launch relies on, the general
+    `PreparedLaunch.general` where the device is not current or a launch hook is set. None where it does not
+    apply (descriptor slots, no direct C launch, an empty grid)."""
+    launcher = prepared.launcher
+    direct = launcher._direct
+    g0, g1, g2 = prepared.grid
+    if direct is None or not g0 * g1 * g2 or any(tail is not None for _, _, _, tail in prepared.slots):
+        return None
+    backend = launcher._backend
+    env: dict[str, Any] = {
+        "general": prepared.general, "current_device": backend.current_device, "current_stream": backend.current_stream,
+        "hooks": backend.launch_hooks, "direct": direct[0], "coop": direct[1], "pdl": direct[2],
+        "packed": launcher._packed_metadata, "fn": launcher._functions[prepared.dev], "dev": prepared.dev,
+        "G": prepared.grid}
+    at = {pos: i for i, (pos, _, _, _) in enumerate(prepared.slots)}
+    names = [f"p{i}" for i in range(len(prepared.slots))]
+    body = [f"    if len(ptrs) != {len(names)}: return general(ptrs, stream)",
+            f"    {', '.join(names)}{',' if len(names) == 1 else ''} = ptrs"]
+    misaligned = [f"p{i} & 15" for i, (_, align16, _, _) in enumerate(prepared.slots) if align16]
+    if misaligned:
+        body.append(f"    if {' or '.join(misaligned)}: return False")
+    flat = []
+    for j, v in enumerate(prepared.flat):
+        if j in at:
+            flat.append(f"p{at[j]}")
+        else:
+            env[f"F{j}"] = v
+            flat.append(f"F{j}")
+    body += [
+        "    if dev != current_device(): return general(ptrs, stream)",
+        "    if stream is None: stream = current_stream(dev)",
+        "    if hooks()[0] is not None: return general(ptrs, stream)",
+        f"    direct({g0}, {g1}, {g2}, stream, fn, coop, pdl, None, None, packed, None, None, None, {', '.join(flat)})",
+        "    return True",
+    ]
+    src = "def fast(ptrs, stream=None):\n" + "\n".join(body) + "\n"
+    exec(compile(src, f"<prepared launch of {launcher.kernel_name}>", "exec"), env)
+    fast = env["fast"]
+    fast.source = src
+    return fast

@@ -11,6 +11,7 @@ reports.
 """
 from __future__ import annotations
 
+from . import fast_call
 from .descriptors import DESC_CACHE
 
 
@@ -19,7 +20,7 @@ class PreparedLaunch:
     fills with new addresses (in `Launcher.prepare`'s `addressed` order). `keep` holds the buffers the
     launch reads that the caller does not pass again (a workspace), so their addresses stay valid."""
 
-    __slots__ = ("launcher", "grid", "dev", "flat", "slots", "keep")
+    __slots__ = ("launcher", "grid", "dev", "flat", "slots", "keep", "fast")
 
     def __init__(self, launcher, grid: tuple, dev: int, flat: list, slots: tuple, keep: tuple):
         """`slots`: (start in `flat`, whether the address must be 16-byte aligned, the Launcher's plan of the
@@ -27,10 +28,18 @@ class PreparedLaunch:
         None for a pointer) per slot."""
         self.launcher, self.grid, self.dev, self.flat, self.slots, self.keep = \
             launcher, grid, dev, list(flat), slots, keep
+        self.fast = fast_call.build_prepared(self)      # pointer slots only: one straight-line function
 
     def __call__(self, ptrs, stream=None) -> bool:
         """Launch with the new base addresses `ptrs` (one per slot) on `stream` (None: the device's current
         one); False, launching nothing, if an address breaks an alignment the launch relies on."""
+        fast = self.fast
+        if fast is not None:
+            return fast(ptrs, stream)
+        return self.general(ptrs, stream)
+
+    def general(self, ptrs, stream=None) -> bool:
+        """`__call__` for any slots, device and hooks."""
         flat = self.flat.copy()
         miss = None
         for (pos, align16, plan, tail), ptr in zip(self.slots, ptrs):

@@ -48,10 +48,13 @@ class Replay:
     another Tensor.new_empty / new_zeros of it; and the prepared launch taking the inputs' then the outputs'
     addresses."""
 
-    __slots__ = ("launch", "outputs", "single")
+    __slots__ = ("launch", "outputs", "single", "like")
 
     def __init__(self, launch, outputs: tuple):
         self.launch, self.outputs, self.single = launch, outputs, len(outputs) == 1
+        # the common call: one output made like the first input (its allocator), launched through the
+        # prepared launch's straight-line function when it has one
+        self.like = outputs[0][0] if self.single and outputs[0][1] is None else None
 
     def __call__(self, args: tuple):
         """The outputs, launched, or None where an input's address breaks the alignment the launch assumes or
@@ -59,6 +62,10 @@ class Replay:
         if _interpret_enabled():
             return None
         first = args[0]
+        like = self.like
+        if like is not None and len(args) == 1:
+            out = like(first)
+            return out if self.launch((first.data_ptr(), out.data_ptr())) else None
         outs = [make(first) if extents is None else make(first, extents, dtype=dt) for make, extents, dt in self.outputs]
         ptrs = [a.data_ptr() for a in args]
         ptrs += [o.data_ptr() for o in outs]
