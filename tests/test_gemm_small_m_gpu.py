@@ -23,6 +23,23 @@ def _rel_err(c, a, b, b_kmajor):
     return ((c.double() - ref).norm() / ref.norm()).item()
 
 
+def _agree_bit_for_bit(M, N, K, dtype, b_kmajor, runs):
+    """Each (config, splits) of `runs` launched on poisoned outputs, on fresh inputs twice: the first within 1e-2
+    of fp64 with every element written, and every other bit-identical to it."""
+    for seed in range(2):
+        a, b = _operands(M, N, K, dtype, b_kmajor, seed)
+        outs = []
+        for cfg, splits in runs:
+            c = torch.full((M, N), float("nan"), device="cuda", dtype=dtype)
+            launch(a, b, c, cfg, b_kmajor=b_kmajor, splits=splits)
+            outs.append(c)
+        torch.cuda.synchronize()
+        assert not torch.isnan(outs[0]).any(), "some output elements were not written"
+        assert _rel_err(outs[0], a, b, b_kmajor) < 1e-2
+        for o in outs[1:]:
+            assert torch.equal(o, outs[0])
+
+
 @pytest.mark.parametrize("M,N,K,splits", [(1, 4096, 4096, 2), (1, 1000, 777, 3), (7, 4096, 14336, 4), (64, 1024, 4096, 4),
                                           (100, 3000, 2048, 5), (128, 512, 8192, 8), (33, 200, 136, 2)])
 @pytest.mark.parametrize("b_kmajor", [False, True])
@@ -30,19 +47,8 @@ def _rel_err(c, a, b, b_kmajor):
 def test_fixup_matches_fp64_and_the_two_pass_sum_bit_for_bit(M, N, K, splits, b_kmajor, dtype):
     """The last slice's sum is in slice order, as splitk_reduce's: the two agree exactly, on poisoned outputs,
     over repeated calls (the counters are reset by each launch); and both are within 1e-2 of fp64."""
-    for seed in range(2):
-        a, b = _operands(M, N, K, dtype, b_kmajor, seed)
-        outs = []
-        for cfg in (FIXUP, FIXUP.replace(SPLITK_FIXUP=False)):
-            for _ in range(2):
-                c = torch.full((M, N), float("nan"), device="cuda", dtype=dtype)
-                launch(a, b, c, cfg, b_kmajor=b_kmajor, splits=splits)
-                outs.append(c)
-        torch.cuda.synchronize()
-        assert not torch.isnan(outs[0]).any(), "some output elements were not written"
-        assert _rel_err(outs[0], a, b, b_kmajor) < 1e-2
-        for o in outs[1:]:
-            assert torch.equal(o, outs[0])
+    two_pass = FIXUP.replace(SPLITK_FIXUP=False)
+    _agree_bit_for_bit(M, N, K, dtype, b_kmajor, [(FIXUP, splits)] * 2 + [(two_pass, splits)] * 2)
     stream = torch.cuda.current_stream().cuda_stream
     cnt = gemm_host._WORKSPACE[(torch.cuda.current_device(), stream, "cnt")]
     assert int(cnt.abs().sum()) == 0, "the kernel left arrival counters set"
@@ -176,19 +182,7 @@ def test_cluster_k_matches_fp64_and_the_two_pass_sum_bit_for_bit(M, N, K, ck, ba
         cfg = _swap(M, 64, 128, STAGES=min(8, 216 * 1024 // ((bm + 64) * 128 * 2))).replace(CLUSTER_K=ck)
     else:
         cfg = DEEP_K_CONFIG.replace(CLUSTER_M=1, CLUSTER_K=ck)
-    two_pass = cfg.replace(CLUSTER_K=1)
-    for seed in range(2):
-        a, b = _operands(M, N, K, dtype, b_kmajor, seed)
-        outs = []
-        for c_cfg, splits in ((cfg, None), (cfg, None), (two_pass, ck)):
-            c = torch.full((M, N), float("nan"), device="cuda", dtype=dtype)
-            launch(a, b, c, c_cfg, b_kmajor=b_kmajor, splits=splits)
-            outs.append(c)
-        torch.cuda.synchronize()
-        assert not torch.isnan(outs[0]).any(), "some output elements were not written"
-        assert _rel_err(outs[0], a, b, b_kmajor) < 1e-2
-        for o in outs[1:]:
-            assert torch.equal(o, outs[0])
+    _agree_bit_for_bit(M, N, K, dtype, b_kmajor, [(cfg, None), (cfg, None), (cfg.replace(CLUSTER_K=1), ck)])
 
 
 def test_cluster_k_with_several_tiles_per_cluster():
