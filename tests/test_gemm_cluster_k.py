@@ -84,3 +84,14 @@ def test_the_interpreter_runs_the_pick_without_its_cluster(interpret_env, monkey
     a, c = torch.randn(8, 256).half(), torch.empty(8, 64).half()
     plan = host._plan(a, c, 8, 64, 256, None, True, None, True, "none")
     assert plan.splits == 2 and not plan.summed and plan.kw["CFG"].CLUSTER_K == 1
+
+
+@pytest.mark.parametrize("K,ck", [(128, 2), (640, 4)])
+def test_cluster_k_refuses_a_k_too_short_for_its_slices(interpret_env, K, ck):
+    """Every CTA of the cluster needs a non-empty K slice (the workspace and the barrier count on CLUSTER_K
+    partials): 1 k-step cannot make 2; 5 make at most 3 (2, 2, 1)."""
+    torch = pytest.importorskip("torch")
+    from gluon.kernels.gemm_sm90 import launch
+    a, b, c = torch.randn(64, K).half(), torch.randn(K, 64).half(), torch.empty(64, 64).half()
+    with pytest.raises(GluonError, match=rf"CLUSTER_K={ck} splits K={K} into {ck} slices"):
+        launch(a, b, c, dict(CLUSTER_K=ck, BLOCK_N=64, BLOCK_K=128, EPILOGUE="direct"))

@@ -261,6 +261,10 @@ def _plan(a, c, M: int, N: int, K: int, config: GemmConfig | Mapping | None, b_k
     # k-steps would release one it never took (e.g. splits=5 over 16 k-steps: 4, 4, 4, 4, 0)
     k_tiles = gl.cdiv(K, cfg.BLOCK_K)
     S = max(1, gl.cdiv(k_tiles, gl.cdiv(k_tiles, max(S, 1))))
+    if cfg.CLUSTER_K > 1 and S != cfg.CLUSTER_K:        # the kernel takes CLUSTER_K slices, none of them empty
+        raise GluonError(f"gemm: CLUSTER_K={cfg.CLUSTER_K} splits K={K} into {cfg.CLUSTER_K} slices of whole "
+                         f"{cfg.BLOCK_K}-deep k-steps, but {k_tiles} k-steps make at most {S} non-empty ones; use "
+                         f"CLUSTER_K={max(d for d in (1, 2, 4, 8) if d <= S)} or a smaller BLOCK_K")
     bound = gemm_sm90[grid(M, N, cfg, sms, S)]
     kw = dict(CFG=cfg, B_KMAJOR=b_kmajor, num_warps=num_warps(cfg))
     if scale != "none":
