@@ -97,9 +97,10 @@ def test_a_declared_kernel_repeats_with_fresh_inputs():
     t = template_of(load_spec(os.path.join(ROOT, "specs", "softmax.toml")))
     config = {"PROGRAM_BYTES": 2048, "ELEMS_PER_THREAD": 16, "CHUNK": 8192}
     outs = []
+    kept = len(t._replays)              # the template is cached per process: other tests' calls may be kept
     for i in range(4):
         x = torch.randn(300, 1000, device="cuda", dtype=torch.bfloat16)
         y = t.call(config, x)
         outs.append(y)
         assert _rel(y, torch.softmax(x.double(), dim=-1)) < 1e-2, f"call {i}"
-    assert len(t._replays) == 1 and len({y.data_ptr() for y in outs}) == 4      # fresh outputs, each kept
+    assert len(t._replays) <= kept + 1 and len({y.data_ptr() for y in outs}) == 4      # fresh outputs, each kept
