@@ -467,11 +467,13 @@ class DeclaredTemplate(TuningTemplate):
             if tensors is not None:
                 key = (tuple(config.items()), tensors)
                 try:
-                    out = self._replays.run(key, args)
+                    replay = self._replays.get(key)
                 except TypeError:                   # a config value that does not hash: no replay
-                    key = out = None
-                if out is not None:
-                    return out
+                    key = replay = None
+                if replay is not None:
+                    out = replay(args)
+                    if out is not None:
+                        return out
         prepared = self.prepare(*args, **kwargs)
         if key is None:
             return self.call_prepared(config, prepared)

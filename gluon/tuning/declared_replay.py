@@ -20,9 +20,9 @@ def call_key(args: tuple) -> tuple | None:
     A declared kernel takes dense tensors only (a strided one is refused by the full path), so the shape and
     whether it is contiguous stand for the strides."""
     T = _tensor_type()
-    if len(args) == 1:                      # the common call: no list to build
+    if len(args) == 1:                      # the common call: no list to build, one level of tuple
         a = args[0]
-        return ((a.shape, a.is_contiguous(), a.dtype, a.get_device()),) if type(a) is T else None
+        return (a.shape, a.is_contiguous(), a.dtype, a.get_device()) if type(a) is T else None
     key = []
     for a in args:
         if type(a) is not T:
@@ -91,11 +91,9 @@ class Replays:
     def __len__(self) -> int:
         return len(self._kept)
 
-    def run(self, key, args: tuple):
-        """The outputs of the replay kept for `key`, or None: none kept, or it cannot take these tensors.
-        A key that does not hash raises TypeError."""
-        replay = self._kept.get(key)
-        return replay(args) if replay is not None else None
+    def get(self, key) -> Replay | None:
+        """The replay kept for `key`, or None. A key that does not hash raises TypeError."""
+        return self._kept.get(key)
 
     def keep(self, key, replay: Replay | None) -> None:
         if replay is not None and len(self._kept) < REPLAYS_MAX:
