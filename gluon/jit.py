@@ -544,6 +544,9 @@ class BoundLaunch:
                 jf.seen[key] = (ck, constexprs, launcher)
         try:
             if launcher is not None and not callable(self.grid):
+                fast = launcher._fast               # its straight-line entry (runtime/fast_call.py), once loaded
+                if fast is not None:
+                    return fast(self.grid, args, stream)
                 return launcher(self.grid, *args, stream=stream)
             return ck(self.grid, *args, stream=stream, meta=constexprs, **kwargs)
         except Exception as e:

@@ -218,3 +218,31 @@ def test_no_straight_line_prepared_launch_with_descriptor_slots():
     a, b, c = torch.randn(128, 64).half(), torch.randn(64, 128).half(), torch.empty(128, 128).half()
     L((1,), a, b, c, 64)
     assert L.prepare((1,), (a, b, c, 64), (0, 1, 2)).fast is None
+
+
+def test_a_jit_call_seen_before_takes_the_fast_entry(monkeypatch):
+    """`kernel[grid](...)` with arguments of a specialization seen before goes from its lookup straight to
+    the launcher's entry."""
+    pytest.importorskip("triton")
+    import sys
+    from pathlib import Path
+
+    import gluon.runtime.cuda as rt_cuda
+    from gluon.arch import SM90
+    be = Counting(device_type="cpu")
+    monkeypatch.setattr(rt_cuda, "DEFAULT_BACKEND", be)
+    monkeypatch.setattr(sys.modules["gluon.jit"], "current_arch", lambda: SM90)
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
+    from copy_kernel import copy_kernel_explicit
+    src, dst = torch.randn(4096), torch.empty(4096)
+    kw = dict(XBLOCK=1024, VEC=4, NUM_WARPS=4, num_warps=4)
+    copy_kernel_explicit[(4,)](dst, src, 4096, **kw)
+    seen = copy_kernel_explicit[(4,)].jf.seen
+    (_, _, launcher), = [v for v in seen.values() if v[2] is not None and v[2]._backend is be]
+    entered, through_call = [], []
+    fast = launcher._fast
+    launcher._fast = lambda *a: entered.append(a) or fast(*a)
+    general = Launcher.__call__
+    monkeypatch.setattr(Launcher, "__call__", lambda self, *a, **k: through_call.append(a) or general(self, *a, **k))
+    copy_kernel_explicit[(4,)](dst, src, 4096, **kw)
+    assert len(entered) == 1 and not through_call and be.calls[0] == be.calls[1]
