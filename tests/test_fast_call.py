@@ -246,3 +246,25 @@ def test_a_jit_call_seen_before_takes_the_fast_entry(monkeypatch):
     monkeypatch.setattr(Launcher, "__call__", lambda self, *a, **k: through_call.append(a) or general(self, *a, **k))
     copy_kernel_explicit[(4,)](dst, src, 4096, **kw)
     assert len(entered) == 1 and not through_call and be.calls[0] == be.calls[1]
+
+
+def test_the_cuda_backend_hands_the_entries_torchs_c_getters():
+    """The entries call torch's C getters of the current device and stream themselves (looked up by the
+    backend's first calls, which raw_getters makes if nothing has yet)."""
+    from gluon.runtime.cuda import CudaBackend
+    be = CudaBackend()
+    dev_getter, stream_getter = (lambda: 3), (lambda d: 1000 + d)
+    asked = []
+
+    def current_device():
+        asked.append("device")
+        be._get_device = dev_getter
+        return 3
+
+    def current_stream(d):
+        asked.append(("stream", d))
+        be._get_stream = stream_getter
+        return 1000 + d
+    be.current_device, be.current_stream = current_device, current_stream
+    assert be.raw_getters() == (dev_getter, stream_getter) and asked == ["device", ("stream", 3)]
+    assert be.raw_getters() == (dev_getter, stream_getter) and len(asked) == 2      # looked up once

@@ -62,6 +62,15 @@ class CudaBackend:
         self._get_stream = get
         return get(device)
 
+    def raw_getters(self):
+        """(current device, current raw stream of a device): torch's C getters themselves, for the launch
+        entries of fast_call.py (a Python frame less each per call), once `current_device` / `current_stream`
+        have looked them up (done here: a launch entry is built after its binary is loaded, so CUDA is up);
+        else these methods."""
+        if self._get_stream is None:
+            self.current_stream(self.current_device())
+        return (self._get_device or self.current_device, self._get_stream or self.current_stream)
+
     def capability(self, device: int) -> tuple[int, int]:
         return _torch().cuda.get_device_capability(device)
 

@@ -40,6 +40,12 @@ def _tensor_checks(i: int, p, first: bool, want_cuda: bool) -> list[str]:
     return lines
 
 
+def _getters(backend) -> tuple:
+    """The backend's current-device and current-stream functions, its raw C getters where it has them."""
+    raw = getattr(backend, "raw_getters", None)
+    return raw() if raw is not None else (backend.current_device, backend.current_stream)
+
+
 def build(launcher, kinds: tuple[int, int, int, int, int]) -> Callable[..., Any] | None:
     """`fast(grid, args, stream)` for `launcher` (args: a tuple, one value per runtime parameter), or None
     where every call must take the general path (descriptor arguments, no direct C launch, no parameters
@@ -51,9 +57,10 @@ def build(launcher, kinds: tuple[int, int, int, int, int]) -> Callable[..., Any]
     if direct is None or any(p.kind == _DESC for p in plans) or not any(p.kind == _PTR for p in plans):
         return None
     backend = launcher._backend
+    current_device, current_stream = _getters(backend)
     env: dict[str, Any] = {
         "Tensor": launcher._Tensor, "slow": launcher._general_call, "functions": launcher._functions,
-        "backend": backend, "current_device": backend.current_device, "current_stream": backend.current_stream,
+        "backend": backend, "current_device": current_device, "current_stream": current_stream,
         "hooks": backend.launch_hooks, "direct": direct[0], "coop": direct[1], "pdl": direct[2],
         "packed": launcher._packed_metadata, "G0": _GRID_MAX[0], "G1": _GRID_MAX[1], "G2": _GRID_MAX[2],
     }
@@ -119,8 +126,9 @@ def build_prepared(prepared) -> Callable[..., Any] | None:
     if direct is None or not g0 * g1 * g2 or any(tail is not None for _, _, _, tail in prepared.slots):
         return None
     backend = launcher._backend
+    current_device, current_stream = _getters(backend)
     env: dict[str, Any] = {
-        "general": prepared.general, "current_device": backend.current_device, "current_stream": backend.current_stream,
+        "general": prepared.general, "current_device": current_device, "current_stream": current_stream,
         "hooks": backend.launch_hooks, "direct": direct[0], "coop": direct[1], "pdl": direct[2],
         "packed": launcher._packed_metadata, "fn": launcher._functions[prepared.dev], "dev": prepared.dev,
         "G": prepared.grid}
