@@ -373,15 +373,7 @@ def gemm_sm90(A, B, C, W, CNT, SA, SB, SPLITS, CFG: gl.constexpr, B_KMAJOR: gl.c
                 if SCALE == "tensor" or SCALE == "rowcol":   # linear: split-K partials take it too
                     acc = _scaled(acc, SA, SB, off_m, off_n, M, N, SCALE, CFG.SWAP_AB)
                 rows, cols, mask = _tile_indices(off_m, off_n, RM, CFG.BLOCK_N, acc_layout, M, N)  # (unused: SWAP_AB)
-                if CK > 1:                          # the partial, the cluster barrier, this CTA's column slab
-                    if CFG.SWAP_AB:
-                        _store_swapped(C, W, acc, off_m, off_n, split, M, N, SPLITS)
-                    else:
-                        gl.store(W + ((split * M + rows[:, None]) * N + cols[None, :]), acc, mask=mask)
-                    gl.cluster_sync()
-                    SLAB = CFG.BLOCK_N // CK
-                    _cluster_sum(C, W, off_m, off_n + rank * SLAB, M, N, RM, SLAB, CK, RW)
-                elif CFG.SWAP_AB:                   # C^T's tile, from registers (or its split-K partial)
+                if CFG.SWAP_AB:                     # C^T's tile, from registers (or its split-K partial)
                     _store_swapped(C, W, acc, off_m, off_n, split, M, N, SPLITS)
                 elif SPLITS > 1:                    # split-K: fp32 partial tile into the workspace
                     if CFG.SPLITK_FIXUP:            # ... and the last slice of each element sums them
@@ -405,6 +397,10 @@ def gemm_sm90(A, B, C, W, CNT, SA, SB, SPLITS, CFG: gl.constexpr, B_KMAJOR: gl.c
                     tma_store(C, (off_m, off_n), c_s)
                     if EPILOGUE == "ring":
                         tma_store_wait(0)           # read: the producer may refill the ring
+                if CK > 1:                          # every slice's partial stored: the cluster sums its tile
+                    gl.cluster_sync()
+                    SLAB = CFG.BLOCK_N // CK
+                    _cluster_sum(C, W, off_m, off_n + rank * SLAB, M, N, RM, SLAB, CK, RW)
                 if EPILOGUE == "ring":
                     c_free[g].arrive()
             if EPILOGUE == "tma":
