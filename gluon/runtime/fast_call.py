@@ -40,10 +40,24 @@ def _tensor_checks(i: int, p, first: bool, want_cuda: bool) -> list[str]:
     return lines
 
 
-def _getters(backend) -> tuple:
-    """The backend's current-device and current-stream functions, its raw C getters where it has them."""
+def _launch_env(launcher) -> dict[str, Any]:
+    """What both entries' launch lines read: the backend's current-device and current-stream functions (its
+    raw C getters where it has them), its launch hooks, the direct C launch and the packed metadata."""
+    backend = launcher._backend
     raw = getattr(backend, "raw_getters", None)
-    return raw() if raw is not None else (backend.current_device, backend.current_stream)
+    current_device, current_stream = raw() if raw is not None else (backend.current_device, backend.current_stream)
+    fn, coop, pdl = launcher._direct
+    return {"current_device": current_device, "current_stream": current_stream, "hooks": backend.launch_hooks,
+            "direct": fn, "coop": coop, "pdl": pdl, "packed": launcher._packed_metadata}
+
+
+def _define(body: list[str], signature: str, label: str, env: dict[str, Any]) -> Callable[..., Any]:
+    """The function `fast(signature)` of `body`'s lines, compiled in `env`; its source kept as `.source`."""
+    src = f"def fast({signature}):\n" + "\n".join(body) + "\n"
+    exec(compile(src, f"<{label}>", "exec"), env)
+    fast = env["fast"]
+    fast.source = src
+    return fast
 
 
 def build(launcher, kinds: tuple[int, int, int, int, int]) -> Callable[..., Any] | None:
@@ -56,14 +70,9 @@ def build(launcher, kinds: tuple[int, int, int, int, int]) -> Callable[..., Any]
     direct = launcher._direct
     if direct is None or any(p.kind == _DESC for p in plans) or not any(p.kind == _PTR for p in plans):
         return None
-    backend = launcher._backend
-    current_device, current_stream = _getters(backend)
-    env: dict[str, Any] = {
-        "Tensor": launcher._Tensor, "slow": launcher._general_call, "functions": launcher._functions,
-        "backend": backend, "current_device": current_device, "current_stream": current_stream,
-        "hooks": backend.launch_hooks, "direct": direct[0], "coop": direct[1], "pdl": direct[2],
-        "packed": launcher._packed_metadata, "G0": _GRID_MAX[0], "G1": _GRID_MAX[1], "G2": _GRID_MAX[2],
-    }
+    env = _launch_env(launcher)
+    env.update(Tensor=launcher._Tensor, slow=launcher._general_call, functions=launcher._functions,
+               G0=_GRID_MAX[0], G1=_GRID_MAX[1], G2=_GRID_MAX[2])
     names = [f"a{i}" for i in range(len(plans))]
     body = [f"    if len(args) != {len(plans)}: return slow(grid, args, stream)",
             f"    {', '.join(names)}{',' if len(names) == 1 else ''} = args"]
@@ -107,11 +116,7 @@ def build(launcher, kinds: tuple[int, int, int, int, int]) -> Callable[..., Any]
         "    if hooks()[0] is not None: return slow(grid, args, stream)",
         f"    direct(g0, g1, g2, stream, fn, coop, pdl, None, None, packed, None, None, None, {', '.join(flat)})",
     ]
-    src = "def fast(grid, args, stream=None):\n" + "\n".join(body) + "\n"
-    exec(compile(src, f"<fast launch of {launcher.kernel_name}>", "exec"), env)
-    fast = env["fast"]
-    fast.source = src
-    return fast
+    return _define(body, "grid, args, stream=None", f"fast launch of {launcher.kernel_name}", env)
 
 
 def build_prepared(prepared) -> Callable[..., Any] | None:
@@ -125,13 +130,8 @@ def build_prepared(prepared) -> Callable[..., Any] | None:
     g0, g1, g2 = prepared.grid
     if direct is None or not g0 * g1 * g2 or any(tail is not None for _, _, _, tail in prepared.slots):
         return None
-    backend = launcher._backend
-    current_device, current_stream = _getters(backend)
-    env: dict[str, Any] = {
-        "general": prepared.general, "current_device": current_device, "current_stream": current_stream,
-        "hooks": backend.launch_hooks, "direct": direct[0], "coop": direct[1], "pdl": direct[2],
-        "packed": launcher._packed_metadata, "fn": launcher._functions[prepared.dev], "dev": prepared.dev,
-        "G": prepared.grid}
+    env = _launch_env(launcher)
+    env.update(general=prepared.general, fn=launcher._functions[prepared.dev], dev=prepared.dev)
     at = {pos: i for i, (pos, _, _, _) in enumerate(prepared.slots)}
     names = [f"p{i}" for i in range(len(prepared.slots))]
     body = [f"    if len(ptrs) != {len(names)}: return general(ptrs, stream)",
@@ -153,8 +153,4 @@ def build_prepared(prepared) -> Callable[..., Any] | None:
         f"    direct({g0}, {g1}, {g2}, stream, fn, coop, pdl, None, None, packed, None, None, None, {', '.join(flat)})",
         "    return True",
     ]
-    src = "def fast(ptrs, stream=None):\n" + "\n".join(body) + "\n"
-    exec(compile(src, f"<prepared launch of {launcher.kernel_name}>", "exec"), env)
-    fast = env["fast"]
-    fast.source = src
-    return fast
+    return _define(body, "ptrs, stream=None", f"prepared launch of {launcher.kernel_name}", env)
