@@ -67,6 +67,7 @@ class LoadedKernel:
             _install(base / e["artifacts"], e["cache_key"])
         self._choice: dict = {}
         self._replays = Replays()                # by call_key: the replays of calls seen before
+        self._last = None                        # the entry of the last key replayed (Replay.entry)
 
     def bucket(self, shape: tuple, dtype: str) -> dict:
         """The manifest entry a call of `shape` and `dtype` runs: the nearest built bucket of that dtype that
@@ -101,6 +102,11 @@ class LoadedKernel:
         return e
 
     def __call__(self, *args, **kwargs):
+        last = self._last           # a declared kernel's last key replayed: its entry checks the key itself
+        if last is not None and not kwargs:
+            out = last(args)
+            if out is not None:
+                return out
         prepare = getattr(self.template, "prepare", None)     # one pass over the arguments (declared kernels)
         if prepare is not None:
             # a call of positional tensors seen before: the template's replay of its launch, from the bucket
@@ -111,6 +117,7 @@ class LoadedKernel:
                 if replay is not None:
                     out = replay(args)
                     if out is not None:
+                        self._last = replay.entry
                         return out
             prepared = prepare(*args, **kwargs)
             config = self.bucket(prepared[0], prepared[1])["config"]

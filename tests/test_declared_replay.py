@@ -106,3 +106,38 @@ def test_a_loaded_kernels_repeat_skips_the_bucket_choice_and_replays(tmp_path, m
     k(torch.randn(5000).half())                          # a new key: the bucket is chosen again
     assert bucket[0] == 1
     sys.modules.pop("k", None)
+
+
+def test_a_loaded_kernels_last_key_goes_straight_to_its_replays_entry(tmp_path, monkeypatch, capsys):
+    """A repeat of the key replayed last skips the call key and the lookup (Replay.entry checks the key
+    itself); another key, and the interpreter, go the other way and launch the same."""
+    import gluon
+    import gluon.loader as loader
+    import gluon.runtime.cuda as rt_cuda
+    from gluon.cli import main
+    from test_runtime import DirectBackend
+    spec = _write(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    assert main(["tune", str(spec)]) == 0 and main(["build", "--best", "--allow-dry-run", "--specs", str(tmp_path)]) == 0
+    capsys.readouterr()
+    be = DirectBackend(device_type="cpu")
+    monkeypatch.setattr(rt_cuda, "DEFAULT_BACKEND", be)
+    monkeypatch.setattr(sys.modules["gluon.jit"], "current_arch", lambda: SM90)
+    keys = [0]
+    real_key = loader.call_key
+    monkeypatch.setattr(loader, "call_key", lambda a: keys.__setitem__(0, keys[0] + 1) or real_key(a))
+    k = gluon.load("scale")
+    x = torch.randn(3000).half()
+    k(x)
+    k(x)                                                 # the dict's replay: its entry becomes the last
+    (replay,) = k._replays._kept.values()
+    assert k._last is replay.entry and keys[0] == 2
+    x3 = torch.randn(3000).half()
+    y3 = k(x3)
+    assert keys[0] == 2 and be.calls[-1][14:] == (y3.data_ptr(), x3.data_ptr(), 3000, 0.5)
+    assert be.calls[-1][:14] == be.calls[0][:14]
+    k(torch.randn(5000).half())                          # another key: past the entry, the full path
+    assert keys[0] == 3 and len(be.calls) == 4
+    monkeypatch.setattr(sys.modules["gluon.jit"], "_INTERPRET_LAUNCHES", True)
+    assert replay.entry((x3,)) is None                   # the interpreter: never the replay's launch
+    sys.modules.pop("k", None)

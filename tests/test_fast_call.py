@@ -268,3 +268,68 @@ def test_the_cuda_backend_hands_the_entries_torchs_c_getters():
     be.current_device, be.current_stream = current_device, current_stream
     assert be.raw_getters() == (dev_getter, stream_getter) and asked == ["device", ("stream", 3)]
     assert be.raw_getters() == (dev_getter, stream_getter) and len(asked) == 2      # looked up once
+
+
+# ---------------------------------------------------------------- a declared call's replay (fast_call.build_replay)
+
+ADD_ARGS = [param("x", "pointer", "f16", rank=2, divisibility=16), param("y", "pointer", "f16", rank=2),
+            param("out", "pointer", "f32", rank=1, divisibility=16), param("n", "scalar", "i32")]
+
+
+def _replay_entry(skip=lambda: False):
+    """A two-input, one-output replay entry over a prepared launch, the prepared launch's general twin, the
+    backends, and the first call's inputs (the output is made with `new_empty` at another shape and dtype)."""
+    fast_be, slow_be = Counting(), Counting()
+    x, y = torch.randn(4, 16).half(), torch.randn(4, 16).half()
+    out = torch.empty(64)
+    prepared = []
+    for be in (fast_be, slow_be):
+        L = Launcher(fake_binary(), abi(ADD_ARGS, "add", "add.py:1"), backend=be)
+        L((3,), x, y, out, 64)
+        prepared.append(L.prepare((3,), (x, y, out, 64), (0, 1, 2)))
+    inputs = tuple((t.shape, t.dtype, t.get_device()) for t in (x, y))
+    entry = fast_call.build_replay(prepared[0], inputs, ((torch.Tensor.new_empty, (64,), torch.float32),), skip)
+    return entry, prepared[1], (fast_be, slow_be), (x, y)
+
+
+def test_a_replay_entry_launches_what_the_prepared_launch_does_with_a_fresh_output():
+    entry, general, (fast_be, slow_be), _ = _replay_entry()
+    assert entry is not None and "def fast(args)" in entry.source
+    a, b = torch.randn(4, 16).half(), torch.randn(4, 16).half()
+    out = entry((a, b))
+    assert out.shape == (64,) and out.dtype == torch.float32
+    assert general((a.data_ptr(), b.data_ptr(), out.data_ptr())) is True
+    assert fast_be.calls[-1] == slow_be.calls[-1] and fast_be.calls[-1][14:17] == (a.data_ptr(), b.data_ptr(),
+                                                                                   out.data_ptr())
+
+
+@pytest.mark.parametrize("case", ["shape", "dtype", "strided", "x off 16 bytes", "one input", "not a tensor",
+                                  "skip", "hook", "other device current"])
+def test_a_replay_entry_declines_any_other_call_launching_nothing(case):
+    skipping = [False]
+    entry, _, (fast_be, _), (x, y) = _replay_entry(lambda: skipping[0])
+    b = torch.randn(4, 16).half()
+    args = {"shape": (torch.randn(4, 32).half(), b), "dtype": (torch.randn(4, 16), b),
+            "strided": (torch.randn(4, 32).half()[:, ::2], b),
+            "x off 16 bytes": (torch.randn(65).half()[1:].view(4, 16), b),
+            "one input": (b,), "not a tensor": (b, [1.0] * 64)}.get(case, (torch.randn(4, 16).half(), b))
+    skipping[0] = case == "skip"
+    if case == "hook":
+        fast_be.hooks = (object(), None)
+    if case == "other device current":
+        fast_be.current = 1
+    n = len(fast_be.calls)
+    assert entry(args) is None and len(fast_be.calls) == n
+    assert entry((torch.randn(4, 16).half(), b)) is not None or case in ("skip", "hook", "other device current")
+
+
+def test_no_replay_entry_over_descriptor_slots_or_a_slot_count_that_does_not_add_up():
+    L = Launcher(fake_binary(), abi(TMA_ARGS), backend=DirectBackend())
+    a, b, c = torch.randn(128, 64).half(), torch.randn(64, 128).half(), torch.empty(128, 128).half()
+    L((1,), a, b, c, 64)
+    made = ((torch.empty_like, None, None),)
+    ins = tuple((t.shape, t.dtype, -1) for t in (a, b))
+    assert fast_call.build_replay(L.prepare((1,), (a, b, c, 64), (0, 1, 2)), ins, made, lambda: False) is None
+    entry, general, _, _ = _replay_entry()
+    x = torch.randn(4, 16).half()
+    assert fast_call.build_replay(general, ((x.shape, x.dtype, -1),), made, lambda: False) is None

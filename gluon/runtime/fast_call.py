@@ -119,26 +119,22 @@ def build(launcher, kinds: tuple[int, int, int, int, int]) -> Callable[..., Any]
     return _define(body, "grid, args, stream=None", f"fast launch of {launcher.kernel_name}", env)
 
 
-def build_prepared(prepared) -> Callable[..., Any] | None:
-    """`fast(ptrs, stream)` for a `PreparedLaunch` whose slots are all pointers (a declared kernel's replay, a
-    split-K reduction): the new addresses checked and placed straight into the C call, the rest of its flat
-    arguments constants; False where an address breaks an alignment the launch relies on, the general
-    `PreparedLaunch.general` where the device is not current or a launch hook is set. None where it does not
-    apply (descriptor slots, no direct C launch, an empty grid)."""
+def _prepared_launch(prepared, env: dict[str, Any], fallback: str, misaligned: str) -> list[str] | None:
+    """The lines that launch `prepared` with its slots' new addresses in `p0`, `p1`, ... (slot order): the
+    alignments the launch relies on checked (`misaligned` returned where one breaks), the rest of its flat
+    arguments constants in `env`; `fallback` returned off its device or with a launch hook set. None where
+    no straight line applies (descriptor slots, no direct C launch, an empty grid)."""
     launcher = prepared.launcher
-    direct = launcher._direct
     g0, g1, g2 = prepared.grid
-    if direct is None or not g0 * g1 * g2 or any(tail is not None for _, _, _, tail in prepared.slots):
+    if launcher._direct is None or not g0 * g1 * g2 or any(tail is not None for _, _, _, tail in prepared.slots):
         return None
-    env = _launch_env(launcher)
-    env.update(general=prepared.general, fn=launcher._functions[prepared.dev], dev=prepared.dev)
+    env.update(_launch_env(launcher))
+    env.update(fn=launcher._functions[prepared.dev], dev=prepared.dev)
     at = {pos: i for i, (pos, _, _, _) in enumerate(prepared.slots)}
-    names = [f"p{i}" for i in range(len(prepared.slots))]
-    body = [f"    if len(ptrs) != {len(names)}: return general(ptrs, stream)",
-            f"    {', '.join(names)}{',' if len(names) == 1 else ''} = ptrs"]
-    misaligned = [f"p{i} & 15" for i, (_, align16, _, _) in enumerate(prepared.slots) if align16]
-    if misaligned:
-        body.append(f"    if {' or '.join(misaligned)}: return False")
+    lines = []
+    unaligned = [f"p{i} & 15" for i, (_, align16, _, _) in enumerate(prepared.slots) if align16]
+    if unaligned:
+        lines.append(f"    if {' or '.join(unaligned)}: return {misaligned}")
     flat = []
     for j, v in enumerate(prepared.flat):
         if j in at:
@@ -146,11 +142,57 @@ def build_prepared(prepared) -> Callable[..., Any] | None:
         else:
             env[f"F{j}"] = v
             flat.append(f"F{j}")
-    body += [
-        "    if dev != current_device(): return general(ptrs, stream)",
+    return lines + [
+        f"    if dev != current_device(): return {fallback}",
         "    if stream is None: stream = current_stream(dev)",
-        "    if hooks()[0] is not None: return general(ptrs, stream)",
+        f"    if hooks()[0] is not None: return {fallback}",
         f"    direct({g0}, {g1}, {g2}, stream, fn, coop, pdl, None, None, packed, None, None, None, {', '.join(flat)})",
-        "    return True",
     ]
-    return _define(body, "ptrs, stream=None", f"prepared launch of {launcher.kernel_name}", env)
+
+
+def build_prepared(prepared) -> Callable[..., Any] | None:
+    """`fast(ptrs, stream)` for a `PreparedLaunch` whose slots are all pointers (a declared kernel's replay, a
+    split-K reduction): the new addresses checked and placed straight into the C call, the rest of its flat
+    arguments constants; False where an address breaks an alignment the launch relies on, the general
+    `PreparedLaunch.general` where the device is not current or a launch hook is set. None where it does not
+    apply (descriptor slots, no direct C launch, an empty grid)."""
+    env: dict[str, Any] = {"general": prepared.general}
+    launch = _prepared_launch(prepared, env, "general(ptrs, stream)", "False")
+    if launch is None:
+        return None
+    names = [f"p{i}" for i in range(len(prepared.slots))]
+    body = [f"    if len(ptrs) != {len(names)}: return general(ptrs, stream)",
+            f"    {', '.join(names)}{',' if len(names) == 1 else ''} = ptrs", *launch, "    return True"]
+    return _define(body, "ptrs, stream=None", f"prepared launch of {prepared.launcher.kernel_name}", env)
+
+
+def build_replay(prepared, inputs: tuple, outputs: tuple, skip: Callable[[], bool]) -> Callable[..., Any] | None:
+    """`fast(args)` for one call key of a declared kernel's replay: the positional tensors `args` checked
+    against `inputs` (per tensor: the torch.Size, dtype and device index it must have, contiguous), the
+    outputs made by `outputs` (per output: (allocator, extents, dtype) as `Replay` keeps them: extents None
+    for `allocator(first input)`), and `prepared` launched with the inputs' then the outputs' addresses on
+    the current stream. The output (a tuple for several), or None, launching nothing, for any other call
+    (another key, an alignment the launch relies on broken, `skip()` true, off its device, a launch hook
+    set): the caller's general path takes that one. None where no straight line applies."""
+    launcher = prepared.launcher
+    if not inputs or len(prepared.slots) != len(inputs) + len(outputs):
+        return None
+    env: dict[str, Any] = {"Tensor": launcher._Tensor, "skip": skip}
+    launch = _prepared_launch(prepared, env, "None", "None")
+    if launch is None:
+        return None
+    names = [f"a{i}" for i in range(len(inputs))]
+    body = [f"    if len(args) != {len(inputs)} or skip(): return None",
+            f"    {', '.join(names)}{',' if len(names) == 1 else ''} = args"]
+    for i, (shape, dtype, device) in enumerate(inputs):
+        env[f"S{i}"], env[f"DT{i}"] = shape, dtype
+        body.append(f"    if type(a{i}) is not Tensor or a{i}.dtype is not DT{i} or a{i}.shape != S{i} or "
+                    f"a{i}.get_device() != {int(device)} or not a{i}.is_contiguous(): return None")
+    body += [f"    p{i} = a{i}.data_ptr()" for i in range(len(inputs))]
+    for j, (make, extents, dtype) in enumerate(outputs):
+        env[f"M{j}"], env[f"E{j}"], env[f"T{j}"] = make, extents, dtype
+        body.append(f"    o{j} = M{j}(a0)" if extents is None else f"    o{j} = M{j}(a0, E{j}, dtype=T{j})")
+        body.append(f"    p{len(inputs) + j} = o{j}.data_ptr()")
+    body += ["    stream = None", *launch,
+             f"    return {', '.join(f'o{j}' for j in range(len(outputs)))}{',' if len(outputs) > 1 else ''}"]
+    return _define(body, "args", f"replay of {launcher.kernel_name}", env)

@@ -11,6 +11,7 @@ the replay launches; a later input that is not gets the full path).
 from __future__ import annotations
 
 from ..jit import _interpret_enabled
+from ..runtime import fast_call
 
 REPLAYS_MAX = 256
 
@@ -48,10 +49,13 @@ class Replay:
     another Tensor.new_empty / new_zeros of it; and the prepared launch taking the inputs' then the outputs'
     addresses."""
 
-    __slots__ = ("launch", "outputs", "single", "like")
+    __slots__ = ("launch", "outputs", "single", "like", "entry")
 
-    def __init__(self, launch, outputs: tuple):
+    def __init__(self, launch, outputs: tuple, inputs: tuple = ()):
+        """`inputs`: per positional tensor of the call this replays, (torch.Size, dtype, device index): what
+        `entry`, the call's straight-line function (fast_call.build_replay), checks a later call against."""
         self.launch, self.outputs, self.single = launch, outputs, len(outputs) == 1
+        self.entry = fast_call.build_replay(launch, inputs, outputs, _interpret_enabled) if inputs else None
         # the common call: one output made like the first input (its allocator), launched through the
         # prepared launch's straight-line function when it has one
         self.like = outputs[0][0] if self.single and outputs[0][1] is None else None
@@ -114,4 +118,5 @@ def make_replay(launched, inputs: dict, runtime: list, input_names: tuple, outpu
     addressed = tuple(runtime.index(n) for n in names)
     first = inputs[input_names[0]]
     made = tuple(_allocator(t.fill == "zeros", tuple(inputs[t.name].shape), inputs[t.name].dtype, first) for t in outputs)
-    return Replay(prepare(grid, args, addressed), made)
+    given = tuple((inputs[n].shape, inputs[n].dtype, inputs[n].get_device()) for n in input_names)
+    return Replay(prepare(grid, args, addressed), made, given)
