@@ -141,3 +141,25 @@ def test_a_loaded_kernels_last_key_goes_straight_to_its_replays_entry(tmp_path, 
     monkeypatch.setattr(sys.modules["gluon.jit"], "_INTERPRET_LAUNCHES", True)
     assert replay.entry((x3,)) is None                   # the interpreter: never the replay's launch
     sys.modules.pop("k", None)
+
+
+def test_the_templates_call_takes_the_last_entry_for_an_equal_config_only(tmp_path, monkeypatch):
+    import gluon.runtime.cuda as rt_cuda
+    import gluon.tuning.declared as declared
+    from test_runtime import DirectBackend
+    be = DirectBackend(device_type="cpu")
+    monkeypatch.setattr(rt_cuda, "DEFAULT_BACKEND", be)
+    monkeypatch.setattr(sys.modules["gluon.jit"], "current_arch", lambda: SM90)
+    t = template_of(load_spec(_write(tmp_path)))
+    keys = [0]
+    real_key = declared.call_key
+    monkeypatch.setattr(declared, "call_key", lambda a: keys.__setitem__(0, keys[0] + 1) or real_key(a))
+    x = torch.randn(3000).half()
+    t.call(CONFIG, x)
+    t.call(CONFIG, x)
+    assert t._last is not None and keys[0] == 2
+    y = t.call(dict(CONFIG), torch.randn(3000).half())
+    assert keys[0] == 2 and len(be.calls) == 3 and y.shape == x.shape
+    other = {"BLOCK": 512, "NUM_WARPS": 2}
+    t.call(other, x)                                     # another config: not the last entry's launch
+    assert keys[0] == 3 and be.calls[-1][1:4] != be.calls[0][1:4]

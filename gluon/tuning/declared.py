@@ -121,6 +121,7 @@ class DeclaredTemplate(TuningTemplate):
         self._dtype_names: dict = {}
         self._call_plans: dict[tuple, tuple] = {}
         self._replays = Replays()
+        self._last = None                           # (config, Replay.entry) of the last call replayed
 
     @classmethod
     def from_manifest(cls, manifest: dict) -> "DeclaredTemplate":
@@ -461,6 +462,11 @@ class DeclaredTemplate(TuningTemplate):
         """Run the kernel with `config` on a user's tensors; the output (a tuple for several). A repeat of a
         call of positional tensors (their shapes, dtypes, devices, and the config's values) replays the
         first one's launch with the new addresses (declared_replay.py)."""
+        last = self._last                           # the last replayed call's config and replay entry
+        if last is not None and not kwargs and config == last[0]:
+            out = last[1](args)
+            if out is not None:
+                return out
         key = None
         if not kwargs:
             tensors = call_key(args)
@@ -473,6 +479,7 @@ class DeclaredTemplate(TuningTemplate):
                 if replay is not None:
                     out = replay(args)
                     if out is not None:
+                        self._last = (dict(config), replay.entry) if replay.entry is not None else None
                         return out
         prepared = self.prepare(*args, **kwargs)
         if key is None:
