@@ -1,7 +1,8 @@
 """fp8 GEMM: `gemm_sm90.launch` with fp8 inputs against torch._scaled_mm (cuBLASLt), in the same run.
 
     python3 bench/gemm_fp8.py [--shapes 4096x4096x4096,...] [--fp8 e4m3,e5m2] [--scales tensor,rowcol,block]
-                              [--graph] [--repeats 3] [--round-ms 1000] [--json out.json]
+                              [--graph] [--configs ';MMA_TURNS=True,SPLIT_WGS=True'] [--repeats 3]
+                              [--round-ms 1000] [--json out.json]
 
 A is [M, K] and B [N, K] (K-major: nn.Linear's weight, what _scaled_mm takes as `b.t()`), quantized from
 random fp32 with absmax scales: per tensor, per row / per column, or per block as DeepSeek's DeepGEMM
@@ -10,7 +11,8 @@ Each case is checked first against fp64 of the same dequantized operands (output
 timed interleaved with torch._scaled_mm (median of CUDA-event timings, L2 flushed; ratio = its time / ours).
 Block scales: _scaled_mm's own blockwise scaling where this torch and cuBLASLt take it (each scale layout
 it may want is tried and checked against the reference), else its per-row/column scaling of the same
-operands (the `baseline` column says which). TFLOP/s counts 2*M*N*K. --json is rewritten (atomically)
+operands (the `baseline` column says which). --configs times several GemmConfig overrides, each checked and
+timed against the same baseline (an empty entry: the launch's own pick). TFLOP/s counts 2*M*N*K. --json is rewritten (atomically)
 after every row.
 """
 from __future__ import annotations
@@ -19,7 +21,7 @@ import os
 import sys
 
 sys.path[0] = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-from bench.common import environment, graphed, interleaved, parser, table, write_json  # noqa: E402
+from bench.common import environment, graphed, interleaved, parse_config, parser, table, write_json  # noqa: E402
 
 SHAPES = ["4096x4096x4096", "8192x8192x8192", "16384x8192x1024", "8192x28672x4096", "8192x4096x14336",
           "4096x14336x4096"]
@@ -51,8 +53,13 @@ def main() -> int:
     p.add_argument("--fp8", default="e4m3", help="comma list of e4m3, e5m2")
     p.add_argument("--scales", default="tensor,rowcol,block", help="comma list of tensor, rowcol, block")
     p.add_argument("--graph", action="store_true", help="time CUDA-graph replays (GPU time without host cost)")
+    p.add_argument("--configs", default="", help="GemmConfig overrides to time, ';' between configs, each a row "
+                   "against the same baseline (';MMA_TURNS=True,SPLIT_WGS=True': the default, then with turns); "
+                   "a config a case cannot take is a skipped row")
     args = p.parse_args()
+    configs = [parse_config(part) for part in args.configs.split(";")]
     import torch
+    from gluon.ir import GluonError
     from gluon.kernels.gemm_sm90 import launch
     from gluon.tuning.templates.gemm_sm90_fp8_scales import scaled_mm_blockwise
     dts = {"e4m3": torch.float8_e4m3fn, "e5m2": torch.float8_e5m2}
@@ -78,39 +85,47 @@ def main() -> int:
                     ref = (a.double() * sa.double()) @ (b.double() * sb.double()).T
                     sa_k, sb_k = sa.reshape(-1).contiguous(), sb.reshape(-1).contiguous()
                     theirs, baseline = None, "scaled_mm"
-                c = torch.full((M, N), float("nan"), device="cuda", dtype=torch.bfloat16)
-                launch(a, b, c, b_kmajor=True, scale_a=sa_k, scale_b=sb_k)
-                torch.cuda.synchronize()
-                err = ((c.double() - ref).norm() / ref.norm()).item()
                 if theirs is None:
                     sbt = sb.reshape(1, -1) if per_row else sb.reshape(())
                     sat = sa if per_row else sa.reshape(())
                     theirs = lambda: torch._scaled_mm(a, b.t(), scale_a=sat, scale_b=sbt,  # noqa: E731
                                                       out_dtype=torch.bfloat16, out=base_c)
-                ours = lambda: launch(a, b, c, b_kmajor=True, scale_a=sa_k, scale_b=sb_k)  # noqa: E731
                 theirs()
                 torch.cuda.synchronize()
                 t_err = ((base_c.double() - ref).norm() / ref.norm()).item() if baseline != "scaled_mm rowwise" \
                     else float("nan")         # other scales: not this product
-                if args.graph:
-                    ours, theirs = graphed(ours), graphed(theirs)
-                r = interleaved(ours, theirs, args.repeats, args.round_ms)
-                flops = 2 * M * N * K
-                r.update(shape=[M, N, K], shape_s=shape, fp8=fp8, scales=mode, baseline=baseline, graph=args.graph,
-                         rel_err=err,
-                         scaled_mm_rel_err=t_err, tflops=flops / r["time_ms"] / 1e9,
-                         scaled_mm_tflops=flops / r["baseline_ms"] / 1e9, ok=err <= 1e-2)
-                rows.append(r)
-                write_json(args.json, rows, meta)
-                print(f"{shape} {fp8} {mode}: {r['tflops']:.0f} TFLOP/s, _scaled_mm {r['scaled_mm_tflops']:.0f} -> "
-                      f"{r['ratio']:.3f}x, rel err {err:.1e} (theirs {t_err:.1e}){'' if r['ok'] else '  WRONG'}",
-                      flush=True)
+                timed_theirs = graphed(theirs) if args.graph else theirs
+                for cfg in configs:
+                    c = torch.full((M, N), float("nan"), device="cuda", dtype=torch.bfloat16)
+                    kw = dict(config=cfg) if cfg else {}
+                    try:
+                        launch(a, b, c, b_kmajor=True, scale_a=sa_k, scale_b=sb_k, **kw)
+                    except GluonError as e:   # a config this case cannot take: a row saying so
+                        print(f"{shape} {fp8} {mode} {cfg or 'default'}: skipped ({e})", flush=True)
+                        rows.append(dict(shape=[M, N, K], shape_s=shape, fp8=fp8, scales=mode, config=cfg,
+                                         skipped=str(e), ok=True))
+                        continue
+                    torch.cuda.synchronize()
+                    err = ((c.double() - ref).norm() / ref.norm()).item()
+                    ours = lambda: launch(a, b, c, b_kmajor=True, scale_a=sa_k, scale_b=sb_k, **kw)  # noqa: E731
+                    r = interleaved(graphed(ours) if args.graph else ours, timed_theirs, args.repeats, args.round_ms)
+                    flops = 2 * M * N * K
+                    r.update(shape=[M, N, K], shape_s=shape, fp8=fp8, scales=mode, config=cfg,
+                             config_s=",".join(f"{k}={v}" for k, v in cfg.items()) or "default", baseline=baseline,
+                             graph=args.graph, rel_err=err, scaled_mm_rel_err=t_err, tflops=flops / r["time_ms"] / 1e9,
+                             scaled_mm_tflops=flops / r["baseline_ms"] / 1e9, ok=err <= 1e-2)
+                    rows.append(r)
+                    write_json(args.json, rows, meta)
+                    print(f"{shape} {fp8} {mode} {r['config_s']}: {r['tflops']:.0f} TFLOP/s, _scaled_mm "
+                          f"{r['scaled_mm_tflops']:.0f} -> {r['ratio']:.3f}x, rel err {err:.1e} (theirs {t_err:.1e})"
+                          f"{'' if r['ok'] else '  WRONG'}", flush=True)
     meta["complete"] = True
     write_json(args.json, rows, meta)
     print(f"\nfp8 GEMM on {meta['device']} (commit {meta['commit']}); ratio = torch._scaled_mm time / ours")
-    print(table(rows, [("MxNxK", "shape_s", ""), ("fp8", "fp8", ""), ("scales", "scales", ""),
-                       ("TFLOP/s", "tflops", ".0f"), ("_scaled_mm", "scaled_mm_tflops", ".0f"), ("baseline", "baseline", ""),
-                       ("ratio", "ratio", ".3f"), ("rel err", "rel_err", ".1e")]))
+    print(table([r for r in rows if "skipped" not in r],
+                [("MxNxK", "shape_s", ""), ("fp8", "fp8", ""), ("scales", "scales", ""), ("config", "config_s", ""),
+                 ("TFLOP/s", "tflops", ".0f"), ("_scaled_mm", "scaled_mm_tflops", ".0f"), ("baseline", "baseline", ""),
+                 ("ratio", "ratio", ".3f"), ("rel err", "rel_err", ".1e")]))
     return 0 if all(r["ok"] for r in rows) else 1
 
 

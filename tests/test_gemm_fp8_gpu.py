@@ -20,9 +20,16 @@ def _case(M, N, K, dtype, seed):
     return a, b, sa, sb, dequantized(a, b, sa, sb)
 
 
+_TURNS = dict(MMA_TURNS=True, SPLIT_WGS=True)
+
+
 @pytest.mark.parametrize("M,N,K,kw", [(4096, 4096, 4096, {}), (1000, 3000, 784, {}), (333, 1000, 4224, {}),
                                        (128, 512, 8192, dict(splits=4)), (8192, 1024, 2048, dict(config=dict(BLOCK_N=64))),
-                                       (64, 4096, 4096, {}), (2048, 2048, 144, {})])
+                                       (64, 4096, 4096, {}), (2048, 2048, 144, {}),
+                                       # MMA_TURNS: the warpgroups take turns issuing (named barriers)
+                                       (4096, 4096, 4096, dict(config=_TURNS)), (1000, 3000, 784, dict(config=_TURNS)),
+                                       (128, 512, 8192, dict(splits=4, config=dict(_TURNS, CONSUMER_WGS=2, BLOCK_M=128,
+                                                                                     EPILOGUE="direct")))])
 @pytest.mark.parametrize("dtype", [torch.float8_e4m3fn, torch.float8_e5m2])
 def test_block_scaled_fp8_gemm_matches_fp64(M, N, K, kw, dtype):
     for seed in range(2):

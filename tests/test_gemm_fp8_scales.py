@@ -80,3 +80,32 @@ def test_block_scales_follow_k_zigzag(interpret_env):
         host.device_sms = real
     ref = dequantized(a, b, sa, sb)
     torch.testing.assert_close(c.double(), ref, rtol=1e-2, atol=1e-2 * ref.abs().max().item())
+
+
+@pytest.mark.parametrize("M,N,K,splits", [(512, 256, 512, None), (200, 136, 520, 2)])
+def test_block_scales_with_mma_turns(interpret_env, monkeypatch, M, N, K, splits):
+    """MMA_TURNS: the two consumer warpgroups take turns issuing their WGMMAs (named barriers); several units a
+    program (a grid of 2) and K slices, so the turns run across units and the last one is taken back."""
+    from gluon.kernels.gemm_sm90 import GemmConfig
+    import gluon.kernels.gemm_sm90.host as host
+    torch.manual_seed(10)
+    a, b = _fp8(M, K), _fp8(N, K)
+    KB, NB = -(-K // 128), -(-N // 128)
+    sa, sb = torch.rand(M, KB) * 2 + 0.25, torch.rand(NB, KB) * 2 + 0.25
+    c = torch.full((M, N), NAN).bfloat16()
+    cfg = GemmConfig(BLOCK_N=128, BLOCK_K=128, SPLIT_WGS=True, K_ZIGZAG=True, STAGES=3, MMA_TURNS=True,
+                     EPILOGUE="direct" if splits else "tma")
+    monkeypatch.setattr(host, "device_sms", lambda d: 2)
+    launch(a, b, c, b_kmajor=True, scale_a=sa, scale_b=sb, config=cfg, splits=splits)
+    ref = dequantized(a, b, sa, sb)
+    torch.testing.assert_close(c.double(), ref, rtol=1e-2, atol=1e-2 * ref.abs().max().item())
+
+
+def test_mma_turns_outside_block_scales_or_two_warpgroup_roles_is_refused(interpret_env):
+    from gluon.kernels.gemm_sm90 import GemmConfig
+    with pytest.raises(GluonError, match="MMA_TURNS=True takes two consumer warpgroups each its own role"):
+        GemmConfig(MMA_TURNS=True)
+    a, b, c = _fp8(200, 320), _fp8(136, 320), torch.empty(200, 136).bfloat16()
+    with pytest.raises(GluonError, match="MMA_TURNS=True is for fp8 block scales"):
+        launch(a, b, c, b_kmajor=True, scale_a=torch.ones(1), scale_b=torch.ones(1),
+               config=GemmConfig(SPLIT_WGS=True, MMA_TURNS=True))

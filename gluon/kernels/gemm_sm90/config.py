@@ -21,7 +21,7 @@ AUTO = "auto"
 _INTS = ("BLOCK_M", "BLOCK_N", "BLOCK_K", "STAGES", "GROUP_M", "CONSUMER_WGS", "PRODUCER_REGS", "CONSUMER_REGS",
          "CLUSTER_M", "CLUSTER_K")
 CLUSTER_K_SIZES = (1, 2, 4, 8)      # a portable cluster holds at most 8 CTAs
-_BOOLS = ("SPLIT_WGS", "K_ZIGZAG", "TMA_PREFETCH", "SPLITK_FIXUP", "SWAP_AB")
+_BOOLS = ("SPLIT_WGS", "K_ZIGZAG", "TMA_PREFETCH", "SPLITK_FIXUP", "SWAP_AB", "MMA_TURNS")
 _AUTO_BOOLS = ("EARLY_LOADS", "LEAN_PROLOGUE")
 _SWIZZLES = tuple(m.value for m in SwizzleMode)
 _SPLIT_CONSUMER_REGS = 216          # the second consumer warpgroup's setmaxnreg with SPLIT_WGS
@@ -72,6 +72,10 @@ class GemmConfig:
                                 each sums 1/CLUSTER_K of the tile's columns over the slices in slice order
                                 (deterministic, the values `splitk_reduce` gives) and stores C: no second
                                 kernel. The launch's split count is CLUSTER_K
+    MMA_TURNS                   fp8 block scales (SCALE="block") with SPLIT_WGS and two consumer warpgroups:
+                                they take turns issuing their k-step's WGMMAs (named barriers, FlashAttention-3's
+                                ping-pong), so one's promotion of its product into the fp32 sum runs under the
+                                other's WGMMAs instead of both promoting while the tensor cores idle
     """
 
     BLOCK_M: int = 128
@@ -93,6 +97,7 @@ class GemmConfig:
     SPLITK_FIXUP: bool = False
     SWAP_AB: bool = False
     CLUSTER_K: int = 1
+    MMA_TURNS: bool = False
 
     def __post_init__(self):
         for name in _INTS:
@@ -130,6 +135,10 @@ class GemmConfig:
             _check_swap_ab(self)
         if self.CLUSTER_K > 1:
             _check_cluster_k(self)
+        if self.MMA_TURNS and (not self.SPLIT_WGS or self.CONSUMER_WGS != 2):
+            raise GluonError(f"GemmConfig MMA_TURNS=True takes two consumer warpgroups each its own role "
+                             f"(CONSUMER_WGS=2, SPLIT_WGS=True), not CONSUMER_WGS={self.CONSUMER_WGS}, "
+                             f"SPLIT_WGS={self.SPLIT_WGS}")
         if self.CONSUMER_REGS != _SPLIT_CONSUMER_REGS and not self.SPLIT_WGS:
             raise GluonError(f"GemmConfig CONSUMER_REGS={self.CONSUMER_REGS}: the cooperative consumers are Triton's "
                              "default partition and take the registers setmaxnreg leaves them; CONSUMER_REGS is the "
