@@ -236,6 +236,7 @@ def _is_tensor(v) -> bool:
 
 
 _PLAIN = (int, float, bool, type(None))
+_MISS = object()               # what a JIT call's exact entry returns for a call of another key
 
 
 _TENSOR_TYPES: set = set()     # torch's tensor class, once seen (a launch never imports torch itself)
@@ -374,6 +375,22 @@ class JITFunction:
         # (the compiled kernel, its constexprs, its Launcher where the call's arguments are the launch's)
         self.seen: dict[tuple, tuple[CompiledKernel, dict, Launcher | None]] = {}
         self.constexpr_names = frozenset(template.constexprs)
+        # the seen key launched last through its exact entry: (keyword constexprs, num_warps, arch, block,
+        # the entry); a repeat of that call goes straight to it (BoundLaunch.__call__). `exact`: the entries
+        # made so far, by seen key (None where a key has none)
+        self.last: tuple | None = None
+        self.exact: dict[tuple, Callable | None] = {}
+
+    def remember(self, key: tuple, launcher: Launcher) -> None:
+        """Make `key`'s call the last one (`last`), with its exact entry (fast_call.build given the key) once
+        its launcher is loaded."""
+        entry = self.exact.get(key, False)
+        if entry is False:
+            if launcher._fast is None:              # not loaded yet (or no straight line at all)
+                return
+            entry = self.exact[key] = launcher.exact_entry(key[0], _MISS)
+        if entry is not None:
+            self.last = (dict(key[1]), key[2], key[3], key[4], entry)
 
     def seen_key(self, args: tuple, kwargs: dict, num_warps, arch, block) -> tuple | None:
         """The `seen` key of a call, or None for a call it does not cover (constexprs passed
@@ -528,6 +545,11 @@ class BoundLaunch:
             return _interpreter()(self.template, self.grid, *args, block=self.block, num_warps=num_warps,
                                   arch=arch, **kwargs)
         jf = self.jf
+        last = jf.last                   # the call launched last: its exact entry checks its key itself
+        if last is not None and last[1] == num_warps and last[2] == arch and last[3] == self.block \
+                and last[0] == kwargs:
+            if last[4](self.grid, args, stream) is not _MISS:
+                return None
         key = jf.seen_key(args, kwargs, num_warps, arch, self.block)
         try:
             hit = jf.seen.get(key)
@@ -536,6 +558,8 @@ class BoundLaunch:
         if hit is not None:
             ck, constexprs, launcher = hit
             kwargs = {}
+            if launcher is not None and not callable(self.grid):
+                jf.remember(key, launcher)
         else:
             ck, args, constexprs = self._specialize(args, num_warps, arch, kwargs)
             launcher = None

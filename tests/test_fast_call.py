@@ -174,6 +174,93 @@ def test_compiled_kernel_calls_take_the_fast_entry(monkeypatch):
     assert be.calls[0] == be.calls[1]
 
 
+# ---------------------------------------------------------------- the JIT's exact entry (a key given)
+
+MISS = object()
+# what jit.arg_key says of (x aligned, y at a 4-byte offset, n = 32, m = 2**40 + 1, 0.5, False): y's plan has no
+# alignment, so its key must say unaligned; m is the i64 parameter
+KEYS = (("t", torch.float16, True, 1), ("t", torch.float32, False, 2), ("i", True, True), ("i", False, False), ("f",),
+        ("b",))
+
+
+def _exact():
+    fast, slow, fast_be, slow_be = _pair()
+    _warm(fast, slow)
+    return fast.exact_entry(KEYS, MISS), slow, fast_be, slow_be
+
+
+def _exact_args(**change):
+    x, _ = _inputs()
+    y = torch.randn(33)[1:].view(4, 8)          # a 4-byte offset: the key's unaligned y
+    args = dict(x=x, y=y, n=32, m=2**40 + 1, alpha=0.5, flag=False)
+    args.update(change)
+    return tuple(args.values())
+
+
+def test_an_exact_entry_launches_its_keys_calls_as_the_general_path_does():
+    entry, slow, fast_be, slow_be = _exact()
+    assert entry is not None and "def fast(" in entry.source
+    args = _exact_args()
+    assert entry((3,), args) is not MISS
+    slow._general_call((3,), args, None)
+    assert fast_be.calls[-1] == slow_be.calls[-1]
+
+
+@pytest.mark.parametrize("change", [dict(x=torch.randn(65).half()[1:]), dict(y=torch.randn(4, 8)), dict(n=48 + 1),
+                                    dict(m=5), dict(m=2**40), dict(x=torch.randn(64)), dict(alpha=1), dict(flag=0)],
+                         ids=["x unaligned", "y aligned", "n not 16", "m an i32", "m a multiple of 16", "x fp32",
+                              "alpha an int", "flag an int"])
+def test_an_exact_entry_misses_any_other_specialization_launching_nothing(change):
+    entry, _, fast_be, _ = _exact()
+    n = len(fast_be.calls)
+    assert entry((3,), _exact_args(**change)) is MISS and len(fast_be.calls) == n
+
+
+def test_no_exact_entry_before_the_load_or_for_a_key_of_another_kind():
+    fast, _, _, _ = _pair()
+    assert fast.exact_entry(KEYS, MISS) is None                     # nothing loaded yet
+    entry, _, _, _ = _exact()
+    fast, slow, _, _ = _pair()
+    _warm(fast, slow)
+    assert fast.exact_entry((("p", torch.float16, True),) + KEYS[1:], MISS) is None   # x an int address
+
+
+def test_a_repeated_jit_call_goes_straight_to_its_exact_entry(monkeypatch):
+    """After a call is seen once more, a repeat skips the JIT's key and lookup; another alignment of the same
+    call gets its own specialization through them, and keyword constexprs of other values miss too."""
+    pytest.importorskip("triton")
+    import sys
+    from pathlib import Path
+
+    import gluon.runtime.cuda as rt_cuda
+    from gluon.arch import SM90
+    be = Counting(device_type="cpu")
+    monkeypatch.setattr(rt_cuda, "DEFAULT_BACKEND", be)
+    monkeypatch.setattr(sys.modules["gluon.jit"], "current_arch", lambda: SM90)
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
+    from copy_kernel import copy_kernel_explicit as k
+    jf = k[(4,)].jf
+    for table in ("seen", "exact", "cache"):            # this test's launches only (another backend's stay)
+        monkeypatch.setattr(jf, table, {})
+    monkeypatch.setattr(jf, "last", None)
+    src, dst = torch.randn(4096), torch.empty(4096)
+    kw = dict(XBLOCK=1024, VEC=4, NUM_WARPS=4, num_warps=4)
+    k[(4,)](dst, src, 4096, **kw)
+    k[(4,)](dst, src, 4096, **kw)                       # seen: its exact entry is the last
+    keys = []
+    real = jf.seen_key
+    monkeypatch.setattr(jf, "seen_key", lambda *a: keys.append(a) or real(*a))
+    src2 = torch.randn(4096)
+    k[(4,)](dst, src2, 4096, **kw)
+    assert not keys and be.calls[-1][:14] == be.calls[0][:14] and be.calls[-1][15] == src2.data_ptr()
+    compiled = len(jf.cache)
+    odd = torch.randn(4097)[1:]                         # 4 bytes off: another specialization
+    k[(4,)](dst, odd, 4096, **kw)
+    assert len(keys) == 1 and len(jf.cache) == compiled + 1 and be.calls[-1][15] == odd.data_ptr()
+    k[(4,)](dst, src2, 4096, **dict(kw, XBLOCK=512))    # other constexprs: past the entry
+    assert len(keys) == 2
+
+
 # ---------------------------------------------------------------- prepared launches (fast_call.build_prepared)
 
 def _prepared_pair():

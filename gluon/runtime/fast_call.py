@@ -17,26 +17,34 @@ from typing import Any, Callable
 _GRID_MAX = (2**31 - 1, 65535, 65535)
 
 
-def _tensor_checks(i: int, p, first: bool, want_cuda: bool) -> list[str]:
+_SLOW = "slow(grid, args, stream)"
+
+
+def _tensor_checks(i: int, p, first: bool, want_cuda: bool, key: tuple | None = None, out: str = _SLOW) -> list[str]:
     """Lines checking tensor argument `a{i}` as `Launcher._check_tensor` and the pointer branch of
-    `_validate` would, leaving its address in `p{i}` (the first tensor also sets `dev`)."""
+    `_validate` would, leaving its address in `p{i}` (the first tensor also sets `dev`); returning `out`
+    where one fails. With `key` (the JIT's ("t", dtype, aligned, rank)) the address's alignment and the
+    rank must be the key's too."""
     a = f"a{i}"
     cond = [f"type({a}) is not Tensor", f"not {a}.is_cuda" if want_cuda else f"{a}.is_cuda", f"{a}.dtype is not DT{i}"]
-    if p.rank is not None:
-        cond.append(f"{a}.dim() != {p.rank}")
+    rank = p.rank if key is None else key[3]
+    if rank is not None:
+        cond.append(f"{a}.dim() != {rank}")
     if p.contig:
         cond.append(f"not {a}.is_contiguous()")
-    lines = [f"    if {' or '.join(cond)}: return slow(grid, args, stream)"]
+    lines = [f"    if {' or '.join(cond)}: return {out}"]
     if first:
         lines.append(f"    dev = {a}.get_device()")
         if not want_cuda:       # a CPU tensor's device is -1: the general path then takes the current one
             lines.append("    if dev < 0: dev = current_device()")
     else:
-        lines.append(f"    if {a}.get_device() != dev: return slow(grid, args, stream)" if want_cuda else
-                     f"    if {a}.get_device() >= 0 and {a}.get_device() != dev: return slow(grid, args, stream)")
+        lines.append(f"    if {a}.get_device() != dev: return {out}" if want_cuda else
+                     f"    if {a}.get_device() >= 0 and {a}.get_device() != dev: return {out}")
     lines.append(f"    p{i} = {a}.data_ptr()")
-    if p.div16:
-        lines.append(f"    if p{i} & 15: return slow(grid, args, stream)")
+    if key is not None and not key[2]:
+        lines.append(f"    if not p{i} & 15: return {out}")         # an aligned address: another specialization
+    elif p.div16 or key is not None:
+        lines.append(f"    if p{i} & 15: return {out}")
     return lines
 
 
@@ -60,63 +68,77 @@ def _define(body: list[str], signature: str, label: str, env: dict[str, Any]) ->
     return fast
 
 
-def build(launcher, kinds: tuple[int, int, int, int, int]) -> Callable[..., Any] | None:
+def build(launcher, kinds: tuple[int, int, int, int, int], key: tuple | None = None,
+          miss: Any = None) -> Callable[..., Any] | None:
     """`fast(grid, args, stream)` for `launcher` (args: a tuple, one value per runtime parameter), or None
     where every call must take the general path (descriptor arguments, no direct C launch, no parameters
     that are tensors to take the device from). `kinds`: the launcher's argument plan kinds (pointer, int,
-    float, bool, descriptor)."""
+    float, bool, descriptor).
+
+    With `key` (the JIT's specialization key of each argument, `jit.arg_key`'s tuples) the entry takes
+    exactly the calls of that specialization and returns `miss` for any other, launching nothing: the JIT's
+    own lookup then takes that one (a call of another alignment must get its own specialization, not the
+    general path's error). None where a key's kind has no straight line (an int passed as an address)."""
     _PTR, _INT, _FLOAT, _BOOL, _DESC = kinds
     plans = launcher._plans
     direct = launcher._direct
     if direct is None or any(p.kind == _DESC for p in plans) or not any(p.kind == _PTR for p in plans):
         return None
+    want = {_PTR: "t", _INT: "i", _FLOAT: "f", _BOOL: "b"}
+    if key is not None and (len(key) != len(plans) or any(k[0] != want[p.kind] for k, p in zip(key, plans))):
+        return None
+    out = _SLOW if key is None else "MISS"
     env = _launch_env(launcher)
-    env.update(Tensor=launcher._Tensor, slow=launcher._general_call, functions=launcher._functions,
+    env.update(Tensor=launcher._Tensor, slow=launcher._general_call, functions=launcher._functions, MISS=miss,
                G0=_GRID_MAX[0], G1=_GRID_MAX[1], G2=_GRID_MAX[2])
     names = [f"a{i}" for i in range(len(plans))]
-    body = [f"    if len(args) != {len(plans)}: return slow(grid, args, stream)",
+    body = [f"    if len(args) != {len(plans)}: return {out}",
             f"    {', '.join(names)}{',' if len(names) == 1 else ''} = args"]
     flat = []
     first = True
     for i, p in enumerate(plans):
         a = f"a{i}"
+        k = key[i] if key is not None else None
         if p.kind == _PTR:
             env[f"DT{i}"] = p.torch_dtype
-            body += _tensor_checks(i, p, first, launcher._want_cuda)
+            body += _tensor_checks(i, p, first, launcher._want_cuda, k, out)
             first = False
             flat.append(f"p{i}")
         elif p.kind == _INT:
             cond = f"type({a}) is not int or not {p.lo} <= {a} <= {p.hi}"
-            if p.div16:
+            if k is not None:           # the key's divisibility and range, either way
+                cond += f" or ({a} % 16 == 0) is not {k[1]} or (-2**31 <= {a} < 2**31) is not {k[2]}"
+            elif p.div16:
                 cond += f" or {a} % 16"
-            body.append(f"    if {cond}: return slow(grid, args, stream)")
+            body.append(f"    if {cond}: return {out}")
             flat.append(a)
         elif p.kind == _FLOAT:
             env[f"F{i}"] = p.fmax
-            body.append(f"    if type({a}) is not float or not -F{i} <= {a} <= F{i}: return slow(grid, args, stream)")
+            body.append(f"    if type({a}) is not float or not -F{i} <= {a} <= F{i}: return {out}")
             flat.append(a)
         elif p.kind == _BOOL:
             body.append(f"    if {a} is True: b{i} = 1")
             body.append(f"    elif {a} is False: b{i} = 0")
-            body.append("    else: return slow(grid, args, stream)")
+            body.append(f"    else: return {out}")
             flat.append(f"b{i}")
     body += [
-        "    if type(grid) is not tuple: return slow(grid, args, stream)",
+        f"    if type(grid) is not tuple: return {out}",
         "    n = len(grid)",
         "    if n == 1: g0, g1, g2 = grid[0], 1, 1",
         "    elif n == 3: g0, g1, g2 = grid",
         "    elif n == 2: g0, g1 = grid; g2 = 1",
-        "    else: return slow(grid, args, stream)",
+        f"    else: return {out}",
         "    if type(g0) is not int or type(g1) is not int or type(g2) is not int or not (0 < g0 <= G0 and "
-        "0 < g1 <= G1 and 0 < g2 <= G2): return slow(grid, args, stream)",
+        f"0 < g1 <= G1 and 0 < g2 <= G2): return {out}",
         "    fn = functions.get(dev)",
-        "    if fn is None or dev != current_device(): return slow(grid, args, stream)",
+        f"    if fn is None or dev != current_device(): return {out}",
         "    if stream is None: stream = current_stream(dev)",
-        "    elif type(stream) is not int: return slow(grid, args, stream)",
-        "    if hooks()[0] is not None: return slow(grid, args, stream)",
+        f"    elif type(stream) is not int: return {out}",
+        f"    if hooks()[0] is not None: return {out}",
         f"    direct(g0, g1, g2, stream, fn, coop, pdl, None, None, packed, None, None, None, {', '.join(flat)})",
     ]
-    return _define(body, "grid, args, stream=None", f"fast launch of {launcher.kernel_name}", env)
+    label = "fast launch" if key is None else "exact launch"
+    return _define(body, "grid, args, stream=None", f"{label} of {launcher.kernel_name}", env)
 
 
 def _prepared_launch(prepared, env: dict[str, Any], fallback: str, misaligned: str) -> list[str] | None:

@@ -562,6 +562,14 @@ class Launcher:
                 self._fast = fast_call.build(self, (_PTR, _INT, _FLOAT, _BOOL, _DESC))
             return function
 
+    def exact_entry(self, keys: tuple, miss):
+        """A straight-line entry like `_fast` that launches only calls whose arguments have the JIT's
+        specialization keys `keys` (`jit.arg_key` per argument) and returns `miss` for any other (the JIT's
+        lookup takes those): None before the binary is loaded or where no straight line applies."""
+        if not self._functions:
+            return None
+        return fast_call.build(self, (_PTR, _INT, _FLOAT, _BOOL, _DESC), keys, miss)
+
     # ---- introspection -----------------------------------------------------------------------
 
     def __repr__(self):
