@@ -81,9 +81,8 @@ def test_an_input_off_16_bytes_is_never_replayed_into_an_aligned_specialization(
     assert len(t._replays) == 1                         # the unaligned call made no replay of its own
 
 
-def test_a_loaded_kernels_repeat_skips_the_bucket_choice_and_replays(tmp_path, monkeypatch, capsys):
-    """gluon.load(name)(x): the first call of a key reads the arguments and picks the bucket; a repeat goes
-    straight to the bucket's config and the template's replay."""
+def _loaded(tmp_path, monkeypatch, capsys, backend):
+    """gluon.load("scale") of the spec tuned (dry run) and built in tmp_path, launching on `backend`."""
     import gluon
     import gluon.runtime.cuda as rt_cuda
     from gluon.cli import main
@@ -91,10 +90,16 @@ def test_a_loaded_kernels_repeat_skips_the_bucket_choice_and_replays(tmp_path, m
     monkeypatch.chdir(tmp_path)
     assert main(["tune", str(spec)]) == 0 and main(["build", "--best", "--allow-dry-run", "--specs", str(tmp_path)]) == 0
     capsys.readouterr()
-    be = FakeBackend(device_type="cpu")
-    monkeypatch.setattr(rt_cuda, "DEFAULT_BACKEND", be)
+    monkeypatch.setattr(rt_cuda, "DEFAULT_BACKEND", backend)
     monkeypatch.setattr(sys.modules["gluon.jit"], "current_arch", lambda: SM90)
-    k = gluon.load("scale")
+    return gluon.load("scale")
+
+
+def test_a_loaded_kernels_repeat_skips_the_bucket_choice_and_replays(tmp_path, monkeypatch, capsys):
+    """gluon.load(name)(x): the first call of a key reads the arguments and picks the bucket; a repeat goes
+    straight to the bucket's config and the template's replay."""
+    be = FakeBackend(device_type="cpu")
+    k = _loaded(tmp_path, monkeypatch, capsys, be)
     x = torch.randn(3000).half()
     y1 = k(x)
     bucket = [0]
@@ -111,22 +116,13 @@ def test_a_loaded_kernels_repeat_skips_the_bucket_choice_and_replays(tmp_path, m
 def test_a_loaded_kernels_last_key_goes_straight_to_its_replays_entry(tmp_path, monkeypatch, capsys):
     """A repeat of the key replayed last skips the call key and the lookup (Replay.entry checks the key
     itself); another key, and the interpreter, go the other way and launch the same."""
-    import gluon
     import gluon.loader as loader
-    import gluon.runtime.cuda as rt_cuda
-    from gluon.cli import main
     from test_runtime import DirectBackend
-    spec = _write(tmp_path)
-    monkeypatch.chdir(tmp_path)
-    assert main(["tune", str(spec)]) == 0 and main(["build", "--best", "--allow-dry-run", "--specs", str(tmp_path)]) == 0
-    capsys.readouterr()
     be = DirectBackend(device_type="cpu")
-    monkeypatch.setattr(rt_cuda, "DEFAULT_BACKEND", be)
-    monkeypatch.setattr(sys.modules["gluon.jit"], "current_arch", lambda: SM90)
+    k = _loaded(tmp_path, monkeypatch, capsys, be)
     keys = [0]
     real_key = loader.call_key
     monkeypatch.setattr(loader, "call_key", lambda a: keys.__setitem__(0, keys[0] + 1) or real_key(a))
-    k = gluon.load("scale")
     x = torch.randn(3000).half()
     k(x)
     k(x)                                                 # the dict's replay: its entry becomes the last

@@ -34,14 +34,14 @@ from gluon.arch import SM90
 from gluon.jit import kernel
 from gluon.language.control import static_range, warp_role
 from gluon.language.memory import smem
-from gluon.language.nvidia.ampere import named_barrier_arrive, named_barrier_sync
+from gluon.language.nvidia.ampere import named_barrier_sync
 from gluon.language.nvidia.hopper import fence_async_shared, mbarrier, tma_load, wgmma, wgmma_wait
 from gluon.types import DotOperandLayout, Layout, SliceLayout, SwizzleMode, WarpRole
 
+from ..turns import turn_begin, turn_end, turns_close, turns_open
 from .config import p_buffers, q_buffers
 
 _NEG_INF = float("-inf")
-_TURN = 8                   # PINGPONG: warpgroup g waits on named barrier _TURN + g for its turn to issue GEMMs
 _EPILOGUE = 10              # PERSISTENT: warpgroup g's threads meet on named barrier _EPILOGUE + g after the epilogue
 _LN2 = 0.6931471805599453
 
@@ -168,18 +168,17 @@ def attention_sm90(Q, K, V, O, L, Sq, Skv, H, GROUP, qk_scale, CFG: gl.constexpr
                     # diagonal: waited for and released, not computed), the first f_g of them unmasked
                     n_g, f_g = _block_range(m0 + g * RM, Sq, Skv, RM, BN, CAUSAL)
                     n_g = gl.minimum(gl.maximum(n_g, 1), n_blocks)
-                    if PP and g == 1:
-                        named_barrier_arrive(_TURN, 256)    # warpgroup 0 takes the first turn
+                    turns_open(g, PP)
                     _stage(q_ready, qb, QB).wait((tc // QB) & 1)
                     if CFG.OVERLAP:
                         if n_blocks > 0:
                             # block 0: S, its softmax (masked: it may be the only block, or a diagonal one)
                             c0 = cnt % ST
                             k_ready[c0].wait((cnt // ST) & 1)
-                            _turn_begin(g, PP)
+                            turn_begin(g, PP)
                             s = wgmma(q_g, k_s[c0].T, gl.zeros((RM, BN), gl.float32, layout=s_layout),
                                       use_acc=False, wait=False)
-                            _turn_end(g, PP)
+                            turn_end(g, PP)
                             s = wgmma_wait(s, q_g, k_s[c0], pendings=0)
                             k_empty[c0].arrive()
                             s = _masked(s, rows, 0, Skv, off, BN, s_layout, CAUSAL)
@@ -202,9 +201,9 @@ def attention_sm90(Q, K, V, O, L, Sq, Skv, H, GROUP, qk_scale, CFG: gl.constexpr
                             s_last = c_last % ST
                             p_last = _p_tile(p_s, g, n_g - 1, PB, WGS) if CFG.P_SMEM else p_op
                             v_ready[s_last].wait((c_last // ST) & 1)
-                            _turn_begin(g, PP)
+                            turn_begin(g, PP)
                             acc = wgmma(p_last, v_s[s_last], acc, wait=False)
-                            _turn_end(g, PP)
+                            turn_end(g, PP)
                             acc = wgmma_wait(acc, p_last, v_s[s_last], pendings=0)
                             v_empty[s_last].arrive()
                     else:
@@ -219,10 +218,9 @@ def attention_sm90(Q, K, V, O, L, Sq, Skv, H, GROUP, qk_scale, CFG: gl.constexpr
                     if CAUSAL:
                         for jr in range(n_g, n_blocks):     # blocks only later warpgroups' rows see
                             _release(cnt + jr, k_ready, v_ready, k_empty, v_empty, ST)
-                            _turn_begin(g, PP)              # (a turn without GEMMs: both take as many turns)
-                            _turn_end(g, PP)
-                    if PP and g == 0:
-                        named_barrier_sync(_TURN, 256)      # warpgroup 1's last turn ends: no arrive left pending
+                            turn_begin(g, PP)              # (a turn without GEMMs: both take as many turns)
+                            turn_end(g, PP)
+                    turns_close(g, PP)
                     _epilogue(acc, m_i, l_i, q_g, O, L, rows, m0 + g * RM, q_row, q_col, ldo, Sq, bh, qk_scale, RM,
                               D, o_layout, WRITE_LSE)
                     if CFG.PERSISTENT:
@@ -311,18 +309,6 @@ def _serial_step(j, base, q_g, k_s, v_s, k_ready, v_ready, k_empty, v_empty, acc
     return acc, m_i, l_i
 
 
-def _turn_begin(g: int, PINGPONG: bool):
-    """PINGPONG: wait for this warpgroup's turn to issue GEMMs (the other one has issued its own)."""
-    if PINGPONG:
-        named_barrier_sync(_TURN + g, 256)
-
-
-def _turn_end(g: int, PINGPONG: bool):
-    """PINGPONG: GEMMs issued; the other warpgroup's turn (its softmax ran under ours)."""
-    if PINGPONG:
-        named_barrier_arrive(_TURN + 1 - g, 256)
-
-
 def _overlapped_step(j, base, q_g, k_s, v_s, k_ready, v_ready, k_empty, v_empty, acc, m_i, l_i, p_op, rows, Skv, off,
                      qk_scale, ST: int, BN: int, s_layout, p_layout, CAUSAL: bool, dtype, MASKED: bool, g: int,
                      PINGPONG: bool, p_s, PB: int, WGS: int):
@@ -335,12 +321,12 @@ def _overlapped_step(j, base, q_g, k_s, v_s, k_ready, v_ready, k_empty, v_empty,
     v_i = (c - 1) % ST
     k_ready[s_i].wait((c // ST) & 1)
     v_ready[v_i].wait(((c - 1) // ST) & 1)
-    _turn_begin(g, PINGPONG)
+    turn_begin(g, PINGPONG)
     s = wgmma(q_g, k_s[s_i].T, gl.zeros(acc.shape[:1] + (BN,), gl.float32, layout=s_layout), use_acc=False,
               wait=False)
     p_prev = p_op if p_s is None else _p_tile(p_s, g, j - 1, PB, WGS)
     acc = wgmma(p_prev, v_s[v_i], acc, wait=False)
-    _turn_end(g, PINGPONG)
+    turn_end(g, PINGPONG)
     s = wgmma_wait(s, q_g, k_s[s_i], pendings=1)
     k_empty[s_i].arrive()
     if MASKED:

@@ -32,15 +32,13 @@ from gluon.ir import GluonError
 from gluon.jit import kernel
 from gluon.language.control import static_range, warp_role
 from gluon.language.memory import smem
-from gluon.language.nvidia.ampere import named_barrier_arrive, named_barrier_sync
 from gluon.language.nvidia import ptx
 from gluon.language.nvidia.hopper import (fence_async_shared, mbarrier, tma_load, tma_store, tma_store_wait, wgmma,
                                           wgmma_wait)
 from gluon.types import Layout, SliceLayout, SwizzleMode, WarpRole
 
+from ..turns import turn_begin, turn_end, turns_close, turns_open
 from .config import kernel_config
-
-_TURN = 8       # MMA_TURNS: warpgroup g waits on named barrier _TURN + g for its turn to issue its WGMMAs
 
 
 def _tile_coords(tile, num_pid_m, num_pid_n, GROUP_M: int):
@@ -167,7 +165,7 @@ def _block_scaled_k_loop(acc, a_s, b_s, ready, empty, cnt, k_lo, k_hi, k_top, SA
     the scales load while the WGMMA runs (adding each product while the next k-step's WGMMA runs was
     slower: docs/PERF.md). With K_ZIGZAG (`ZIG`) a unit whose `k_top` is set got its K slice top down from
     the producer: its i-th stage holds block k_top - i. With TURNS (MMA_TURNS) warpgroup `g` issues each
-    k-step's WGMMAs in its turn (`_turn_begin` / `_turn_end`). (acc, cnt) after the slice."""
+    k-step's WGMMAs in its turn (gluon/kernels/turns.py). (acc, cnt) after the slice."""
     rows = off_m + gl.arange(0, acc.shape[0], layout=SliceLayout(1, acc.layout))
     row_ok = rows < M
     sb_row = SB + (off_n // 128) * KB
@@ -175,9 +173,9 @@ def _block_scaled_k_loop(acc, a_s, b_s, ready, empty, cnt, k_lo, k_hi, k_top, SA
         s = cnt % STAGES
         ready[s].wait((cnt // STAGES) & 1)
         b_op = b_s[s].T if B_KMAJOR else b_s[s]
-        _turn_begin(g, TURNS)
+        turn_begin(g, TURNS)
         part = wgmma(a_s[s], b_op, acc, wait=False, use_acc=False)
-        _turn_end(g, TURNS)
+        turn_end(g, TURNS)
         kb = gl.where(k_top >= 0, k_top - kk, kk) if ZIG else kk
         sa = gl.load(SA + rows * KB + kb, mask=row_ok, other=0.0)
         sb = gl.load(sb_row + kb)
@@ -186,18 +184,6 @@ def _block_scaled_k_loop(acc, a_s, b_s, ready, empty, cnt, k_lo, k_hi, k_top, SA
         acc = acc + part * (sa * sb)[:, None]
         cnt = cnt + 1
     return acc, cnt
-
-
-def _turn_begin(g: int, TURNS: bool):
-    """MMA_TURNS: wait for warpgroup g's turn to issue its WGMMAs (the other one has issued its own)."""
-    if TURNS:
-        named_barrier_sync(_TURN + g, 256)
-
-
-def _turn_end(g: int, TURNS: bool):
-    """MMA_TURNS: WGMMAs issued; the other warpgroup's turn (its promotion ran under ours)."""
-    if TURNS:
-        named_barrier_arrive(_TURN + 1 - g, 256)
 
 
 @gl.helper
@@ -361,8 +347,7 @@ def gemm_sm90(A, B, C, W, CNT, SA, SB, SPLITS, CFG: gl.constexpr, B_KMAJOR: gl.c
             ZIG = SCALE == "block" and CFG.K_ZIGZAG   # the block scales must follow the producer's K order
             if ZIG:
                 odd = gl.full((), 0, gl.int32)
-            if CFG.MMA_TURNS and g == 1:
-                named_barrier_arrive(_TURN, 256)    # warpgroup 0 takes the first turn
+            turns_open(g, CFG.MMA_TURNS)
             for unit in range(first_tile, num_units, tile_step):
                 split, row, col = _unit(unit, rank, SPLITS, num_rows, num_cols, GROUP_ROWS, CK)
                 pid_m, pid_n = _cta_tile(row, col, rank, CM)
@@ -427,8 +412,7 @@ def gemm_sm90(A, B, C, W, CNT, SA, SB, SPLITS, CFG: gl.constexpr, B_KMAJOR: gl.c
                     _cluster_sum(C, W, off_m, off_n + rank * SLAB, M, N, RM, SLAB, CK, RW)
                 if EPILOGUE == "ring":
                     c_free[g].arrive()
-            if CFG.MMA_TURNS and g == 0:
-                named_barrier_sync(_TURN, 256)      # warpgroup 1's last turn ends: no arrive left pending
+            turns_close(g, CFG.MMA_TURNS)
             if EPILOGUE == "tma":
                 tma_store_wait(0)
 
