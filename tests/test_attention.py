@@ -354,6 +354,8 @@ def test_a_repeated_call_with_a_misaligned_input_takes_the_full_path(monkeypatch
     jf = _jit_of(host.attention_sm90)           # its compiled kernels keep the backend their launcher was made with
     monkeypatch.setattr(jf, "cache", {})
     monkeypatch.setattr(jf, "seen", {})
+    monkeypatch.setattr(jf, "exact", {})
+    monkeypatch.setattr(jf, "last", None)
     q, k, v = (torch.randn(2, 4, 40, 64).half() for _ in range(3))
     attention(q, k, v)
     (fp,) = host._FAST.values()

@@ -35,6 +35,8 @@ def backend(monkeypatch):
         jf = _jit_of(kernel)
         monkeypatch.setattr(jf, "cache", {})
         monkeypatch.setattr(jf, "seen", {})
+        monkeypatch.setattr(jf, "exact", {})
+        monkeypatch.setattr(jf, "last", None)
     clear_descriptor_cache()
     yield be
     clear_descriptor_cache()
@@ -148,3 +150,18 @@ def test_a_scale_off_its_specialized_alignment_takes_the_full_path(backend):
     with pytest.raises(LaunchError, match="'SA'.*not 16-byte aligned"):
         g.launch(a, b, c, b_kmajor=True, scale_a=odd, scale_b=sb)
     assert len(backend.calls) == 1
+
+
+@pytest.mark.parametrize("resident,grid", [(14, 14), (16, 16), (200, 16), (None, 16)])
+def test_a_cluster_grid_holds_no_more_clusters_than_the_device_does(backend, monkeypatch, resident, grid):
+    """CLUSTER_K=8: the persistent grid asks sm_count / 8 = 16 clusters, unless the backend's occupancy query
+    (asked once, of the loaded binary) says fewer fit at once; a backend that cannot say keeps 16."""
+    from gluon.kernels.gemm_sm90.config import DEEP_K_CONFIG
+    asked = []
+    if resident is not None:
+        backend.max_active_clusters = lambda fn, shared, size, dev: asked.append((fn, size, dev)) or resident
+    cfg = DEEP_K_CONFIG.replace(CLUSTER_M=1, CLUSTER_K=8)
+    for _ in range(2):
+        g.launch(*_operands(512, 512, 16384), config=cfg)
+    assert backend.calls[0][0] == grid and backend.calls[-1][0] == grid
+    assert asked == ([] if resident is None else [(0xF00, 8, 0)])

@@ -195,3 +195,23 @@ def test_cluster_k_with_several_tiles_per_cluster():
     torch.cuda.synchronize()
     assert not torch.isnan(c).any()
     assert _rel_err(c, a, b, False) < 1e-2
+
+
+def test_the_device_says_how_many_clusters_it_holds_and_the_grid_keeps_to_it():
+    """cuOccupancyMaxActiveClusters of the CLUSTER_K kernel: at least one cluster, never more CTAs than SMs,
+    and the launch's persistent grid no larger (a cluster beyond it would wait for another to end)."""
+    from gluon.kernels.gemm_sm90.config import DEEP_K_CONFIG
+    from gluon.runtime.cuda import sm_count
+    gemm_host._PLANS.clear()
+    sms = sm_count(0)
+    for ck in (2, 4, 8):
+        cfg = DEEP_K_CONFIG.replace(CLUSTER_M=1, CLUSTER_K=ck)
+        a, b = _operands(512, 512, 16384, torch.bfloat16)
+        c = torch.full((512, 512), float("nan"), device="cuda", dtype=torch.bfloat16)
+        launch(a, b, c, cfg)
+        torch.cuda.synchronize()
+        assert _rel_err(c, a, b, False) < 1e-2
+        (plan,) = [p for p in gemm_host._PLANS.values() if p.kw["CFG"].CLUSTER_K == ck]
+        n = plan.ck.launcher.resident_clusters(0, ck)
+        print(f"clusters of {ck}: the device holds {n}, the grid runs {plan.bound.grid[0]} (sm_count {sms})")
+        assert n is not None and 1 <= n * ck <= sms and plan.bound.grid[0] <= n

@@ -28,6 +28,8 @@ def backend(monkeypatch):
     jf = _jit_of(copy_kernel_explicit)
     monkeypatch.setattr(jf, "cache", {})
     monkeypatch.setattr(jf, "seen", {})
+    monkeypatch.setattr(jf, "exact", {})
+    monkeypatch.setattr(jf, "last", None)
     return be
 
 
@@ -73,6 +75,8 @@ def test_the_launcher_still_checks_the_arguments_on_a_hit(monkeypatch):
     jf = _jit_of(copy_kernel_explicit)
     monkeypatch.setattr(jf, "cache", {})
     monkeypatch.setattr(jf, "seen", {})
+    monkeypatch.setattr(jf, "exact", {})
+    monkeypatch.setattr(jf, "last", None)
     src, dst = torch.randn(512), torch.empty(512)
     for _ in range(2):
         with pytest.raises(Exception, match="is a CPU tensor; move it to the GPU"):

@@ -86,6 +86,21 @@ class CudaBackend:
                 triton.runtime.driver.active.utils.load_binary(name, cubin, shared, device)
         return function, max_threads
 
+    def max_active_clusters(self, function: int, shared: int, size: int, device: int) -> int | None:
+        """How many clusters of `size` CTAs of the loaded `function` (`shared` bytes of shared memory a CTA)
+        `device` holds at once: cuOccupancyMaxActiveClusters through Triton's driver, which asks it for
+        128-thread CTAs (so it can only overstate a larger kernel's count). None where the driver cannot say."""
+        import triton
+        query = getattr(triton.runtime.driver.active.utils, "cuOccupancyMaxActiveClusters", None)
+        if query is None:  # pragma: no cover - a Triton without it
+            return None
+        try:
+            with self.device_context(device):
+                n = int(query(function, shared, size))
+        except Exception:  # noqa: BLE001 - a driver that cannot answer: the caller keeps its own count
+            return None
+        return n if n > 0 else None
+
     def make_launcher(self, launch_types: list[str], meta: SimpleNamespace):
         """Triton's generated C launcher for our expanded signature (compiled once, cached)."""
         import triton  # noqa: F401  (initialises the active driver)

@@ -151,6 +151,7 @@ class Launcher:
         self._c_launcher = None
         self._direct = None           # backend.direct_launch: (C function, cooperative, pdl) without scratch
         self._fast = None             # fast_call.build's entry for the common call, once loaded
+        self._clusters: dict[tuple[int, int], int | None] = {}      # resident_clusters, by (device, size)
         self._lock = threading.Lock()
         try:
             import torch
@@ -561,6 +562,17 @@ class Launcher:
             if self._fast is None:
                 self._fast = fast_call.build(self, (_PTR, _INT, _FLOAT, _BOOL, _DESC))
             return function
+
+    def resident_clusters(self, dev: int, size: int) -> int | None:
+        """How many clusters of `size` CTAs of this kernel device `dev` holds at once (the backend's
+        occupancy query, asked once per device and size; the binary is loaded for it), or None where the
+        backend cannot say. A persistent kernel sizes its grid by it: a cluster that finds no room starts
+        only when another ends."""
+        key = (dev, size)
+        if key not in self._clusters:
+            query = getattr(self._backend, "max_active_clusters", None)
+            self._clusters[key] = None if query is None else query(self._load(dev), self.shared_bytes, size, dev)
+        return self._clusters[key]
 
     def exact_entry(self, keys: tuple, miss):
         """A straight-line entry like `_fast` that launches only calls whose arguments have the JIT's

@@ -56,6 +56,7 @@ class _Plan:
     fixup: bool = False             # split-K partials summed in the kernel (CFG.SPLITK_FIXUP), no second pass
     summed: bool = False            # ... or by the cluster's CTAs (CFG.CLUSTER_K): no counters either
     ck: object = None               # the compiled specialization, after the first launch
+    fitted: bool = False            # the grid checked against the clusters the device holds (`_fit_grid`)
     unused: tuple | None = None     # (W, CNT) stand-ins where the kernel reads neither (no split-K), once fetched
 
 
@@ -128,6 +129,8 @@ def launch(a, b, c, config: GemmConfig | Mapping | None = None, b_kmajor: bool =
         if plan.ck is None:
             plan.ck = plan.bound.compiled(*args, **plan.kw)
         ck = plan.ck
+    if not plan.fitted:
+        _fit_grid(plan, ck)
     la = ck.launch_args(args, {})
     ck.launcher(plan.bound.grid, *la)
     reduce = None
@@ -137,6 +140,20 @@ def launch(a, b, c, config: GemmConfig | Mapping | None = None, b_kmajor: bool =
     if fast_key is not None and not interpreting():
         _remember(fast_key, ck, plan.bound.grid, la, reduce and (reduce, (c, w, M * N, S)), args, compiled)
     return c
+
+
+def _fit_grid(plan: _Plan, ck) -> None:
+    """With clusters, no more of them in the persistent grid than the device holds at once (sm_count /
+    cluster size assumes every SM takes part, but a cluster must fit in one GPC, so clusters of 4 or 8 can
+    leave SMs over): a cluster that finds no room would start only when another ends, and its units would
+    run after all the others. Asked once per plan, of the binary it launches."""
+    plan.fitted = True
+    size = plan.kw["CFG"].cluster_size
+    if size == 1 or plan.dev < 0 or getattr(ck, "abi", None) is None:
+        return
+    n = ck.launcher.resident_clusters(plan.dev, size)
+    if n is not None and n < plan.bound.grid[0]:
+        plan.bound = gemm_sm90[(n,)]
 
 
 def _stream_of(t):
