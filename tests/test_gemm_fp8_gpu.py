@@ -32,7 +32,9 @@ _THREE = dict(BLOCK_M=192, CONSUMER_WGS=3, CONSUMER_REGS=152, SPLIT_WGS=True)
                                        (128, 512, 8192, dict(splits=4, config=dict(_TURNS, CONSUMER_WGS=2, BLOCK_M=128,
                                                                                      EPILOGUE="direct"))),
                                        # three warpgroups of 64 rows (192 x 128 tiles)
-                                       (4096, 4096, 4096, dict(config=_THREE)), (1000, 3000, 784, dict(config=_THREE))])
+                                       (4096, 4096, 4096, dict(config=_THREE)), (1000, 3000, 784, dict(config=_THREE)),
+                                       (4096, 4096, 4096, dict(config=dict(_THREE, MMA_TURNS=True))),
+                                       (1000, 3000, 784, dict(config=dict(_THREE, MMA_TURNS=True)))])
 @pytest.mark.parametrize("dtype", [torch.float8_e4m3fn, torch.float8_e5m2])
 def test_block_scaled_fp8_gemm_matches_fp64(M, N, K, kw, dtype):
     for seed in range(2):

@@ -101,9 +101,10 @@ def test_block_scales_with_mma_turns(interpret_env, monkeypatch, M, N, K, splits
     torch.testing.assert_close(c.double(), ref, rtol=1e-2, atol=1e-2 * ref.abs().max().item())
 
 
-def test_block_scales_on_three_warpgroups(interpret_env, monkeypatch):
-    """192 x 128 tiles, three consumer warpgroups of 64 rows each its own role (152 registers each): two units a
-    program, rows off the tile."""
+@pytest.mark.parametrize("turns", [False, True])
+def test_block_scales_on_three_warpgroups(interpret_env, monkeypatch, turns):
+    """192 x 128 tiles, three consumer warpgroups of 64 rows each its own role (152 registers each), with and
+    without turns (round robin over named barriers 8, 9, 10): two units a program, rows off the tile."""
     from gluon.kernels.gemm_sm90 import GemmConfig
     import gluon.kernels.gemm_sm90.host as host
     torch.manual_seed(11)
@@ -112,7 +113,7 @@ def test_block_scales_on_three_warpgroups(interpret_env, monkeypatch):
     sa, sb = torch.rand(M, 4) * 2 + 0.25, torch.rand(2, 4) * 2 + 0.25
     c = torch.full((M, N), NAN).bfloat16()
     cfg = GemmConfig(BLOCK_M=192, BLOCK_N=128, BLOCK_K=128, CONSUMER_WGS=3, CONSUMER_REGS=152, SPLIT_WGS=True,
-                     K_ZIGZAG=True, STAGES=3)
+                     K_ZIGZAG=True, STAGES=3, MMA_TURNS=turns)
     monkeypatch.setattr(host, "device_sms", lambda d: 2)
     launch(a, b, c, b_kmajor=True, scale_a=sa, scale_b=sb, config=cfg)
     ref = dequantized(a, b, sa, sb)
@@ -121,7 +122,7 @@ def test_block_scales_on_three_warpgroups(interpret_env, monkeypatch):
 
 def test_mma_turns_outside_block_scales_or_two_warpgroup_roles_is_refused(interpret_env):
     from gluon.kernels.gemm_sm90 import GemmConfig
-    with pytest.raises(GluonError, match="MMA_TURNS=True takes two consumer warpgroups each its own role"):
+    with pytest.raises(GluonError, match="MMA_TURNS=True takes two or three consumer warpgroups each its own role"):
         GemmConfig(MMA_TURNS=True)
     a, b, c = _fp8(200, 320), _fp8(136, 320), torch.empty(200, 136).bfloat16()
     with pytest.raises(GluonError, match="MMA_TURNS=True is for fp8 block scales"):

@@ -1,38 +1,39 @@
-"""Two consumer warpgroups taking turns issuing their WGMMAs (FlashAttention-3's ping-pong, section 3.1).
+"""Consumer warpgroups taking turns issuing their WGMMAs (FlashAttention-3's ping-pong, section 3.1).
 
-Warpgroup g waits at named barrier TURN + g before issuing and arrives at TURN + 1 - g after, so the other
-one issues next while g's non-tensor work (attention's softmax, the fp8 GEMM's promotion) runs under the
-other's WGMMAs. Warpgroup 1 opens with an arrive (warpgroup 0 goes first) and warpgroup 0 closes with a
-sync that takes warpgroup 1's last arrive, so no arrive is left pending; both must take as many turns.
-Used by the attention kernel (PINGPONG) and the GEMM's fp8 block scales (MMA_TURNS).
+Of `n` warpgroups (2 or 3), warpgroup g waits at named barrier TURN + g before issuing and arrives at
+TURN + (g + 1) % n after, so the next one issues while g's non-tensor work (attention's softmax, the fp8
+GEMM's promotion) runs under the others' WGMMAs. The last warpgroup opens with an arrive (warpgroup 0 goes
+first) and warpgroup 0 closes with a sync that takes the last one's final arrive, so no arrive is left
+pending; all must take as many turns. Used by the attention kernel (PINGPONG, two) and the GEMM's fp8 block
+scales (MMA_TURNS, two or three).
 """
 from __future__ import annotations
 
 from gluon.language.nvidia.ampere import named_barrier_arrive, named_barrier_sync
 
-TURN = 8            # named barriers TURN and TURN + 1 (8..15 are the kernel's; Triton 3.6 uses 0..7)
-_BOTH = 256         # two warpgroups' threads
+TURN = 8            # named barriers TURN .. TURN + n - 1 (8..15 are the kernel's; Triton 3.6 uses 0..7)
+_PAIR = 256         # each barrier joins two warpgroups: the one whose turn it starts, the one before it
 
 
-def turns_open(g: int, on: bool) -> None:
-    """Before warpgroup g's first turn: warpgroup 1 lets warpgroup 0 go first."""
-    if on and g == 1:
-        named_barrier_arrive(TURN, _BOTH)
+def turns_open(g: int, on: bool, n: int = 2) -> None:
+    """Before warpgroup g's first turn: the last warpgroup lets warpgroup 0 go first."""
+    if on and g == n - 1:
+        named_barrier_arrive(TURN, _PAIR)
 
 
 def turn_begin(g: int, on: bool) -> None:
-    """Wait for warpgroup g's turn to issue its WGMMAs (the other one has issued its own)."""
+    """Wait for warpgroup g's turn to issue its WGMMAs (the one before it has issued its own)."""
     if on:
-        named_barrier_sync(TURN + g, _BOTH)
+        named_barrier_sync(TURN + g, _PAIR)
 
 
-def turn_end(g: int, on: bool) -> None:
-    """Warpgroup g's WGMMAs are issued: the other warpgroup's turn."""
+def turn_end(g: int, on: bool, n: int = 2) -> None:
+    """Warpgroup g's WGMMAs are issued: the next warpgroup's turn."""
     if on:
-        named_barrier_arrive(TURN + 1 - g, _BOTH)
+        named_barrier_arrive(TURN + (g + 1) % n, _PAIR)
 
 
 def turns_close(g: int, on: bool) -> None:
-    """After warpgroup g's last turn: warpgroup 0 takes warpgroup 1's last arrive."""
+    """After warpgroup g's last turn: warpgroup 0 takes the last warpgroup's final arrive."""
     if on and g == 0:
-        named_barrier_sync(TURN, _BOTH)
+        named_barrier_sync(TURN, _PAIR)

@@ -72,10 +72,11 @@ class GemmConfig:
                                 each sums 1/CLUSTER_K of the tile's columns over the slices in slice order
                                 (deterministic, the values `splitk_reduce` gives) and stores C: no second
                                 kernel. The launch's split count is CLUSTER_K
-    MMA_TURNS                   fp8 block scales (SCALE="block") with SPLIT_WGS and two consumer warpgroups:
-                                they take turns issuing their k-step's WGMMAs (named barriers, FlashAttention-3's
-                                ping-pong), so one's promotion of its product into the fp32 sum runs under the
-                                other's WGMMAs instead of both promoting while the tensor cores idle
+    MMA_TURNS                   fp8 block scales (SCALE="block") with SPLIT_WGS and two or three consumer
+                                warpgroups: they take turns issuing their k-step's WGMMAs (named barriers,
+                                FlashAttention-3's ping-pong), so one's promotion of its product into the fp32
+                                sum runs under the others' WGMMAs instead of all promoting while the tensor
+                                cores idle
     """
 
     BLOCK_M: int = 128
@@ -135,9 +136,9 @@ class GemmConfig:
             _check_swap_ab(self)
         if self.CLUSTER_K > 1:
             _check_cluster_k(self)
-        if self.MMA_TURNS and (not self.SPLIT_WGS or self.CONSUMER_WGS != 2):
-            raise GluonError(f"GemmConfig MMA_TURNS=True takes two consumer warpgroups each its own role "
-                             f"(CONSUMER_WGS=2, SPLIT_WGS=True), not CONSUMER_WGS={self.CONSUMER_WGS}, "
+        if self.MMA_TURNS and (not self.SPLIT_WGS or self.CONSUMER_WGS not in (2, 3)):
+            raise GluonError(f"GemmConfig MMA_TURNS=True takes two or three consumer warpgroups each its own role "
+                             f"(CONSUMER_WGS=2 or 3, SPLIT_WGS=True), not CONSUMER_WGS={self.CONSUMER_WGS}, "
                              f"SPLIT_WGS={self.SPLIT_WGS}")
         if self.CONSUMER_REGS != _SPLIT_CONSUMER_REGS and not self.SPLIT_WGS:
             raise GluonError(f"GemmConfig CONSUMER_REGS={self.CONSUMER_REGS}: the cooperative consumers are Triton's "

@@ -156,7 +156,7 @@ def _scaled(acc, SA, SB, off_m, off_n, M, N, SCALE: str, SWAPPED: bool):
 
 @gl.helper
 def _block_scaled_k_loop(acc, a_s, b_s, ready, empty, cnt, k_lo, k_hi, k_top, SA, SB, off_m, off_n, M, KB,
-                         STAGES: int, CL: int, B_KMAJOR: bool, ZIG: bool, TURNS: bool, g: int):
+                         STAGES: int, CL: int, B_KMAJOR: bool, ZIG: bool, TURNS: bool, g: int, WGS: int):
     """SCALE="block" (DeepSeek's DeepGEMM scaling): k-steps kk in [k_lo, k_hi) of 128 K each, A scaled per row
     and 128-deep block of K (SA [M, KB]), B per 128 x 128 block (SB [ceil(N / 128), KB]). Each k-step's WGMMA
     product starts from zero and is added to the fp32 `acc` times SA[row, kk] * SB[off_n // 128, kk]: the
@@ -164,8 +164,8 @@ def _block_scaled_k_loop(acc, a_s, b_s, ready, empty, cnt, k_lo, k_hi, k_top, SA
     and the sum is fp32 (the promotion DeepGEMM does). The stage is released once its product is read;
     the scales load while the WGMMA runs (adding each product while the next k-step's WGMMA runs was
     slower: docs/PERF.md). With K_ZIGZAG (`ZIG`) a unit whose `k_top` is set got its K slice top down from
-    the producer: its i-th stage holds block k_top - i. With TURNS (MMA_TURNS) warpgroup `g` issues each
-    k-step's WGMMAs in its turn (gluon/kernels/turns.py). (acc, cnt) after the slice."""
+    the producer: its i-th stage holds block k_top - i. With TURNS (MMA_TURNS) warpgroup `g` of WGS issues
+    each k-step's WGMMAs in its turn (gluon/kernels/turns.py). (acc, cnt) after the slice."""
     rows = off_m + gl.arange(0, acc.shape[0], layout=SliceLayout(1, acc.layout))
     row_ok = rows < M
     sb_row = SB + (off_n // 128) * KB
@@ -175,7 +175,7 @@ def _block_scaled_k_loop(acc, a_s, b_s, ready, empty, cnt, k_lo, k_hi, k_top, SA
         b_op = b_s[s].T if B_KMAJOR else b_s[s]
         turn_begin(g, TURNS)
         part = wgmma(a_s[s], b_op, acc, wait=False, use_acc=False)
-        turn_end(g, TURNS)
+        turn_end(g, TURNS, WGS)
         kb = gl.where(k_top >= 0, k_top - kk, kk) if ZIG else kk
         sa = gl.load(SA + rows * KB + kb, mask=row_ok, other=0.0)
         sb = gl.load(sb_row + kb)
@@ -347,7 +347,7 @@ def gemm_sm90(A, B, C, W, CNT, SA, SB, SPLITS, CFG: gl.constexpr, B_KMAJOR: gl.c
             ZIG = SCALE == "block" and CFG.K_ZIGZAG   # the block scales must follow the producer's K order
             if ZIG:
                 odd = gl.full((), 0, gl.int32)
-            turns_open(g, CFG.MMA_TURNS)
+            turns_open(g, CFG.MMA_TURNS, ROLES)
             for unit in range(first_tile, num_units, tile_step):
                 split, row, col = _unit(unit, rank, SPLITS, num_rows, num_cols, GROUP_ROWS, CK)
                 pid_m, pid_n = _cta_tile(row, col, rank, CM)
@@ -363,7 +363,7 @@ def gemm_sm90(A, B, C, W, CNT, SA, SB, SPLITS, CFG: gl.constexpr, B_KMAJOR: gl.c
                 if SCALE == "block":                # each 128-deep k-step's product scaled into fp32 (below)
                     acc, cnt = _block_scaled_k_loop(acc, a_s, b_s, ready, empty, cnt, k_lo, k_hi, k_top, SA, SB,
                                                     off_m, off_n, M, gl.cdiv(K, 128), CFG.STAGES, CM, B_KMAJOR, ZIG,
-                                                    CFG.MMA_TURNS, g)
+                                                    CFG.MMA_TURNS, g, ROLES)
                 else:
                     for kk in range(k_lo, k_hi):
                         s = cnt % CFG.STAGES
