@@ -386,7 +386,7 @@ class JITFunction:
         its launcher is loaded."""
         entry = self.exact.get(key, False)
         if entry is False:
-            if launcher._fast is None:              # not loaded yet (or no straight line at all)
+            if not launcher.loaded:                 # asked again after the first launch loads the binary
                 return
             entry = self.exact[key] = launcher.exact_entry(key[0], _MISS)
         if entry is not None:

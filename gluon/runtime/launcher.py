@@ -574,11 +574,16 @@ class Launcher:
             self._clusters[key] = None if query is None else query(self._load(dev), self.shared_bytes, size, dev)
         return self._clusters[key]
 
+    @property
+    def loaded(self) -> bool:
+        """Whether the binary is loaded on a device yet (its first launch there loads it)."""
+        return bool(self._functions)
+
     def exact_entry(self, keys: tuple, miss):
         """A straight-line entry like `_fast` that launches only calls whose arguments have the JIT's
         specialization keys `keys` (`jit.arg_key` per argument) and returns `miss` for any other (the JIT's
         lookup takes those): None before the binary is loaded or where no straight line applies."""
-        if not self._functions:
+        if not self.loaded:
             return None
         return fast_call.build(self, (_PTR, _INT, _FLOAT, _BOOL, _DESC), keys, miss)
 
