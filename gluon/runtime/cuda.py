@@ -9,6 +9,8 @@ from types import SimpleNamespace
 
 from .errors import LaunchError
 
+GRID_MAX = (2**31 - 1, 65535, 65535)    # CUDA's launch grid limits (x, y, z)
+
 
 def _torch():
     try:

@@ -14,8 +14,7 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-_GRID_MAX = (2**31 - 1, 65535, 65535)
-
+from .cuda import GRID_MAX
 
 _SLOW = "slow(grid, args, stream)"
 
@@ -59,6 +58,11 @@ def _launch_env(launcher) -> dict[str, Any]:
             "direct": fn, "coop": coop, "pdl": pdl, "packed": launcher._packed_metadata}
 
 
+def _unpack(names: list[str], source: str) -> str:
+    """The line binding `names` from the sequence `source` (one name keeps its trailing comma)."""
+    return f"    {', '.join(names)}{',' if len(names) == 1 else ''} = {source}"
+
+
 def _define(body: list[str], signature: str, label: str, env: dict[str, Any]) -> Callable[..., Any]:
     """The function `fast(signature)` of `body`'s lines, compiled in `env`; its source kept as `.source`."""
     src = f"def fast({signature}):\n" + "\n".join(body) + "\n"
@@ -90,10 +94,10 @@ def build(launcher, kinds: tuple[int, int, int, int, int], key: tuple | None = N
     out = _SLOW if key is None else "MISS"
     env = _launch_env(launcher)
     env.update(Tensor=launcher._Tensor, slow=launcher._general_call, functions=launcher._functions, MISS=miss,
-               G0=_GRID_MAX[0], G1=_GRID_MAX[1], G2=_GRID_MAX[2])
+               G0=GRID_MAX[0], G1=GRID_MAX[1], G2=GRID_MAX[2])
     names = [f"a{i}" for i in range(len(plans))]
     body = [f"    if len(args) != {len(plans)}: return {out}",
-            f"    {', '.join(names)}{',' if len(names) == 1 else ''} = args"]
+            _unpack(names, "args")]
     flat = []
     first = True
     for i, p in enumerate(plans):
@@ -184,7 +188,7 @@ def build_prepared(prepared) -> Callable[..., Any] | None:
         return None
     names = [f"p{i}" for i in range(len(prepared.slots))]
     body = [f"    if len(ptrs) != {len(names)}: return general(ptrs, stream)",
-            f"    {', '.join(names)}{',' if len(names) == 1 else ''} = ptrs", *launch, "    return True"]
+            _unpack(names, "ptrs"), *launch, "    return True"]
     return _define(body, "ptrs, stream=None", f"prepared launch of {prepared.launcher.kernel_name}", env)
 
 
@@ -205,7 +209,7 @@ def build_replay(prepared, inputs: tuple, outputs: tuple, skip: Callable[[], boo
         return None
     names = [f"a{i}" for i in range(len(inputs))]
     body = [f"    if len(args) != {len(inputs)} or skip(): return None",
-            f"    {', '.join(names)}{',' if len(names) == 1 else ''} = args"]
+            _unpack(names, "args")]
     for i, (shape, dtype, device) in enumerate(inputs):
         env[f"S{i}"], env[f"DT{i}"] = shape, dtype
         body.append(f"    if type(a{i}) is not Tensor or a{i}.dtype is not DT{i} or a{i}.shape != S{i} or "

@@ -53,10 +53,10 @@ from .descriptors import (DESC_CACHE, TMA_DTYPE_DEVICE_TO_HOST, TensorDescriptor
 from .errors import LaunchError
 from .prepared import PreparedLaunch
 
-# Launch grid limits of CUDA (x, y, z).
-_GRID_MAX = (2**31 - 1, 65535, 65535)
+_GRID_MAX = cuda.GRID_MAX
 
 _PTR, _INT, _FLOAT, _BOOL, _DESC = range(5)
+_KINDS = (_PTR, _INT, _FLOAT, _BOOL, _DESC)      # in the order fast_call.build takes them
 
 
 class _ArgPlan:
@@ -560,7 +560,7 @@ class Launcher:
                 self._direct = direct(self._c_launcher) if direct is not None else None
             self._functions[dev] = function
             if self._fast is None:
-                self._fast = fast_call.build(self, (_PTR, _INT, _FLOAT, _BOOL, _DESC))
+                self._fast = fast_call.build(self, _KINDS)
             return function
 
     def resident_clusters(self, dev: int, size: int) -> int | None:
@@ -585,7 +585,7 @@ class Launcher:
         lookup takes those): None before the binary is loaded or where no straight line applies."""
         if not self.loaded:
             return None
-        return fast_call.build(self, (_PTR, _INT, _FLOAT, _BOOL, _DESC), keys, miss)
+        return fast_call.build(self, _KINDS, keys, miss)
 
     # ---- introspection -----------------------------------------------------------------------
 

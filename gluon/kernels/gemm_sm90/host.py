@@ -24,7 +24,8 @@ from gluon.runtime.cuda import sm_count
 from gluon.types import TensorRef
 
 from ..tensor_checks import device_sms, interpreting, on_the_launch_device
-from .config import DEFAULT_CONFIG, GemmConfig, choose_config, grid, num_warps, resolve_config, split_k, to_config
+from .config import (CLUSTER_K_SIZES, DEFAULT_CONFIG, GemmConfig, choose_config, grid, num_warps, resolve_config,
+                     split_k, to_config)
 from .kernel import gemm_sm90
 from .padding import PadPlan, pad_plan, tma_ready
 
@@ -281,7 +282,7 @@ def _plan(a, c, M: int, N: int, K: int, config: GemmConfig | Mapping | None, b_k
     if cfg.CLUSTER_K > 1 and S != cfg.CLUSTER_K:        # the kernel takes CLUSTER_K slices, none of them empty
         raise GluonError(f"gemm: CLUSTER_K={cfg.CLUSTER_K} splits K={K} into {cfg.CLUSTER_K} slices of whole "
                          f"{cfg.BLOCK_K}-deep k-steps, but {k_tiles} k-steps make at most {S} non-empty ones; use "
-                         f"CLUSTER_K={max(d for d in (1, 2, 4, 8) if d <= S)} or a smaller BLOCK_K")
+                         f"CLUSTER_K={max(d for d in CLUSTER_K_SIZES if d <= S)} or a smaller BLOCK_K")
     bound = gemm_sm90[grid(M, N, cfg, sms, S)]
     kw = dict(CFG=cfg, B_KMAJOR=b_kmajor, num_warps=num_warps(cfg))
     if scale != "none":
