@@ -21,7 +21,8 @@ import os
 import sys
 
 sys.path[0] = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-from bench.common import environment, graphed, interleaved, parse_config, parser, table, write_json  # noqa: E402
+from bench.common import environment, graphed, interleaved, parser, table, write_json  # noqa: E402
+from bench.gemm import _parse_configs  # noqa: E402
 
 SHAPES = ["4096x4096x4096", "8192x8192x8192", "16384x8192x1024", "8192x28672x4096", "8192x4096x14336",
           "4096x14336x4096"]
@@ -57,7 +58,7 @@ def main() -> int:
                    "against the same baseline (';MMA_TURNS=True,SPLIT_WGS=True': the default, then with turns); "
                    "a config a case cannot take is a skipped row")
     args = p.parse_args()
-    configs = [parse_config(part) for part in args.configs.split(";")]
+    configs = _parse_configs(args.configs)
     import torch
     from gluon.ir import GluonError
     from gluon.kernels.gemm_sm90 import launch
