@@ -56,7 +56,7 @@ def main() -> int:
     p.add_argument("--graph", action="store_true", help="time CUDA-graph replays (GPU time without host cost)")
     p.add_argument("--configs", default="", help="GemmConfig overrides to time, ';' between configs, each a row "
                    "against the same baseline (';MMA_TURNS=True,SPLIT_WGS=True': the default, then with turns); "
-                   "a config a case cannot take is a skipped row")
+                   "a config a case cannot take is a skipped row, and the exit code 1")
     args = p.parse_args()
     configs = _parse_configs(args.configs)
     import torch
@@ -101,10 +101,11 @@ def main() -> int:
                     kw = dict(config=cfg) if cfg else {}
                     try:
                         launch(a, b, c, b_kmajor=True, scale_a=sa_k, scale_b=sb_k, **kw)
-                    except GluonError as e:   # a config this case cannot take: a row saying so
-                        print(f"{shape} {fp8} {mode} {cfg or 'default'}: skipped ({e})", flush=True)
+                    except GluonError as e:   # a config this case cannot take: a row saying so (as bench/gemm.py)
+                        print(f"{shape} {fp8} {mode} {cfg or 'default'}: skipped: {str(e).splitlines()[0]}", flush=True)
                         rows.append(dict(shape=[M, N, K], shape_s=shape, fp8=fp8, scales=mode, config=cfg,
-                                         skipped=str(e), ok=True))
+                                         skipped=str(e), ok=False))
+                        write_json(args.json, rows, meta)
                         continue
                     torch.cuda.synchronize()
                     err = ((c.double() - ref).norm() / ref.norm()).item()
