@@ -12,8 +12,8 @@ timed interleaved with torch._scaled_mm (median of CUDA-event timings, L2 flushe
 Block scales: _scaled_mm's own blockwise scaling where this torch and cuBLASLt take it (each scale layout
 it may want is tried and checked against the reference), else its per-row/column scaling of the same
 operands (the `baseline` column says which). --configs times several GemmConfig overrides, each checked and
-timed against the same baseline (an empty entry: the launch's own pick). TFLOP/s counts 2*M*N*K. --json is rewritten (atomically)
-after every row.
+timed against the same baseline (an empty entry: the launch's own pick). TFLOP/s counts 2*M*N*K. --json is
+rewritten (atomically) after every row.
 """
 from __future__ import annotations
 

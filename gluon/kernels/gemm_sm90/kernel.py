@@ -234,8 +234,8 @@ def gemm_sm90(A, B, C, W, CNT, SA, SB, SPLITS, CFG: gl.constexpr, B_KMAJOR: gl.c
     (`_block_scaled_k_loop`; BLOCK_K 128, BLOCK_N 64 or 128, no SWAP_AB). CLUSTER_K > 1: SPLITS must be it."""
     kernel_config(CFG)
     if CFG.MMA_TURNS and SCALE != "block":
-        raise GluonError(f"MMA_TURNS=True is for fp8 block scales (SCALE='block'), whose per-k-step promotion the turns "
-                         f"overlap; this launch has SCALE={SCALE!r}: leave MMA_TURNS=False")
+        raise GluonError(f"MMA_TURNS=True is for fp8 block scales (SCALE='block'), whose per-k-step promotion the "
+                         f"turns overlap; this launch has SCALE={SCALE!r}: leave MMA_TURNS=False")
     if SCALE == "block" and (CFG.BLOCK_K != 128 or 128 % CFG.BLOCK_N or CFG.SWAP_AB):
         raise GluonError(f"fp8 block scales take BLOCK_K=128 (one scale block per k-step), BLOCK_N 64 or 128 (one B "
                          f"scale per tile) and no SWAP_AB; got BLOCK_K={CFG.BLOCK_K}, BLOCK_N={CFG.BLOCK_N}, "
