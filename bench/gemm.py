@@ -33,8 +33,10 @@ DEEPK_SHAPES = ["512x512x16384", "512x512x65536", "1024x1024x32768", "1024x1024x
                 "1024x512x32768", "768x768x49152"]
 SHALLOWK_SHAPES = ["8192x8192x64", "8192x8192x128", "4096x4096x64", "16384x16384x128", "4096x28672x128",
                    "16384x4096x96"]
-# rows of A or B off 16-byte boundaries (the launcher pads them); cuBLAS takes >= 20 us on each
-UNALIGNED_SHAPES = ["1000x3000x777", "4095x4097x1023", "8191x8191x1001", "3000x5003x4001", "2047x28673x4095"]
+# rows of A, B or C off 16-byte boundaries (the launch pads A and B, stores C by address); cuBLAS takes >= 20 us on
+# each; the last an LM head over GPT-2's vocabulary (with --b-layout nk only C's rows are off)
+UNALIGNED_SHAPES = ["1000x3000x777", "4095x4097x1023", "8191x8191x1001", "3000x5003x4001", "2047x28673x4095",
+                    "4096x50257x4096"]
 SHAPE_SETS = {"llm": SHAPES, "decode": DECODE_SHAPES, "deepk": DEEPK_SHAPES, "shallowk": SHALLOWK_SHAPES,
               "unaligned": UNALIGNED_SHAPES}
 

@@ -1,7 +1,8 @@
 """The GEMM's operands TMA cannot describe (gluon/kernels/gemm_sm90/padding.py), in the CPU interpreter: each
-one padded alone into a cached buffer, the TMA-ready ones used as given, the values right against fp64 on
-poisoned outputs; repeats with new tensors of the same shapes reuse the buffers, and take the caller's
-tensors, not the first call's."""
+input padded alone into a cached buffer, the TMA-ready ones used as given, a contiguous C stored by address
+(padded only when a TMA epilogue is asked for or C is strided), the values right against fp64 on poisoned
+outputs; repeats with new tensors of the same shapes reuse the buffers, and take the caller's tensors, not
+the first call's."""
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -30,9 +31,9 @@ def _check(a, b, c, b_kmajor=False):
 
 @pytest.mark.parametrize("case,padded", [
     ("K off 16 bytes", {"a"}),                 # a [200, 77]: A padded; B [77, 136] has aligned rows: as given
-    ("N off 16 bytes", {"b", "c"}),            # B and C rows of 130 elements
+    ("N off 16 bytes", {"b"}),                 # B and C rows of 130 elements: C stored by address
     ("a's base", {"a"}),
-    ("c's base", {"c"}),
+    ("c's base", set()),                       # stored by address: nothing padded
     ("kmajor K", {"a", "b"}),                  # B [N, K] with K = 77
 ])
 def test_each_operand_is_padded_alone(padded_env, case, padded):
@@ -62,19 +63,73 @@ def test_each_operand_is_padded_alone(padded_env, case, padded):
     launch(a2, b2, c2, b_kmajor=kmajor)
     _check(a2, b2, c2, kmajor)
     assert padding._SCRATCH.keys() == buffers.keys() and all(padding._SCRATCH[k] is v for k, v in buffers.items())
-    assert len(host._PADS) == 1
+    assert len(host._PADS) == (1 if padded else 0)
 
 
-def test_a_per_column_scale_is_padded_with_c(padded_env):
-    """fp8 with per-column scales and C's rows off 16 bytes: the kernel's N is the padded C's, so scale_b is
-    padded to it (with zeros) and no scale past the caller's is read."""
+@pytest.mark.parametrize("epilogue", ["tma", None])
+def test_a_per_column_scale_is_padded_with_c(padded_env, epilogue):
+    """fp8 with per-column scales and C's rows off 16 bytes. With the TMA epilogue asked for, the kernel's N is
+    the padded C's, so scale_b is padded to it (with zeros) and no scale past the caller's is read; left to
+    the launch, C is stored by address and nothing is padded."""
     torch.manual_seed(12)
     M, N, K = 100, 130, 256
     a = (torch.randn(M, K) * 2).to(torch.float8_e4m3fn)
     b = (torch.randn(N, K) * 2).to(torch.float8_e4m3fn)
     sa, sb = torch.rand(M) + 0.5, torch.rand(N) + 0.5
     c = torch.full((M, N), NAN).bfloat16()
-    launch(a, b, c, b_kmajor=True, scale_a=sa, scale_b=sb)
+    launch(a, b, c, {"EPILOGUE": epilogue} if epilogue else None, b_kmajor=True, scale_a=sa, scale_b=sb)
     ref = (a.double() * sa.double()[:, None]) @ (b.double() * sb.double()[:, None]).T
     torch.testing.assert_close(c.double(), ref, rtol=1e-2, atol=1e-2 * ref.abs().max().item())
-    assert "sb" in {k[0] for k in padding._SCRATCH}
+    assert {k[0] for k in padding._SCRATCH} == ({"c", "sb"} if epilogue else set())
+
+
+@pytest.mark.parametrize("how", ["EPILOGUE='tma' asked", "EPILOGUE='ring' asked", "strided C"])
+def test_c_is_padded_where_it_cannot_be_stored_by_address(padded_env, how):
+    """C's rows off 16 bytes and a TMA epilogue named by the caller, or a strided C (the kernel's stores
+    address rows N apart): C padded, computed there and copied out; the columns past C's view untouched."""
+    torch.manual_seed(13)
+    M, N, K = 130, 130, 64
+    a, b = torch.randn(M, K).half(), torch.randn(N, K).half()       # B [N, K]: rows of 64, TMA-ready
+    config = {"EPILOGUE": how.split("'")[1], "STAGES": 2} if "asked" in how else None
+    if how == "strided C":
+        big = torch.full((M, N + 3), NAN).half()
+        c = big[:, :N]
+    else:
+        c = torch.full((M, N), NAN).half()
+    launch(a, b, c, config, b_kmajor=True)
+    _check(a, b, c, True)
+    assert {k[0] for k in padding._SCRATCH} == {"c"}
+    if how == "strided C":
+        assert big[:, N:].isnan().all()
+
+
+@pytest.mark.parametrize("M,N,K,dtype", [
+    (4095, 4097, 1023, torch.bfloat16),      # one wave of 128x256 tiles: "tma" -> "coalesced"
+    (8191, 8191, 1001, torch.bfloat16),      # several tiles per program (SPLIT_WGS)
+    (1000, 3000, 777, torch.bfloat16),       # under a wave: SMALL_CONFIGS
+    (16, 4097, 4096, torch.bfloat16),        # decode: SWAP_AB
+    (512, 513, 65536, torch.bfloat16),       # deep K: split K
+    (2047, 28673, 4095, torch.float32),      # an fp32 output
+])
+def test_a_c_stored_by_address_gets_a_pointer_epilogue(interpret_env, M, N, K, dtype):
+    """The plan of a C stored by address, for each family choose_config picks: its epilogue reaches C by
+    pointer ("coalesced" or "direct"), the rest of the pick as it is for an aligned C."""
+    a = torch.empty(1, 1, dtype=torch.bfloat16)
+    c = torch.empty(1, 1, dtype=dtype)
+    plain = host._plan(a, c, M, N, K, None, False, None, True).kw["CFG"]
+    addr = host._plan(a, c, M, N, K, None, False, None, True, c_addr=True).kw["CFG"]
+    assert addr.EPILOGUE in ("coalesced", "direct")
+    assert addr.replace(EPILOGUE=plain.EPILOGUE) == plain
+
+
+def test_by_address_keeps_to_what_each_family_takes():
+    """"tma" -> "coalesced" (the same staging tile), in a cluster "direct" (coalesced has not run in one),
+    "ring" -> "direct"; a pointer epilogue stays; only a TMA epilogue named by the caller keeps C padded."""
+    from gluon.kernels.gemm_sm90.config import DEFAULT_CONFIG, by_address, stores_by_address
+    assert by_address(DEFAULT_CONFIG.replace(EPILOGUE="tma")).EPILOGUE == "coalesced"
+    assert by_address(DEFAULT_CONFIG.replace(EPILOGUE="tma", CLUSTER_M=2)).EPILOGUE == "direct"
+    assert by_address(DEFAULT_CONFIG.replace(EPILOGUE="ring", STAGES=4)).EPILOGUE == "direct"
+    for e in ("coalesced", "direct"):
+        assert by_address(DEFAULT_CONFIG.replace(EPILOGUE=e)).EPILOGUE == e
+    assert stores_by_address(None) and stores_by_address({"STAGES": 3}) and stores_by_address(DEFAULT_CONFIG)
+    assert not stores_by_address({"EPILOGUE": "ring"}) and not stores_by_address(DEFAULT_CONFIG.replace(EPILOGUE="tma"))

@@ -114,6 +114,33 @@ def test_unaligned_calls_allocate_nothing_after_the_first(M, N, K, b_kmajor):
         assert not torch.isnan(c).any() and _rel_err(c, a, b, b_kmajor) < 1e-2
 
 
+@pytest.mark.parametrize("M,N,K,b_kmajor,out_dtype,odd_base", [
+    (4095, 4097, 1023, True, torch.bfloat16, False),    # one wave of 128x256 tiles: "coalesced" for "tma"
+    (4096, 8191, 1024, True, torch.bfloat16, False),    # several tiles per program (SPLIT_WGS)
+    (1000, 3000, 777, False, torch.bfloat16, True),     # a C view at an odd base; A padded, B as given
+    (16, 4097, 4096, True, torch.bfloat16, False),      # decode: SWAP_AB, K slices in a cluster
+    (512, 513, 32768, True, torch.bfloat16, False),     # deep K: split K, reduced into C
+    (2047, 1001, 4095, False, torch.float32, False),    # an fp32 output; A and B padded
+    (4096, 50257, 512, True, torch.bfloat16, False),    # an LM head's vocabulary (GPT-2's 50257 columns)
+])
+def test_a_c_off_16_bytes_is_stored_by_address(M, N, K, b_kmajor, out_dtype, odd_base):
+    """C's rows (or base) off 16 bytes: the kernel stores C by address, so C is not padded and copied out;
+    every element written (poisoned C), right against fp64, over each family choose_config picks, repeated
+    on fresh inputs through the call's fast path."""
+    from gluon.kernels.gemm_sm90 import padding
+    for seed in (0, 1):
+        a, b = _operands(M, N, K, torch.bfloat16, b_kmajor, seed=seed)
+        if odd_base:
+            c = torch.empty(M * N + 1, device="cuda", dtype=out_dtype)[1:].view(M, N).fill_(float("nan"))
+        else:
+            c = torch.full((M, N), float("nan"), device="cuda", dtype=out_dtype)
+        launch(a, b, c, b_kmajor=b_kmajor)
+        torch.cuda.synchronize()
+        assert not torch.isnan(c).any(), "some output elements were not written"
+        assert _rel_err(c, a, b, b_kmajor) < 1e-2
+    assert not any(k[0] == "c" and k[5] == (M, N) for k in padding._SCRATCH)
+
+
 def _fp8(x, dtype):
     """x quantized to `dtype` with a per-row absmax scale: (q, fp32 scale per row)."""
     fmax = torch.finfo(dtype).max

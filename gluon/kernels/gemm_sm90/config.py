@@ -411,6 +411,24 @@ def choose_config(M: int, N: int, K: int, num_sms: int, pitch_aligned: bool = Tr
     return DEFAULT_CONFIG
 
 
+def stores_by_address(config: GemmConfig | Mapping | None) -> bool:
+    """Whether a launch with the caller's `config` may store C by address (`by_address`) rather than pad a C
+    whose rows TMA cannot describe: unless the caller asked for a TMA epilogue ("tma" or "ring") by name."""
+    asked = config.EPILOGUE if isinstance(config, GemmConfig) else (config or {}).get("EPILOGUE", AUTO)
+    return asked not in ("tma", "ring")
+
+
+def by_address(cfg: GemmConfig) -> GemmConfig:
+    """The resolved `cfg` storing C by address, for a C whose row pitch or base is off 16 bytes (which TMA
+    cannot describe, plain stores can): "tma" becomes "coalesced" (the same staging tile, read back
+    row-contiguous; "direct" in a cluster, where "coalesced" has not run), "ring" becomes "direct"."""
+    if cfg.EPILOGUE == "tma":
+        return cfg.replace(EPILOGUE="coalesced" if cfg.CLUSTER_M == 1 else "direct")
+    if cfg.EPILOGUE == "ring":
+        return cfg.replace(EPILOGUE="direct")
+    return cfg
+
+
 def resolve_config(M: int, N: int, K: int, num_sms: int, out_size: int, pitch_aligned: bool = True,
                    config: GemmConfig | Mapping | None = None, in_size: int = 2) -> GemmConfig:
     """The config `launch` runs for a problem: `config` if it is a GemmConfig, else `choose_config` with

@@ -2,8 +2,9 @@
 
 A launch of a problem it has seen costs one dict lookup (the plan: resolved config, split count, grid,
 the compiled specialization) and the compiled kernel's launcher; a call seen before (the shapes, strides,
-dtypes, devices and arguments) its prepared launch with the new addresses. Operands whose strides TMA
-cannot describe are copied into zero-padded aligned buffers first (padding.py); a
+dtypes, devices and arguments) its prepared launch with the new addresses. Inputs whose strides TMA
+cannot describe are copied into zero-padded aligned buffers first (padding.py), such a C is stored by
+address; a
 split-K launch writes fp32 partials into a per-(device, stream) workspace that `splitk_reduce` sums into
 C (or, with SPLITK_FIXUP, the kernel's last K slice of each element, counting arrivals in a per-(device,
 stream) int32 buffer). `compile_variant` and `stand_ins` compile the kernel without tensors (no GPU
@@ -24,8 +25,8 @@ from gluon.runtime.cuda import sm_count
 from gluon.types import TensorRef
 
 from ..tensor_checks import device_sms, interpreting, on_the_launch_device
-from .config import (CLUSTER_K_SIZES, DEFAULT_CONFIG, GemmConfig, choose_config, grid, num_warps, resolve_config,
-                     split_k, to_config)
+from .config import (CLUSTER_K_SIZES, DEFAULT_CONFIG, GemmConfig, by_address, choose_config, grid, num_warps,
+                     resolve_config, split_k, stores_by_address, to_config)
 from .kernel import gemm_sm90
 from .padding import PadPlan, pad_plan, tma_ready
 
@@ -69,10 +70,12 @@ def launch(a, b, c, config: GemmConfig | Mapping | None = None, b_kmajor: bool =
     this config (a gluon.jit.CompiledKernel, e.g. the one the tuner's pool built), launched instead of
     specializing here.
 
-    An operand whose strides TMA cannot describe (a row of K or N elements that is not a multiple of
+    An input whose strides TMA cannot describe (a row of K or N elements that is not a multiple of
     16 bytes, or a misaligned base) is copied into a zero-padded aligned buffer first (padding.py; kept
     per device, stream and shape, so repeated calls allocate nothing; the others are used as given):
-    exact, but it costs a copy, so aligned inputs are the fast path.
+    exact, but it costs a copy, so aligned inputs are the fast path. A contiguous C with such rows is
+    stored by address (a "coalesced" or "direct" epilogue) without a copy, unless `config` names a TMA
+    epilogue ("tma", "ring"): then it is padded too, as is a strided one.
 
     fp8 inputs (float8_e4m3fn / float8_e5m2, one for both) take B K-major (`b_kmajor`: the tensor cores
     read 8-bit operands only so) and fp32 dequantization scales `scale_a`, `scale_b`: one element each
@@ -90,11 +93,14 @@ def launch(a, b, c, config: GemmConfig | Mapping | None = None, b_kmajor: bool =
         raise GluonError("gemm: 8-bit inputs need B K-major: pass b as [N, K] rows (nn.Linear's weight) with "
                          "b_kmajor=True; WGMMA reads 8-bit operands K-major only")
     sa, sb = a.stride(), b.stride()
-    if not (tma_ready(a, sa) and tma_ready(b, sb) and tma_ready(c)):
+    c_tma = tma_ready(c)
+    # a C TMA cannot store (rows off 16 bytes) but plain stores can: the kernel stores it by address
+    c_addr = not c_tma and c.is_contiguous() and stores_by_address(config)
+    if not (tma_ready(a, sa) and tma_ready(b, sb) and (c_tma or c_addr)):
         pad = _PADS.get(fast_key) if fast_key is not None else None
         if pad is None:
             stream = fast_key[-1] if fast_key is not None else _stream_of(a)
-            pad = pad_plan(a, b, c, scale_b, stream)
+            pad = pad_plan(a, b, c, scale_b, stream, pad_c=not c_addr)
             if fast_key is not None:
                 _keep(_PADS, fast_key, pad)
         return pad.launch(launch, a, b, c, scale_b, config=config, b_kmajor=b_kmajor, splits=splits,
@@ -105,12 +111,12 @@ def launch(a, b, c, config: GemmConfig | Mapping | None = None, b_kmajor: bool =
     aligned = sa[0] * es % 128 == 0 and sb[0] * es % 128 == 0
     # everything the plan and the kernel's specialization depend on (the operands are TMA-ready, so
     # 16-byte aligned): repeated launches of one problem take the cached compiled kernel directly
-    plan_key = (a.get_device(), M, N, K, a.dtype, b.dtype, c.dtype, b_kmajor, splits, aligned, scale,
+    plan_key = (a.get_device(), M, N, K, a.dtype, b.dtype, c.dtype, b_kmajor, splits, aligned, scale, c_addr,
                 config if isinstance(config, GemmConfig) else tuple(sorted(config.items())) if config else ())
     plan = _PLANS.get(plan_key)
     if plan is None:
         on_the_launch_device("gemm", a=a, b=b, c=c)     # when a problem is first seen: no per-call cost
-        plan = _PLANS[plan_key] = _plan(a, c, M, N, K, config, b_kmajor, splits, aligned, scale)
+        plan = _PLANS[plan_key] = _plan(a, c, M, N, K, config, b_kmajor, splits, aligned, scale, c_addr)
     S = plan.splits
     if S > 1:                       # one fp32 workspace per (device, stream): same-stream launches run in order
         stream = _stream_of(a)
@@ -250,10 +256,11 @@ def _scale_mode(a, b, c, scale_a, scale_b) -> str:
 
 
 def _plan(a, c, M: int, N: int, K: int, config: GemmConfig | Mapping | None, b_kmajor: bool, splits: int | None,
-          pitch_aligned: bool = True, scale: str = "none"):
+          pitch_aligned: bool = True, scale: str = "none", c_addr: bool = False):
     """What a launch of this problem needs besides the operands: resolved config, split count, grid,
     fp32 workspace. Computed once per (device, sizes, output width, config) and kept in _PLANS, so a
-    repeated launch costs a dict lookup here."""
+    repeated launch costs a dict lookup here. `c_addr`: C's rows are off 16 bytes, so the config stores C by
+    address (`by_address`)."""
     import torch
     interp = interpreting()
     if interp:                      # the CPU interpreter (GLUON_INTERPRET=1): planned as for an H200
@@ -264,6 +271,8 @@ def _plan(a, c, M: int, N: int, K: int, config: GemmConfig | Mapping | None, b_k
     if scale == "block" and not isinstance(config, GemmConfig):
         config = _block_scaled_overrides(M, N, K, sms, c.element_size(), pitch_aligned, config)
     cfg = resolve_config(M, N, K, sms, c.element_size(), pitch_aligned, config, a.element_size())
+    if c_addr:
+        cfg = by_address(cfg)
     if interp and cfg.cluster_size > 1 and not _asks_for_clusters(config):
         # the interpreter runs one CTA at a time; the pick's clusters only move data (multicast B) or sum K
         # slices (which splitk_reduce sums the same way), so the same config without them computes the same

@@ -1,11 +1,12 @@
 """The GEMM's operands TMA cannot describe: each copied into a cached zero-padded buffer it can, alone.
 
-TMA needs a 16-byte aligned base, a unit last stride and 16-byte multiple row pitches. An operand that is
+TMA needs a 16-byte aligned base, a unit last stride and 16-byte multiple row pitches. An input that is
 not so (a row of K or N elements off 16 bytes, a view at an odd offset) is copied into the top-left of a
 buffer that is, kept per (role, device, stream, shape), so repeated calls allocate nothing; an operand
 that is TMA-ready is used as it is, even when another one is padded: the kernel's K comes from A and its
 N from C, and TMA reads the columns or rows past an operand's own extent as zeros, which is what the
-padding would hold. A call's `PadPlan` (the buffers and the views to copy through) is kept by the
+padding would hold. C is padded (and copied out after) only where the launch cannot store it by address:
+a strided C, or a TMA epilogue the caller asked for by name. A call's `PadPlan` (the buffers and the views to copy through) is kept by the
 caller's key of the call, so a repeat costs the copies and the launch.
 """
 from __future__ import annotations
@@ -75,10 +76,11 @@ class PadPlan:
         return c
 
 
-def pad_plan(a, b, c, scale_b, stream) -> PadPlan:
-    """The PadPlan of a call whose operands are not all TMA-ready. A row of a padded operand is rounded up to
-    16 bytes; a per-column scale_b is padded (with zeros) to a padded C's columns, so the kernel reads none
-    past its end."""
+def pad_plan(a, b, c, scale_b, stream, pad_c: bool = True) -> PadPlan:
+    """The PadPlan of a call whose operands are not all TMA-ready (C only with `pad_c`: the launch stores a
+    contiguous C by address instead unless a TMA epilogue is asked for). A row of a padded operand is rounded
+    up to 16 bytes; a per-column scale_b is padded (with zeros) to a padded C's columns, so the kernel reads
+    none past its end."""
     kw = {}
     M, N = c.shape
     if not tma_ready(a):
@@ -87,7 +89,7 @@ def pad_plan(a, b, c, scale_b, stream) -> PadPlan:
     if not tma_ready(b):
         kw["b"] = _scratch("b", b, b.shape[0], _roundup(b.shape[1], 16 // b.element_size()), True, stream)
         kw["b_in"] = kw["b"][:, : b.shape[1]]
-    if not tma_ready(c):
+    if pad_c and not tma_ready(c):
         kw["c"] = _scratch("c", c, M, _roundup(N, 16 // c.element_size()), False, stream)
         kw["c_out"] = kw["c"][:, :N]
         if scale_b is not None and scale_b.numel() == N and N > 1:
