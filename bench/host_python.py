@@ -12,6 +12,8 @@ the next where no GPU is at hand. Rows:
   arguments, the JIT `copy_kernel_explicit[grid](...)` (a call seen before);
 * softmax 64x1000 bf16 (specs/softmax.toml): the declared template's call (what `gluon.load("softmax")(x)`
   runs once its bucket is chosen), output allocated;
+* GEMM 256^3 fp16: `gemm_sm90.launch(a, b, c)` (c given; its TMA descriptors from the descriptor cache), and
+  `gluon.load("gemm_sm90")(a, b)` over a built bucket of the GEMM spec's first seed config (output allocated);
 * for scale: `torch.empty_like` of the softmax input (the output allocation inside the declared call) and a
   Python call that does nothing.
 """
@@ -63,6 +65,9 @@ class NoLaunchBackend:
     def launch_hooks(self):
         return None, None
 
+    def fill_tma_descriptor(self, *args):
+        return ("CUtensorMap", args)
+
 
 def _cases() -> list[tuple[str, str, object]]:
     """(group, name, callable): each called once before timing (compiles, loads, makes the fast entries)."""
@@ -73,6 +78,8 @@ def _cases() -> list[tuple[str, str, object]]:
     from gluon.tuning.spec import load_spec, template_of
     rt_cuda.DEFAULT_BACKEND = NoLaunchBackend()
     sys.modules["gluon.jit"].current_arch = lambda: SM90       # the JIT compiles for the H200, as on one
+    torch.cuda.current_device = lambda: 0                       # the GEMM plans for device 0, an H200's SMs
+    rt_cuda._SM_COUNTS[0] = 132
     sys.path.insert(0, os.path.join(ROOT, "examples"))
     from copy_kernel import copy_kernel_explicit
 
@@ -85,14 +92,31 @@ def _cases() -> list[tuple[str, str, object]]:
     sm = template_of(load_spec(os.path.join(ROOT, "specs", "softmax.toml")))
     x = torch.randn(64, 1000, dtype=torch.bfloat16)
     sm_config = {"PROGRAM_BYTES": 2048, "ELEMS_PER_THREAD": 16, "CHUNK": 8192}
+    from gluon.kernels.gemm_sm90 import launch
+    a, b, c = (torch.randn(256, 256).half() for _ in range(3))
+    loaded = _loaded_gemm()
     return [
         ("copy 4096 fp32", "compiled ck(grid, ...)", lambda: ck(grid, dst, src, 4096)),
         ("copy 4096 fp32", "Launcher, bound args", lambda: ck.launcher(grid, *bound)),
         ("copy 4096 fp32", "JIT kernel[grid](...)", lambda: copy_kernel_explicit[grid](dst, src, 4096, **kw)),
         ("softmax 64x1000 bf16", "declared call (gluon.load's)", lambda: sm.call(sm_config, x)),
+        ("GEMM 256^3 fp16", "gemm_sm90.launch(a, b, c)", lambda: launch(a, b, c)),
+        ("GEMM 256^3 fp16", "gluon.load's callable (a, b)", lambda: loaded(a, b)),
         ("for scale", "torch.empty_like(x)", lambda: torch.empty_like(x)),
         ("for scale", "a Python call doing nothing", lambda: None),
     ]
+
+
+def _loaded_gemm():
+    """What `gluon.load("gemm_sm90")` returns over a build with one fp16 bucket of the GEMM spec's first seed
+    config (no build folder: the manifest's entries only)."""
+    from gluon.loader import LoadedKernel
+    from gluon.tuning.declared_replay import Replays
+    from gluon.tuning.templates.gemm_sm90 import TUNING
+    k = LoadedKernel.__new__(LoadedKernel)
+    k.name, k.template, k._choice, k._replays, k._last, k._bound = "gemm_sm90", TUNING, {}, Replays(), None, {}
+    k.entries = [{"shape": [256, 256, 256], "dtype": "fp16", "config": TUNING.seed_configs()[0]}]
+    return k
 
 
 def main() -> int:

@@ -42,6 +42,29 @@ def _install(art: Path, key: str) -> None:
     cache.put(key, files)
 
 
+BOUND_MAX = 256
+_PLAIN = (bool, int, float, str, type(None))
+
+
+def _plain_key(args: tuple, kwargs: dict) -> tuple | None:
+    """What a call to a template's kernel picks its bucket by: each tensor's shape, contiguity, dtype and device,
+    the other arguments by type and value; None where one is neither a tensor nor a plain value."""
+    key = call_key(args) if args else ()
+    if key is None or not kwargs:
+        return key
+    from .tuning.declared_replay import _tensor_type
+    T = _tensor_type()
+    rest = []
+    for name, v in kwargs.items():
+        if type(v) is T:
+            rest.append((name, v.shape, v.is_contiguous(), v.dtype, v.get_device()))
+        elif type(v) in _PLAIN:
+            rest.append((name, type(v), v))
+        else:
+            return None
+    return key, tuple(rest)
+
+
 def _shape_text(shape) -> str:
     return "x".join(str(int(d)) for d in shape)
 
@@ -68,6 +91,7 @@ class LoadedKernel:
         self._choice: dict = {}
         self._replays = Replays()                # by call_key: the replays of calls seen before
         self._last = None                        # the entry of the last key replayed (Replay.entry)
+        self._bound: dict = {}                   # by `_plain_key`: the template's call bound to the bucket's config
 
     def bucket(self, shape: tuple, dtype: str) -> dict:
         """The manifest entry a call of `shape` and `dtype` runs: the nearest built bucket of that dtype that
@@ -126,9 +150,18 @@ class LoadedKernel:
             out, replay = self.template.call_replayable(config, prepared)
             self._replays.keep(key, replay)
             return out
-        shape = tuple(int(d) for d in self.template.shape_of(*args, **kwargs))
-        e = self.bucket(shape, self.template.dtype_of(*args, **kwargs))
-        return self.template.call(e["config"], *args, **kwargs)
+        # a template's kernel: a call like one seen before (tensors of the same shapes, dtypes and devices, the
+        # same other arguments) runs what that one's bucket bound, past shape_of, dtype_of and the bucket
+        key = _plain_key(args, kwargs)
+        fn = self._bound.get(key) if key is not None else None
+        if fn is None:
+            shape = tuple(int(d) for d in self.template.shape_of(*args, **kwargs))
+            fn = self.template.bind(self.bucket(shape, self.template.dtype_of(*args, **kwargs))["config"])
+            if key is not None:
+                if len(self._bound) >= BOUND_MAX:
+                    self._bound.pop(next(iter(self._bound)))
+                self._bound[key] = fn
+        return fn(*args, **kwargs)
 
     def __repr__(self) -> str:
         buckets = ", ".join(f"{_shape_text(e['shape'])}/{e['dtype']}" for e in self.entries)

@@ -114,6 +114,39 @@ def test_load_picks_the_nearest_bucket(tmp_path):
         k.bucket((1 << 10,), "bf16")
 
 
+def test_a_call_like_one_seen_before_runs_what_its_bucket_bound(tmp_path):
+    """gluon.load's callable over a template's kernel: a repeat (tensors of the same shapes, dtypes and devices,
+    the same other arguments) skips shape_of, dtype_of and the bucket and runs the bound call; another shape
+    or another plain argument picks its own bucket; an argument that is neither a tensor nor a plain value
+    (a list) is picked for on every call."""
+    import torch
+
+    from gluon.loader import LoadedKernel
+    from gluon.tuning.declared_replay import Replays
+    seen = []
+
+    class Template:
+        def shape_of(self, x, flag=False, extra=None):
+            seen.append(tuple(x.shape))
+            return (x.numel(), int(flag))
+
+        def dtype_of(self, x, *a, **k):
+            return "fp32"
+
+        def bind(self, config):
+            return lambda x, flag=False, extra=None: (config["X"], flag)
+
+    k = LoadedKernel.__new__(LoadedKernel)
+    k.name, k.template, k._choice, k._replays, k._last, k._bound = "t", Template(), {}, Replays(), None, {}
+    k.entries = [{"shape": [64, 0], "dtype": "fp32", "config": {"X": 1}},
+                 {"shape": [1 << 20, 1], "dtype": "fp32", "config": {"X": 2}}]
+    x = torch.randn(8, 8)
+    assert k(x) == (1, False) and k(torch.randn(8, 8)) == (1, False) and len(seen) == 1
+    assert k(x, flag=True) == (1, True) and k(x, flag=True) == (1, True) and len(seen) == 2
+    assert k(torch.randn(1024, 1024), flag=True) == (2, True) and len(seen) == 3
+    assert k(x, extra=[1]) == (1, False) and k(x, extra=[1]) == (1, False) and len(seen) == 5
+
+
 def test_load_unknown_name_says_what_to_run(tmp_path):
     with pytest.raises(BuildError, match="gluon build --best"):
         gluon.load("nope", root=str(tmp_path))

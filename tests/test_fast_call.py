@@ -300,11 +300,38 @@ def test_a_prepared_launch_off_its_device_or_with_a_hook_takes_the_general_path(
     assert fast_be.contexts[-1] == 0                                # launched on its device from another
 
 
-def test_no_straight_line_prepared_launch_with_descriptor_slots():
-    L = Launcher(fake_binary(), abi(TMA_ARGS), backend=DirectBackend())
+@pytest.mark.parametrize("case", ["cached", "a new address (a miss)", "b off 16 bytes"])
+def test_a_prepared_launch_with_descriptor_slots_launches_what_its_general_path_does(case):
+    """The GEMM's repeated call: its descriptors' CUtensorMaps read from the descriptor cache in the straight
+    line; a miss goes to the general path (which fills it), a misaligned base launches nothing."""
+    from gluon.runtime.descriptors import DESC_CACHE, clear_descriptor_cache
+    clear_descriptor_cache()
+    fast_be, slow_be = Counting(), Counting()
     a, b, c = torch.randn(128, 64).half(), torch.randn(64, 128).half(), torch.empty(128, 128).half()
-    L((1,), a, b, c, 64)
-    assert L.prepare((1,), (a, b, c, 64), (0, 1, 2)).fast is None
+    pair = []
+    for be in (fast_be, slow_be):
+        L = Launcher(fake_binary(), abi(TMA_ARGS), backend=be)
+        L((1,), a, b, c, 64)
+        pair.append(L.prepare((1,), (a, b, c, 64), (0, 1, 2)))
+    fast, slow = pair
+    assert fast.fast is not None and "described((p0, *DK0))" in fast.fast.source
+    a2 = torch.randn(128, 64).half()
+    ptrs = {"cached": (a.data_ptr(), b.data_ptr(), c.data_ptr()),
+            "a new address (a miss)": (a2.data_ptr(), b.data_ptr(), c.data_ptr()),
+            "b off 16 bytes": (a.data_ptr(), b.data_ptr() + 2, c.data_ptr())}[case]
+    n = len(fast_be.calls), len(slow_be.calls)
+    fills = len(DESC_CACHE)
+    assert fast(ptrs) == slow.general(ptrs) == (case != "b off 16 bytes")
+    assert fast_be.calls[n[0]:] == slow_be.calls[n[1]:]
+    assert len(DESC_CACHE) == fills + (case == "a new address (a miss)")   # filled once, then hit by both
+    if case != "b off 16 bytes":                # again: each slot's last descriptor, without the cache
+        fast(ptrs)                              # (after a miss the general path filled it: the cache's once more)
+        hits = DESC_CACHE.hits
+        assert fast(ptrs) is True and DESC_CACHE.hits == hits and fast_be.calls[-1] == slow_be.calls[-1]
+        other = (a.data_ptr(), b.data_ptr(), c.data_ptr()) if ptrs[0] != a.data_ptr() else \
+            (a2.data_ptr(), b.data_ptr(), c.data_ptr())
+        slow.general(other)
+        assert fast(other) is True and fast_be.calls[-1] == slow_be.calls[-1]     # another address: the cache
 
 
 def test_a_jit_call_seen_before_takes_the_fast_entry(monkeypatch):
@@ -410,13 +437,21 @@ def test_a_replay_entry_declines_any_other_call_launching_nothing(case):
     assert entry((torch.randn(4, 16).half(), b)) is not None or case in ("skip", "hook", "other device current")
 
 
-def test_no_replay_entry_over_descriptor_slots_or_a_slot_count_that_does_not_add_up():
-    L = Launcher(fake_binary(), abi(TMA_ARGS), backend=DirectBackend())
+def test_a_replay_entry_over_descriptor_slots_leaves_a_descriptor_miss_to_the_general_path():
+    """Descriptor slots are read from the descriptor cache; on a miss the entry launches nothing and returns
+    None (the caller's general path fills it). No entry where the slots do not add up to the call's tensors."""
+    from gluon.runtime.descriptors import clear_descriptor_cache
+    clear_descriptor_cache()
+    be = DirectBackend()
+    L = Launcher(fake_binary(), abi(TMA_ARGS), backend=be)
     a, b, c = torch.randn(128, 64).half(), torch.randn(64, 128).half(), torch.empty(128, 128).half()
     L((1,), a, b, c, 64)
-    made = ((torch.empty_like, None, None),)
+    made = ((lambda x: torch.empty(128, 128).half(), None, None),)
     ins = tuple((t.shape, t.dtype, -1) for t in (a, b))
-    assert fast_call.build_replay(L.prepare((1,), (a, b, c, 64), (0, 1, 2)), ins, made, lambda: False) is None
+    entry = fast_call.build_replay(L.prepare((1,), (a, b, c, 64), (0, 1, 2)), ins, made, lambda: False)
+    assert entry is not None and "described(" in entry.source
+    n = len(be.calls)
+    assert entry((a, b)) is None and len(be.calls) == n       # the new output's descriptor: not cached yet
     entry, general, _, _ = _replay_entry()
     x = torch.randn(4, 16).half()
     assert fast_call.build_replay(general, ((x.shape, x.dtype, -1),), made, lambda: False) is None

@@ -147,24 +147,38 @@ def build(launcher, kinds: tuple[int, int, int, int, int], key: tuple | None = N
 
 def _prepared_launch(prepared, env: dict[str, Any], fallback: str, misaligned: str) -> list[str] | None:
     """The lines that launch `prepared` with its slots' new addresses in `p0`, `p1`, ... (slot order): the
-    alignments the launch relies on checked (`misaligned` returned where one breaks), the rest of its flat
-    arguments constants in `env`; `fallback` returned off its device or with a launch hook set. None where
-    no straight line applies (descriptor slots, no direct C launch, an empty grid)."""
+    alignments the launch relies on checked (`misaligned` returned where one breaks), a descriptor slot's
+    CUtensorMap read from the descriptor cache (`fallback` returned on a miss: the general path fills it), the
+    rest of its flat arguments constants in `env`; `fallback` returned off its device or with a launch hook
+    set. None where no straight line applies (no direct C launch, an empty grid)."""
+    from .descriptors import DESC_CACHE
     launcher = prepared.launcher
     g0, g1, g2 = prepared.grid
-    if launcher._direct is None or not g0 * g1 * g2 or any(tail is not None for _, _, _, tail in prepared.slots):
+    if launcher._direct is None or not g0 * g1 * g2:
         return None
     env.update(_launch_env(launcher))
-    env.update(fn=launcher._functions[prepared.dev], dev=prepared.dev)
+    env.update(fn=launcher._functions[prepared.dev], dev=prepared.dev, described=DESC_CACHE.get)
     at = {pos: i for i, (pos, _, _, _) in enumerate(prepared.slots)}
     lines = []
     unaligned = [f"p{i} & 15" for i, (_, align16, _, _) in enumerate(prepared.slots) if align16]
     if unaligned:
         lines.append(f"    if {' or '.join(unaligned)}: return {misaligned}")
+    for i, (_, _, _, tail) in enumerate(prepared.slots):
+        if tail is not None:
+            # the last address and its descriptor (one tuple, swapped whole: safe across threads; a weight or a
+            # reused activation buffer comes back at the same address), else the cache's, keyed (address, *tail)
+            env[f"DK{i}"], env[f"LAST{i}"] = tail, [(None, None)]
+            lines += [f"    m = LAST{i}[0]",
+                      f"    if m[0] == p{i}: d{i} = m[1]",
+                      "    else:",
+                      f"        d{i} = described((p{i}, *DK{i}))",
+                      f"        if d{i} is None: return {fallback}",
+                      f"        LAST{i}[0] = (p{i}, d{i})"]
     flat = []
     for j, v in enumerate(prepared.flat):
         if j in at:
-            flat.append(f"p{at[j]}")
+            i = at[j]
+            flat.append(f"p{i}" if prepared.slots[i][3] is None else f"d{i}")
         else:
             env[f"F{j}"] = v
             flat.append(f"F{j}")
@@ -177,11 +191,12 @@ def _prepared_launch(prepared, env: dict[str, Any], fallback: str, misaligned: s
 
 
 def build_prepared(prepared) -> Callable[..., Any] | None:
-    """`fast(ptrs, stream)` for a `PreparedLaunch` whose slots are all pointers (a declared kernel's replay, a
-    split-K reduction): the new addresses checked and placed straight into the C call, the rest of its flat
-    arguments constants; False where an address breaks an alignment the launch relies on, the general
-    `PreparedLaunch.general` where the device is not current or a launch hook is set. None where it does not
-    apply (descriptor slots, no direct C launch, an empty grid)."""
+    """`fast(ptrs, stream)` for a `PreparedLaunch` (a declared kernel's replay, a split-K reduction, the GEMM's
+    repeated call): the new addresses checked and placed straight into the C call (a descriptor slot's
+    CUtensorMap from the descriptor cache), the rest of its flat arguments constants; False where an address
+    breaks an alignment the launch relies on, the general `PreparedLaunch.general` where a descriptor is not
+    cached yet, the device is not current or a launch hook is set. None where it does not apply (no direct C
+    launch, an empty grid)."""
     env: dict[str, Any] = {"general": prepared.general}
     launch = _prepared_launch(prepared, env, "general(ptrs, stream)", "False")
     if launch is None:

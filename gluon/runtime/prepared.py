@@ -28,7 +28,7 @@ class PreparedLaunch:
         None for a pointer) per slot."""
         self.launcher, self.grid, self.dev, self.flat, self.slots, self.keep = \
             launcher, grid, dev, list(flat), slots, keep
-        self.fast = fast_call.build_prepared(self)      # pointer slots only: one straight-line function
+        self.fast = fast_call.build_prepared(self)      # one straight-line function (None: general only)
 
     def __call__(self, ptrs, stream=None) -> bool:
         """Launch with the new base addresses `ptrs` (one per slot) on `stream` (None: the device's current

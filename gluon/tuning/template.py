@@ -37,6 +37,7 @@ for this template (the tuner and `gluon check` refuse the spec with it).
 """
 from __future__ import annotations
 
+import functools
 import hashlib
 import importlib
 import importlib.util
@@ -216,6 +217,11 @@ class TuningTemplate:
     def call(self, config: dict, *args, out=None, **kwargs):
         """Run the kernel with `config` on a user's arguments and return the output."""
         raise NotImplementedError
+
+    def bind(self, config: dict) -> Callable[..., Any]:
+        """What gluon.load's callable runs for a built bucket's `config`: `call` with the config bound. A
+        template whose `call` maps the config to its kernel's on every call does that once here instead."""
+        return functools.partial(self.call, config)
 
     def call_args(self, inputs: dict) -> tuple:
         """The user-call arguments (as `call` takes them after config) held in `make_inputs`' dict."""

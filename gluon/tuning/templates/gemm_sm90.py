@@ -57,6 +57,7 @@ class _GemmSM90Tuning(TuningTemplate):
 
     def __init__(self):
         self._runs: dict[tuple, tuple[GemmConfig, int | None]] = {}      # run(): (config, dtype) -> launch args
+        self._binds: dict[tuple, object] = {}                            # call(): config -> `bind`'s callable
 
     def source_hash(self) -> str:
         """sha256 (16 hex digits) of this adapter and of the kernel package it drives: rows of an edited
@@ -184,15 +185,36 @@ class _GemmSM90Tuning(TuningTemplate):
     def call(self, config, a, b, out=None, scale_a=None, scale_b=None):
         """c = a @ b (a [M, K], b [K, N] row-major, one dtype); fp8: c = (scale_a a) @ (scale_b b).T in bf16,
         b [N, K] (nn.Linear's weight), scales fp32 of one element each. `out` is written when given."""
+        key = tuple(sorted(config.items()))
+        fn = self._binds.get(key)
+        if fn is None:
+            fn = self._binds[key] = self.bind(config)
+        return fn(a, b, out=out, scale_a=scale_a, scale_b=scale_b)
+
+    def bind(self, config):
+        """`call` with `config` mapped to its GemmConfig and split count once (gluon.load's callable keeps it
+        per call key): per call the output's allocation and `launch`."""
         import torch
-        fp8 = a.element_size() == 1
-        if out is None:
-            out = torch.empty(a.shape[0], b.shape[0] if fp8 else b.shape[1], device=a.device,
-                              dtype=torch.bfloat16 if fp8 else a.dtype)
-        if fp8 and (scale_a is None or scale_b is None):
-            raise GluonError("gemm_sm90 of fp8 inputs takes scale_a= and scale_b= (fp32 tensors of one element each)")
-        self.run({"a": a, "b": b, "out": out, "scale_a": scale_a, "scale_b": scale_b}, config)
-        return out
+        cfg = self.knobs(config)                # "auto" values: `launch` resolves them per problem, once
+        s = config.get("SPLIT_K", "auto")
+        splits = None if _auto(s) else int(s)
+        empty, bf16 = torch.empty, torch.bfloat16
+
+        def gemm(a, b, out=None, scale_a=None, scale_b=None):
+            fp8 = a.element_size() == 1
+            if out is None:
+                out = empty(a.shape[0], b.shape[0] if fp8 else b.shape[1], device=a.device,
+                            dtype=bf16 if fp8 else a.dtype)
+            if not fp8:
+                return launch(a, b, out, cfg, splits=splits)
+            if scale_a is None or scale_b is None:
+                raise GluonError(self.missing_scales(a, b))
+            return launch(a, b, out, cfg, b_kmajor=True, splits=splits, scale_a=scale_a, scale_b=scale_b)
+        return gemm
+
+    def missing_scales(self, a, b) -> str:
+        """The error of an fp8 call without its scales."""
+        return "gemm_sm90 of fp8 inputs takes scale_a= and scale_b= (fp32 tensors of one element each)"
 
     def call_args(self, inputs):
         return inputs["a"], inputs["b"]

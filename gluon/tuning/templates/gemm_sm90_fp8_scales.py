@@ -83,13 +83,10 @@ class _ScaledFP8Tuning(_GemmSM90Tuning):
         return (torch.rand(sa_shape, device=device, generator=g) * 2 + 0.25,
                 torch.rand(sb_shape, device=device, generator=g) * 2 + 0.25)
 
-    def call(self, config, a, b, out=None, scale_a=None, scale_b=None):
-        """c = (scale_a a) @ (scale_b b).T in bf16: b [N, K] (nn.Linear's weight), the scales fp32 of
-        `scale_shapes`. `out` is written when given."""
-        if scale_a is None or scale_b is None:
-            sa_shape, sb_shape = self.scale_shapes(a.shape[0], b.shape[0], a.shape[1])
-            raise GluonError(f"{self.name} takes scale_a= ({list(sa_shape)} fp32) and scale_b= ({list(sb_shape)} fp32)")
-        return super().call(config, a, b, out=out, scale_a=scale_a, scale_b=scale_b)
+    def missing_scales(self, a, b) -> str:
+        """c = (scale_a a) @ (scale_b b).T in bf16 takes the scales of `scale_shapes`: the error without them."""
+        sa_shape, sb_shape = self.scale_shapes(a.shape[0], b.shape[0], a.shape[1])
+        return f"{self.name} takes scale_a= ({list(sa_shape)} fp32) and scale_b= ({list(sb_shape)} fp32)"
 
 
 class _RowColFP8Tuning(_ScaledFP8Tuning):
