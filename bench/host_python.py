@@ -111,12 +111,9 @@ def _loaded_gemm():
     """What `gluon.load("gemm_sm90")` returns over a build with one fp16 bucket of the GEMM spec's first seed
     config (no build folder: the manifest's entries only)."""
     from gluon.loader import LoadedKernel
-    from gluon.tuning.declared_replay import Replays
     from gluon.tuning.templates.gemm_sm90 import TUNING
-    k = LoadedKernel.__new__(LoadedKernel)
-    k.name, k.template, k._choice, k._replays, k._last, k._bound = "gemm_sm90", TUNING, {}, Replays(), None, {}
-    k.entries = [{"shape": [256, 256, 256], "dtype": "fp16", "config": TUNING.seed_configs()[0]}]
-    return k
+    return LoadedKernel.of_entries("gemm_sm90", TUNING, [{"shape": [256, 256, 256], "dtype": "fp16",
+                                                           "config": TUNING.seed_configs()[0]}])
 
 
 def main() -> int:

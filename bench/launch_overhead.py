@@ -10,7 +10,8 @@ work in the same run (absolute times vary 2x between boards: compare within one 
 * copy of 4096 fp32: torch `dst.copy_(src)`; a plain Triton kernel; ours through the JIT
   (`copy_kernel_explicit[grid](...)`: specialization lookup, then launch), through the compiled kernel
   (`ck(grid, ...)`: argument binding, then launch) and through its Launcher with bound arguments;
-* GEMM 256^3 fp16: `torch.matmul` (allocating) against `gemm_sm90.launch(a, b, c)` (preallocated c);
+* GEMM 256^3 fp16: `torch.matmul` (allocating) against `gemm_sm90.launch(a, b, c)` (preallocated c) and
+  `gluon.load("gemm_sm90")(a, b)` (allocating; a bucket of the GEMM spec's first seed config, compiled here);
 * softmax 64x1000 bf16: `torch.softmax` against the declared spec's call (`specs/softmax.toml`, what
   `gluon.load("softmax")` runs: argument reading, the plan cache, the compiled specialization);
 * attention [1, 8, 256, 64] fp16: torch's `scaled_dot_product_attention` (its flash kernel) against
@@ -63,6 +64,10 @@ def _cases() -> list[tuple[str, str, object]]:
     from gluon.kernels.attention_sm90 import attention
     q, k, v = (torch.randn(1, 8, 256, 64, device="cuda", dtype=torch.float16) for _ in range(3))
     sdpa = torch.nn.functional.scaled_dot_product_attention
+    from gluon.loader import LoadedKernel
+    from gluon.tuning.templates.gemm_sm90 import TUNING
+    loaded = LoadedKernel.of_entries("gemm_sm90", TUNING, [{"shape": [256, 256, 256], "dtype": "fp16",
+                                                            "config": TUNING.seed_configs()[0]}])
     return [
         ("copy 4096 fp32", "torch copy_", lambda: dst.copy_(src)),
         ("copy 4096 fp32", "plain Triton", lambda: triton_copy[grid](dst, src, 4096, BLOCK=1024)),
@@ -71,6 +76,7 @@ def _cases() -> list[tuple[str, str, object]]:
         ("copy 4096 fp32", "ours: Launcher, bound args", lambda: ck.launcher(grid, *bound)),
         ("GEMM 256^3 fp16", "torch.matmul", lambda: torch.matmul(a, b)),
         ("GEMM 256^3 fp16", "ours: gemm_sm90.launch(a, b, c)", lambda: gemm_sm90.launch(a, b, c)),
+        ("GEMM 256^3 fp16", "ours: gluon.load's callable (a, b)", lambda: loaded(a, b)),
         ("softmax 64x1000 bf16", "torch.softmax", lambda: torch.softmax(x, dim=-1)),
         ("softmax 64x1000 bf16", "ours: declared call (gluon.load's)", lambda: sm.call(sm_config, x)),
         ("attention 1x8x256x64 fp16", "torch SDPA", lambda: sdpa(q, k, v)),

@@ -93,6 +93,15 @@ class LoadedKernel:
         self._last = None                        # the entry of the last key replayed (Replay.entry)
         self._bound: dict = {}                   # by `_plain_key`: the template's call bound to the bucket's config
 
+    @classmethod
+    def of_entries(cls, name: str, template, entries: list[dict]) -> "LoadedKernel":
+        """A loaded kernel over manifest `entries` ({"shape", "dtype", "config"} each) of `template`, without a
+        build folder: their binaries are compiled on first use (benchmarks and tests of the call path)."""
+        k = cls.__new__(cls)
+        k.manifest, k.name, k.template, k.entries = {"name": name, "entries": entries}, name, template, entries
+        k._choice, k._replays, k._last, k._bound = {}, Replays(), None, {}
+        return k
+
     def bucket(self, shape: tuple, dtype: str) -> dict:
         """The manifest entry a call of `shape` and `dtype` runs: the nearest built bucket of that dtype that
         the template lets serve it, else a fallback entry ({"config": ..., "fallback": True}) when the

@@ -122,7 +122,6 @@ def test_a_call_like_one_seen_before_runs_what_its_bucket_bound(tmp_path):
     import torch
 
     from gluon.loader import LoadedKernel
-    from gluon.tuning.declared_replay import Replays
     seen = []
 
     class Template:
@@ -136,10 +135,8 @@ def test_a_call_like_one_seen_before_runs_what_its_bucket_bound(tmp_path):
         def bind(self, config):
             return lambda x, flag=False, extra=None: (config["X"], flag)
 
-    k = LoadedKernel.__new__(LoadedKernel)
-    k.name, k.template, k._choice, k._replays, k._last, k._bound = "t", Template(), {}, Replays(), None, {}
-    k.entries = [{"shape": [64, 0], "dtype": "fp32", "config": {"X": 1}},
-                 {"shape": [1 << 20, 1], "dtype": "fp32", "config": {"X": 2}}]
+    k = LoadedKernel.of_entries("t", Template(), [{"shape": [64, 0], "dtype": "fp32", "config": {"X": 1}},
+                                                  {"shape": [1 << 20, 1], "dtype": "fp32", "config": {"X": 2}}])
     x = torch.randn(8, 8)
     assert k(x) == (1, False) and k(torch.randn(8, 8)) == (1, False) and len(seen) == 1
     assert k(x, flag=True) == (1, True) and k(x, flag=True) == (1, True) and len(seen) == 2
