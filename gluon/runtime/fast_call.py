@@ -15,6 +15,7 @@ from __future__ import annotations
 from typing import Any, Callable
 
 from .cuda import GRID_MAX
+from .descriptors import DESC_CACHE
 
 _SLOW = "slow(grid, args, stream)"
 
@@ -151,7 +152,6 @@ def _prepared_launch(prepared, env: dict[str, Any], fallback: str, misaligned: s
     CUtensorMap read from the descriptor cache (`fallback` returned on a miss: the general path fills it), the
     rest of its flat arguments constants in `env`; `fallback` returned off its device or with a launch hook
     set. None where no straight line applies (no direct C launch, an empty grid)."""
-    from .descriptors import DESC_CACHE
     launcher = prepared.launcher
     g0, g1, g2 = prepared.grid
     if launcher._direct is None or not g0 * g1 * g2:
