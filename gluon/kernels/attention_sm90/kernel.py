@@ -168,6 +168,11 @@ def attention_sm90(Q, K, V, O, L, Sq, Skv, H, GROUP, qk_scale, CFG: gl.constexpr
                     # diagonal: waited for and released, not computed), the first f_g of them unmasked
                     n_g, f_g = _block_range(m0 + g * RM, Sq, Skv, RM, BN, CAUSAL)
                     n_g = gl.minimum(gl.maximum(n_g, 1), n_blocks)
+                    if not CFG.OVERLAP:
+                        # rows all past Sq (in the last query block, Sq not a multiple of BLOCK_M): nothing to
+                        # compute, every block released (the overlap's first block is computed whatever n_g says)
+                        n_g = gl.where(m0 + g * RM >= Sq, 0, n_g)
+                        f_g = gl.minimum(f_g, n_g)
                     turns_open(g, PP)
                     _stage(q_ready, qb, QB).wait((tc // QB) & 1)
                     if CFG.OVERLAP:
@@ -215,11 +220,11 @@ def attention_sm90(Q, K, V, O, L, Sq, Skv, H, GROUP, qk_scale, CFG: gl.constexpr
                             acc, m_i, l_i = _serial_step(jm, cnt, q_g, k_s, v_s, k_ready, v_ready, k_empty, v_empty,
                                                          acc, m_i, l_i, rows, Skv, off, qk_scale, ST, BN, s_layout,
                                                          p_layout, CAUSAL, Q.dtype, True, _p_tile(p_s, g, 0, PB, WGS))
-                    if CAUSAL:
-                        for jr in range(n_g, n_blocks):     # blocks only later warpgroups' rows see
-                            _release(cnt + jr, k_ready, v_ready, k_empty, v_empty, ST)
-                            turn_begin(g, PP)              # (a turn without GEMMs: both take as many turns)
-                            turn_end(g, PP)
+                    # blocks only later warpgroups' rows see (causal), or every block of a warpgroup past Sq
+                    for jr in range(n_g, n_blocks):
+                        _release(cnt + jr, k_ready, v_ready, k_empty, v_empty, ST)
+                        turn_begin(g, PP)                  # (a turn without GEMMs: both take as many turns)
+                        turn_end(g, PP)
                     turns_close(g, PP)
                     _epilogue(acc, m_i, l_i, q_g, O, L, rows, m0 + g * RM, q_row, q_col, ldo, Sq, bh, qk_scale, RM,
                               D, o_layout, WRITE_LSE)
