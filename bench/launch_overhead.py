@@ -12,6 +12,8 @@ work in the same run (absolute times vary 2x between boards: compare within one 
   (`ck(grid, ...)`: argument binding, then launch) and through its Launcher with bound arguments;
 * GEMM 256^3 fp16: `torch.matmul` (allocating) against `gemm_sm90.launch(a, b, c)` (preallocated c) and
   `gluon.load("gemm_sm90")(a, b)` (allocating; a bucket of the GEMM spec's first seed config, compiled here);
+* GEMM 256x256x250 fp16, A's rows off 16 bytes: `torch.matmul` against `gemm_sm90.launch(a, b, c)` (A copied
+  into its cached padded buffer, then the GEMM);
 * softmax 64x1000 bf16: `torch.softmax` against the declared spec's call (`specs/softmax.toml`, what
   `gluon.load("softmax")` runs: argument reading, the plan cache, the compiled specialization);
 * attention [1, 8, 256, 64] fp16: torch's `scaled_dot_product_attention` (its flash kernel) against
@@ -56,6 +58,8 @@ def _cases() -> list[tuple[str, str, object]]:
     a = torch.randn(256, 256, device="cuda", dtype=torch.float16)
     b = torch.randn(256, 256, device="cuda", dtype=torch.float16)
     c = torch.empty(256, 256, device="cuda", dtype=torch.float16)
+    a_odd, b_odd = (torch.randn(256, 250, device="cuda", dtype=torch.float16),
+                    torch.randn(250, 256, device="cuda", dtype=torch.float16))
 
     from gluon.tuning.spec import load_spec, template_of
     sm = template_of(load_spec(os.path.join(ROOT, "specs", "softmax.toml")))
@@ -77,6 +81,9 @@ def _cases() -> list[tuple[str, str, object]]:
         ("GEMM 256^3 fp16", "torch.matmul", lambda: torch.matmul(a, b)),
         ("GEMM 256^3 fp16", "ours: gemm_sm90.launch(a, b, c)", lambda: gemm_sm90.launch(a, b, c)),
         ("GEMM 256^3 fp16", "ours: gluon.load's callable (a, b)", lambda: loaded(a, b)),
+        ("GEMM 256x256x250 fp16 (rows off 16 B)", "torch.matmul", lambda: torch.matmul(a_odd, b_odd)),
+        ("GEMM 256x256x250 fp16 (rows off 16 B)", "ours: gemm_sm90.launch(a, b, c)",
+         lambda: gemm_sm90.launch(a_odd, b_odd, c)),
         ("softmax 64x1000 bf16", "torch.softmax", lambda: torch.softmax(x, dim=-1)),
         ("softmax 64x1000 bf16", "ours: declared call (gluon.load's)", lambda: sm.call(sm_config, x)),
         ("attention 1x8x256x64 fp16", "torch SDPA", lambda: sdpa(q, k, v)),
