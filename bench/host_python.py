@@ -14,6 +14,7 @@ the next where no GPU is at hand. Rows:
   runs once its bucket is chosen), output allocated;
 * GEMM 256^3 fp16: `gemm_sm90.launch(a, b, c)` (c given; its TMA descriptors from the descriptor cache), and
   `gluon.load("gemm_sm90")(a, b)` over a built bucket of the GEMM spec's first seed config (output allocated);
+  at 256x256x250 (A's rows off 16 bytes) the launch with A's copy into its padded buffer (a CPU copy here);
 * for scale: `torch.empty_like` of the softmax input (the output allocation inside the declared call) and a
   Python call that does nothing.
 """
@@ -94,6 +95,7 @@ def _cases() -> list[tuple[str, str, object]]:
     sm_config = {"PROGRAM_BYTES": 2048, "ELEMS_PER_THREAD": 16, "CHUNK": 8192}
     from gluon.kernels.gemm_sm90 import launch
     a, b, c = (torch.randn(256, 256).half() for _ in range(3))
+    a_odd, b_odd = torch.randn(256, 250).half(), torch.randn(250, 256).half()
     loaded = _loaded_gemm()
     return [
         ("copy 4096 fp32", "compiled ck(grid, ...)", lambda: ck(grid, dst, src, 4096)),
@@ -102,6 +104,7 @@ def _cases() -> list[tuple[str, str, object]]:
         ("softmax 64x1000 bf16", "declared call (gluon.load's)", lambda: sm.call(sm_config, x)),
         ("GEMM 256^3 fp16", "gemm_sm90.launch(a, b, c)", lambda: launch(a, b, c)),
         ("GEMM 256^3 fp16", "gluon.load's callable (a, b)", lambda: loaded(a, b)),
+        ("GEMM 256x256x250 fp16 (rows off 16 B)", "gemm_sm90.launch(a, b, c)", lambda: launch(a_odd, b_odd, c)),
         ("for scale", "torch.empty_like(x)", lambda: torch.empty_like(x)),
         ("for scale", "a Python call doing nothing", lambda: None),
     ]
