@@ -235,6 +235,22 @@ class _AttentionSM90Tuning(TuningTemplate):
         return attention(q, k, v, causal=causal, scale=scale, config=cfg, return_lse=return_lse, layout=layout,
                          out=out)
 
+    def bind(self, config):
+        """`call` with the bucket's config mapped to its AttentionConfig once per head dim (gluon.load's callable
+        keeps it per call key)."""
+        configs: dict[int, AttentionConfig] = {}
+
+        def run(q, k, v, causal=False, scale=None, return_lse=False, layout="bhsd", out=None):
+            cfg = None
+            if config:
+                d = q.shape[-1]
+                cfg = configs.get(d)
+                if cfg is None:
+                    cfg = configs[d] = self.kernel_config(config, d)
+            return attention(q, k, v, causal=causal, scale=scale, config=cfg, return_lse=return_lse, layout=layout,
+                             out=out)
+        return run
+
     def call_args(self, inputs):
         return inputs["q"], inputs["k"], inputs["v"]
 
