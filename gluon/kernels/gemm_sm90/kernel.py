@@ -140,18 +140,26 @@ def _splitk_fixup(C, W, CNT, acc, off_m, off_n, split, M, N, SPLITS, RM: int):
         gl.store(CNT + offs, 0, mask=last)
 
 
-def _scaled(acc, SA, SB, off_m, off_n, M, N, SCALE: str, SWAPPED: bool):
-    """acc times the fp32 dequantization scales: one per tensor (SA[0] * SB[0]) or one per row of A and
-    column of B ("rowcol"); with SWAPPED acc is C^T's tile (rows along N)."""
-    if SCALE == "tensor":
-        return acc * (gl.load(SA) * gl.load(SB))
+def _scales(acc, SA, SB, off_m, off_n, M, N, SCALE: str, SWAPPED: bool):
+    """The fp32 dequantization scales of acc's tile: one per tensor (SA[0] * SB[0]), or one per row of A and
+    column of B ("rowcol": the row and column vectors in acc's layout); with SWAPPED acc is C^T's tile (rows
+    along N). `acc` gives only the shape and layout: the kernel loads them before the tile's K loop where
+    the registers allow, so their latency is not the epilogue's."""
+    if SCALE == "tensor":                   # (multiplied at their use: a product here would wait for both)
+        return gl.load(SA), gl.load(SB)
     # the scales along acc's rows and columns: A's and B's, or B's and A's under the swap
     (rs, r0, rn), (cs, c0, cn) = ((SB, off_n, N), (SA, off_m, M)) if SWAPPED else ((SA, off_m, M), (SB, off_n, N))
     r = gl.arange(0, acc.shape[0], layout=SliceLayout(1, acc.layout))
     c = gl.arange(0, acc.shape[1], layout=SliceLayout(0, acc.layout))
-    sr = gl.load(rs + (r0 + r), mask=r0 + r < rn, other=0.0)
-    sc = gl.load(cs + (c0 + c), mask=c0 + c < cn, other=0.0)
-    return acc * sr[:, None] * sc[None, :]
+    return (gl.load(rs + (r0 + r), mask=r0 + r < rn, other=0.0), gl.load(cs + (c0 + c), mask=c0 + c < cn, other=0.0))
+
+
+def _scaled(acc, scales, SCALE: str):
+    """acc times `_scales`' scales."""
+    a, b = scales
+    if SCALE == "tensor":
+        return acc * (a * b)
+    return acc * a[:, None] * b[None, :]
 
 
 @gl.helper
@@ -360,6 +368,11 @@ def gemm_sm90(A, B, C, W, CNT, SA, SB, SPLITS, CFG: gl.constexpr, B_KMAJOR: gl.c
                 acc = gl.zeros(ACC, gl.float32, layout=acc_layout)
                 off_m = pid_m * CFG.BLOCK_M + g * RM
                 off_n = pid_n * CFG.BLOCK_N
+                # per-tensor scales, and per row/column ones where their registers fit (at most 32 column
+                # scales a thread: a 64x256 tile's 64 spill), loaded before the K loop: their latency is then
+                # hidden (one tile per CTA, at one wave or a decode shape, has nothing else to hide it behind)
+                ahead = SCALE == "tensor" or (SCALE == "rowcol" and ACC[1] <= 128 and not CFG.SPLIT_WGS)
+                scales = _scales(acc, SA, SB, off_m, off_n, M, N, SCALE, CFG.SWAP_AB) if ahead else None
                 if SCALE == "block":                # each 128-deep k-step's product scaled into fp32 (below)
                     acc, cnt = _block_scaled_k_loop(acc, a_s, b_s, ready, empty, cnt, k_lo, k_hi, k_top, SA, SB,
                                                     off_m, off_n, M, gl.cdiv(K, 128), CFG.STAGES, CM, B_KMAJOR, ZIG,
@@ -380,7 +393,8 @@ def gemm_sm90(A, B, C, W, CNT, SA, SB, SPLITS, CFG: gl.constexpr, B_KMAJOR: gl.c
                     acc = wgmma_wait(acc, pendings=0)
                     empty[(cnt + (CFG.STAGES - 1)) % CFG.STAGES].arrive(cluster=CM > 1)
                 if SCALE == "tensor" or SCALE == "rowcol":   # linear: split-K partials take it too
-                    acc = _scaled(acc, SA, SB, off_m, off_n, M, N, SCALE, CFG.SWAP_AB)
+                    late = None if ahead else _scales(acc, SA, SB, off_m, off_n, M, N, SCALE, CFG.SWAP_AB)
+                    acc = _scaled(acc, scales if ahead else late, SCALE)
                 rows, cols, mask = _tile_indices(off_m, off_n, RM, CFG.BLOCK_N, acc_layout, M, N)  # (unused: SWAP_AB)
                 if CFG.SWAP_AB:                     # C^T's tile, from registers (or its split-K partial)
                     _store_swapped(C, W, acc, off_m, off_n, split, M, N, SPLITS)
