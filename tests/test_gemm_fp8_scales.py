@@ -39,14 +39,19 @@ def test_block_scales_match_the_dequantized_product(interpret_env, M, N, K, kw, 
 @pytest.mark.parametrize("M,N,K,config", [
     (200, 136, 320, None),                                           # 128x64 tiles: the scales loaded ahead
     (16, 136, 320, None),                                            # SWAP_AB (rows along N): ahead
-    (200, 300, 320, {"BLOCK_N": 256, "CONSUMER_WGS": 2, "SPLIT_WGS": True}),   # 64x256 a warpgroup: at the end
+    (200, 300, 320, {"BLOCK_N": 256, "CONSUMER_WGS": 2, "SPLIT_WGS": True}),   # 64x256 a warpgroup: cp.async
+    (300, 600, 256, {"BLOCK_N": 256, "CONSUMER_WGS": 2, "SPLIT_WGS": False}),  # 128x256, eight warps: cp.async
 ])
-def test_tensor_and_rowcol_scales_match_the_dequantized_product(interpret_env, kind, M, N, K, config):
-    """Per tensor and per row and column, loaded before the K loop (where their registers fit) or after it."""
+def test_tensor_and_rowcol_scales_match_the_dequantized_product(interpret_env, monkeypatch, kind, M, N, K, config):
+    """Per tensor and per row and column, loaded before the K loop into registers (where they fit) or copied
+    into shared memory by cp.async (a pair of buffers a role): two programs, so each runs several tiles and
+    both buffers."""
+    import gluon.kernels.gemm_sm90.host as host
     torch.manual_seed(8)
     a, b = _fp8(M, K), _fp8(N, K)
     sa, sb = (torch.rand(1) + 0.5, torch.rand(1) + 0.5) if kind == "tensor" else (torch.rand(M) + 0.5, torch.rand(N) + 0.5)
     c = torch.full((M, N), NAN).bfloat16()
+    monkeypatch.setattr(host, "device_sms", lambda d: 2)
     launch(a, b, c, config, b_kmajor=True, scale_a=sa, scale_b=sb)
     ref = (a.double() * sa.double().reshape(-1, 1)) @ (b.double() * sb.double().reshape(-1, 1)).T
     torch.testing.assert_close(c.double(), ref, rtol=1e-2, atol=1e-2 * ref.abs().max().item())

@@ -33,12 +33,15 @@ from gluon.jit import kernel
 from gluon.language.control import static_range, warp_role
 from gluon.language.memory import smem
 from gluon.language.nvidia import ptx
+from gluon.language.nvidia.ampere import cp_async, cp_async_commit, cp_async_wait, named_barrier_sync
 from gluon.language.nvidia.hopper import (fence_async_shared, mbarrier, tma_load, tma_store, tma_store_wait, wgmma,
                                           wgmma_wait)
 from gluon.types import Layout, SliceLayout, SwizzleMode, WarpRole
 
 from ..turns import turn_begin, turn_end, turns_close, turns_open
 from .config import kernel_config
+
+_SCALES_BAR = 11            # rowcol scales staged by cp.async: role g's threads meet on named barrier 11 + g
 
 
 def _tile_coords(tile, num_pid_m, num_pid_n, GROUP_M: int):
@@ -152,6 +155,26 @@ def _scales(acc, SA, SB, off_m, off_n, M, N, SCALE: str, SWAPPED: bool):
     r = gl.arange(0, acc.shape[0], layout=SliceLayout(1, acc.layout))
     c = gl.arange(0, acc.shape[1], layout=SliceLayout(0, acc.layout))
     return (gl.load(rs + (r0 + r), mask=r0 + r < rn, other=0.0), gl.load(cs + (c0 + c), mask=c0 + c < cn, other=0.0))
+
+
+def _stage_scales(sr_s, sc_s, SA, SB, off_m, off_n, M, N, SWAPPED: bool, RW: int):
+    """Start copying the tile's row and column scales (as `_scales` reads them) into shared `sr_s`, `sc_s` by
+    cp.async: no register holds them while the K loop runs, and they are there by the epilogue."""
+    (rs, r0, rn), (cs, c0, cn) = ((SB, off_n, N), (SA, off_m, M)) if SWAPPED else ((SA, off_m, M), (SB, off_n, N))
+    one_d = Layout.blocked([1], [32], [RW], [0])
+    r = gl.arange(0, sr_s.shape[0], layout=one_d)
+    c = gl.arange(0, sc_s.shape[0], layout=one_d)
+    cp_async(sr_s, rs + (r0 + r), mask=r0 + r < rn)
+    cp_async(sc_s, cs + (c0 + c), mask=c0 + c < cn)
+    cp_async_commit()
+
+
+def _staged_scales(acc, sr_s, sc_s, g: int, RW: int):
+    """The scales `_stage_scales` copied, in acc's row and column layouts, once every thread of the role has
+    its copies done."""
+    cp_async_wait(0)
+    named_barrier_sync(_SCALES_BAR + g, 32 * RW)
+    return (sr_s.load(layout=SliceLayout(1, acc.layout)), sc_s.load(layout=SliceLayout(0, acc.layout)))
 
 
 def _scaled(acc, scales, SCALE: str):
@@ -305,6 +328,16 @@ def gemm_sm90(A, B, C, W, CNT, SA, SB, SPLITS, CFG: gl.constexpr, B_KMAJOR: gl.c
                    for g in range(ROLES)]
         c_free = [mbarrier(count=1, name=f"c_free{g}" if ROLES > 1 else "c_free") for g in range(ROLES)]
     stage_bytes = ROLES * a_rings[0].nbytes + b_s.nbytes
+    # rowcol scales: loaded before the K loop into registers where a thread's column scales are at most 32,
+    # else (64x256 warpgroup tiles: 64 more registers would spill) copied by cp.async into a pair of shared
+    # buffers a role (a tile's while the previous tile's are read)
+    ACC = (CFG.BLOCK_N, RM) if CFG.SWAP_AB else (RM, CFG.BLOCK_N)
+    AHEAD = SCALE == "tensor" or (SCALE == "rowcol" and ACC[1] <= 128 and not CFG.SPLIT_WGS)
+    STAGED = SCALE == "rowcol" and not AHEAD
+    if STAGED:
+        vec1 = Layout.shared(1, 1, 1, order=(0,))
+        sr_bufs = [smem(gl.float32, vec1, shape=(ACC[0],), name=f"row_scales{g}", stages=2) for g in range(ROLES)]
+        sc_bufs = [smem(gl.float32, vec1, shape=(ACC[1],), name=f"col_scales{g}", stages=2) for g in range(ROLES)]
 
     # work unit = (a cluster's tiles: CM stacked along M, K slice); a cluster's CTAs take the tiles of
     # one unit, which share their B columns: each CTA loads 1/CM of the shared tile and multicasts it
@@ -344,8 +377,7 @@ def gemm_sm90(A, B, C, W, CNT, SA, SB, SPLITS, CFG: gl.constexpr, B_KMAJOR: gl.c
             if CL > 1:
                 gl.cluster_sync()                   # the other CTAs' barriers are initialised
             a_s = a_rings[g]
-            # SWAP_AB: the warpgroup computes C^T's tile, B's BLOCK_N rows on WGMMA's M and A's few rows on its N
-            ACC = (CFG.BLOCK_N, RM) if CFG.SWAP_AB else (RM, CFG.BLOCK_N)
+            # SWAP_AB: the warpgroup computes C^T's tile (ACC), B's BLOCK_N rows on WGMMA's M and A's few rows on its N
             acc_layout = Layout.wgmma((RW, 1), instr_n=ACC[1], operand_dtype=A.dtype)
             if EPILOGUE == "coalesced":     # 16 bytes per thread, a warp's threads along one row
                 vec = 128 // C.dtype.bits
@@ -355,6 +387,8 @@ def gemm_sm90(A, B, C, W, CNT, SA, SB, SPLITS, CFG: gl.constexpr, B_KMAJOR: gl.c
             ZIG = SCALE == "block" and CFG.K_ZIGZAG   # the block scales must follow the producer's K order
             if ZIG:
                 odd = gl.full((), 0, gl.int32)
+            if STAGED:
+                sbuf = gl.full((), 0, gl.int32)     # which of the role's two scale buffers this tile's are in
             turns_open(g, CFG.MMA_TURNS, ROLES)
             for unit in range(first_tile, num_units, tile_step):
                 split, row, col = _unit(unit, rank, SPLITS, num_rows, num_cols, GROUP_ROWS, CK)
@@ -368,11 +402,11 @@ def gemm_sm90(A, B, C, W, CNT, SA, SB, SPLITS, CFG: gl.constexpr, B_KMAJOR: gl.c
                 acc = gl.zeros(ACC, gl.float32, layout=acc_layout)
                 off_m = pid_m * CFG.BLOCK_M + g * RM
                 off_n = pid_n * CFG.BLOCK_N
-                # per-tensor scales, and per row/column ones where their registers fit (at most 32 column
-                # scales a thread: a 64x256 tile's 64 spill), loaded before the K loop: their latency is then
-                # hidden (one tile per CTA, at one wave or a decode shape, has nothing else to hide it behind)
-                ahead = SCALE == "tensor" or (SCALE == "rowcol" and ACC[1] <= 128 and not CFG.SPLIT_WGS)
-                scales = _scales(acc, SA, SB, off_m, off_n, M, N, SCALE, CFG.SWAP_AB) if ahead else None
+                # the scales asked for before the K loop (AHEAD, STAGED): their latency is then hidden (one tile
+                # per CTA, at one wave or a decode shape, has nothing else to hide it behind)
+                scales = _scales(acc, SA, SB, off_m, off_n, M, N, SCALE, CFG.SWAP_AB) if AHEAD else None
+                if STAGED:
+                    _stage_scales(sr_bufs[g][sbuf], sc_bufs[g][sbuf], SA, SB, off_m, off_n, M, N, CFG.SWAP_AB, RW)
                 if SCALE == "block":                # each 128-deep k-step's product scaled into fp32 (below)
                     acc, cnt = _block_scaled_k_loop(acc, a_s, b_s, ready, empty, cnt, k_lo, k_hi, k_top, SA, SB,
                                                     off_m, off_n, M, gl.cdiv(K, 128), CFG.STAGES, CM, B_KMAJOR, ZIG,
@@ -393,8 +427,10 @@ def gemm_sm90(A, B, C, W, CNT, SA, SB, SPLITS, CFG: gl.constexpr, B_KMAJOR: gl.c
                     acc = wgmma_wait(acc, pendings=0)
                     empty[(cnt + (CFG.STAGES - 1)) % CFG.STAGES].arrive(cluster=CM > 1)
                 if SCALE == "tensor" or SCALE == "rowcol":   # linear: split-K partials take it too
-                    late = None if ahead else _scales(acc, SA, SB, off_m, off_n, M, N, SCALE, CFG.SWAP_AB)
-                    acc = _scaled(acc, scales if ahead else late, SCALE)
+                    if STAGED:
+                        scales = _staged_scales(acc, sr_bufs[g][sbuf], sc_bufs[g][sbuf], g, RW)
+                        sbuf = 1 - sbuf
+                    acc = _scaled(acc, scales, SCALE)
                 rows, cols, mask = _tile_indices(off_m, off_n, RM, CFG.BLOCK_N, acc_layout, M, N)  # (unused: SWAP_AB)
                 if CFG.SWAP_AB:                     # C^T's tile, from registers (or its split-K partial)
                     _store_swapped(C, W, acc, off_m, off_n, split, M, N, SPLITS)
