@@ -305,8 +305,24 @@ def test_early_loads_issue_the_first_stages_before_the_warp_roles(variant):
 @pytest.mark.parametrize("cfg", [dict(CLUSTER_M=2), dict(EPILOGUE="ring", STAGES=4)])
 def test_early_loads_refuses_what_it_does_not_handle(cfg):
     cfg = _cfg(**cfg)
-    with pytest.raises(GluonError, match="EARLY_LOADS is written for the cooperative kernel"):
+    with pytest.raises(GluonError, match="EARLY_LOADS is written for the kernel without multicast clusters"):
         cfg.replace(EARLY_LOADS=True)
+
+
+def test_early_loads_with_cluster_k_only_when_asked():
+    """CLUSTER_K's CTAs each load their own K slice: EARLY_LOADS=True is taken there (its first unit found as
+    the kernel's units are, the rank its slice), "auto" leaves it off (not timed on a GPU yet); the trace
+    issues every stage's loads before the roles start."""
+    cfg = _cfg(CLUSTER_M=1, CLUSTER_K=2, BLOCK_N=128, CONSUMER_WGS=1, EPILOGUE="direct")
+    assert cfg.resolve(2).EARLY_LOADS is False
+    early = cfg.replace(EARLY_LOADS=True).resolve(2)
+    assert early.EARLY_LOADS is True and early.LEAN_PROLOGUE is False
+    module = run_passes(gemm_sm90.trace(*stand_ins(DType.bf16, DType.bf16, 2), num_warps=num_warps(early), CFG=early,
+                                        B_KMAJOR=True))
+    from gluon.backend.lowering import lower_module
+    head = lower_module(module).ttgir.split("ttg.warp_specialize", 1)[0]
+    assert head.count("ttng.barrier_expect") == early.STAGES
+    assert head.count("ttng.async_tma_copy_global_to_local") == early.STAGES * 2          # A and B
 
 
 def test_early_loads_auto_is_on_where_the_kernel_has_it():

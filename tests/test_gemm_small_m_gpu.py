@@ -215,6 +215,25 @@ def test_cluster_k_matches_fp64_and_the_two_pass_sum_bit_for_bit(M, N, K, ck, ba
     _agree_bit_for_bit(M, N, K, dtype, b_kmajor, [(cfg, None), (cfg, None), (cfg.replace(CLUSTER_K=1), ck)])
 
 
+@pytest.mark.parametrize("M,N,K,ck,base", [(1, 4096, 4096, 2, "swap"), (128, 4096, 4096, 4, "swap"),
+                                           (33, 1000, 3000, 4, "swap"), (512, 512, 65536, 8, "deep"),
+                                           (300, 200, 5000, 2, "deep"), (2048, 4096, 4096, 4, "deep")])
+@pytest.mark.parametrize("b_kmajor", [False, True])
+def test_cluster_k_with_early_loads_matches_the_kernel_without_them_bit_for_bit(M, N, K, ck, base, b_kmajor):
+    """EARLY_LOADS=True with CLUSTER_K (asked for; "auto" leaves it off there): each CTA's first stages of its
+    first tile's K slice loaded before the roles start and the cluster meets. Bit for bit the same config
+    without them, on poisoned outputs, fresh inputs twice; several tiles a cluster in the last case."""
+    from gluon.kernels.gemm_sm90.config import DEEP_K_CONFIG
+    if base == "swap":
+        bm = max(8, 1 << (M - 1).bit_length())
+        cfg = _swap(M, 64, 128, STAGES=min(8, 216 * 1024 // ((bm + 64) * 128 * 2))).replace(CLUSTER_K=ck)
+    else:
+        cfg = DEEP_K_CONFIG.replace(CLUSTER_M=1, CLUSTER_K=ck, BLOCK_N=64 if M == 2048 else 128)
+    early = cfg.replace(EARLY_LOADS=True)
+    _agree_bit_for_bit(M, N, K, torch.bfloat16, b_kmajor, [(cfg.replace(EARLY_LOADS=False), None), (early, None),
+                                                           (early, None)])
+
+
 def test_cluster_k_with_several_tiles_per_cluster():
     """More tiles than clusters: each cluster walks several tiles, meeting at one barrier per tile."""
     from gluon.kernels.gemm_sm90.config import DEEP_K_CONFIG

@@ -57,7 +57,7 @@ class GemmConfig:
                                 meet in L2
     TMA_PREFETCH                prefetch the A, B and C descriptors at kernel start
     EARLY_LOADS                 the first unit's first stages loaded by the default warps before the warp
-                                roles start; "auto": wherever the kernel has it (no cluster, not "ring")
+                                roles start (with CLUSTER_K too, when asked); "auto": no cluster, not "ring"
     LEAN_PROLOGUE               drop the CTA barriers between the barrier inits and the early loads but
                                 the one the inits need (a PTX pass); "auto": where EARLY_LOADS can be
     SPLITK_FIXUP                with split-K, the last K slice to finish each output element sums the
@@ -119,11 +119,12 @@ class GemmConfig:
             raise GluonError(f"GemmConfig EPILOGUE='coalesced' has not run in a cluster (CLUSTER_M={self.CLUSTER_M} "
                              "> 1) on a GPU yet; use EPILOGUE='tma' there")
         if not self.plain:
-            why = f"CLUSTER_M={self.CLUSTER_M}" if self.CLUSTER_M > 1 else "EPILOGUE='ring'"
-            if self.EARLY_LOADS is True:
-                raise GluonError(f"GemmConfig EARLY_LOADS=True: EARLY_LOADS is written for the cooperative kernel "
-                                 f"without clusters or the ring epilogue ({why}); use EARLY_LOADS=False (or 'auto') "
-                                 "with those")
+            why = f"CLUSTER_M={self.CLUSTER_M}" if self.CLUSTER_M > 1 else (
+                "EPILOGUE='ring'" if self.EPILOGUE == "ring" else f"CLUSTER_K={self.CLUSTER_K}")
+            if self.EARLY_LOADS is True and not self.early_loads_fit:
+                raise GluonError(f"GemmConfig EARLY_LOADS=True: EARLY_LOADS is written for the kernel without "
+                                 f"multicast clusters or the ring epilogue ({why}); use EARLY_LOADS=False (or "
+                                 "'auto') with those")
             if self.LEAN_PROLOGUE is True:
                 raise GluonError(f"GemmConfig LEAN_PROLOGUE=True: LEAN_PROLOGUE is verified for the cooperative kernel "
                                  f"without clusters or the ring epilogue ({why}); use LEAN_PROLOGUE=False (or 'auto') "
@@ -152,6 +153,13 @@ class GemmConfig:
         """The family EARLY_LOADS and LEAN_PROLOGUE are written and verified for: no cluster, not the
         ring epilogue."""
         return self.cluster_size == 1 and self.EPILOGUE != "ring"
+
+    @property
+    def early_loads_fit(self) -> bool:
+        """Where EARLY_LOADS may be asked for: no multicast cluster, not the ring epilogue. With CLUSTER_K each
+        CTA loads its own K slice, so its first stages may go before the cluster meets ("auto" leaves it off
+        there until a GPU has timed it)."""
+        return self.CLUSTER_M == 1 and self.EPILOGUE != "ring"
 
     @property
     def cluster_size(self) -> int:

@@ -362,8 +362,9 @@ def gemm_sm90(A, B, C, W, CNT, SA, SB, SPLITS, CFG: gl.constexpr, B_KMAJOR: gl.c
         # the first unit's first stages, loaded by the default warps before the warp roles start: Triton
         # starts the producer's partition only after the barrier inits and two register hand-overs, so
         # the first TMA loads (the DRAM round trip every program waits for) leave that much earlier
-        row0, col0 = _tile_coords(first_tile // SPLITS, num_rows, num_cols, GROUP_ROWS)
-        k_lo0, k_hi0 = _k_slice(first_tile % SPLITS, k_per_split, k_tiles)
+        # (with CLUSTER_K the CTA's rank is its K slice: its loads are its own, before the cluster meets)
+        split0, row0, col0 = _unit(first_tile, rank, SPLITS, num_rows, num_cols, GROUP_ROWS, CK)
+        k_lo0, k_hi0 = _k_slice(split0, k_per_split, k_tiles)
         early = gl.where(first_tile < num_units, gl.minimum(gl.maximum(k_hi0 - k_lo0, 0), CFG.STAGES), 0)
         for i in static_range(CFG.STAGES):
             if i < early:
