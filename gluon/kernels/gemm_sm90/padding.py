@@ -6,8 +6,8 @@ buffer that is, kept per (role, device, stream, shape), so repeated calls alloca
 that is TMA-ready is used as it is, even when another one is padded: the kernel's K comes from A and its
 N from C, and TMA reads the columns or rows past an operand's own extent as zeros, which is what the
 padding would hold. C is padded (and copied out after) only where the launch cannot store it by address:
-a strided C, or a TMA epilogue the caller asked for by name. A call's `PadPlan` (the buffers and the views to copy through) is kept by the
-caller's key of the call, so a repeat costs the copies and the launch.
+a strided C, or a TMA epilogue the caller asked for by name. A call's `PadPlan` (the buffers and the views
+to copy through) is kept by the caller's key of the call, so a repeat costs the copies and the launch.
 """
 from __future__ import annotations
 

@@ -19,7 +19,6 @@ from __future__ import annotations
 import hashlib
 from pathlib import Path
 
-from gluon.ir import GluonError
 from gluon.kernels.gemm_sm90 import DEFAULT_CONFIG
 
 from .gemm_sm90 import _GemmSM90Tuning
