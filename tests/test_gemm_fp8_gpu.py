@@ -61,3 +61,18 @@ def test_block_scales_sum_each_block_in_fp32():
     launch(a, b, c, b_kmajor=True, scale_a=sa, scale_b=sb)
     ref = b.double().sum(dim=1)[None, :].expand(M, N)
     assert ((c.double() - ref).abs() / ref).max().item() < 1e-5
+
+
+@pytest.mark.parametrize("M,N,K", [(4096, 4096, 4096), (1000, 3000, 784), (64, 4096, 4096)])
+def test_block_scale_a_m_major_matches_its_contiguous_copy_bit_for_bit(M, N, K):
+    """scale_a M-major (torch._scaled_mm's blockwise layout, DeepGEMM's) read as it is: the same C as with its
+    contiguous copy, on poisoned outputs."""
+    a, b, sa, sb, ref = _case(M, N, K, torch.float8_e4m3fn, 5)
+    outs = []
+    for s in (sa.t().contiguous().t(), sa):
+        c = torch.full((M, N), float("nan"), device="cuda", dtype=torch.bfloat16)
+        launch(a, b, c, b_kmajor=True, scale_a=s, scale_b=sb)
+        outs.append(c)
+    torch.cuda.synchronize()
+    assert not torch.isnan(outs[0]).any() and torch.equal(outs[0], outs[1])
+    assert ((outs[0].double() - ref).norm() / ref.norm()).item() < 1e-2

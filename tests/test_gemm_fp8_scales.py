@@ -138,3 +138,23 @@ def test_mma_turns_outside_block_scales_or_two_warpgroup_roles_is_refused(interp
     with pytest.raises(GluonError, match="MMA_TURNS=True is for fp8 block scales"):
         launch(a, b, c, b_kmajor=True, scale_a=torch.ones(1), scale_b=torch.ones(1),
                config=GemmConfig(SPLIT_WGS=True, MMA_TURNS=True))
+
+
+@pytest.mark.parametrize("M,N,K", [(200, 256, 512), (64, 136, 300)])
+def test_block_scale_a_m_major_as_scaled_mm_takes_it(interpret_env, M, N, K):
+    """scale_a M-major ([M, K/128] of strides (1, M): torch._scaled_mm's blockwise layout and DeepGEMM's) is
+    read as it is: the same C bit for bit as its contiguous copy; other strides are one line naming them."""
+    torch.manual_seed(12)
+    a, b = _fp8(M, K), _fp8(N, K)
+    KB, NB = -(-K // 128), -(-N // 128)
+    sa = (torch.rand(M, KB) * 2 + 0.25).t().contiguous().t()
+    sb = torch.rand(NB, KB) * 2 + 0.25
+    assert sa.stride() == (1, M) and not sa.is_contiguous()
+    c1, c2 = (torch.full((M, N), NAN).bfloat16() for _ in range(2))
+    launch(a, b, c1, b_kmajor=True, scale_a=sa, scale_b=sb)
+    launch(a, b, c2, b_kmajor=True, scale_a=sa.contiguous(), scale_b=sb)
+    assert torch.equal(c1, c2)
+    ref = dequantized(a, b, sa, sb)
+    torch.testing.assert_close(c1.double(), ref, rtol=1e-2, atol=1e-2 * ref.abs().max().item())
+    with pytest.raises(GluonError, match=r"scale_a must be a contiguous torch.float32 tensor .*M-major.*strides"):
+        launch(a, b, c1, b_kmajor=True, scale_a=torch.rand(M, 2 * KB)[:, ::2], scale_b=sb)

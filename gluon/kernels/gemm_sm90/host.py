@@ -80,8 +80,9 @@ def launch(a, b, c, config: GemmConfig | Mapping | None = None, b_kmajor: bool =
     fp8 inputs (float8_e4m3fn / float8_e5m2, one for both) take B K-major (`b_kmajor`: the tensor cores
     read 8-bit operands only so) and fp32 dequantization scales `scale_a`, `scale_b`: one element each
     (per tensor), M and N elements (per row of A, per column of B), as torch._scaled_mm takes them, or
-    per block as DeepSeek's DeepGEMM: scale_a [M, ceil(K/128)] (a row of A per 128 of K), scale_b
-    [ceil(N/128), ceil(K/128)] (128 x 128 blocks of B), each block's product summed in fp32;
+    per block as DeepSeek's DeepGEMM: scale_a [M, ceil(K/128)] (a row of A per 128 of K; contiguous, or
+    M-major as torch._scaled_mm's blockwise scaling and DeepGEMM take it), scale_b [ceil(N/128),
+    ceil(K/128)] (128 x 128 blocks of B), each block's product summed in fp32;
     C = (scale_a * A) @ (scale_b * B) accumulated in fp32, rounded once to C's dtype."""
     fast_key = _fast_key(a, b, c, config, b_kmajor, splits, compiled, scale_a, scale_b)
     if fast_key is not None:
@@ -130,6 +131,8 @@ def launch(a, b, c, config: GemmConfig | Mapping | None = None, b_kmajor: bool =
         w, cnt = plan.unused
     if scale == "none":             # unused by the kernel: any fp32 buffer
         scale_a = scale_b = w
+    elif scale == "block_m":        # M-major: its transpose is contiguous, [KB, M], at the same address
+        scale_a = scale_a.t()
     ck = compiled
     args = (a, b, c, w, cnt, scale_a, scale_b, S)
     if ck is None:
@@ -229,27 +232,34 @@ def _keep(cache: dict, key, value) -> None:
 
 
 def _scale_mode(a, b, c, scale_a, scale_b) -> str:
-    """"tensor" or "rowcol" for the scales of an fp8 GEMM, or a GluonError naming what is wrong."""
+    """"tensor", "rowcol", "block" or "block_m" (block scales with scale_a M-major) for the scales of an fp8
+    GEMM, or a GluonError naming what is wrong."""
     import torch
     if a.element_size() != 1 or b.dtype != a.dtype:
         raise GluonError(f"gemm: scales are for fp8 inputs (one of torch.float8_e4m3fn, torch.float8_e5m2 for both a "
                          f"and b), got a {a.dtype} and b {b.dtype}")
     if scale_a is None or scale_b is None:
         raise GluonError("gemm: give both scale_a and scale_b (fp32; one element each, or M and N elements)")
+    M, N = c.shape
+    KB, NB = -(-a.shape[1] // 128), -(-N // 128)
+    # block scales of A M-major ([M, KB] with strides (1, M)): what torch._scaled_mm's blockwise scaling and
+    # DeepGEMM take, read as they are
+    m_major = (isinstance(scale_a, torch.Tensor) and tuple(scale_a.shape) == (M, KB) and not scale_a.is_contiguous()
+               and scale_a.stride() == (1, M))
     for name, t in (("scale_a", scale_a), ("scale_b", scale_b)):
-        if not isinstance(t, torch.Tensor) or t.dtype != torch.float32 or not t.is_contiguous():
-            raise GluonError(f"gemm: {name} must be a contiguous torch.float32 tensor, got "
-                             f"{getattr(t, 'dtype', type(t).__name__)}")
+        if not isinstance(t, torch.Tensor) or t.dtype != torch.float32 or not (t.is_contiguous() or
+                                                                               t is scale_a and m_major):
+            raise GluonError(f"gemm: {name} must be a contiguous torch.float32 tensor (block scale_a may also be "
+                             f"M-major: strides (1, M)), got {getattr(t, 'dtype', type(t).__name__)}"
+                             + (f" of strides {t.stride()}" if isinstance(t, torch.Tensor) else ""))
         if t.device != a.device:
             raise GluonError(f"gemm: {name} is on {t.device}, a on {a.device}")
-    M, N = c.shape
     if scale_a.numel() == 1 and scale_b.numel() == 1:
         return "tensor"
-    if scale_a.numel() == M and scale_b.numel() == N:
+    if scale_a.numel() == M and scale_b.numel() == N and not m_major:
         return "rowcol"
-    KB, NB = -(-a.shape[1] // 128), -(-N // 128)
     if tuple(scale_a.shape) == (M, KB) and tuple(scale_b.shape) == (NB, KB):
-        return "block"
+        return "block_m" if m_major else "block"
     raise GluonError(f"gemm: scale_a is {tuple(scale_a.shape)} and scale_b {tuple(scale_b.shape)}; per tensor they have "
                      f"1 element each, per row and column {M} (A's rows) and {N} (B's columns), per block "
                      f"[{M}, {KB}] (a row of A per 128 of K) and [{NB}, {KB}] (128 x 128 blocks of B)")
@@ -268,7 +278,7 @@ def _plan(a, c, M: int, N: int, K: int, config: GemmConfig | Mapping | None, b_k
     else:
         dev = a.device.index if a.device.index is not None else torch.cuda.current_device()
         sms = sm_count(dev)
-    if scale == "block" and not isinstance(config, GemmConfig):
+    if scale in ("block", "block_m") and not isinstance(config, GemmConfig):
         config = _block_scaled_overrides(M, N, K, sms, c.element_size(), pitch_aligned, config)
     cfg = resolve_config(M, N, K, sms, c.element_size(), pitch_aligned, config, a.element_size())
     if c_addr:
@@ -295,7 +305,9 @@ def _plan(a, c, M: int, N: int, K: int, config: GemmConfig | Mapping | None, b_k
     bound = gemm_sm90[grid(M, N, cfg, sms, S)]
     kw = dict(CFG=cfg, B_KMAJOR=b_kmajor, num_warps=num_warps(cfg))
     if scale != "none":
-        kw["SCALE"] = scale
+        kw["SCALE"] = "block" if scale == "block_m" else scale
+    if scale == "block_m":                                  # scale_a passed as its [KB, M] transpose
+        kw["SA_M_MAJOR"] = True
     if (cfg.EPILOGUE == "coalesced" or cfg.CLUSTER_K > 1) and N % 16 == 0:   # 16-byte stores / loads need
         kw["N_MULTIPLE_16"] = True                                            # 16-element rows
     return _Plan(bound, dev, S, kw, fixup=S > 1 and cfg.SPLITK_FIXUP, summed=S > 1 and cfg.CLUSTER_K > 1)

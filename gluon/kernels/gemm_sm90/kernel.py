@@ -187,7 +187,8 @@ def _scaled(acc, scales, SCALE: str):
 
 @gl.helper
 def _block_scaled_k_loop(acc, a_s, b_s, ready, empty, cnt, k_lo, k_hi, k_top, SA, SB, off_m, off_n, M, KB,
-                         STAGES: int, CL: int, B_KMAJOR: bool, ZIG: bool, TURNS: bool, g: int, WGS: int):
+                         STAGES: int, CL: int, B_KMAJOR: bool, ZIG: bool, TURNS: bool, g: int, WGS: int,
+                         SA_M_MAJOR: bool):
     """SCALE="block" (DeepSeek's DeepGEMM scaling): k-steps kk in [k_lo, k_hi) of 128 K each, A scaled per row
     and 128-deep block of K (SA [M, KB]), B per 128 x 128 block (SB [ceil(N / 128), KB]). Each k-step's WGMMA
     product starts from zero and is added to the fp32 `acc` times SA[row, kk] * SB[off_n // 128, kk]: the
@@ -196,7 +197,8 @@ def _block_scaled_k_loop(acc, a_s, b_s, ready, empty, cnt, k_lo, k_hi, k_top, SA
     the scales load while the WGMMA runs (adding each product while the next k-step's WGMMA runs was
     slower: docs/PERF.md). With K_ZIGZAG (`ZIG`) a unit whose `k_top` is set got its K slice top down from
     the producer: its i-th stage holds block k_top - i. With TURNS (MMA_TURNS) warpgroup `g` of WGS issues
-    each k-step's WGMMAs in its turn (gluon/kernels/turns.py). (acc, cnt) after the slice."""
+    each k-step's WGMMAs in its turn (gluon/kernels/turns.py). SA_M_MAJOR: SA is [KB, M] (scale_a M-major, as
+    torch._scaled_mm and DeepGEMM take it; a warp's rows then load together). (acc, cnt) after the slice."""
     rows = off_m + gl.arange(0, acc.shape[0], layout=SliceLayout(1, acc.layout))
     row_ok = rows < M
     sb_row = SB + (off_n // 128) * KB
@@ -208,7 +210,7 @@ def _block_scaled_k_loop(acc, a_s, b_s, ready, empty, cnt, k_lo, k_hi, k_top, SA
         part = wgmma(a_s[s], b_op, acc, wait=False, use_acc=False)
         turn_end(g, TURNS, WGS)
         kb = gl.where(k_top >= 0, k_top - kk, kk) if ZIG else kk
-        sa = gl.load(SA + rows * KB + kb, mask=row_ok, other=0.0)
+        sa = gl.load(SA + (kb * M + rows if SA_M_MAJOR else rows * KB + kb), mask=row_ok, other=0.0)
         sb = gl.load(sb_row + kb)
         part = wgmma_wait(part, a_s[s], b_s[s], pendings=0)
         empty[s].arrive(cluster=CL > 1)
@@ -254,7 +256,7 @@ def _cluster_sum(C, W, off_m, off_n, M, N, ROWS: int, SLAB: int, CK: int, RW: in
 
 @kernel(arch=SM90, num_warps=9)
 def gemm_sm90(A, B, C, W, CNT, SA, SB, SPLITS, CFG: gl.constexpr, B_KMAJOR: gl.constexpr = False,
-              N_MULTIPLE_16: gl.constexpr = False, SCALE: gl.constexpr = "none"):
+              N_MULTIPLE_16: gl.constexpr = False, SCALE: gl.constexpr = "none", SA_M_MAJOR: gl.constexpr = False):
     """C = A @ B under the resolved GemmConfig `CFG`, in SPLITS K slices (fp32 partials into the
     workspace W when SPLITS > 1; with CFG.SPLITK_FIXUP the int32 arrival counters CNT, one per element of
     C and zero between launches, let the last slice to finish sum them); B is [N, K] with B_KMAJOR;
@@ -411,7 +413,7 @@ def gemm_sm90(A, B, C, W, CNT, SA, SB, SPLITS, CFG: gl.constexpr, B_KMAJOR: gl.c
                 if SCALE == "block":                # each 128-deep k-step's product scaled into fp32 (below)
                     acc, cnt = _block_scaled_k_loop(acc, a_s, b_s, ready, empty, cnt, k_lo, k_hi, k_top, SA, SB,
                                                     off_m, off_n, M, gl.cdiv(K, 128), CFG.STAGES, CM, B_KMAJOR, ZIG,
-                                                    CFG.MMA_TURNS, g, ROLES)
+                                                    CFG.MMA_TURNS, g, ROLES, SA_M_MAJOR)
                 else:
                     for kk in range(k_lo, k_hi):
                         s = cnt % CFG.STAGES
