@@ -1,7 +1,7 @@
 """fp8 GEMM: `gemm_sm90.launch` with fp8 inputs against torch._scaled_mm (cuBLASLt), in the same run.
 
     python3 bench/gemm_fp8.py [--shapes 4096x4096x4096,...] [--fp8 e4m3,e5m2] [--scales tensor,rowcol,block]
-                              [--graph] [--configs ';MMA_TURNS=True,SPLIT_WGS=True'] [--repeats 3]
+                              [--graph] [--configs ';MMA_TURNS=True,SPLIT_WGS=True'] [--scale-a-m-major] [--repeats 3]
                               [--round-ms 1000] [--json out.json]
 
 A is [M, K] and B [N, K] (K-major: nn.Linear's weight, what _scaled_mm takes as `b.t()`), quantized from
@@ -57,6 +57,8 @@ def main() -> int:
     p.add_argument("--configs", default="", help="GemmConfig overrides to time, ';' between configs, each a row "
                    "against the same baseline (';MMA_TURNS=True,SPLIT_WGS=True': the default, then with turns); "
                    "a config a case cannot take is a skipped row, and the exit code 1")
+    p.add_argument("--scale-a-m-major", action="store_true", help="block scales: pass our launch scale_a M-major "
+                   "(strides (1, M), torch._scaled_mm's blockwise layout) instead of contiguous")
     args = p.parse_args()
     configs = _parse_configs(args.configs)
     import torch
@@ -77,6 +79,8 @@ def main() -> int:
                     ref = (a.double() * sa_full.double()) @ (b.double() * sb_full.double()).T
                     theirs = scaled_mm_blockwise(a, b, sa_k, sb_k, base_c, ref)
                     baseline = "scaled_mm blockwise"
+                    if args.scale_a_m_major:
+                        sa_k = sa_k.t().contiguous().t()
                     if theirs is None:            # the same operands through _scaled_mm's per-row/column scaling
                         sa, sb = sa_full.amax(dim=1, keepdim=True), sb_full.amax(dim=1, keepdim=True)
                         baseline = "scaled_mm rowwise"
