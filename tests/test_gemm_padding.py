@@ -7,6 +7,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+from gluon.ir import GluonError  # noqa: E402
 from gluon.kernels.gemm_sm90 import host, launch, padding  # noqa: E402
 
 NAN = float("nan")
@@ -133,3 +134,36 @@ def test_by_address_keeps_to_what_each_family_takes():
         assert by_address(DEFAULT_CONFIG.replace(EPILOGUE=e)).EPILOGUE == e
     assert stores_by_address(None) and stores_by_address({"STAGES": 3}) and stores_by_address(DEFAULT_CONFIG)
     assert not stores_by_address({"EPILOGUE": "ring"}) and not stores_by_address(DEFAULT_CONFIG.replace(EPILOGUE="tma"))
+
+
+def _t(*shape, dtype=torch.half):
+    return torch.randn(*shape).to(dtype)
+
+
+@pytest.mark.parametrize("args,kw,msg", [
+    ((_t(64, 64), _t(64, 64, dtype=torch.bfloat16), _t(64, 64)), {}, r"a and b take one dtype of .* got a "
+                                                                       r"torch.float16 and b torch.bfloat16"),
+    ((_t(64, 64, dtype=torch.float32), _t(64, 64, dtype=torch.float32), _t(64, 64)), {}, "got a torch.float32"),
+    ((_t(64, 64), _t(64, 64), torch.empty(64, 64, dtype=torch.int32)), {}, "c takes .* got torch.int32"),
+    ((_t(64), _t(64, 64), _t(64, 64)), {}, r"a must be a 2-D tensor, got shape \[64\]"),
+    (([[1.0]], _t(64, 64), _t(64, 64)), {}, "a must be a torch.Tensor, got list"),
+    ((_t(64, 32), _t(48, 64), _t(64, 64)), {}, r"a is \[64, 32\] \(K = 32\) and b \[48, 64\], read as \[K, N\].*K = 48"),
+    ((_t(64, 32), _t(64, 48), _t(64, 64)), dict(b_kmajor=True), r"read as \[N, K\] \(b_kmajor=True\), has K = 48"),
+    ((_t(64, 32), _t(32, 64), _t(64, 48)), {}, r"b is \[32, 64\].*N = 64, but c \[64, 48\] has 48 columns"),
+    ((_t(64, 32), _t(32, 64), _t(48, 64)), {}, r"a is \[64, 32\] and c \[48, 64\]: a must have c's 48 rows"),
+])
+def test_operands_that_do_not_fit_are_one_line_naming_them(interpret_env, args, kw, msg):
+    """Shapes that disagree were read past or left short without a word, a 1-D operand was an IndexError, an
+    fp32 or fp64 input a shared-memory error from inside the kernel: one GluonError naming the operand now."""
+    with pytest.raises(GluonError, match=msg):
+        launch(*args, **kw)
+
+
+@pytest.mark.parametrize("M,N,K", [(0, 64, 32), (64, 0, 32), (64, 64, 0), (0, 0, 0)])
+def test_empty_problems_are_what_torch_gives(interpret_env, M, N, K):
+    """M or N of 0: nothing to write; K of 0: zeros (an empty sum), as torch.matmul; no kernel runs (a K of 0
+    recursed through the padding before)."""
+    a, b = _t(M, K), _t(K, N)
+    c = torch.full((M, N), NAN).half()
+    assert launch(a, b, c) is c
+    assert torch.equal(c, torch.matmul(a.float(), b.float()).half())

@@ -89,7 +89,32 @@ def launch(a, b, c, config: GemmConfig | Mapping | None = None, b_kmajor: bool =
         fast = _FAST.get(fast_key)
         if fast is not None and not interpreting() and _fast_launch(fast, a, b, c, scale_a, scale_b, fast_key[-1]):
             return c                # (one made on the GPU is not taken once the interpreter is on)
+        pad = _PADS.get(fast_key)
+        if pad is not None:         # a call padded before (checked then): the copies, then the padded launch
+            return pad.launch(_launch_padded, a, b, c, scale_b, config=config, b_kmajor=b_kmajor, splits=splits,
+                              compiled=compiled, scale_a=scale_a)
+    _check_operands(a, b, c, b_kmajor)
+    return _launch(a, b, c, config, b_kmajor, splits, compiled, scale_a, scale_b, fast_key)
+
+
+def _launch_padded(a, b, c, config=None, b_kmajor=False, splits=None, compiled=None, scale_a=None, scale_b=None):
+    """`launch` of a PadPlan's operands, whose extents may run past each other (the kernel takes K from A
+    and N from C; TMA reads zeros past an operand's own): as `launch`, but for its check of the shapes."""
+    fast_key = _fast_key(a, b, c, config, b_kmajor, splits, compiled, scale_a, scale_b)
+    if fast_key is not None:
+        fast = _FAST.get(fast_key)
+        if fast is not None and not interpreting() and _fast_launch(fast, a, b, c, scale_a, scale_b, fast_key[-1]):
+            return c
+    return _launch(a, b, c, config, b_kmajor, splits, compiled, scale_a, scale_b, fast_key)
+
+
+def _launch(a, b, c, config, b_kmajor: bool, splits, compiled, scale_a, scale_b, fast_key):
+    """`launch` past its fast path, for operands of checked dtypes and ranks: padding, the plan, the launch."""
     scale = "none" if scale_a is None and scale_b is None else _scale_mode(a, b, c, scale_a, scale_b)
+    if not c.numel():               # nothing to write (M or N is 0)
+        return c
+    if not a.shape[1]:              # K = 0: an empty sum
+        return c.zero_()
     if a.element_size() == 1 and not b_kmajor:
         raise GluonError("gemm: 8-bit inputs need B K-major: pass b as [N, K] rows (nn.Linear's weight) with "
                          "b_kmajor=True; WGMMA reads 8-bit operands K-major only")
@@ -98,13 +123,10 @@ def launch(a, b, c, config: GemmConfig | Mapping | None = None, b_kmajor: bool =
     # a C TMA cannot store (rows off 16 bytes) but plain stores can: the kernel stores it by address
     c_addr = not c_tma and c.is_contiguous() and stores_by_address(config)
     if not (tma_ready(a, sa) and tma_ready(b, sb) and (c_tma or c_addr)):
-        pad = _PADS.get(fast_key) if fast_key is not None else None
-        if pad is None:
-            stream = fast_key[-1] if fast_key is not None else _stream_of(a)
-            pad = pad_plan(a, b, c, scale_b, stream, pad_c=not c_addr)
-            if fast_key is not None:
-                _keep(_PADS, fast_key, pad)
-        return pad.launch(launch, a, b, c, scale_b, config=config, b_kmajor=b_kmajor, splits=splits,
+        pad = pad_plan(a, b, c, scale_b, fast_key[-1] if fast_key is not None else _stream_of(a), pad_c=not c_addr)
+        if fast_key is not None:    # a repeat goes from launch's lookup straight to it
+            _keep(_PADS, fast_key, pad)
+        return pad.launch(_launch_padded, a, b, c, scale_b, config=config, b_kmajor=b_kmajor, splits=splits,
                           compiled=compiled, scale_a=scale_a)
     M, N = c.shape
     K = a.shape[1]
@@ -229,6 +251,34 @@ def _keep(cache: dict, key, value) -> None:
     if len(cache) >= _FAST_MAX:
         cache.pop(next(iter(cache)))
     cache[key] = value
+
+
+def _check_operands(a, b, c, b_kmajor: bool) -> None:
+    """One GluonError naming the operand that is not a 2-D tensor of a dtype the GEMM takes, or whose shape
+    does not fit the others' (A [M, K], B [K, N] or with b_kmajor [N, K], C [M, N]): what the kernel would
+    otherwise read past or leave short without a word."""
+    import torch
+    ins = (torch.float16, torch.bfloat16, torch.float8_e4m3fn, torch.float8_e5m2)
+    outs = (torch.float16, torch.bfloat16, torch.float32)
+    for name, t in (("a", a), ("b", b), ("c", c)):
+        if not isinstance(t, torch.Tensor):
+            raise GluonError(f"gemm: {name} must be a torch.Tensor, got {type(t).__name__}")
+        if t.dim() != 2:
+            raise GluonError(f"gemm: {name} must be a 2-D tensor, got shape {list(t.shape)}")
+    if a.dtype not in ins or b.dtype != a.dtype:
+        raise GluonError(f"gemm: a and b take one dtype of {', '.join(map(str, ins))}, got a {a.dtype} and b "
+                         f"{b.dtype}")
+    if c.dtype not in outs:
+        raise GluonError(f"gemm: c takes {', '.join(map(str, outs))}, got {c.dtype}")
+    (M, N), K = c.shape, a.shape[1]
+    if a.shape[0] != M:
+        raise GluonError(f"gemm: a is {list(a.shape)} and c {list(c.shape)}: a must have c's {M} rows")
+    bK, bN = (b.shape[1], b.shape[0]) if b_kmajor else (b.shape[0], b.shape[1])
+    form = "[N, K] (b_kmajor=True)" if b_kmajor else "[K, N] ([N, K] rows with b_kmajor=True)"
+    if bK != K:
+        raise GluonError(f"gemm: a is {list(a.shape)} (K = {K}) and b {list(b.shape)}, read as {form}, has K = {bK}")
+    if bN != N:
+        raise GluonError(f"gemm: b is {list(b.shape)}, read as {form}: N = {bN}, but c {list(c.shape)} has {N} columns")
 
 
 def _scale_mode(a, b, c, scale_a, scale_b) -> str:
