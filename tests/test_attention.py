@@ -165,6 +165,8 @@ def _t(*shape, dtype=torch.float16):
     ((_t(1, 2, 8, 64), _t(1, 2, 8, 64, dtype=torch.bfloat16), _t(1, 2, 8, 64)), {}, "one dtype"),
     ((_t(1, 2, 8, 96),) * 3, {}, "head_dim 96 is not supported"),
     ((_t(1, 6, 8, 64), _t(1, 4, 8, 64), _t(1, 4, 8, 64)), {}, "6 heads and k/v 4"),
+    ((_t(1, 2, 8, 64), _t(1, 0, 8, 64), _t(1, 0, 8, 64)), {}, "2 heads and k/v 0"),
+    ((_t(1, 2, 8, 64), _t(1, 2, 0, 64), _t(1, 2, 0, 64)), {}, "no keys .* for q's queries"),
     ((_t(1, 2, 8, 64), _t(1, 2, 8, 64), _t(1, 2, 9, 64)), {}, "must have one shape"),
     ((_t(1, 2, 8, 64), _t(1, 2, 64, 8).transpose(2, 3), _t(1, 2, 8, 64)), {}, "k's last dimension is not contiguous"),
     ((_t(1, 2, 8, 64),) * 3, {}, "q is on cpu"),
@@ -367,3 +369,17 @@ def test_a_repeated_call_with_a_misaligned_input_takes_the_full_path(monkeypatch
     assert len(fake.calls) == calls + 1
     maps = [x for x in fake.calls[-1] if isinstance(x, tuple) and x and x[0] == "CUtensorMap"]
     assert all(m[1][0] % 16 == 0 for m in maps) and odd.data_ptr() not in [m[1][0] for m in maps]
+
+
+@pytest.mark.parametrize("shape", [(0, 2, 64, 64), (1, 0, 64, 64), (1, 2, 0, 64)])
+@pytest.mark.parametrize("lse", [False, True])
+@pytest.mark.parametrize("layout", ["bhsd", "bshd"])
+def test_empty_problems_give_the_empty_output_as_sdpa(interpret_env, shape, lse, layout):
+    """A batch, heads or queries of 0: the empty output (and LSE [B, H, Sq]) without a launch, as torch's SDPA;
+    a batch of 0 was an error about TMA descriptors from inside the kernel, no queries and no keys a TypeError."""
+    B, H, S, D = shape
+    q = _t(*shape) if layout == "bhsd" else _t(B, S, H, D)
+    got = attention(q, q, q, return_lse=lse, layout=layout)
+    o, l = got if lse else (got, None)
+    assert o.shape == q.shape and o.dtype == q.dtype
+    assert l is None or tuple(l.shape) == (B, H, S)

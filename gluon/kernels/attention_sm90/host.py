@@ -117,11 +117,11 @@ def _check(q, k, v) -> None:
         _fail(f"k {tuple(k.shape)} and v {tuple(v.shape)} must have one shape")
     if k.shape[0] != B or k.shape[3] != D:
         _fail(f"k {tuple(k.shape)} does not match q {tuple(q.shape)} in batch or head_dim")
-    if k.shape[1] == 0 or H % k.shape[1]:
+    if (k.shape[1] == 0 and H) or (k.shape[1] and H % k.shape[1]):
         _fail(f"q has {H} heads and k/v {k.shape[1]}: grouped-query attention needs the k/v heads to divide the q "
               "heads")
-    if k.shape[2] == 0:
-        _fail("k and v have no keys (seq length 0)")
+    if k.shape[2] == 0 and q.shape[2]:
+        _fail("k and v have no keys (seq length 0) for q's queries")
     for name, t in (("q", q), ("k", k), ("v", v)):
         if t.stride(-1) != 1:
             _fail(f"{name}'s last dimension is not contiguous (stride {t.stride(-1)}); TMA reads rows of head_dim "
@@ -195,11 +195,15 @@ def attention(q, k, v, causal: bool = False, scale: float | None = None, config:
     scale = 1.0 / math.sqrt(D) if scale is None else float(scale)
     if not math.isfinite(scale):
         _fail(f"scale={scale} must be a finite number")
+    if out is not None and (tuple(out.shape) != (B, H, Sq, D) or out.dtype != q.dtype or out.device != q.device):
+        _fail(f"out must be a {q.dtype} tensor of q's shape on {q.device}, got {out.dtype} {tuple(out.shape)}")
+    if not (Sq and B and H):                     # nothing to compute: the empty output (and LSE), as SDPA gives
+        o = out if out is not None else torch.empty(B, H, Sq, D, device=q.device, dtype=q.dtype)
+        o = o.transpose(1, 2) if layout == "bshd" else o
+        return (o, torch.empty(B, H, Sq, device=q.device, dtype=torch.float32)) if return_lse else o
     q2, q_bshd, q_copied = _as_view(q)
     k2, k_bshd, k_copied = _as_view(k)
     v2, v_bshd, v_copied = _as_view(v)
-    if out is not None and (tuple(out.shape) != (B, H, Sq, D) or out.dtype != q.dtype or out.device != q.device):
-        _fail(f"out must be a {q.dtype} tensor of q's shape on {q.device}, got {out.dtype} {tuple(out.shape)}")
     o = out if out is not None else _empty_like_rows(q, q_bshd)
     got = _view2d(o)
     if got is None or got[1] != q_bshd:         # the kernel writes O laid out as Q: through a buffer, copied
@@ -208,8 +212,6 @@ def attention(q, k, v, causal: bool = False, scale: float | None = None, config:
     else:
         o_work = o
     o2 = got[0]
-    if Sq == 0:
-        return (o, torch.empty(B, H, 0, device=q.device)) if return_lse else o
     lse = torch.empty(B, H, Sq, device=q.device, dtype=torch.float32) if return_lse else _lse_dummy(q.device)
     key = (q.device.index, B, H, HK, Sq, Skv, D, q.dtype, causal, q_bshd, k_bshd, v_bshd, return_lse,
            config if isinstance(config, AttentionConfig) or config is None else tuple(sorted(config.items())))
