@@ -147,3 +147,22 @@ def test_a_call_like_one_seen_before_runs_what_its_bucket_bound(tmp_path):
 def test_load_unknown_name_says_what_to_run(tmp_path):
     with pytest.raises(BuildError, match="gluon build --best"):
         gluon.load("nope", root=str(tmp_path))
+
+
+def test_the_loaded_gemm_names_an_operand_it_cannot_take(interpret_env):
+    """gluon.load("gemm_sm90")(a, b) with a 1-D or non-tensor operand, or shapes that disagree: one GluonError
+    naming it (an IndexError or AttributeError from the bucket's shape before)."""
+    import torch
+
+    from gluon.ir import GluonError
+    from gluon.loader import LoadedKernel
+    from gluon.tuning.templates.gemm_sm90 import TUNING
+    k = LoadedKernel.of_entries("gemm_sm90", TUNING, [{"shape": [256, 256, 256], "dtype": "fp16",
+                                                       "config": TUNING.seed_configs()[2]}])
+    h = torch.randn(64, 64).half()
+    for args, msg in (((h, torch.randn(64).half()), r"b must be a 2-D torch.Tensor, got shape \[64\]"),
+                      (([[1.0]], h), "a must be a 2-D torch.Tensor, got list"),
+                      ((torch.randn(64, 32).half(), torch.randn(48, 64).half()), r"b \[48, 64\].*has K = 48")):
+        with pytest.raises(GluonError, match=msg):
+            k(*args)
+    assert torch.allclose(k(h, h).float(), h.float() @ h.float(), rtol=1e-2, atol=1e-1)

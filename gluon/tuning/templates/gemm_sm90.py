@@ -180,6 +180,11 @@ class _GemmSM90Tuning(TuningTemplate):
         return sixteen + [dict(c, BLOCK_K=2 * c["BLOCK_K"]) for c in sixteen]
 
     def shape_of(self, a, b, out=None, scale_a=None, scale_b=None):
+        import torch
+        for name, t in (("a", a), ("b", b)):
+            if not isinstance(t, torch.Tensor) or t.dim() != 2:
+                got = f"shape {list(t.shape)}" if isinstance(t, torch.Tensor) else type(t).__name__
+                raise GluonError(f"{self.name}: {name} must be a 2-D torch.Tensor, got {got}")
         return (a.shape[0], b.shape[0] if a.element_size() == 1 else b.shape[1], a.shape[1])
 
     def call(self, config, a, b, out=None, scale_a=None, scale_b=None):
