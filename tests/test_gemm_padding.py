@@ -167,3 +167,23 @@ def test_empty_problems_are_what_torch_gives(interpret_env, M, N, K):
     c = torch.full((M, N), NAN).half()
     assert launch(a, b, c) is c
     assert torch.equal(c, torch.matmul(a.float(), b.float()).half())
+
+
+@pytest.mark.parametrize("config", [
+    {"SPLIT_WGS": True, "K_ZIGZAG": True},          # two roles of 64x256, each its own staging tile
+    {"EPILOGUE": "direct", "SPLIT_WGS": True},      # (a cluster's "tma" becomes "direct")
+    None,                                           # the pick
+    {"EPILOGUE": "coalesced", "BLOCK_N": 128},
+])
+def test_c_by_address_over_several_tiles_a_program(padded_env, monkeypatch, config):
+    """C's rows off 16 bytes through the pointer epilogues with several tiles a program (a grid of 2), edges in
+    both dimensions, and a fresh call: every element right, nothing padded."""
+    monkeypatch.setattr(host, "device_sms", lambda d: 2)
+    torch.manual_seed(14)
+    M, N, K = 300, 530, 128
+    for _ in range(2):
+        a, b = torch.randn(M, K).half(), torch.randn(N, K).half()
+        c = torch.full((M, N), NAN).half()
+        launch(a, b, c, config, b_kmajor=True)
+        _check(a, b, c, True)
+    assert not padding._SCRATCH
