@@ -18,7 +18,6 @@ DEEP_CK = DEEP_K_CONFIG.replace(CLUSTER_M=1, CLUSTER_K=8)
     (dict(CLUSTER_K=2, CLUSTER_M=2, EPILOGUE="direct"), "CLUSTER_M=1"),
     (dict(CLUSTER_K=2, SPLITK_FIXUP=True, EPILOGUE="direct"), "SPLITK_FIXUP=False"),
     (dict(CLUSTER_K=2, EPILOGUE="tma"), "EPILOGUE='direct'"),
-    (dict(CLUSTER_K=4, BLOCK_N=192, EPILOGUE="direct"), "column slabs of a power of two"),
 ])
 def test_cluster_k_rules_name_the_field(kw, match):
     with pytest.raises(GluonError, match=rf"CLUSTER_K=\d+ takes .*{match}"):

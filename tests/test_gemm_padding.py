@@ -151,6 +151,10 @@ def _t(*shape, dtype=torch.half):
     ((_t(64, 32), _t(64, 48), _t(64, 64)), dict(b_kmajor=True), r"read as \[N, K\] \(b_kmajor=True\), has K = 48"),
     ((_t(64, 32), _t(32, 64), _t(64, 48)), {}, r"b is \[32, 64\].*N = 64, but c \[64, 48\] has 48 columns"),
     ((_t(64, 32), _t(32, 64), _t(48, 64)), {}, r"a is \[64, 32\] and c \[48, 64\]: a must have c's 48 rows"),
+    ((_t(64, 64), _t(64, 64), _t(64, 64)), dict(config="fast"), "config is a GemmConfig or a dict of its fields"),
+    ((_t(64, 64), _t(64, 64), _t(64, 64)), dict(config={"BLOCK_N": 100}), "BLOCK_N=100: takes a power of two"),
+    ((_t(64, 64), _t(64, 64), _t(64, 64)), dict(splits=0), "splits=0: the number of K slices, a positive int"),
+    ((_t(64, 64), _t(64, 64), _t(64, 64)), dict(splits="2"), "splits='2'"),
 ])
 def test_operands_that_do_not_fit_are_one_line_naming_them(interpret_env, args, kw, msg):
     """Shapes that disagree were read past or left short without a word, a 1-D operand was an IndexError, an

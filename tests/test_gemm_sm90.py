@@ -429,7 +429,8 @@ def test_splitk_fixup_sass_fences_once_around_relaxed_atomics():
 @pytest.mark.parametrize("kw,match", [
     (dict(SWAP_AB=True, CONSUMER_WGS=2), "one consumer warpgroup"),
     (dict(SWAP_AB=True, CONSUMER_WGS=1, BLOCK_M=40), "a power of two from 8 to 256, not 40"),
-    (dict(SWAP_AB=True, CONSUMER_WGS=1, BLOCK_M=16, BLOCK_N=96), "a multiple of 64, not 96"),
+    (dict(SWAP_AB=True, CONSUMER_WGS=1, BLOCK_M=16, BLOCK_N=32), "a multiple of 64, not 32"),
+    (dict(BLOCK_N=96), "BLOCK_N=96: takes a power of two"),
     (dict(SWAP_AB=True, CONSUMER_WGS=1, BLOCK_M=16, EPILOGUE="tma"), "EPILOGUE='direct'"),
     (dict(SWAP_AB=True, CONSUMER_WGS=1, BLOCK_M=16, SPLITK_FIXUP=True), "SPLITK_FIXUP=False"),
     (dict(SPLITK_FIXUP=True, EPILOGUE="coalesced"), "stores C from registers"),

@@ -103,6 +103,11 @@ class GemmConfig:
     def __post_init__(self):
         for name in _INTS:
             object.__setattr__(self, name, positive_int("GemmConfig", name, getattr(self, name)))
+        for name in ("BLOCK_N", "BLOCK_K"):     # tile extents of the kernel's tensors: powers of two
+            v = getattr(self, name)
+            if v & (v - 1):
+                raise GluonError(f"GemmConfig {name}={v}: takes a power of two (a tile extent), e.g. "
+                                 f"{1 << (v.bit_length() - 1)} or {1 << v.bit_length()}")
         if self.SWIZZLE not in _SWIZZLES:
             raise GluonError(f"GemmConfig SWIZZLE={self.SWIZZLE!r}: takes one of {', '.join(map(str, _SWIZZLES))} "
                              "(bytes)")

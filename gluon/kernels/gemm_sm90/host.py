@@ -94,6 +94,11 @@ def launch(a, b, c, config: GemmConfig | Mapping | None = None, b_kmajor: bool =
             return pad.launch(_launch_padded, a, b, c, scale_b, config=config, b_kmajor=b_kmajor, splits=splits,
                               compiled=compiled, scale_a=scale_a)
     _check_operands(a, b, c, b_kmajor)
+    if config is not None and not isinstance(config, (GemmConfig, Mapping)):
+        raise GluonError(f"gemm: config is a GemmConfig or a dict of its fields, not {type(config).__name__}")
+    if splits is not None and (type(splits) is not int or splits < 1):
+        raise GluonError(f"gemm: splits={splits!r}: the number of K slices, a positive int (or None: the split-K "
+                         "heuristic)")
     return _launch(a, b, c, config, b_kmajor, splits, compiled, scale_a, scale_b, fast_key)
 
 
