@@ -172,6 +172,7 @@ def _t(*shape, dtype=torch.float16):
     ((_t(1, 2, 8, 64),) * 3, {}, "q is on cpu"),
     ((_t(1, 2, 8, 64),) * 3, {"layout": "sbhd"}, "layout='sbhd'"),
     (("q", "k", "v"), {}, "q must be a torch tensor"),
+    ((_t(1, 2, 8, 64),) * 3, {"config": "fast"}, "config is an AttentionConfig or a dict of its fields, not str"),
 ])
 def test_bad_inputs_get_one_line_naming_the_argument(args, kw, msg):
     with pytest.raises(GluonError, match=msg) as e:

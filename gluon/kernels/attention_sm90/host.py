@@ -179,6 +179,8 @@ def attention(q, k, v, causal: bool = False, scale: float | None = None, config:
             got = _fast_call(fp, q, k, v)
             if got is not None:
                 return got
+    if config is not None and not isinstance(config, (AttentionConfig, Mapping)):
+        _fail(f"config is an AttentionConfig or a dict of its fields, not {type(config).__name__}")
     if layout not in ("bhsd", "bshd"):
         _fail(f"layout={layout!r}: use 'bhsd' ([batch, heads, seq, head_dim]) or 'bshd' ([batch, seq, heads, "
               "head_dim])")
