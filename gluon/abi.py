@@ -195,6 +195,12 @@ class KernelABI:
     def bind(self, args: Sequence[Any], kwargs: dict) -> list:
         """The value of every runtime parameter for a call with the caller's `args` and keyword sizes,
         taken from each parameter's source (a parameter without one takes the next argument)."""
+        sizes = [src[1] for src in self._sources if src[0] == 2]
+        unknown = [k for k in kwargs if k not in sizes]
+        if unknown:                     # a misspelt constexpr or size would otherwise be dropped without a word
+            raise TypeError(f"kernel {self.name} got unexpected keyword argument{'s' if len(unknown) > 1 else ''} "
+                            f"{', '.join(map(repr, unknown))}"
+                            + (f" (its sizes by keyword: {', '.join(sizes)})" if sizes else ""))
         out = []
         for src in self._sources:
             kind = src[0]

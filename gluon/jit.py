@@ -90,6 +90,17 @@ def install_interpreter(fn: Callable, **routes: Callable) -> None:
     _INTERPRETER_ROUTES.update(routes)
 
 
+def _positional_constexprs(t, bound: dict, given: dict) -> dict:
+    """The constexprs of a call that gave them positionally (`bound`: parameter name -> value), refusing one
+    also given by keyword (`given`), as Python refuses a second value for an argument."""
+    out = {n: bound[n] for n in t.signature.parameters if n in t.constexprs and n in bound}
+    twice = [n for n in out if n in given]
+    if twice:
+        raise ir.GluonError(f"kernel {t.name} got multiple values for {', '.join(map(repr, twice))} (by position "
+                            "and by keyword)", t.loc)
+    return out
+
+
 def _route(name: str) -> Callable:
     _interpreter()
     return _INTERPRETER_ROUTES[name]
@@ -519,7 +530,7 @@ class BoundLaunch:
             names = list(t.signature.parameters)
             bound = dict(zip(names, args))
             args = tuple(bound[n] for n in self.jf.runtime_params if n in bound)
-            constexprs.update({n: bound[n] for n in names if n in t.constexprs and n in bound})
+            constexprs.update(_positional_constexprs(t, bound, constexprs))
         arch = arch_by_name(arch) if isinstance(arch, str) else arch
         args = _from_dlpack(args)
         ck = self.jf.specialize(args, constexprs, self.block, num_warps or t.num_warps, arch, kwargs)
@@ -536,7 +547,7 @@ class BoundLaunch:
             constexprs = {k: kwargs.pop(k) for k in list(kwargs) if k in t.constexprs}
             if len(args) > len(self.jf.runtime_params):   # constexprs given positionally
                 bound = dict(zip(t.signature.parameters, args))
-                constexprs.update({n: bound[n] for n in t.signature.parameters if n in t.constexprs and n in bound})
+                constexprs.update(_positional_constexprs(t, bound, constexprs))
             return _route("compiled")(t, constexprs, self.block, num_warps, arch)
         return self._specialize(args, num_warps, arch, kwargs)[0]
 

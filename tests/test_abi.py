@@ -77,6 +77,33 @@ def test_a_launch_without_a_keyword_size_names_it():
     assert ck.launch_args((x, 1.5), {"K": 10}) == [x, 1.5, 10]
     with pytest.raises(GluonError, match="needs the size 'K'"):
         ck.launch_args((x, 1.5), {})
+    with pytest.raises(GluonError, match=r"unexpected keyword argument 'KK' \(its sizes by keyword: K\)"):
+        ck.launch_args((x, 1.5), {"K": 10, "KK": 4})
+
+
+def test_a_keyword_the_kernel_does_not_take_is_refused_not_dropped():
+    """A misspelt constexpr or size (`XBLCOK=512`) was dropped without a word, the constexpr's default taken; a
+    constexpr given by position and by keyword took the positional one. Both are one line now, through the
+    JIT launch (its specialization's launcher) and in the CPU interpreter alike."""
+    torch = pytest.importorskip("torch")
+    import sys
+    from pathlib import Path
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
+    from copy_kernel import copy_kernel_explicit as k
+
+    from gluon.interpret import set_enabled
+    src, dst = torch.randn(4096), torch.empty(4096)
+    kw = dict(XBLOCK=1024, VEC=4, NUM_WARPS=4, num_warps=4)
+    was = set_enabled(True)
+    try:
+        with pytest.raises(GluonError, match="got unexpected keyword argument 'XBLCOK'"):
+            k[(4,)](dst, src, 4096, XBLCOK=512, **{n: v for n, v in kw.items() if n != "XBLOCK"}, XBLOCK=1024)
+        with pytest.raises(GluonError, match="got multiple values for 'XBLOCK' \\(by position and by keyword\\)"):
+            k[(4,)](dst, src, 4096, 512, **kw)
+        k[(4,)](dst, src, 4096, 1024, 4, 4, num_warps=4)                  # constexprs by position alone
+        assert torch.equal(dst, src)
+    finally:
+        set_enabled(was)
 
 
 @pytest.mark.parametrize("cfg, ctas, passes, multicast", [

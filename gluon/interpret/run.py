@@ -18,7 +18,7 @@ import numpy as np
 
 from .. import ir
 from ..arch import SM90, arch_by_name
-from ..jit import _arg_key, _jit_of, _stand_in
+from ..jit import _arg_key, _jit_of, _positional_constexprs, _stand_in
 from ..passes.pipeline import pipeline
 from ..types import GluonError, SourceKind
 from . import memory as _memory  # noqa: F401 - registers the load/store/atomic rules
@@ -134,6 +134,12 @@ def bind_params(kernel: ir.Kernel, args: Sequence[Any], kwargs: dict, bound: boo
     CompiledKernel.launch_args)."""
     env: dict[int, Any] = {}
     buffers: dict[int, Any] = {}
+    sizes = [p.source.name for p in kernel.params if p.source is not None and p.source.kind is SourceKind.KEYWORD]
+    unknown = [k for k in kwargs if k not in sizes]
+    if unknown:                         # as KernelABI.bind: a misspelt constexpr or size is not dropped silently
+        raise GluonError(f"kernel {kernel.name} got unexpected keyword argument{'s' if len(unknown) > 1 else ''} "
+                         f"{', '.join(map(repr, unknown))}" + (f" (its sizes by keyword: {', '.join(sizes)})"
+                                                              if sizes else ""), kernel.loc)
     if bound and len(args) != len(kernel.params):
         raise GluonError(f"kernel {kernel.name}'s launcher takes {len(kernel.params)} arguments "
                          f"({', '.join(p.name for p in kernel.params)}), got {len(args)}", kernel.loc)
@@ -274,7 +280,7 @@ def interpret(template, grid, *args, block: Sequence[int] | None = None, num_war
     if len(args) > len(runtime):                 # constexprs given positionally
         bound = dict(zip(names, args))
         args = tuple(bound[n] for n in runtime if n in bound)
-        constexprs.update({n: bound[n] for n in names if n in template.constexprs and n in bound})
+        constexprs.update(_positional_constexprs(template, bound, constexprs))
     module, conv = trace_for(template, args, constexprs, block, num_warps, arch)
     if callable(grid):
         meta = dict(zip(runtime, conv))
