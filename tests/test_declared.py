@@ -161,6 +161,19 @@ def test_a_users_call_reads_the_dims_off_its_inputs(declared):
         t.shape_of(x, y=1)
     with pytest.raises(Exception, match="x is on cpu"):            # the input named, not the output made for it
         t.call({"BLOCK": 1024, "NUM_WARPS": 4}, x.half())
+    with pytest.raises(Exception, match="x must be a tensor, got list"):
+        t.shape_of([1.0, 2.0])
+
+
+def test_a_call_whose_outputs_are_empty_launches_nothing(interpret_env):
+    """A dim of 0 with every output empty: the empty outputs, no launch (softmax of [4, 0] was an error about a
+    layout from inside the kernel), as torch.softmax gives."""
+    from gluon.tuning.spec import load_spec, template_of
+    sm = template_of(load_spec(os.path.join(ROOT, "specs", "softmax.toml")))
+    cfg = {"PROGRAM_BYTES": 2048, "ELEMS_PER_THREAD": 16, "CHUNK": 8192}
+    for shape in ((4, 0), (0, 1000)):
+        out = sm.call(cfg, torch.randn(*shape))
+        assert out.shape == torch.softmax(torch.randn(*shape), -1).shape
 
 
 # ------------------------------------------------------------------------------------------ errors

@@ -368,7 +368,9 @@ class DeclaredTemplate(TuningTemplate):
             x = given.get(t.name)
             if x is None:
                 raise ir.GluonError(f"{self.name}: missing input {t.name}")
-            xs = x.shape
+            xs = getattr(x, "shape", None)
+            if xs is None or not hasattr(x, "dtype"):
+                raise ir.GluonError(f"{self.name}: {t.name} must be a tensor, got {type(x).__name__}")
             if len(xs) != len(t.shape):
                 raise ir.GluonError(f"{self.name}: {t.name} has {len(xs)} dims, the kernel takes {len(t.shape)} "
                                     f"([{', '.join(t.shape)}])")
@@ -443,6 +445,8 @@ class DeclaredTemplate(TuningTemplate):
         if user:                                    # scalars the caller gave: part of the launch's key
             inputs.update((n, given[n]) for n in user)
             inputs["@given"] = tuple(user)
+        if self._outputs and all(inputs[t.name].numel() == 0 for t in self._outputs):
+            return inputs, None                     # nothing to write (a dim of 0): no launch, as torch's ops
         return inputs, self.run(inputs, config)
 
     def _allocate(self, name: str, want: tuple, dt, like):

@@ -107,7 +107,9 @@ class Replays:
 def make_replay(launched, inputs: dict, runtime: list, input_names: tuple, outputs: tuple) -> Replay | None:
     """The Replay of a call just launched (`launched`: the kernel run() launched, its grid and arguments), or
     None where a repeat could differ in more than addresses (a kernel whose arguments need binding,
-    scalars the caller gave, a tensor not 16-byte aligned)."""
+    scalars the caller gave, a tensor not 16-byte aligned, no launch at all)."""
+    if launched is None:
+        return None
     kernel, grid, args = launched
     prepare = getattr(kernel, "prepare", None)          # a Launcher (a CompiledKernel binds its arguments first)
     if prepare is None or "@given" in inputs or _interpret_enabled() or not input_names:
