@@ -4,8 +4,7 @@ A launch of a problem it has seen costs one dict lookup (the plan: resolved conf
 the compiled specialization) and the compiled kernel's launcher; a call seen before (the shapes, strides,
 dtypes, devices and arguments) its prepared launch with the new addresses. Inputs whose strides TMA
 cannot describe are copied into zero-padded aligned buffers first (padding.py), such a C is stored by
-address; a
-split-K launch writes fp32 partials into a per-(device, stream) workspace that `splitk_reduce` sums into
+address; a split-K launch writes fp32 partials into a per-(device, stream) workspace that `splitk_reduce` sums into
 C (or, with SPLITK_FIXUP, the kernel's last K slice of each element, counting arrivals in a per-(device,
 stream) int32 buffer). `compile_variant` and `stand_ins` compile the kernel without tensors (no GPU
 needed).
@@ -93,12 +92,7 @@ def launch(a, b, c, config: GemmConfig | Mapping | None = None, b_kmajor: bool =
         if pad is not None:         # a call padded before (checked then): the copies, then the padded launch
             return pad.launch(_launch_padded, a, b, c, scale_b, config=config, b_kmajor=b_kmajor, splits=splits,
                               compiled=compiled, scale_a=scale_a)
-    _check_operands(a, b, c, b_kmajor)
-    if config is not None and not isinstance(config, (GemmConfig, Mapping)):
-        raise GluonError(f"gemm: config is a GemmConfig or a dict of its fields, not {type(config).__name__}")
-    if splits is not None and (type(splits) is not int or splits < 1):
-        raise GluonError(f"gemm: splits={splits!r}: the number of K slices, a positive int (or None: the split-K "
-                         "heuristic)")
+    _check_call(a, b, c, b_kmajor, config, splits)
     return _launch(a, b, c, config, b_kmajor, splits, compiled, scale_a, scale_b, fast_key)
 
 
@@ -114,7 +108,7 @@ def _launch_padded(a, b, c, config=None, b_kmajor=False, splits=None, compiled=N
 
 
 def _launch(a, b, c, config, b_kmajor: bool, splits, compiled, scale_a, scale_b, fast_key):
-    """`launch` past its fast path, for operands of checked dtypes and ranks: padding, the plan, the launch."""
+    """`launch` past its fast path, for a checked call (`_check_call`): padding, the plan, the launch."""
     scale = "none" if scale_a is None and scale_b is None else _scale_mode(a, b, c, scale_a, scale_b)
     if not c.numel():               # nothing to write (M or N is 0)
         return c
@@ -258,11 +252,16 @@ def _keep(cache: dict, key, value) -> None:
     cache[key] = value
 
 
-def _check_operands(a, b, c, b_kmajor: bool) -> None:
+def _check_call(a, b, c, b_kmajor: bool, config, splits) -> None:
     """One GluonError naming the operand that is not a 2-D tensor of a dtype the GEMM takes, or whose shape
     does not fit the others' (A [M, K], B [K, N] or with b_kmajor [N, K], C [M, N]): what the kernel would
-    otherwise read past or leave short without a word."""
+    otherwise read past or leave short without a word; or a config or splits of the wrong kind."""
     import torch
+    if config is not None and not isinstance(config, (GemmConfig, Mapping)):
+        raise GluonError(f"gemm: config is a GemmConfig or a dict of its fields, not {type(config).__name__}")
+    if splits is not None and (type(splits) is not int or splits < 1):
+        raise GluonError(f"gemm: splits={splits!r}: the number of K slices, a positive int (or None: the split-K "
+                         "heuristic)")
     ins = (torch.float16, torch.bfloat16, torch.float8_e4m3fn, torch.float8_e5m2)
     outs = (torch.float16, torch.bfloat16, torch.float32)
     for name, t in (("a", a), ("b", b), ("c", c)):
