@@ -26,6 +26,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Protocol
 
+import numpy as np
+
 from ..ir import Op, Region
 from ..types import GluonError, Loc
 from .hazards import HazardTracker, actor
@@ -178,7 +180,8 @@ class Task:
         self.go.acquire()
         try:
             if not self.sched.aborting:
-                self.result = self.prog.run_region(self.region, [])
+                with np.errstate(all="ignore"):  # as run_kernel's (numpy's error state is per thread)
+                    self.result = self.prog.run_region(self.region, [])
         except _Abort:
             pass
         except BaseException as e:       # handed to the scheduler, raised there
