@@ -56,7 +56,7 @@ def _plain_key(args: tuple, kwargs: dict) -> tuple | None:
     rest = []
     for name, v in kwargs.items():
         if type(v) is T:
-            rest.append((name, v.shape, v.is_contiguous(), v.dtype, v.get_device()))
+            rest.append((name, call_key((v,))))           # a tensor keyed as call_key keys one
         elif type(v) in _PLAIN:
             rest.append((name, type(v), v))
         else:
