@@ -143,6 +143,12 @@ def _splitk_fixup(C, W, CNT, acc, off_m, off_n, split, M, N, SPLITS, RM: int):
         gl.store(CNT + offs, 0, mask=last)
 
 
+def _scale_axes(SA, SB, off_m, off_n, M, N, SWAPPED: bool):
+    """(pointer, tile offset, extent) of the scales along acc's rows and along its columns: A's and B's, or
+    B's and A's under the swap (acc is then C^T's tile)."""
+    return ((SB, off_n, N), (SA, off_m, M)) if SWAPPED else ((SA, off_m, M), (SB, off_n, N))
+
+
 def _scales(acc, SA, SB, off_m, off_n, M, N, SCALE: str, SWAPPED: bool):
     """The fp32 dequantization scales of acc's tile: one per tensor (SA[0] * SB[0]), or one per row of A and
     column of B ("rowcol": the row and column vectors in acc's layout); with SWAPPED acc is C^T's tile (rows
@@ -150,8 +156,7 @@ def _scales(acc, SA, SB, off_m, off_n, M, N, SCALE: str, SWAPPED: bool):
     the registers allow, so their latency is not the epilogue's."""
     if SCALE == "tensor":                   # (multiplied at their use: a product here would wait for both)
         return gl.load(SA), gl.load(SB)
-    # the scales along acc's rows and columns: A's and B's, or B's and A's under the swap
-    (rs, r0, rn), (cs, c0, cn) = ((SB, off_n, N), (SA, off_m, M)) if SWAPPED else ((SA, off_m, M), (SB, off_n, N))
+    (rs, r0, rn), (cs, c0, cn) = _scale_axes(SA, SB, off_m, off_n, M, N, SWAPPED)
     r = gl.arange(0, acc.shape[0], layout=SliceLayout(1, acc.layout))
     c = gl.arange(0, acc.shape[1], layout=SliceLayout(0, acc.layout))
     return (gl.load(rs + (r0 + r), mask=r0 + r < rn, other=0.0), gl.load(cs + (c0 + c), mask=c0 + c < cn, other=0.0))
@@ -160,7 +165,7 @@ def _scales(acc, SA, SB, off_m, off_n, M, N, SCALE: str, SWAPPED: bool):
 def _stage_scales(sr_s, sc_s, SA, SB, off_m, off_n, M, N, SWAPPED: bool, RW: int):
     """Start copying the tile's row and column scales (as `_scales` reads them) into shared `sr_s`, `sc_s` by
     cp.async: no register holds them while the K loop runs, and they are there by the epilogue."""
-    (rs, r0, rn), (cs, c0, cn) = ((SB, off_n, N), (SA, off_m, M)) if SWAPPED else ((SA, off_m, M), (SB, off_n, N))
+    (rs, r0, rn), (cs, c0, cn) = _scale_axes(SA, SB, off_m, off_n, M, N, SWAPPED)
     one_d = Layout.blocked([1], [32], [RW], [0])
     r = gl.arange(0, sr_s.shape[0], layout=one_d)
     c = gl.arange(0, sc_s.shape[0], layout=one_d)
