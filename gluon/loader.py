@@ -16,7 +16,7 @@ import warnings
 from pathlib import Path
 
 from .tuning.build import MANIFEST, BuildError
-from .tuning.declared_replay import Replays, _tensor_type, call_key
+from .tuning.declared_replay import Replays, tensor_type, call_key
 
 
 def _manifest_path(name_or_path: str | Path, root: str | Path) -> Path:
@@ -52,7 +52,7 @@ def _plain_key(args: tuple, kwargs: dict) -> tuple | None:
     key = call_key(args) if args else ()
     if key is None or not kwargs:
         return key
-    T = _tensor_type()
+    T = tensor_type()
     rest = []
     for name, v in kwargs.items():
         if type(v) is T:

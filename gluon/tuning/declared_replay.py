@@ -20,7 +20,7 @@ def call_key(args: tuple) -> tuple | None:
     """What a call of positional tensors depends on besides their addresses, or None if one is not a tensor.
     A declared kernel takes dense tensors only (a strided one is refused by the full path), so the shape and
     whether it is contiguous stand for the strides."""
-    T = _tensor_type()
+    T = tensor_type()
     if len(args) == 1:                      # the common call: no list to build, one level of tuple
         a = args[0]
         return (a.shape, a.is_contiguous(), a.dtype, a.get_device()) if type(a) is T else None
@@ -35,7 +35,8 @@ def call_key(args: tuple) -> tuple | None:
 _TENSOR = None
 
 
-def _tensor_type():
+def tensor_type():
+    """torch.Tensor, imported on first use (the module loads without torch)."""
     global _TENSOR
     if _TENSOR is None:
         import torch

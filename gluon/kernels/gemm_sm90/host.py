@@ -85,9 +85,8 @@ def launch(a, b, c, config: GemmConfig | Mapping | None = None, b_kmajor: bool =
     C = (scale_a * A) @ (scale_b * B) accumulated in fp32, rounded once to C's dtype."""
     fast_key = _fast_key(a, b, c, config, b_kmajor, splits, compiled, scale_a, scale_b)
     if fast_key is not None:
-        fast = _FAST.get(fast_key)
-        if fast is not None and not interpreting() and _fast_launch(fast, a, b, c, scale_a, scale_b, fast_key[-1]):
-            return c                # (one made on the GPU is not taken once the interpreter is on)
+        if _launched_fast(fast_key, a, b, c, scale_a, scale_b):
+            return c
         pad = _PADS.get(fast_key)
         if pad is not None:         # a call padded before (checked then): the copies, then the padded launch
             return pad.launch(_launch_padded, a, b, c, scale_b, config=config, b_kmajor=b_kmajor, splits=splits,
@@ -100,11 +99,16 @@ def _launch_padded(a, b, c, config=None, b_kmajor=False, splits=None, compiled=N
     """`launch` of a PadPlan's operands, whose extents may run past each other (the kernel takes K from A
     and N from C; TMA reads zeros past an operand's own): as `launch`, but for its check of the shapes."""
     fast_key = _fast_key(a, b, c, config, b_kmajor, splits, compiled, scale_a, scale_b)
-    if fast_key is not None:
-        fast = _FAST.get(fast_key)
-        if fast is not None and not interpreting() and _fast_launch(fast, a, b, c, scale_a, scale_b, fast_key[-1]):
-            return c
+    if fast_key is not None and _launched_fast(fast_key, a, b, c, scale_a, scale_b):
+        return c
     return _launch(a, b, c, config, b_kmajor, splits, compiled, scale_a, scale_b, fast_key)
+
+
+def _launched_fast(fast_key, a, b, c, scale_a, scale_b) -> bool:
+    """Whether the call went out by the launch kept for its key (a call checked and planned before). One made
+    on the GPU is not taken once the interpreter is on."""
+    fast = _FAST.get(fast_key)
+    return fast is not None and not interpreting() and _fast_launch(fast, a, b, c, scale_a, scale_b, fast_key[-1])
 
 
 def _launch(a, b, c, config, b_kmajor: bool, splits, compiled, scale_a, scale_b, fast_key):
