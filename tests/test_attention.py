@@ -99,6 +99,8 @@ def test_overlap_issues_s_before_waiting_for_pv():
     (dict(STAGES=0), "STAGES=0"),
     (dict(OVERLAP="yes"), "OVERLAP='yes'"),
     (dict(P_SMEM=2), "P_SMEM=2"),
+    (dict(PIN_SOFTMAX=True, OVERLAP=False, PINGPONG=False), "PIN_SOFTMAX=True takes OVERLAP=True and P_SMEM=False"),
+    (dict(PIN_SOFTMAX=True, P_SMEM=True), "PIN_SOFTMAX=True takes OVERLAP=True and P_SMEM=False"),
 ])
 def test_config_checks(kw, msg):
     with pytest.raises(GluonError, match=msg.replace("*", r"\*").replace("(", r"\(")):
@@ -148,6 +150,35 @@ def test_p_smem_lets_three_overlapped_warpgroups_fit_at_d64(causal):
     assert ck.shared_bytes >= smem_bytes(cfg, 64)
     ops = sass_instructions(ck.sass())
     assert ops["HGMMA.64x64x16.F32.BF16"] >= 8 and ops["MUFU.EX2"] >= 64
+
+
+def _exp2s_under_pv(sass: str) -> list[int]:
+    """Per overlapped step in the SASS, the exp2s between its wait for S (WARPGROUP.DEPBAR.LE 1: P V still in
+    flight) and its wait for P V (LE 0): the softmax that runs while the tensor cores do P V."""
+    counts, n = [], None
+    for line in sass.splitlines():
+        if "WARPGROUP.DEPBAR.LE gsb0, 0x1" in line:
+            n = 0
+        elif "WARPGROUP.DEPBAR.LE gsb0, 0x0" in line and n is not None:
+            counts.append(n)
+            n = None
+        elif "MUFU.EX2" in line and n is not None:
+            n += 1
+    return counts
+
+
+@pytest.mark.parametrize("head_dim,kw", [(128, {}), (64, dict(OVERLAP=True, BLOCK_M=128, CONSUMER_WGS=2,
+                                                               CONSUMER_REGS=240))])
+def test_pin_softmax_keeps_the_softmax_under_the_pv_gemm(head_dim, kw):
+    """With P in registers ptxas puts the overlapped loop's P V wait above the softmax (most exp2s after both
+    waits: little overlap within the warpgroup); PIN_SOFTMAX's shared store of the row sums keeps all of a
+    block's (64 of P, 2 of the rescale) between the wait for S and the wait for P V."""
+    plain = _exp2s_under_pv(compile_variant(head_dim, DType.bf16, False, **kw).sass())
+    assert plain and min(plain) == 0 and max(plain) < 64
+    ck = compile_variant(head_dim, DType.bf16, False, PIN_SOFTMAX=True, **kw)
+    pinned = _exp2s_under_pv(ck.sass())
+    assert len(pinned) == len(plain) and min(pinned) >= 66
+    assert ck.spills == 0
 
 
 def test_too_much_shared_memory_is_refused_by_the_passes():

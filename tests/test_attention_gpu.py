@@ -143,6 +143,24 @@ def test_p_through_shared_memory(D, config):
         assert torch.equal(attention(q, k, v, causal=True, config=config), a)
 
 
+@pytest.mark.parametrize("D,config", [
+    (128, dict(PIN_SOFTMAX=True)), (128, dict(PIN_SOFTMAX=True, PINGPONG=False)),
+    (128, dict(PIN_SOFTMAX=True, PERSISTENT=False, BLOCK_N=64, STAGES=3)),
+    (64, dict(PIN_SOFTMAX=True, OVERLAP=True, BLOCK_M=128, CONSUMER_WGS=2, CONSUMER_REGS=240))])
+def test_pinned_softmax(D, config):
+    """PIN_SOFTMAX: the overlapped softmax runs while P V's register operand is in flight (P_j in other registers
+    than P_(j-1)); sizes off the tiles, Sq != Skv, and repeated calls bit-identical."""
+    import torch
+    from gluon.kernels.attention_sm90 import attention
+    for causal in (False, True):
+        _run(2, 4, 2, 1111, 1111, D, causal, "float16", config=config)
+        _run(1, 4, 4, 300, 700, D, causal, "bfloat16", config=config)
+    q, k, v = _inputs(2, 8, 8, 2048, 2048, D, torch.bfloat16)
+    a = attention(q, k, v, causal=True, config=config)
+    for _ in range(3):
+        assert torch.equal(attention(q, k, v, causal=True, config=config), a)
+
+
 def test_scale_argument():
     _run(1, 4, 4, 640, 640, 128, False, "bfloat16", config=None)
     import torch

@@ -16,7 +16,7 @@ from ..config_checks import flag, overridden, positive_int
 
 HEAD_DIMS = (64, 128, 256)
 _INTS = ("BLOCK_M", "BLOCK_N", "STAGES", "CONSUMER_WGS", "CONSUMER_REGS", "PRODUCER_REGS")
-_BOOLS = ("OVERLAP", "PINGPONG", "REVERSE_M", "PERSISTENT", "P_SMEM")
+_BOOLS = ("OVERLAP", "PINGPONG", "REVERSE_M", "PERSISTENT", "P_SMEM", "PIN_SOFTMAX")
 
 
 @dataclass(frozen=True)
@@ -43,6 +43,11 @@ class AttentionConfig:
     P_SMEM          P goes through shared memory (a tile per warpgroup, two with OVERLAP) and O += P V reads both
                     operands from there (FlashAttention-3's choice at D64): P's registers are free while S is
                     live, so OVERLAP fits three warpgroups with 128-key blocks
+    PIN_SOFTMAX     OVERLAP with P in registers: each block's row sums are stored to a shared tile before the
+                    P V wait, so the softmax stays above it and runs while P V does. Without it ptxas schedules
+                    that wait above the softmax (the SASS shows the wait before the exp2s), and the overlap is
+                    only the S GEMM's issue; with it the warpgroup holds P_j beside the P_(j-1) in flight (64
+                    more registers at 128 keys: it spills at three warpgroups of 160)
     """
 
     BLOCK_M: int = 128
@@ -56,6 +61,7 @@ class AttentionConfig:
     REVERSE_M: bool = True
     PERSISTENT: bool = False
     P_SMEM: bool = False
+    PIN_SOFTMAX: bool = False
 
     def __post_init__(self):
         for name in _INTS:
@@ -76,6 +82,9 @@ class AttentionConfig:
         if self.PINGPONG and self.CONSUMER_WGS != 2:
             raise GluonError(f"AttentionConfig PINGPONG=True takes CONSUMER_WGS=2 (two warpgroups take turns), "
                              f"got {self.CONSUMER_WGS}")
+        if self.PIN_SOFTMAX and not (self.OVERLAP and not self.P_SMEM):
+            raise GluonError("AttentionConfig PIN_SOFTMAX=True takes OVERLAP=True and P_SMEM=False (it keeps the "
+                             "overlapped softmax above the wait for P V's register operand)")
         for name in ("CONSUMER_REGS", "PRODUCER_REGS"):
             v = getattr(self, name)
             if v % 8 or not 24 <= v <= 256:
@@ -160,8 +169,8 @@ def p_buffers(cfg: AttentionConfig) -> int:
 
 
 def smem_bytes(cfg: AttentionConfig, head_dim: int, elem_bytes: int = 2) -> int:
-    """Shared memory of the Q tiles, the K/V ring and the P tiles (barriers aside)."""
+    """Shared memory of the Q tiles, the K/V ring, the P tiles and PIN_SOFTMAX's row sums (barriers aside)."""
     q = q_buffers(cfg) * cfg.BLOCK_M * head_dim * elem_bytes
     kv = 2 * cfg.STAGES * cfg.BLOCK_N * head_dim * elem_bytes
     p = p_buffers(cfg) * cfg.BLOCK_M * cfg.BLOCK_N * elem_bytes
-    return q + kv + p
+    return q + kv + p + (4 * cfg.BLOCK_M if cfg.PIN_SOFTMAX else 0)

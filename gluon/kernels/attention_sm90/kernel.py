@@ -121,6 +121,8 @@ def attention_sm90(Q, K, V, O, L, Sq, Skv, H, GROUP, qk_scale, CFG: gl.constexpr
     v_s = smem(V.dtype, Layout.swizzled(BN, D, sw), name="v_ring", stages=ST)
     PB = max(p_buffers(CFG), 1)                 # P_SMEM: P tiles per warpgroup (overlapped: P_j while P_(j-1) is read)
     p_s = smem(Q.dtype, Layout.swizzled(RM, BN, sw), name="p_tile", stages=WGS * PB) if CFG.P_SMEM else None
+    pin_s = smem(gl.float32, Layout.shared(1, 1, 1, order=(0,)), shape=(RM,), name="row_sums",
+                 stages=WGS) if CFG.PIN_SOFTMAX else None
     q_ready = mbarrier(count=1, name="q_ready", stages=QB)
     if CFG.PERSISTENT:
         q_empty = mbarrier(count=WGS, name="q_empty", stages=QB)   # the consumers are done with a Q buffer
@@ -195,12 +197,12 @@ def attention_sm90(Q, K, V, O, L, Sq, Skv, H, GROUP, qk_scale, CFG: gl.constexpr
                                 acc, m_i, l_i, p_op = _overlapped_step(
                                     j, cnt, q_g, k_s, v_s, k_ready, v_ready, k_empty, v_empty, acc, m_i, l_i, p_op,
                                     rows, Skv, off, qk_scale, ST, BN, s_layout, p_layout, CAUSAL, Q.dtype, False, g,
-                                    PP, p_s, PB, WGS)
+                                    PP, p_s, PB, WGS, _stage(pin_s, g, WGS) if CFG.PIN_SOFTMAX else None)
                             for jm in range(gl.maximum(f_g, 1), n_g):
                                 acc, m_i, l_i, p_op = _overlapped_step(
                                     jm, cnt, q_g, k_s, v_s, k_ready, v_ready, k_empty, v_empty, acc, m_i, l_i, p_op,
                                     rows, Skv, off, qk_scale, ST, BN, s_layout, p_layout, CAUSAL, Q.dtype, True, g,
-                                    PP, p_s, PB, WGS)
+                                    PP, p_s, PB, WGS, _stage(pin_s, g, WGS) if CFG.PIN_SOFTMAX else None)
                             # the last computed block's P V
                             c_last = cnt + n_g - 1
                             s_last = c_last % ST
@@ -316,11 +318,14 @@ def _serial_step(j, base, q_g, k_s, v_s, k_ready, v_ready, k_empty, v_empty, acc
 
 def _overlapped_step(j, base, q_g, k_s, v_s, k_ready, v_ready, k_empty, v_empty, acc, m_i, l_i, p_op, rows, Skv, off,
                      qk_scale, ST: int, BN: int, s_layout, p_layout, CAUSAL: bool, dtype, MASKED: bool, g: int,
-                     PINGPONG: bool, p_s, PB: int, WGS: int):
+                     PINGPONG: bool, p_s, PB: int, WGS: int, pin):
     """Key block j with FlashAttention-3's intra-warpgroup overlap: issue S_j = Q K_j^T and then
     O += P_{j-1} V_{j-1}; wait for S_j only and run its softmax while P V runs; then wait for P V,
     release V_{j-1} and rescale O for block j. Block j is the ring's block base + j. With P in shared memory
-    (`p_s`), P_{j-1} is read from its tile and P_j stored to the other one; `p_op` is then a placeholder."""
+    (`p_s`), P_{j-1} is read from its tile and P_j stored to the other one; `p_op` is then a placeholder.
+    With P in registers ptxas schedules the P V wait above the softmax (nothing the softmax computes is
+    used before it), so the two do not overlap; `pin` (PIN_SOFTMAX: a shared [rows] fp32 tile, else None)
+    takes a store of the row sums before the wait, which ptxas keeps there, and the softmax with it."""
     c = base + j
     s_i = c % ST
     v_i = (c - 1) % ST
@@ -338,6 +343,8 @@ def _overlapped_step(j, base, q_g, k_s, v_s, k_ready, v_ready, k_empty, v_empty,
         s = _masked(s, rows, j * BN, Skv, off, BN, s_layout, CAUSAL)
     m_i, p, alpha, l_i = _softmax(s, m_i, l_i, qk_scale, MASKED)
     p_next = _p_operand(p, dtype, p_layout, None if p_s is None else _p_tile(p_s, g, j, PB, WGS))
+    if pin is not None:         # the row sums (of every P) to shared memory: ptxas keeps the softmax above the wait
+        pin.store(l_i)
     acc = wgmma_wait(acc, p_prev, v_s[v_i], pendings=0)
     v_empty[v_i].arrive()
     return _rescale(acc, alpha), m_i, l_i, p_op if p_s is not None else p_next
