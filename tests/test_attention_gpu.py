@@ -146,7 +146,8 @@ def test_p_through_shared_memory(D, config):
 @pytest.mark.parametrize("D,config", [
     (128, dict(PIN_SOFTMAX=True)), (128, dict(PIN_SOFTMAX=True, PINGPONG=False)),
     (128, dict(PIN_SOFTMAX=True, PERSISTENT=False, BLOCK_N=64, STAGES=3)),
-    (64, dict(PIN_SOFTMAX=True, OVERLAP=True, BLOCK_M=128, CONSUMER_WGS=2, CONSUMER_REGS=240))])
+    (64, dict(PIN_SOFTMAX=True, OVERLAP=True, BLOCK_M=128, CONSUMER_WGS=2, CONSUMER_REGS=240)),
+    (64, dict(PIN_SOFTMAX=True, OVERLAP=True, BLOCK_N=64))])
 def test_pinned_softmax(D, config):
     """PIN_SOFTMAX: the overlapped softmax runs while P V's register operand is in flight (P_j in other registers
     than P_(j-1)); sizes off the tiles, Sq != Skv, and repeated calls bit-identical."""

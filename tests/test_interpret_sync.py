@@ -452,7 +452,8 @@ def test_the_shipped_gemm_256_cubed_interprets_right_and_fast(over):
 @pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize("over", [None, dict(PINGPONG=True, PERSISTENT=True, OVERLAP=True, BLOCK_M=128,
                                               CONSUMER_WGS=2), dict(P_SMEM=True, OVERLAP=True), dict(P_SMEM=True),
-                                  dict(PINGPONG=True, OVERLAP=True, BLOCK_M=128, CONSUMER_WGS=2, PIN_SOFTMAX=True)])
+                                  dict(PINGPONG=True, OVERLAP=True, BLOCK_M=128, CONSUMER_WGS=2, PIN_SOFTMAX=True),
+                                  dict(OVERLAP=True, BLOCK_N=64, PIN_SOFTMAX=True)])
 @pytest.mark.parametrize("S", [256, 100])
 def test_the_shipped_attention_interprets_right(causal, over, S):
     """The D64 kernel's variants against torch; at S 256 and 100 the last 192-row query block's last warpgroups
