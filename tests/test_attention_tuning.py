@@ -66,10 +66,10 @@ def test_the_shipped_spec_validates():
     assert list(p) == ["BLOCK_N", "STAGES", "CONSUMER_WARPS", "CONSUMER_REGS", "PRODUCER_WARPS", "PRODUCER_REGS",
                        "OVERLAP", "REVERSE_M", "PINGPONG", "PERSISTENT", "PIN_SOFTMAX"]
     assert "BLOCK_M" not in p                                   # BLOCK_M = 64 rows per consumer warpgroup
-    # 2 BLOCK_N x 3 STAGES x 5 producer budgets x 2 REVERSE_M x 2 PERSISTENT x 12 schedules: (8 warps at 240 |
-    # 8 at 232) x (serial | overlapped | overlapped with ping-pong, each overlapped one pinned or not) + 12 warps
-    # at 160 x (serial | overlapped)
-    assert spec.space.raw_size() == 5760 and spec.space.size() == 1440
+    # 3 STAGES x 5 producer budgets x 2 REVERSE_M x 2 PERSISTENT x 25 schedules over the two BLOCK_N: (8 warps
+    # at 240 | 8 at 232) x (serial | overlapped | overlapped with ping-pong, each overlapped one pinned or not)
+    # + 12 warps at 160 x (serial | overlapped), and pinned too with 64-key blocks
+    assert spec.space.raw_size() == 5760 and spec.space.size() == 1500
     configs = list(spec.space.grid())
     assert {(c["CONSUMER_WARPS"], c["CONSUMER_REGS"]) for c in configs} == {(8, 240), (8, 232), (12, 160)}
     assert {c["PRODUCER_REGS"] for c in configs} == {24, 32, 40, 48, 56}
