@@ -167,8 +167,9 @@ def _exp2s_under_pv(sass: str) -> list[int]:
     return counts
 
 
-@pytest.mark.parametrize("head_dim,kw", [(128, {}), (64, dict(OVERLAP=True, BLOCK_M=128, CONSUMER_WGS=2,
-                                                               CONSUMER_REGS=240)), (64, dict(OVERLAP=True, BLOCK_N=64))])
+@pytest.mark.parametrize("head_dim,kw", [
+    (128, {}), (64, dict(OVERLAP=True, BLOCK_M=128, CONSUMER_WGS=2, CONSUMER_REGS=240)),
+    (64, dict(OVERLAP=True, BLOCK_N=64))])
 def test_pin_softmax_keeps_the_softmax_under_the_pv_gemm(head_dim, kw):
     """With P in registers ptxas puts the overlapped loop's P V wait above the softmax (most exp2s after both
     waits: little overlap within the warpgroup); PIN_SOFTMAX's shared store of the row sums keeps all of a
