@@ -33,15 +33,14 @@ from gluon.jit import kernel
 from gluon.language.control import static_range, warp_role
 from gluon.language.memory import smem
 from gluon.language.nvidia import ptx
-from gluon.language.nvidia.ampere import cp_async, cp_async_commit, cp_async_wait, named_barrier_sync
 from gluon.language.nvidia.hopper import (fence_async_shared, mbarrier, tma_load, tma_store, tma_store_wait, wgmma,
                                           wgmma_wait)
 from gluon.types import Layout, SliceLayout, SwizzleMode, WarpRole
 
-from ..turns import turn_begin, turn_end, turns_close, turns_open
+from ..turns import turns_close, turns_open
 from .config import kernel_config
+from .fp8_scales import apply_scales, block_scaled_k_loop, load_scales, stage_scales, staged_scales
 
-_SCALES_BAR = 11            # rowcol scales staged by cp.async: role g's threads meet on named barrier 11 + g
 
 
 def _tile_coords(tile, num_pid_m, num_pid_n, GROUP_M: int):
@@ -143,87 +142,6 @@ def _splitk_fixup(C, W, CNT, acc, off_m, off_n, split, M, N, SPLITS, RM: int):
         gl.store(CNT + offs, 0, mask=last)
 
 
-def _scale_axes(SA, SB, off_m, off_n, M, N, SWAPPED: bool):
-    """(pointer, tile offset, extent) of the scales along acc's rows and along its columns: A's and B's, or
-    B's and A's under the swap (acc is then C^T's tile)."""
-    return ((SB, off_n, N), (SA, off_m, M)) if SWAPPED else ((SA, off_m, M), (SB, off_n, N))
-
-
-def _scales(acc, SA, SB, off_m, off_n, M, N, SCALE: str, SWAPPED: bool):
-    """The fp32 dequantization scales of acc's tile: one per tensor (SA[0] * SB[0]), or one per row of A and
-    column of B ("rowcol": the row and column vectors in acc's layout); with SWAPPED acc is C^T's tile (rows
-    along N). `acc` gives only the shape and layout: the kernel loads them before the tile's K loop where
-    the registers allow, so their latency is not the epilogue's."""
-    if SCALE == "tensor":                   # (multiplied at their use: a product here would wait for both)
-        return gl.load(SA), gl.load(SB)
-    (rs, r0, rn), (cs, c0, cn) = _scale_axes(SA, SB, off_m, off_n, M, N, SWAPPED)
-    r = gl.arange(0, acc.shape[0], layout=SliceLayout(1, acc.layout))
-    c = gl.arange(0, acc.shape[1], layout=SliceLayout(0, acc.layout))
-    return (gl.load(rs + (r0 + r), mask=r0 + r < rn, other=0.0), gl.load(cs + (c0 + c), mask=c0 + c < cn, other=0.0))
-
-
-def _stage_scales(sr_s, sc_s, SA, SB, off_m, off_n, M, N, SWAPPED: bool, RW: int):
-    """Start copying the tile's row and column scales (as `_scales` reads them) into shared `sr_s`, `sc_s` by
-    cp.async: no register holds them while the K loop runs, and they are there by the epilogue."""
-    (rs, r0, rn), (cs, c0, cn) = _scale_axes(SA, SB, off_m, off_n, M, N, SWAPPED)
-    one_d = Layout.blocked([1], [32], [RW], [0])
-    r = gl.arange(0, sr_s.shape[0], layout=one_d)
-    c = gl.arange(0, sc_s.shape[0], layout=one_d)
-    cp_async(sr_s, rs + (r0 + r), mask=r0 + r < rn)
-    cp_async(sc_s, cs + (c0 + c), mask=c0 + c < cn)
-    cp_async_commit()
-
-
-def _staged_scales(acc, sr_s, sc_s, g: int, RW: int):
-    """The scales `_stage_scales` copied, in acc's row and column layouts, once every thread of the role has
-    its copies done."""
-    cp_async_wait(0)
-    named_barrier_sync(_SCALES_BAR + g, 32 * RW)
-    return (sr_s.load(layout=SliceLayout(1, acc.layout)), sc_s.load(layout=SliceLayout(0, acc.layout)))
-
-
-def _scaled(acc, scales, SCALE: str):
-    """acc times `_scales`' scales."""
-    a, b = scales
-    if SCALE == "tensor":
-        return acc * (a * b)
-    return acc * a[:, None] * b[None, :]
-
-
-@gl.helper
-def _block_scaled_k_loop(acc, a_s, b_s, ready, empty, cnt, k_lo, k_hi, k_top, SA, SB, off_m, off_n, M, KB,
-                         STAGES: int, CL: int, B_KMAJOR: bool, ZIG: bool, TURNS: bool, g: int, WGS: int,
-                         SA_M_MAJOR: bool):
-    """SCALE="block" (DeepSeek's DeepGEMM scaling): k-steps kk in [k_lo, k_hi) of 128 K each, A scaled per row
-    and 128-deep block of K (SA [M, KB]), B per 128 x 128 block (SB [ceil(N / 128), KB]). Each k-step's WGMMA
-    product starts from zero and is added to the fp32 `acc` times SA[row, kk] * SB[off_n // 128, kk]: the
-    tensor cores' fp8 accumulation (about 14 bits of mantissa) never runs over more than one block of K,
-    and the sum is fp32 (the promotion DeepGEMM does). The stage is released once its product is read;
-    the scales load while the WGMMA runs (adding each product while the next k-step's WGMMA runs was
-    slower: docs/PERF.md). With K_ZIGZAG (`ZIG`) a unit whose `k_top` is set got its K slice top down from
-    the producer: its i-th stage holds block k_top - i. With TURNS (MMA_TURNS) warpgroup `g` of WGS issues
-    each k-step's WGMMAs in its turn (gluon/kernels/turns.py). SA_M_MAJOR: SA is [KB, M] (scale_a M-major, as
-    torch._scaled_mm and DeepGEMM take it; a warp's rows then load together). (acc, cnt) after the slice."""
-    rows = off_m + gl.arange(0, acc.shape[0], layout=SliceLayout(1, acc.layout))
-    row_ok = rows < M
-    sb_row = SB + (off_n // 128) * KB
-    for kk in range(k_lo, k_hi):
-        s = cnt % STAGES
-        ready[s].wait((cnt // STAGES) & 1)
-        b_op = b_s[s].T if B_KMAJOR else b_s[s]
-        turn_begin(g, TURNS)
-        part = wgmma(a_s[s], b_op, acc, wait=False, use_acc=False)
-        turn_end(g, TURNS, WGS)
-        kb = gl.where(k_top >= 0, k_top - kk, kk) if ZIG else kk
-        sa = gl.load(SA + (kb * M + rows if SA_M_MAJOR else rows * KB + kb), mask=row_ok, other=0.0)
-        sb = gl.load(sb_row + kb)
-        part = wgmma_wait(part, a_s[s], b_s[s], pendings=0)
-        empty[s].arrive(cluster=CL > 1)
-        acc = acc + part * (sa * sb)[:, None]
-        cnt = cnt + 1
-    return acc, cnt
-
-
 @gl.helper
 def _store_swapped(C, W, acc, off_m, off_n, split, M, N, SPLITS):
     """SWAP_AB's epilogue: `acc` is the BLOCK_N x BLOCK_M tile of C^T at (off_n, off_m), stored into C (or
@@ -269,7 +187,7 @@ def gemm_sm90(A, B, C, W, CNT, SA, SB, SPLITS, CFG: gl.constexpr, B_KMAJOR: gl.c
     CLUSTER_K's partial sums then vectorize). SCALE (fp8 inputs): "tensor" multiplies the product by
     SA[0] * SB[0], "rowcol" by SA[row] * SB[col] (fp32 scales), before the output's rounding; "block" scales
     each 128-deep k-step's product by SA[row, k-block] * SB[col // 128, k-block] into the fp32 sum
-    (`_block_scaled_k_loop`; BLOCK_K 128, BLOCK_N 64 or 128, no SWAP_AB). CLUSTER_K > 1: SPLITS must be it."""
+    (`fp8_scales.block_scaled_k_loop`; BLOCK_K 128, BLOCK_N 64 or 128, no SWAP_AB). CLUSTER_K > 1: SPLITS must be it."""
     kernel_config(CFG)
     if CFG.MMA_TURNS and SCALE != "block":
         raise GluonError(f"MMA_TURNS=True is for fp8 block scales (SCALE='block'), whose per-k-step promotion the "
@@ -412,11 +330,11 @@ def gemm_sm90(A, B, C, W, CNT, SA, SB, SPLITS, CFG: gl.constexpr, B_KMAJOR: gl.c
                 off_n = pid_n * CFG.BLOCK_N
                 # the scales asked for before the K loop (AHEAD, STAGED): their latency is then hidden (one tile
                 # per CTA, at one wave or a decode shape, has nothing else to hide it behind)
-                scales = _scales(acc, SA, SB, off_m, off_n, M, N, SCALE, CFG.SWAP_AB) if AHEAD else None
+                scales = load_scales(acc, SA, SB, off_m, off_n, M, N, SCALE, CFG.SWAP_AB) if AHEAD else None
                 if STAGED:
-                    _stage_scales(sr_bufs[g][sbuf], sc_bufs[g][sbuf], SA, SB, off_m, off_n, M, N, CFG.SWAP_AB, RW)
+                    stage_scales(sr_bufs[g][sbuf], sc_bufs[g][sbuf], SA, SB, off_m, off_n, M, N, CFG.SWAP_AB, RW)
                 if SCALE == "block":                # each 128-deep k-step's product scaled into fp32 (below)
-                    acc, cnt = _block_scaled_k_loop(acc, a_s, b_s, ready, empty, cnt, k_lo, k_hi, k_top, SA, SB,
+                    acc, cnt = block_scaled_k_loop(acc, a_s, b_s, ready, empty, cnt, k_lo, k_hi, k_top, SA, SB,
                                                     off_m, off_n, M, gl.cdiv(K, 128), CFG.STAGES, CM, B_KMAJOR, ZIG,
                                                     CFG.MMA_TURNS, g, ROLES, SA_M_MAJOR)
                 else:
@@ -436,9 +354,9 @@ def gemm_sm90(A, B, C, W, CNT, SA, SB, SPLITS, CFG: gl.constexpr, B_KMAJOR: gl.c
                     empty[(cnt + (CFG.STAGES - 1)) % CFG.STAGES].arrive(cluster=CM > 1)
                 if SCALE == "tensor" or SCALE == "rowcol":   # linear: split-K partials take it too
                     if STAGED:
-                        scales = _staged_scales(acc, sr_bufs[g][sbuf], sc_bufs[g][sbuf], g, RW)
+                        scales = staged_scales(acc, sr_bufs[g][sbuf], sc_bufs[g][sbuf], g, RW)
                         sbuf = 1 - sbuf
-                    acc = _scaled(acc, scales, SCALE)
+                    acc = apply_scales(acc, scales, SCALE)
                 rows, cols, mask = _tile_indices(off_m, off_n, RM, CFG.BLOCK_N, acc_layout, M, N)  # (unused: SWAP_AB)
                 if CFG.SWAP_AB:                     # C^T's tile, from registers (or its split-K partial)
                     _store_swapped(C, W, acc, off_m, off_n, split, M, N, SPLITS)
