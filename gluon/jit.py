@@ -40,6 +40,7 @@ from .language.kernel import KernelTemplate, PointerArg, ScalarArg
 from .passes.layout_assign import assign_layouts
 from .passes.layout_check import check_layouts
 from .passes.pipeline import pipeline
+from .passes.protocol_async import warn
 from .passes.smem_alloc import allocate_shared
 from .passes.warp_spec import check_warp_roles
 from .runtime import Launcher, LaunchError
@@ -220,7 +221,16 @@ def compile_module(module: ir.Module, *, options: dict | None = None, cache=None
     t2 = time.perf_counter()
     binary = compile_kernel(lowered, options=options, cache=cache)
     t3 = time.perf_counter()
+    _warn_advisories(module.kernel, binary)
     return CompiledKernel(module, lowered, binary, {"passes_s": t1 - t0, "lower_s": t2 - t1, "compile_s": t3 - t2})
+
+
+def _warn_advisories(kernel: ir.Kernel, binary) -> None:
+    """GL801: ptxas's performance advisories (its C75xx "Potential Performance Loss" lines) as a GluonWarning at the
+    kernel's def line: the binary is right but slower than its code says (C7514: every WGMMA waits for the one
+    before, when an async WGMMA's registers are read or moved while it may be in flight)."""
+    for text in binary.advisories:
+        warn("GL801", f"kernel {kernel.name}: ptxas: {text}", kernel.loc)
 
 
 def load_compiled(cache_key: str, abi: KernelABI | dict | None = None, cache=None) -> CompiledKernel:

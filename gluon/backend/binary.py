@@ -101,6 +101,13 @@ class Binary:
         return res
 
     @property
+    def advisories(self) -> list[str]:
+        """ptxas's performance advisories for this binary ("Potential Performance Loss: ...", e.g. C7514:
+        every wgmma serialized), from the -v log kept at compile time; [] for HIP or without a log."""
+        log = self.metadata.get("gluon_ptxas_log") or ""
+        return [ln.split("info    :", 1)[-1].strip() for ln in log.splitlines() if "Potential Performance Loss" in ln]
+
+    @property
     def registers(self) -> int:
         """Registers per thread: CUDA ``REG`` of cuobjdump (what the launch
         allocates; with ``setmaxnreg`` the warp groups then re-balance), HIP
