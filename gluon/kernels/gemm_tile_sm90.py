@@ -32,7 +32,9 @@ def gemm_tile_sm90(A, B, C, K, BLOCK_M: gl.constexpr = 128, BLOCK_N: gl.constexp
     b_s = smem(B.dtype, Layout.swizzled(BLOCK_K, BLOCK_N, SwizzleMode.B128), name="b_ring", stages=STAGES)
     ready = mbarrier(count=1, name="ready", stages=STAGES)
     stage_bytes = a_s.nbytes + b_s.nbytes
-    num_k = gl.cdiv(K, BLOCK_K)
+    # at least one k-step (K = 0 reads zeros): with a path that skips the loop, ptxas serializes every WGMMA
+    # (C7515: the skipped path's zero accumulator meets the loop's in-flight one at the final wait)
+    num_k = gl.maximum(gl.cdiv(K, BLOCK_K), 1)
 
     for s in gl.static_range(STAGES - 1):          # prologue: fill STAGES-1 stages
         if s < num_k:
