@@ -102,17 +102,18 @@ def main() -> int:
     p.add_argument("--profile", metavar="DIR", help="write a cProfile of each of our paths here")
     args = p.parse_args()
     cases = _cases()
-    rounds: dict[str, list[float]] = {name: [] for _, name, _ in cases}
+    # keyed by (group, path): groups share path names ("torch.matmul", "ours: gemm_sm90.launch(a, b, c)")
+    rounds: dict[tuple[str, str], list[float]] = {(group, name): [] for group, name, _ in cases}
     for r in range(args.repeats):
         order = cases if r % 2 == 0 else cases[::-1]
-        for _, name, fn in order:
-            rounds[name].append(host_us_per_call(fn, args.calls))
+        for group, name, fn in order:
+            rounds[group, name].append(host_us_per_call(fn, args.calls))
     rows, base = [], {}
     for group, name, _ in cases:
-        us = statistics.median(rounds[name])
+        us = statistics.median(rounds[group, name])
         base.setdefault(group, us)
         rows.append({"group": group, "path": name, "host_us": us, "vs_torch": us / base[group],
-                     "rounds_us": rounds[name]})
+                     "rounds_us": rounds[group, name]})
     if args.profile:
         _profile(cases, args.profile, args.calls)
     meta = environment()
