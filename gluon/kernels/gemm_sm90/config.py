@@ -152,6 +152,19 @@ class GemmConfig:
                              f"second warpgroup's budget with SPLIT_WGS=True (leave it at {_SPLIT_CONSUMER_REGS} "
                              "otherwise)")
 
+    def __hash__(self) -> int:
+        """The fields' hash, computed once: a repeated launch keys its kept plan by the config (21 fields hashed
+        per call were about a tenth of gluon.load's GEMM call in Python)."""
+        h = self.__dict__.get("_hash")
+        if h is None:
+            h = hash(tuple(getattr(self, f.name) for f in fields(self)))
+            object.__setattr__(self, "_hash", h)
+        return h
+
+    def __getstate__(self) -> dict:
+        """Pickled without the cached hash (str hashes differ between processes)."""
+        return {k: v for k, v in self.__dict__.items() if k != "_hash"}
+
     # -- derived ------------------------------------------------------------------------------------
     @property
     def plain(self) -> bool:
