@@ -1,6 +1,7 @@
 """What every shipped kernel's frozen config checks of its own fields, in one wording: positive ints,
 flags (True/False, or 1/0 from `--set KEY=1`), unknown field names (with the nearest one), and a
-`config` argument as the entry points take it (None, a whole config, or a dict of overrides)."""
+`config` argument as the entry points take it (None, a whole config, or a dict of overrides); and the
+configs' hash, computed once (`cached_hash`)."""
 from __future__ import annotations
 
 import dataclasses
@@ -50,3 +51,19 @@ def overridden(config: "C | Mapping | None", base: C) -> C:
         known_fields(cls.__name__, config, tuple(f.name for f in dataclasses.fields(cls)))
         return dataclasses.replace(base, **config) if config else base
     raise GluonError(f"a config is a {cls.__name__} or a dict of its fields, not {type(config).__name__}")
+
+
+def cached_hash(self) -> int:
+    """A frozen config's hash, computed once (`__hash__ = cached_hash` in the class body: a repeated launch keys
+    its kept plan by the config, and hashing every field per call was a tenth of a loaded call's Python)."""
+    h = self.__dict__.get("_hash")
+    if h is None:
+        h = hash(tuple(getattr(self, f.name) for f in dataclasses.fields(self)))
+        object.__setattr__(self, "_hash", h)
+    return h
+
+
+def state_without_hash(self) -> dict:
+    """`__getstate__ = state_without_hash` beside `cached_hash`: pickled without it (str hashes differ between
+    processes)."""
+    return {k: v for k, v in self.__dict__.items() if k != "_hash"}

@@ -12,7 +12,7 @@ from typing import Mapping
 
 from gluon.ir import GluonError
 
-from ..config_checks import flag, overridden, positive_int
+from ..config_checks import cached_hash, flag, overridden, positive_int, state_without_hash
 
 HEAD_DIMS = (64, 128, 256)
 _INTS = ("BLOCK_M", "BLOCK_N", "STAGES", "CONSUMER_WGS", "CONSUMER_REGS", "PRODUCER_REGS")
@@ -62,6 +62,9 @@ class AttentionConfig:
     PERSISTENT: bool = False
     P_SMEM: bool = False
     PIN_SOFTMAX: bool = False
+
+    __hash__ = cached_hash
+    __getstate__ = state_without_hash
 
     def __post_init__(self):
         for name in _INTS:

@@ -14,7 +14,7 @@ from typing import Mapping
 from gluon.ir import GluonError
 from gluon.types import SwizzleMode
 
-from ..config_checks import flag, overridden, positive_int
+from ..config_checks import cached_hash, flag, overridden, positive_int, state_without_hash
 
 EPILOGUES = ("tma", "ring", "coalesced", "direct")
 AUTO = "auto"
@@ -100,6 +100,9 @@ class GemmConfig:
     CLUSTER_K: int = 1
     MMA_TURNS: bool = False
 
+    __hash__ = cached_hash
+    __getstate__ = state_without_hash
+
     def __post_init__(self):
         for name in _INTS:
             object.__setattr__(self, name, positive_int("GemmConfig", name, getattr(self, name)))
@@ -151,19 +154,6 @@ class GemmConfig:
                              "default partition and take the registers setmaxnreg leaves them; CONSUMER_REGS is the "
                              f"second warpgroup's budget with SPLIT_WGS=True (leave it at {_SPLIT_CONSUMER_REGS} "
                              "otherwise)")
-
-    def __hash__(self) -> int:
-        """The fields' hash, computed once: a repeated launch keys its kept plan by the config (21 fields hashed
-        per call were about a tenth of gluon.load's GEMM call in Python)."""
-        h = self.__dict__.get("_hash")
-        if h is None:
-            h = hash(tuple(getattr(self, f.name) for f in fields(self)))
-            object.__setattr__(self, "_hash", h)
-        return h
-
-    def __getstate__(self) -> dict:
-        """Pickled without the cached hash (str hashes differ between processes)."""
-        return {k: v for k, v in self.__dict__.items() if k != "_hash"}
 
     # -- derived ------------------------------------------------------------------------------------
     @property
