@@ -370,7 +370,7 @@ def stand_in(template: KernelTemplate, pname: str, key: tuple, dtype: DType | No
         dt = dtype
         if template.simt:
             return PointerArg(dt, 16 if key[2] else 1)
-        return TensorRef(pname, dt, shape=tuple(f"{pname}_shape{i}" for i in range(key[3])))
+        return TensorRef(pname, dt, shape=tuple(f"{pname}_shape{i}" for i in range(key[3])), aligned=key[2])
     if kind == "b":
         return ScalarArg(DType.i1)
     if kind == "i":

@@ -606,13 +606,16 @@ class SharedMemoryDescriptor:
 class TensorRef:
     """A tensor a kernel receives: its name, element type, shape (ints or symbolic names) and layout.
 
-    `shape` defaults to the shape of a strided `layout` (`Layout.row_major(128, 64)`)."""
+    `shape` defaults to the shape of a strided `layout` (`Layout.row_major(128, 64)`). `aligned`: its base
+    address is 16-byte aligned (the binary may assume so: `tt.divisibility = 16`); a launch traces a tensor
+    whose base is not with `aligned=False`."""
 
     name: str
     dtype: DType
     layout: Layout | None = None
     space: MemorySpace = MemorySpace.GLOBAL
     shape: tuple[Dim, ...] | None = field(default=None)
+    aligned: bool = True
 
     def __post_init__(self):
         if self.shape is None and isinstance(self.layout, StridedLayout):

@@ -203,7 +203,7 @@ class KernelTemplate:
             val = self._annotated_pointer(pname, val, want)
         if isinstance(val, TensorRef):
             v = ir.Value(ir.PointerType(val.dtype), pname)
-            k.params.append(ir.Param(pname, v, loc, divisibility=16, source=src))
+            k.params.append(ir.Param(pname, v, loc, divisibility=16 if val.aligned else 1, source=src))
             g = GlobalTensor(val, v, trace, index)
             trace.globals[pname] = g
             trace.globals.setdefault(val.name, g)
