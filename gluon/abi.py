@@ -140,6 +140,16 @@ def _source_plan(i: int, src) -> tuple:
     return (2, src.name)
 
 
+def unexpected_keywords(kernel: str, kwargs, sizes: Sequence[str]) -> str | None:
+    """The error for a launch's keywords that are none of the kernel's sizes by keyword (Python's wording for an
+    unexpected keyword argument), or None: what KernelABI.bind and the interpreter's binding both say."""
+    unknown = [k for k in kwargs if k not in sizes]
+    if not unknown:
+        return None
+    return (f"kernel {kernel} got unexpected keyword argument{'s' if len(unknown) > 1 else ''} "
+            f"{', '.join(map(repr, unknown))}" + (f" (its sizes by keyword: {', '.join(sizes)})" if sizes else ""))
+
+
 @dataclass(frozen=True)
 class KernelABI:
     """A compiled kernel's calling convention: its TTGIR function `name`, the `target` it was lowered for
@@ -195,12 +205,10 @@ class KernelABI:
     def bind(self, args: Sequence[Any], kwargs: dict) -> list:
         """The value of every runtime parameter for a call with the caller's `args` and keyword sizes,
         taken from each parameter's source (a parameter without one takes the next argument)."""
-        sizes = [src[1] for src in self._sources if src[0] == 2]
-        unknown = [k for k in kwargs if k not in sizes]
-        if unknown:                     # a misspelt constexpr or size would otherwise be dropped without a word
-            raise TypeError(f"kernel {self.name} got unexpected keyword argument{'s' if len(unknown) > 1 else ''} "
-                            f"{', '.join(map(repr, unknown))}"
-                            + (f" (its sizes by keyword: {', '.join(sizes)})" if sizes else ""))
+        if kwargs:                      # a misspelt constexpr or size would otherwise be dropped without a word
+            bad = unexpected_keywords(self.name, kwargs, [src[1] for src in self._sources if src[0] == 2])
+            if bad:
+                raise TypeError(bad)
         out = []
         for src in self._sources:
             kind = src[0]

@@ -17,6 +17,7 @@ from typing import Any, Iterable, Sequence
 import numpy as np
 
 from .. import ir
+from ..abi import unexpected_keywords
 from ..arch import SM90, arch_by_name
 from ..jit import _arg_key, _jit_of, _positional_constexprs, _stand_in
 from ..passes.pipeline import pipeline
@@ -134,12 +135,11 @@ def bind_params(kernel: ir.Kernel, args: Sequence[Any], kwargs: dict, bound: boo
     CompiledKernel.launch_args)."""
     env: dict[int, Any] = {}
     buffers: dict[int, Any] = {}
-    sizes = [p.source.name for p in kernel.params if p.source is not None and p.source.kind is SourceKind.KEYWORD]
-    unknown = [k for k in kwargs if k not in sizes]
-    if unknown:                         # as KernelABI.bind: a misspelt constexpr or size is not dropped silently
-        raise GluonError(f"kernel {kernel.name} got unexpected keyword argument{'s' if len(unknown) > 1 else ''} "
-                         f"{', '.join(map(repr, unknown))}" + (f" (its sizes by keyword: {', '.join(sizes)})"
-                                                              if sizes else ""), kernel.loc)
+    if kwargs:                          # as KernelABI.bind: a misspelt constexpr or size is not dropped silently
+        sizes = [p.source.name for p in kernel.params if p.source is not None and p.source.kind is SourceKind.KEYWORD]
+        bad = unexpected_keywords(kernel.name, kwargs, sizes)
+        if bad:
+            raise GluonError(bad, kernel.loc)
     if bound and len(args) != len(kernel.params):
         raise GluonError(f"kernel {kernel.name}'s launcher takes {len(kernel.params)} arguments "
                          f"({', '.join(p.name for p in kernel.params)}), got {len(args)}", kernel.loc)

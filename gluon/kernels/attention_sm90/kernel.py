@@ -152,6 +152,7 @@ def attention_sm90(Q, K, V, O, L, Sq, Skv, H, GROUP, qk_scale, CFG: gl.constexpr
             s_layout = Layout.wgmma((4, 1), instr_n=BN, operand_dtype=Q.dtype)
             o_layout = Layout.wgmma((4, 1), instr_n=D, operand_dtype=Q.dtype)
             p_layout = DotOperandLayout(0, o_layout, 2)
+            pin_g = _stage(pin_s, g, WGS) if CFG.PIN_SOFTMAX else None   # this warpgroup's row sums (PIN_SOFTMAX)
             cnt = gl.full((), 0, gl.int32)      # key blocks this CTA has taken from the ring so far
             tc = gl.full((), 0, gl.int32)       # tiles so far: which Q buffer, which phase
             for u in range(u_first, u_end, u_step):
@@ -197,12 +198,12 @@ def attention_sm90(Q, K, V, O, L, Sq, Skv, H, GROUP, qk_scale, CFG: gl.constexpr
                                 acc, m_i, l_i, p_op = _overlapped_step(
                                     j, cnt, q_g, k_s, v_s, k_ready, v_ready, k_empty, v_empty, acc, m_i, l_i, p_op,
                                     rows, Skv, off, qk_scale, ST, BN, s_layout, p_layout, CAUSAL, Q.dtype, False, g,
-                                    PP, p_s, PB, WGS, _stage(pin_s, g, WGS) if CFG.PIN_SOFTMAX else None)
+                                    PP, p_s, PB, WGS, pin_g)
                             for jm in range(gl.maximum(f_g, 1), n_g):
                                 acc, m_i, l_i, p_op = _overlapped_step(
                                     jm, cnt, q_g, k_s, v_s, k_ready, v_ready, k_empty, v_empty, acc, m_i, l_i, p_op,
                                     rows, Skv, off, qk_scale, ST, BN, s_layout, p_layout, CAUSAL, Q.dtype, True, g,
-                                    PP, p_s, PB, WGS, _stage(pin_s, g, WGS) if CFG.PIN_SOFTMAX else None)
+                                    PP, p_s, PB, WGS, pin_g)
                             # the last computed block's P V
                             c_last = cnt + n_g - 1
                             s_last = c_last % ST

@@ -62,15 +62,16 @@ def apply_scales(acc, scales, SCALE: str):
 
 @gl.helper
 def block_scaled_k_loop(acc, a_s, b_s, ready, empty, cnt, k_lo, k_hi, k_top, SA, SB, off_m, off_n, M, KB,
-                         STAGES: int, CL: int, B_KMAJOR: bool, ZIG: bool, TURNS: bool, g: int, WGS: int,
-                         SA_M_MAJOR: bool):
+                        STAGES: int, CL: int, B_KMAJOR: bool, ZIG: bool, TURNS: bool, g: int, WGS: int,
+                        SA_M_MAJOR: bool):
     """SCALE="block" (DeepSeek's DeepGEMM scaling): k-steps kk in [k_lo, k_hi) of 128 K each, A scaled per row
     and 128-deep block of K (SA [M, KB]), B per 128 x 128 block (SB [ceil(N / 128), KB]). Each k-step's WGMMA
     product starts from zero and is added to the fp32 `acc` times SA[row, kk] * SB[off_n // 128, kk]: the
     tensor cores' fp8 accumulation (about 14 bits of mantissa) never runs over more than one block of K,
     and the sum is fp32 (the promotion DeepGEMM does). The stage is released once its product is read;
     the scales load while the WGMMA runs (adding each product while the next k-step's WGMMA runs was
-    slower: docs/PERF.md). With K_ZIGZAG (`ZIG`) a unit whose `k_top` is set got its K slice top down from
+    slower: ptxas serializes every WGMMA when a product is carried through the loop in flight, C7514;
+    docs/PERF.md). With K_ZIGZAG (`ZIG`) a unit whose `k_top` is set got its K slice top down from
     the producer: its i-th stage holds block k_top - i. With TURNS (MMA_TURNS) warpgroup `g` of WGS issues
     each k-step's WGMMAs in its turn (gluon/kernels/turns.py). SA_M_MAJOR: SA is [KB, M] (scale_a M-major, as
     torch._scaled_mm and DeepGEMM take it; a warp's rows then load together). (acc, cnt) after the slice."""

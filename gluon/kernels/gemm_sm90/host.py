@@ -4,10 +4,10 @@ A launch of a problem it has seen costs one dict lookup (the plan: resolved conf
 the compiled specialization) and the compiled kernel's launcher; a call seen before (the shapes, strides,
 dtypes, devices and arguments) its prepared launch with the new addresses. Inputs whose strides TMA
 cannot describe are copied into zero-padded aligned buffers first (padding.py), such a C is stored by
-address; a split-K launch writes fp32 partials into a per-(device, stream) workspace that `splitk_reduce` sums into
-C (or, with SPLITK_FIXUP, the kernel's last K slice of each element, counting arrivals in a per-(device,
-stream) int32 buffer). `compile_variant` and `stand_ins` compile the kernel without tensors (no GPU
-needed).
+address; a split-K launch writes fp32 partials into a per-(device, stream) workspace that `splitk_reduce`
+sums into C (or, with SPLITK_FIXUP, the kernel's last K slice of each element, counting arrivals in a
+per-(device, stream) int32 buffer). `compile_variant` and `stand_ins` compile the kernel without tensors
+(no GPU needed).
 """
 from __future__ import annotations
 

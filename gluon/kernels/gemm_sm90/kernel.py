@@ -42,7 +42,6 @@ from .config import kernel_config
 from .fp8_scales import apply_scales, block_scaled_k_loop, load_scales, stage_scales, staged_scales
 
 
-
 def _tile_coords(tile, num_pid_m, num_pid_n, GROUP_M: int):
     """Grouped rasterization: walk GROUP_M tile rows down a column band before moving right."""
     in_group = GROUP_M * num_pid_n
@@ -187,7 +186,8 @@ def gemm_sm90(A, B, C, W, CNT, SA, SB, SPLITS, CFG: gl.constexpr, B_KMAJOR: gl.c
     CLUSTER_K's partial sums then vectorize). SCALE (fp8 inputs): "tensor" multiplies the product by
     SA[0] * SB[0], "rowcol" by SA[row] * SB[col] (fp32 scales), before the output's rounding; "block" scales
     each 128-deep k-step's product by SA[row, k-block] * SB[col // 128, k-block] into the fp32 sum
-    (`fp8_scales.block_scaled_k_loop`; BLOCK_K 128, BLOCK_N 64 or 128, no SWAP_AB). CLUSTER_K > 1: SPLITS must be it."""
+    (`fp8_scales.block_scaled_k_loop`; BLOCK_K 128, BLOCK_N 64 or 128, no SWAP_AB). CLUSTER_K > 1: SPLITS must
+    be it."""
     kernel_config(CFG)
     if CFG.MMA_TURNS and SCALE != "block":
         raise GluonError(f"MMA_TURNS=True is for fp8 block scales (SCALE='block'), whose per-k-step promotion the "
@@ -335,8 +335,8 @@ def gemm_sm90(A, B, C, W, CNT, SA, SB, SPLITS, CFG: gl.constexpr, B_KMAJOR: gl.c
                     stage_scales(sr_bufs[g][sbuf], sc_bufs[g][sbuf], SA, SB, off_m, off_n, M, N, CFG.SWAP_AB, RW)
                 if SCALE == "block":                # each 128-deep k-step's product scaled into fp32 (below)
                     acc, cnt = block_scaled_k_loop(acc, a_s, b_s, ready, empty, cnt, k_lo, k_hi, k_top, SA, SB,
-                                                    off_m, off_n, M, gl.cdiv(K, 128), CFG.STAGES, CM, B_KMAJOR, ZIG,
-                                                    CFG.MMA_TURNS, g, ROLES, SA_M_MAJOR)
+                                                   off_m, off_n, M, gl.cdiv(K, 128), CFG.STAGES, CM, B_KMAJOR, ZIG,
+                                                   CFG.MMA_TURNS, g, ROLES, SA_M_MAJOR)
                 else:
                     for kk in range(k_lo, k_hi):
                         s = cnt % CFG.STAGES
