@@ -130,6 +130,41 @@ def test_block_scales_on_three_warpgroups(interpret_env, monkeypatch, turns):
     torch.testing.assert_close(c.double(), ref, rtol=1e-2, atol=1e-2 * ref.abs().max().item())
 
 
+@pytest.mark.parametrize("M,N,K,splits,kw", [
+    (512, 256, 512, None, dict(K_ZIGZAG=True)),                     # four units a program, odd ones top down
+    (200, 136, 520, 2, dict(K_ZIGZAG=False, EPILOGUE="direct")),    # K slices, the last one short
+    (200, 136, 1000, 3, dict(K_ZIGZAG=True, EPILOGUE="direct")),    # zigzag slices of 3 and 2 k-steps
+    (512, 256, 384, None, dict(K_ZIGZAG=True, MMA_TURNS=True)),     # with the turns
+    (130, 200, 128, None, dict(K_ZIGZAG=False)),                    # one k-step: only the load past the end
+])
+@pytest.mark.parametrize("m_major", [False, True])
+def test_block_scales_loaded_a_k_step_ahead(interpret_env, monkeypatch, M, N, K, splits, kw, m_major):
+    """SCALES_AHEAD: each k-step's scales are loaded with the previous k-step (the slice's first before its loop;
+    the load past the slice's end masked off). Scales that differ by block, so a scale one k-step off shows;
+    a grid of 2, so programs run several units and both K orders."""
+    from gluon.kernels.gemm_sm90 import GemmConfig
+    import gluon.kernels.gemm_sm90.host as host
+    torch.manual_seed(12)
+    a, b = _fp8(M, K), _fp8(N, K)
+    KB, NB = -(-K // 128), -(-N // 128)
+    sa, sb = torch.rand(M, KB) * 2 + 0.25, torch.rand(NB, KB) * 2 + 0.25
+    c = torch.full((M, N), NAN).bfloat16()
+    cfg = GemmConfig(BLOCK_N=128, BLOCK_K=128, SPLIT_WGS=True, STAGES=3, SCALES_AHEAD=True, **kw)
+    monkeypatch.setattr(host, "device_sms", lambda d: 2)
+    launch(a, b, c, b_kmajor=True, scale_a=sa.T.contiguous().T if m_major else sa, scale_b=sb, config=cfg,
+           splits=splits)
+    ref = dequantized(a, b, sa, sb)
+    torch.testing.assert_close(c.double(), ref, rtol=1e-2, atol=1e-2 * ref.abs().max().item())
+
+
+def test_scales_ahead_outside_block_scales_is_refused(interpret_env):
+    from gluon.kernels.gemm_sm90 import GemmConfig
+    a, b, c = _fp8(200, 320), _fp8(136, 320), torch.empty(200, 136).bfloat16()
+    with pytest.raises(GluonError, match="SCALES_AHEAD=True is for fp8 block scales"):
+        launch(a, b, c, b_kmajor=True, scale_a=torch.ones(200), scale_b=torch.ones(136),
+               config=GemmConfig(SCALES_AHEAD=True))
+
+
 def test_mma_turns_outside_block_scales_or_two_warpgroup_roles_is_refused(interpret_env):
     from gluon.kernels.gemm_sm90 import GemmConfig
     with pytest.raises(GluonError, match="MMA_TURNS=True takes two or three consumer warpgroups each its own role"):

@@ -21,7 +21,7 @@ AUTO = "auto"
 _INTS = ("BLOCK_M", "BLOCK_N", "BLOCK_K", "STAGES", "GROUP_M", "CONSUMER_WGS", "PRODUCER_REGS", "CONSUMER_REGS",
          "CLUSTER_M", "CLUSTER_K")
 CLUSTER_K_SIZES = (1, 2, 4, 8)      # a portable cluster holds at most 8 CTAs
-_BOOLS = ("SPLIT_WGS", "K_ZIGZAG", "TMA_PREFETCH", "SPLITK_FIXUP", "SWAP_AB", "MMA_TURNS")
+_BOOLS = ("SPLIT_WGS", "K_ZIGZAG", "TMA_PREFETCH", "SPLITK_FIXUP", "SWAP_AB", "MMA_TURNS", "SCALES_AHEAD")
 _AUTO_BOOLS = ("EARLY_LOADS", "LEAN_PROLOGUE")
 _SWIZZLES = tuple(m.value for m in SwizzleMode)
 _SPLIT_CONSUMER_REGS = 216          # the second consumer warpgroup's setmaxnreg with SPLIT_WGS
@@ -77,6 +77,9 @@ class GemmConfig:
                                 FlashAttention-3's ping-pong), so one's promotion of its product into the fp32
                                 sum runs under the others' WGMMAs instead of all promoting while the tensor
                                 cores idle
+    SCALES_AHEAD                fp8 block scales: each k-step's A and B scales are loaded one k-step ahead (with
+                                the previous k-step), so their L2 latency is not waited for between the WGMMA and
+                                the promotion
     """
 
     BLOCK_M: int = 128
@@ -99,6 +102,7 @@ class GemmConfig:
     SWAP_AB: bool = False
     CLUSTER_K: int = 1
     MMA_TURNS: bool = False
+    SCALES_AHEAD: bool = False
 
     __hash__ = cached_hash
     __getstate__ = state_without_hash

@@ -61,23 +61,40 @@ def apply_scales(acc, scales, SCALE: str):
 
 
 @gl.helper
+def _block_scales(SA, sb_row, rows, row_ok, kk, k_hi, k_top, M, KB, ZIG: bool, SA_M_MAJOR: bool, AHEAD: bool):
+    """The raw scales of k-step kk (A's per row of the tile, B's for the tile's 128 columns): block
+    k_top - kk where the unit's K slice runs top down (ZIG), else kk. AHEAD: kk may be past the slice
+    (k_hi), whose loads are masked off (zeros, never used)."""
+    kb = gl.where(k_top >= 0, k_top - kk, kk) if ZIG else kk
+    a_addr = SA + (kb * M + rows if SA_M_MAJOR else rows * KB + kb)
+    if AHEAD:
+        live = kk < k_hi
+        return gl.load(a_addr, mask=row_ok & live, other=0.0), gl.load(sb_row + kb, mask=live, other=0.0)
+    return gl.load(a_addr, mask=row_ok, other=0.0), gl.load(sb_row + kb)
+
+
+@gl.helper
 def block_scaled_k_loop(acc, a_s, b_s, ready, empty, cnt, k_lo, k_hi, k_top, SA, SB, off_m, off_n, M, KB,
                         STAGES: int, CL: int, B_KMAJOR: bool, ZIG: bool, TURNS: bool, g: int, WGS: int,
-                        SA_M_MAJOR: bool):
+                        SA_M_MAJOR: bool, AHEAD: bool):
     """SCALE="block" (DeepSeek's DeepGEMM scaling): k-steps kk in [k_lo, k_hi) of 128 K each, A scaled per row
     and 128-deep block of K (SA [M, KB]), B per 128 x 128 block (SB [ceil(N / 128), KB]). Each k-step's WGMMA
     product starts from zero and is added to the fp32 `acc` times SA[row, kk] * SB[off_n // 128, kk]: the
     tensor cores' fp8 accumulation (about 14 bits of mantissa) never runs over more than one block of K,
-    and the sum is fp32 (the promotion DeepGEMM does). The stage is released once its product is read;
-    the scales load while the WGMMA runs (adding each product while the next k-step's WGMMA runs was
-    slower: ptxas serializes every WGMMA when a product is carried through the loop in flight, C7514;
-    docs/PERF.md). With K_ZIGZAG (`ZIG`) a unit whose `k_top` is set got its K slice top down from
-    the producer: its i-th stage holds block k_top - i. With TURNS (MMA_TURNS) warpgroup `g` of WGS issues
-    each k-step's WGMMAs in its turn (gluon/kernels/turns.py). SA_M_MAJOR: SA is [KB, M] (scale_a M-major, as
-    torch._scaled_mm and DeepGEMM take it; a warp's rows then load together). (acc, cnt) after the slice."""
+    and the sum is fp32 (the promotion DeepGEMM does). The stage is released once its product is read.
+    The scales load while the WGMMA runs, or with AHEAD (SCALES_AHEAD) one k-step earlier, so an L2 read's
+    latency longer than the WGMMA does not hold the promotion (DeepGEMM stages A's scales with the operands).
+    Adding each product while the next k-step's WGMMA runs was slower: ptxas serializes every WGMMA when a
+    product is carried through the loop in flight, C7514; docs/PERF.md. With K_ZIGZAG (`ZIG`) a unit whose
+    `k_top` is set got its K slice top down from the producer: its i-th stage holds block k_top - i. With
+    TURNS (MMA_TURNS) warpgroup `g` of WGS issues each k-step's WGMMAs in its turn (gluon/kernels/turns.py).
+    SA_M_MAJOR: SA is [KB, M] (scale_a M-major, as torch._scaled_mm and DeepGEMM take it; a warp's rows then
+    load together). (acc, cnt) after the slice."""
     rows = off_m + gl.arange(0, acc.shape[0], layout=SliceLayout(1, acc.layout))
     row_ok = rows < M
     sb_row = SB + (off_n // 128) * KB
+    if AHEAD:
+        sa, sb = _block_scales(SA, sb_row, rows, row_ok, k_lo, k_hi, k_top, M, KB, ZIG, SA_M_MAJOR, True)
     for kk in range(k_lo, k_hi):
         s = cnt % STAGES
         ready[s].wait((cnt // STAGES) & 1)
@@ -85,11 +102,16 @@ def block_scaled_k_loop(acc, a_s, b_s, ready, empty, cnt, k_lo, k_hi, k_top, SA,
         turn_begin(g, TURNS)
         part = wgmma(a_s[s], b_op, acc, wait=False, use_acc=False)
         turn_end(g, TURNS, WGS)
-        kb = gl.where(k_top >= 0, k_top - kk, kk) if ZIG else kk
-        sa = gl.load(SA + (kb * M + rows if SA_M_MAJOR else rows * KB + kb), mask=row_ok, other=0.0)
-        sb = gl.load(sb_row + kb)
-        part = wgmma_wait(part, a_s[s], b_s[s], pendings=0)
-        empty[s].arrive(cluster=CL > 1)
-        acc = acc + part * (sa * sb)[:, None]
+        if AHEAD:                           # this k-step's scales came with the previous one; ask for the next
+            scale = sa * sb
+            sa, sb = _block_scales(SA, sb_row, rows, row_ok, kk + 1, k_hi, k_top, M, KB, ZIG, SA_M_MAJOR, True)
+            part = wgmma_wait(part, a_s[s], b_s[s], pendings=0)
+            empty[s].arrive(cluster=CL > 1)
+            acc = acc + part * scale[:, None]
+        else:
+            sa_k, sb_k = _block_scales(SA, sb_row, rows, row_ok, kk, k_hi, k_top, M, KB, ZIG, SA_M_MAJOR, False)
+            part = wgmma_wait(part, a_s[s], b_s[s], pendings=0)
+            empty[s].arrive(cluster=CL > 1)
+            acc = acc + part * (sa_k * sb_k)[:, None]
         cnt = cnt + 1
     return acc, cnt

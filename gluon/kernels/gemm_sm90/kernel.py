@@ -192,6 +192,9 @@ def gemm_sm90(A, B, C, W, CNT, SA, SB, SPLITS, CFG: gl.constexpr, B_KMAJOR: gl.c
     if CFG.MMA_TURNS and SCALE != "block":
         raise GluonError(f"MMA_TURNS=True is for fp8 block scales (SCALE='block'), whose per-k-step promotion the "
                          f"turns overlap; this launch has SCALE={SCALE!r}: leave MMA_TURNS=False")
+    if CFG.SCALES_AHEAD and SCALE != "block":
+        raise GluonError(f"SCALES_AHEAD=True is for fp8 block scales (SCALE='block'), loaded once per k-step; this "
+                         f"launch has SCALE={SCALE!r}: leave SCALES_AHEAD=False")
     if SCALE == "block" and (CFG.BLOCK_K != 128 or 128 % CFG.BLOCK_N or CFG.SWAP_AB):
         raise GluonError(f"fp8 block scales take BLOCK_K=128 (one scale block per k-step), BLOCK_N 64 or 128 (one B "
                          f"scale per tile) and no SWAP_AB; got BLOCK_K={CFG.BLOCK_K}, BLOCK_N={CFG.BLOCK_N}, "
@@ -336,7 +339,7 @@ def gemm_sm90(A, B, C, W, CNT, SA, SB, SPLITS, CFG: gl.constexpr, B_KMAJOR: gl.c
                 if SCALE == "block":                # each 128-deep k-step's product scaled into fp32 (below)
                     acc, cnt = block_scaled_k_loop(acc, a_s, b_s, ready, empty, cnt, k_lo, k_hi, k_top, SA, SB,
                                                    off_m, off_n, M, gl.cdiv(K, 128), CFG.STAGES, CM, B_KMAJOR, ZIG,
-                                                   CFG.MMA_TURNS, g, ROLES, SA_M_MAJOR)
+                                                   CFG.MMA_TURNS, g, ROLES, SA_M_MAJOR, CFG.SCALES_AHEAD)
                 else:
                     for kk in range(k_lo, k_hi):
                         s = cnt % CFG.STAGES
