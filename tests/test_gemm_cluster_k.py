@@ -3,11 +3,14 @@ cluster barrier), without a GPU: its config rules, grid and split count, and the
 are tests/test_gemm_small_m_gpu.py's test_cluster_k_*."""
 import pytest
 
+import gluon
+import gluon.language as gl
 from gluon import DType
 from gluon.backend.machine_code import sass_instructions
 from gluon.ir import GluonError
 from gluon.kernels.gemm_sm90 import DEFAULT_CONFIG, gemm_sm90, num_warps, split_k, stand_ins
 from gluon.kernels.gemm_sm90.config import DEEP_K_CONFIG, grid, small_m_config
+from gluon.kernels.gemm_sm90.kernel import _cluster_sum
 
 DEEP_CK = DEEP_K_CONFIG.replace(CLUSTER_M=1, CLUSTER_K=8)
 
@@ -49,6 +52,11 @@ def test_cluster_k_machine_code(cfg, km):
     assert ops["UCGABAR_ARV"] >= 2 and ops["UCGABAR_WAIT"] >= 2        # the start's and each tile's barrier
     # the partials of the other CTAs read past L1 (.cg), 16 bytes a thread where N is a multiple of 16
     assert ops["LDG.E.128.STRONG.GPU"] >= 1 and ops["LDG.E.128"] == ops["LDG"]
+    # the sum's chunks are loaded ahead of C's stores (ptxas keeps a load below an earlier store, so chunks loaded
+    # after the previous one's store each wait their own round trip): at least half its loads before the first
+    tail = [ln.split(";")[0].split()[-3:] for ln in ck.sass().split("UCGABAR_WAIT")[-1].splitlines()]
+    kinds = [op[:3] for words in tail for op in words if op.startswith(("LDG.E.128", "STG.E"))]
+    assert 2 * kinds[:kinds.index("STG")].count("LDG") >= kinds.count("LDG")
 
 
 def test_cluster_k_refuses_a_different_split_count(interpret_env):
@@ -94,3 +102,30 @@ def test_cluster_k_refuses_a_k_too_short_for_its_slices(interpret_env, K, ck):
     a, b, c = torch.randn(64, K).half(), torch.randn(K, 64).half(), torch.empty(64, 64).half()
     with pytest.raises(GluonError, match=rf"CLUSTER_K={ck} splits K={K} into {ck} slices"):
         launch(a, b, c, dict(CLUSTER_K=ck, BLOCK_N=64, BLOCK_K=128, EPILOGUE="direct"))
+
+
+@gluon.jit
+def cluster_sum_kernel(C, W, M, N, ROWS: gl.constexpr, SLAB: gl.constexpr, CK: gl.constexpr, RW: gl.constexpr):
+    """One program per ROWS x SLAB block of C: the GEMM's CLUSTER_K sum of the CK partials W [CK, M, N]."""
+    _cluster_sum(C, W, gl.program_id(0) * ROWS, gl.program_id(1) * SLAB, M, N, ROWS, SLAB, CK, RW)
+
+
+@pytest.mark.parametrize("ROWS,SLAB,CK", [(128, 32, 2), (128, 16, 8), (128, 64, 2), (128, 32, 4), (8, 32, 2),
+                                          (64, 8, 8)])
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_cluster_sum_adds_the_slices_in_order_with_its_chunks_loaded_ahead(interpret_env, ROWS, SLAB, CK, dtype):
+    """The cluster's sum (its chunks' loads asked for ahead of earlier chunks' stores), run on its own in the
+    interpreter: C equals the slices' fp32 partials added in slice order, bit for bit (an fp32 C shows the
+    order), at sizes off the blocks; nothing outside M x N is written."""
+    torch = pytest.importorskip("torch")
+    dtype = getattr(torch, dtype)
+    torch.manual_seed(13)
+    M, N = 2 * ROWS - 3, 3 * SLAB - 1
+    w = torch.randn(CK, M, N) * torch.logspace(0, 3, CK).reshape(CK, 1, 1)   # magnitudes the order would change
+    c = torch.full((M + 1, N), float("nan"), dtype=dtype)
+    cluster_sum_kernel[(2, 3)](c, w.reshape(-1), M, N, ROWS=ROWS, SLAB=SLAB, CK=CK, RW=4, num_warps=4)
+    ref = w[0].clone()
+    for s in range(1, CK):
+        ref = ref + w[s]
+    assert torch.equal(c[:M], ref.to(dtype))
+    assert torch.isnan(c[M]).all()

@@ -160,19 +160,30 @@ def _cluster_sum(C, W, off_m, off_n, M, N, ROWS: int, SLAB: int, CK: int, RW: in
     """CLUSTER_K: the ROWS x SLAB block of C at (off_m, off_n), the sum of the CK slices' fp32 partials in the
     workspace in slice order (so bit-equal to `splitk_reduce`), read 16 bytes a thread along rows. Called after
     the cluster barrier that follows every slice's partial store. The loads skip L1 (`.cg`): the partials were
-    written by other SMs."""
+    written by other SMs. In chunks of rows of at most 8 values a thread a slice, whose loads are asked for
+    ahead of the stores of the chunks before them (up to 64 values a thread in flight, at least one chunk
+    ahead): ptxas keeps a load below any earlier store (C and W might overlap, for all it knows), so chunks
+    loaded in program order after the previous chunk's store would wait one L2 round trip each."""
     vec = min(4, SLAB)
     tpw_n = min(32, SLAB // vec)
     layout = Layout.blocked([1, vec], [32 // tpw_n, tpw_n], [RW, 1], [1, 0])
-    # in chunks of rows of at most 8 values a thread: the CK loads of a chunk are in flight at once, and
-    # the tile's accumulator may still hold registers
     CH = min(ROWS, max(8 * 32 * RW // SLAB, 1))
-    for i in static_range(ROWS // CH):
+    chunks = ROWS // CH
+    ahead = max(1, 64 // (CK * max(CH * SLAB // (32 * RW), 1)) - 1)
+
+    def load(i: int):
         rows, cols, mask = _tile_indices(off_m + i * CH, off_n, CH, SLAB, layout, M, N)
         offs = rows[:, None] * N + cols[None, :]
-        total = gl.load(W + offs, mask=mask, other=0.0, cache="cg")
-        for s in static_range(1, CK):
-            total = total + gl.load(W + (s * M * N + offs), mask=mask, other=0.0, cache="cg")
+        return offs, mask, [gl.load(W + (s * M * N + offs), mask=mask, other=0.0, cache="cg") for s in range(CK)]
+
+    pending = [load(i) for i in range(min(ahead, chunks))]
+    for i in static_range(chunks):
+        if i + ahead < chunks:
+            pending.append(load(i + ahead))
+        offs, mask, parts = pending.pop(0)
+        total = parts[0]
+        for part in parts[1:]:
+            total = total + part
         gl.store(C + offs, total.to(C.dtype), mask=mask)
 
 
