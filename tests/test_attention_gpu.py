@@ -160,6 +160,17 @@ def test_pinned_softmax(D, config):
     _check_variant(D, config)
 
 
+@pytest.mark.parametrize("D,config", [
+    (64, dict(PINGPONG=True)), (64, dict(PINGPONG=True, PERSISTENT=True)),
+    (64, dict(PINGPONG=True, OVERLAP=False, BLOCK_M=128, CONSUMER_WGS=2, CONSUMER_REGS=240)),
+    (128, dict(PINGPONG=True, OVERLAP=False))])
+def test_serial_turns(D, config):
+    """PINGPONG without OVERLAP: the S GEMMs issued round robin over two or three warpgroups (named barriers; a
+    warpgroup past Sq or right of the diagonal still takes its turns); sizes off the tiles, Sq != Skv, and
+    repeated calls bit-identical."""
+    _check_variant(D, config)
+
+
 def test_scale_argument():
     _run(1, 4, 4, 640, 640, 128, False, "bfloat16", config=None)
     import torch

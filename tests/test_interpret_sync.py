@@ -453,11 +453,15 @@ def test_the_shipped_gemm_256_cubed_interprets_right_and_fast(over):
 @pytest.mark.parametrize("over", [None, dict(PINGPONG=True, PERSISTENT=True, OVERLAP=True, BLOCK_M=128,
                                               CONSUMER_WGS=2), dict(P_SMEM=True, OVERLAP=True), dict(P_SMEM=True),
                                   dict(PINGPONG=True, OVERLAP=True, BLOCK_M=128, CONSUMER_WGS=2, PIN_SOFTMAX=True),
-                                  dict(OVERLAP=True, BLOCK_N=64, PIN_SOFTMAX=True)])
+                                  dict(OVERLAP=True, BLOCK_N=64, PIN_SOFTMAX=True),
+                                  # serial turns: the S GEMMs round robin over three warpgroups, or two
+                                  dict(PINGPONG=True), dict(PINGPONG=True, PERSISTENT=True),
+                                  dict(PINGPONG=True, BLOCK_M=128, CONSUMER_WGS=2, CONSUMER_REGS=240)])
 @pytest.mark.parametrize("S", [256, 100])
 def test_the_shipped_attention_interprets_right(causal, over, S):
     """The D64 kernel's variants against torch; at S 256 and 100 the last 192-row query block's last warpgroups
-    hold rows past S only (serially they compute nothing, and release every key block)."""
+    hold rows past S only (serially they compute nothing, and release every key block; with turns they still
+    take one a block, as a causal warpgroup does for the blocks right of its rows)."""
     from gluon.kernels.attention_sm90.config import default_config, grid, num_warps, to_config
     from gluon.kernels.attention_sm90.host import _as_view, _empty_like_rows, _view2d
     from gluon.kernels.attention_sm90.kernel import attention_sm90

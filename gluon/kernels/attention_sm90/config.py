@@ -34,7 +34,9 @@ class AttentionConfig:
     OVERLAP         intra-warpgroup overlap: the next block's S = Q K^T is issued before this block's
                     P V, so the softmax runs while the tensor cores work (FlashAttention-3, section 3.2)
     PINGPONG        the consumer warpgroups take turns issuing their GEMMs (named barriers), so one's
-                    softmax overlaps the other's GEMMs (FlashAttention-3, section 3.1)
+                    softmax overlaps the other's GEMMs (FlashAttention-3, section 3.1): with OVERLAP two
+                    warpgroups, each step's S and P V GEMMs in a turn; without it two or three warpgroups,
+                    round robin, the S GEMM in a turn (their softmaxes then start apart, not all at once)
     REVERSE_M       launch the query blocks last-first: with a causal mask the longest rows start first
     PERSISTENT      one CTA per SM walks the (query block, head) tiles: the producer loads the next tile's
                     first K/V blocks (and, with OVERLAP, its Q into a second buffer) while the consumers
@@ -79,12 +81,12 @@ class AttentionConfig:
         if self.BLOCK_N not in (64, 128, 256):
             raise GluonError(f"AttentionConfig BLOCK_N={self.BLOCK_N}: takes 64, 128 or 256 (a WGMMA width that is a "
                              "power of two)")
-        if self.PINGPONG and not self.OVERLAP:
-            raise GluonError("AttentionConfig PINGPONG=True takes OVERLAP=True (the turns are the overlapped "
-                             "loop's GEMM issues)")
-        if self.PINGPONG and self.CONSUMER_WGS != 2:
-            raise GluonError(f"AttentionConfig PINGPONG=True takes CONSUMER_WGS=2 (two warpgroups take turns), "
-                             f"got {self.CONSUMER_WGS}")
+        if self.PINGPONG and self.OVERLAP and self.CONSUMER_WGS != 2:
+            raise GluonError(f"AttentionConfig PINGPONG=True with OVERLAP=True takes CONSUMER_WGS=2 (two warpgroups "
+                             f"take turns issuing both GEMMs), got {self.CONSUMER_WGS}")
+        if self.PINGPONG and self.CONSUMER_WGS == 1:
+            raise GluonError("AttentionConfig PINGPONG=True takes CONSUMER_WGS=2 or 3 (the warpgroups take turns), "
+                             "got 1")
         if self.PIN_SOFTMAX and not (self.OVERLAP and not self.P_SMEM):
             raise GluonError("AttentionConfig PIN_SOFTMAX=True takes OVERLAP=True and P_SMEM=False (it keeps the "
                              "overlapped softmax above the wait for P V's register operand)")

@@ -42,7 +42,7 @@ from ..turns import turn_begin, turn_end, turns_close, turns_open
 from .config import p_buffers, q_buffers
 
 _NEG_INF = float("-inf")
-_EPILOGUE = 10              # PERSISTENT: warpgroup g's threads meet on named barrier _EPILOGUE + g after the epilogue
+_EPILOGUE = 12              # PERSISTENT: warpgroup g's threads meet on named barrier _EPILOGUE + g after the epilogue
 _LN2 = 0.6931471805599453
 
 
@@ -176,7 +176,7 @@ def attention_sm90(Q, K, V, O, L, Sq, Skv, H, GROUP, qk_scale, CFG: gl.constexpr
                         # compute, every block released (the overlap's first block is computed whatever n_g says)
                         n_g = gl.where(m0 + g * RM >= Sq, 0, n_g)
                         f_g = gl.minimum(f_g, n_g)
-                    turns_open(g, PP)
+                    turns_open(g, PP, WGS)
                     _stage(q_ready, qb, QB).wait((tc // QB) & 1)
                     if CFG.OVERLAP:
                         if n_blocks > 0:
@@ -186,7 +186,7 @@ def attention_sm90(Q, K, V, O, L, Sq, Skv, H, GROUP, qk_scale, CFG: gl.constexpr
                             turn_begin(g, PP)
                             s = wgmma(q_g, k_s[c0].T, gl.zeros((RM, BN), gl.float32, layout=s_layout),
                                       use_acc=False, wait=False)
-                            turn_end(g, PP)
+                            turn_end(g, PP, WGS)
                             s = wgmma_wait(s, q_g, k_s[c0], pendings=0)
                             k_empty[c0].arrive()
                             s = _masked(s, rows, 0, Skv, off, BN, s_layout, CAUSAL)
@@ -211,23 +211,25 @@ def attention_sm90(Q, K, V, O, L, Sq, Skv, H, GROUP, qk_scale, CFG: gl.constexpr
                             v_ready[s_last].wait((c_last // ST) & 1)
                             turn_begin(g, PP)
                             acc = wgmma(p_last, v_s[s_last], acc, wait=False)
-                            turn_end(g, PP)
+                            turn_end(g, PP, WGS)
                             acc = wgmma_wait(acc, p_last, v_s[s_last], pendings=0)
                             v_empty[s_last].arrive()
                     else:
                         for j in range(0, f_g):
                             acc, m_i, l_i = _serial_step(j, cnt, q_g, k_s, v_s, k_ready, v_ready, k_empty, v_empty,
                                                          acc, m_i, l_i, rows, Skv, off, qk_scale, ST, BN, s_layout,
-                                                         p_layout, CAUSAL, Q.dtype, False, _p_tile(p_s, g, 0, PB, WGS))
+                                                         p_layout, CAUSAL, Q.dtype, False, _p_tile(p_s, g, 0, PB, WGS),
+                                                         g, PP, WGS)
                         for jm in range(f_g, n_g):
                             acc, m_i, l_i = _serial_step(jm, cnt, q_g, k_s, v_s, k_ready, v_ready, k_empty, v_empty,
                                                          acc, m_i, l_i, rows, Skv, off, qk_scale, ST, BN, s_layout,
-                                                         p_layout, CAUSAL, Q.dtype, True, _p_tile(p_s, g, 0, PB, WGS))
+                                                         p_layout, CAUSAL, Q.dtype, True, _p_tile(p_s, g, 0, PB, WGS),
+                                                         g, PP, WGS)
                     # blocks only later warpgroups' rows see (causal), or every block of a warpgroup past Sq
                     for jr in range(n_g, n_blocks):
                         _release(cnt + jr, k_ready, v_ready, k_empty, v_empty, ST)
-                        turn_begin(g, PP)                  # (a turn without GEMMs: both take as many turns)
-                        turn_end(g, PP)
+                        turn_begin(g, PP)                  # (a turn without GEMMs: all take as many turns)
+                        turn_end(g, PP, WGS)
                     turns_close(g, PP)
                     _epilogue(acc, m_i, l_i, q_g, O, L, rows, m0 + g * RM, q_row, q_col, ldo, Sq, bh, qk_scale, RM,
                               D, o_layout, WRITE_LSE)
@@ -297,13 +299,23 @@ def _unit_tile(u, h, num_m, per_head, TPU: int, REVERSE_M: bool):
 
 
 def _serial_step(j, base, q_g, k_s, v_s, k_ready, v_ready, k_empty, v_empty, acc, m_i, l_i, rows, Skv, off,
-                 qk_scale, ST: int, BN: int, s_layout, p_layout, CAUSAL: bool, dtype, MASKED: bool, p_buf):
+                 qk_scale, ST: int, BN: int, s_layout, p_layout, CAUSAL: bool, dtype, MASKED: bool, p_buf, g: int,
+                 PINGPONG: bool, WGS: int):
     """Key block j (the ring's block base + j) without overlap: S, softmax, rescale O, O += P V, each
-    waited for in turn (P through `p_buf` in shared memory when it is not None)."""
+    waited for in turn (P through `p_buf` in shared memory when it is not None). With PINGPONG warpgroup g
+    of WGS issues its S GEMM in its turn (round robin), so the warpgroups' S GEMMs are queued one after
+    another and their softmaxes start apart instead of all at once."""
     s_i = (base + j) % ST
     ph = ((base + j) // ST) & 1
     k_ready[s_i].wait(ph)
-    s = wgmma(q_g, k_s[s_i].T, gl.zeros(acc.shape[:1] + (BN,), gl.float32, layout=s_layout), use_acc=False)
+    s0 = gl.zeros(acc.shape[:1] + (BN,), gl.float32, layout=s_layout)
+    if PINGPONG:
+        turn_begin(g, True)
+        s = wgmma(q_g, k_s[s_i].T, s0, use_acc=False, wait=False)
+        turn_end(g, True, WGS)
+        s = wgmma_wait(s, q_g, k_s[s_i], pendings=0)
+    else:
+        s = wgmma(q_g, k_s[s_i].T, s0, use_acc=False)
     k_empty[s_i].arrive()
     if MASKED:
         s = _masked(s, rows, j * BN, Skv, off, BN, s_layout, CAUSAL)
@@ -337,7 +349,7 @@ def _overlapped_step(j, base, q_g, k_s, v_s, k_ready, v_ready, k_empty, v_empty,
               wait=False)
     p_prev = p_op if p_s is None else _p_tile(p_s, g, j - 1, PB, WGS)
     acc = wgmma(p_prev, v_s[v_i], acc, wait=False)
-    turn_end(g, PINGPONG)
+    turn_end(g, PINGPONG, WGS)
     s = wgmma_wait(s, q_g, k_s[s_i], pendings=1)
     k_empty[s_i].arrive()
     if MASKED:
