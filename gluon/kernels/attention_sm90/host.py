@@ -156,8 +156,9 @@ def _as_view(t):
     return _view2d(dense) + (True,)
 
 
-def attention(q, k, v, causal: bool = False, scale: float | None = None, config: AttentionConfig | Mapping | None = None,
-              return_lse: bool = False, layout: str = "bhsd", out=None, compiled=None):
+def attention(q, k, v, causal: bool = False, scale: float | None = None,
+              config: AttentionConfig | Mapping | None = None, return_lse: bool = False, layout: str = "bhsd", out=None,
+              compiled=None):
     """softmax(q k^T * scale [+ causal mask]) v, as `torch.nn.functional.scaled_dot_product_attention`.
 
     q [B, Hq, Sq, D], k and v [B, Hkv, Skv, D] with Hkv dividing Hq (grouped-query / multi-query

@@ -102,6 +102,7 @@ def block_scaled_k_loop(acc, a_s, b_s, ready, empty, cnt, k_lo, k_hi, k_top, SA,
         turn_begin(g, TURNS)
         part = wgmma(a_s[s], b_op, acc, wait=False, use_acc=False)
         turn_end(g, TURNS, WGS)
+        # (each branch waits and adds itself: a name assigned in one branch only would be loop-carried in the other)
         if AHEAD:                           # this k-step's scales came with the previous one; ask for the next
             scale = sa * sb
             sa, sb = _block_scales(SA, sb_row, rows, row_ok, kk + 1, k_hi, k_top, M, KB, ZIG, SA_M_MAJOR, True)

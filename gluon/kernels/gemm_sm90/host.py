@@ -30,7 +30,7 @@ from .kernel import gemm_sm90
 from .padding import PadPlan, pad_plan, tma_ready
 
 _WORKSPACE: dict[tuple, object] = {}    # (device, stream or None, "w" | "cnt") -> buffer
-_PADS: dict[tuple, PadPlan] = {}       # a call's key (`_fast_key`) -> the padded buffers of its operands TMA cannot take
+_PADS: dict[tuple, PadPlan] = {}       # a call's key (`_fast_key`) -> padded buffers of operands TMA cannot take
 _PLANS: dict[tuple, "_Plan"] = {}
 _FAST: dict[tuple, tuple] = {}          # a repeated call's key -> its prepared launches (see `_fast_key`)
 _FAST_MAX = 256
@@ -318,8 +318,8 @@ def _scale_mode(a, b, c, scale_a, scale_b) -> str:
         return "rowcol"
     if tuple(scale_a.shape) == (M, KB) and tuple(scale_b.shape) == (NB, KB):
         return "block_m" if m_major else "block"
-    raise GluonError(f"gemm: scale_a is {tuple(scale_a.shape)} and scale_b {tuple(scale_b.shape)}; per tensor they have "
-                     f"1 element each, per row and column {M} (A's rows) and {N} (B's columns), per block "
+    raise GluonError(f"gemm: scale_a is {tuple(scale_a.shape)} and scale_b {tuple(scale_b.shape)}; per tensor they "
+                     f"have 1 element each, per row and column {M} (A's rows) and {N} (B's columns), per block "
                      f"[{M}, {KB}] (a row of A per 128 of K) and [{NB}, {KB}] (128 x 128 blocks of B)")
 
 
