@@ -427,9 +427,11 @@ def test_splitk_fixup_sass_fences_once_around_relaxed_atomics():
 
 
 @pytest.mark.parametrize("kw,match", [
-    (dict(SWAP_AB=True, CONSUMER_WGS=2), "one consumer warpgroup"),
+    (dict(SWAP_AB=True, CONSUMER_WGS=3, BLOCK_N=256), "one or two cooperative consumer warpgroups"),
+    (dict(SWAP_AB=True, CONSUMER_WGS=2, SPLIT_WGS=True), "one or two cooperative consumer warpgroups"),
+    (dict(SWAP_AB=True, CONSUMER_WGS=2, BLOCK_M=64, BLOCK_N=64), "a multiple of 128 .64 rows a warpgroup."),
     (dict(SWAP_AB=True, CONSUMER_WGS=1, BLOCK_M=40), "a power of two from 8 to 256, not 40"),
-    (dict(SWAP_AB=True, CONSUMER_WGS=1, BLOCK_M=16, BLOCK_N=32), "a multiple of 64, not 32"),
+    (dict(SWAP_AB=True, CONSUMER_WGS=1, BLOCK_M=16, BLOCK_N=32), "a multiple of 64 .64 rows a warpgroup., not 32"),
     (dict(BLOCK_N=96), "BLOCK_N=96: takes a power of two"),
     (dict(SWAP_AB=True, CONSUMER_WGS=1, BLOCK_M=16, EPILOGUE="tma"), "EPILOGUE='direct'"),
     (dict(SWAP_AB=True, CONSUMER_WGS=1, BLOCK_M=16, SPLITK_FIXUP=True), "SPLITK_FIXUP=False"),

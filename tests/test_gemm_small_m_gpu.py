@@ -91,6 +91,28 @@ def test_swap_ab_matches_fp64(M, N, K, bn, bk, splits, b_kmajor, dtype):
         assert _rel_err(c, a, b, b_kmajor) < 1e-2
 
 
+@pytest.mark.parametrize("M,N,K,bn,stages,extra", [
+    (128, 4096, 4096, 128, 6, dict(CLUSTER_K=2)), (128, 4096, 4096, 128, 6, dict(CLUSTER_K=4)),
+    (100, 4097, 2048, 128, 6, dict(CLUSTER_K=2)), (64, 14336, 4096, 256, 4, {}), (128, 14336, 4096, 128, 6, {}),
+    (33, 1000, 3000, 256, 4, dict(CLUSTER_K=2)), (77, 600, 520, 128, 6, {})])
+@pytest.mark.parametrize("b_kmajor", [False, True])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_swap_ab_on_two_warpgroups_matches_fp64(M, N, K, bn, stages, extra, b_kmajor, dtype):
+    """C^T = B^T A^T on two cooperative warpgroups (B's 128 or 256 rows split between them, A's rows shared), in
+    clusters of 2 and 4 or alone, both B layouts, sizes off the tiles: poisoned outputs within 1e-2 of fp64 on
+    fresh inputs twice, and bit for bit the same config with its K slices summed by splitk_reduce."""
+    cfg = _swap(M, bn, 64, STAGES=stages).replace(CONSUMER_WGS=2, **extra)
+    for seed in range(2):
+        a, b = _operands(M, N, K, dtype, b_kmajor, seed)
+        c = torch.full((M, N), float("nan"), device="cuda", dtype=dtype)
+        launch(a, b, c, cfg, b_kmajor=b_kmajor)
+        torch.cuda.synchronize()
+        assert not torch.isnan(c).any(), "some output elements were not written"
+        assert _rel_err(c, a, b, b_kmajor) < 1e-2
+    if cfg.CLUSTER_K > 1:
+        _agree_bit_for_bit(M, N, K, dtype, b_kmajor, [(cfg, None), (cfg.replace(CLUSTER_K=1), cfg.CLUSTER_K)])
+
+
 @pytest.mark.parametrize("M,N,K,b_kmajor", [(1000, 3000, 777, False), (7, 4097, 1000, True), (333, 200, 136, False)])
 def test_unaligned_calls_allocate_nothing_after_the_first(M, N, K, b_kmajor):
     """Operands TMA cannot describe go through padded copies cached per (device, stream, shape): repeated

@@ -289,6 +289,11 @@ def _gemm_ref(a, b, kmajor=False):
     ((200, 136, 320), torch.float16, dict(config=dict(EPILOGUE="ring", STAGES=4))),
     ((200, 136, 320), torch.bfloat16, dict(config=dict(SPLIT_WGS=True))),
     ((200, 136, 320), torch.float16, dict(config=dict(SWAP_AB=True, BLOCK_M=64, BLOCK_N=64))),
+    # the swap on two cooperative warpgroups (B's 128 or 256 rows split between them, A's rows shared)
+    ((100, 300, 320), torch.bfloat16, dict(b_kmajor=True, config=dict(SWAP_AB=True, CONSUMER_WGS=2, BLOCK_M=128,
+                                                                      BLOCK_N=128, BLOCK_K=64, STAGES=4))),
+    ((40, 600, 520), torch.float16, dict(splits=2, config=dict(SWAP_AB=True, CONSUMER_WGS=2, BLOCK_M=64,
+                                                               BLOCK_N=256, BLOCK_K=64, STAGES=3))),
     ((200, 136, 320), torch.bfloat16, dict(b_kmajor=True, config=dict(EPILOGUE="coalesced"))),
     ((200, 136, 72), torch.float16, dict(config=dict(EPILOGUE="direct", K_ZIGZAG=True, CONSUMER_WGS=1, BLOCK_M=64))),
 ])

@@ -55,7 +55,8 @@ def test_the_decode_spec_searches_the_small_m_family():
     p = decode.space.params
     assert p["SWAP_AB"] == Choice((True, False)) and p["STAGES"] == IntRange(3, 16)
     assert p["SPLIT_K"] == Choice(("auto", 1, 2, 4)) and p["EPILOGUE"] == Fixed("direct")
-    assert any("BLOCK_M * BLOCK_N <= 16384" in c for c in decode.constraints)
+    assert any("BLOCK_M * BLOCK_N <= 4096 * CONSUMER_WARPS" in c for c in decode.constraints)
+    assert p["CONSUMER_WARPS"] == Choice((4, 8))          # under the swap: one warpgroup, or two sharing A
 
 
 def test_space_sizes_by_hand():

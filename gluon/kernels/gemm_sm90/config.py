@@ -219,16 +219,18 @@ FIELDS: tuple[str, ...] = tuple(f.name for f in fields(GemmConfig))
 
 
 def _check_swap_ab(cfg: GemmConfig) -> None:
-    """SWAP_AB's rules: one consumer warpgroup owning the whole tile, A's rows a WGMMA width, B's rows whole
-    64-row WGMMA instructions, C stored from registers."""
+    """SWAP_AB's rules: one or two cooperative consumer warpgroups owning the whole tile (two split B's rows,
+    sharing A's), A's rows a WGMMA width, B's rows whole 64-row WGMMA instructions (a warpgroup's share), C
+    stored from registers."""
     why = None
-    if cfg.CONSUMER_WGS != 1 or cfg.SPLIT_WGS:
-        why = f"one consumer warpgroup (CONSUMER_WGS=1, SPLIT_WGS=False), not CONSUMER_WGS={cfg.CONSUMER_WGS}" + (
-            ", SPLIT_WGS=True" if cfg.SPLIT_WGS else "")
+    if cfg.CONSUMER_WGS not in (1, 2) or cfg.SPLIT_WGS:
+        why = (f"one or two cooperative consumer warpgroups (CONSUMER_WGS=1 or 2, SPLIT_WGS=False), not "
+               f"CONSUMER_WGS={cfg.CONSUMER_WGS}" + (", SPLIT_WGS=True" if cfg.SPLIT_WGS else ""))
     elif cfg.BLOCK_M & (cfg.BLOCK_M - 1) or not 8 <= cfg.BLOCK_M <= 256:
         why = f"BLOCK_M (WGMMA's N under the swap) a power of two from 8 to 256, not {cfg.BLOCK_M}"
-    elif cfg.BLOCK_N % 64:
-        why = f"BLOCK_N (WGMMA's M under the swap) a multiple of 64, not {cfg.BLOCK_N}"
+    elif cfg.BLOCK_N % (64 * cfg.CONSUMER_WGS):
+        why = (f"BLOCK_N (WGMMA's M under the swap) a multiple of {64 * cfg.CONSUMER_WGS} (64 rows a warpgroup), "
+               f"not {cfg.BLOCK_N}")
     elif cfg.CLUSTER_M != 1:
         why = f"CLUSTER_M=1, not {cfg.CLUSTER_M}"
     elif cfg.EPILOGUE not in ("direct", AUTO):
