@@ -66,7 +66,8 @@ class GemmConfig:
     SWAP_AB                     compute C^T = B^T A^T: B's BLOCK_N rows on WGMMA's M (64 per instruction),
                                 A's BLOCK_M rows on its N (a power of two, 8 .. 256), so a few rows of A
                                 (decode: M of 1 .. 64) neither waste the MMA nor shared memory; one
-                                consumer warpgroup, stores C from registers
+                                consumer warpgroup, or two cooperative ones splitting B's rows (sharing A's
+                                tile), stores C from registers
     CLUSTER_K                   split-K inside a cluster: its CLUSTER_K CTAs (2, 4 or 8) take the K slices of
                                 one output tile, store their fp32 partials, meet at a cluster barrier, and
                                 each sums 1/CLUSTER_K of the tile's columns over the slices in slice order
