@@ -1,11 +1,18 @@
-"""Consumer warpgroups taking turns issuing their WGMMAs (FlashAttention-3's ping-pong, section 3.1).
+"""Consumer warpgroups taking turns with their WGMMAs (FlashAttention-3's ping-pong, section 3.1).
 
-Of `n` warpgroups (2 or 3), warpgroup g waits at named barrier TURN + g before issuing and arrives at
-TURN + (g + 1) % n after, so the next one issues while g's non-tensor work (attention's softmax, the fp8
-GEMM's promotion) runs under the others' WGMMAs. The last warpgroup opens with an arrive (warpgroup 0 goes
-first) and warpgroup 0 closes with a sync that takes the last one's final arrive, so no arrive is left
-pending; all must take as many turns. Used by the attention kernel (PINGPONG, two) and the GEMM's fp8 block
-scales (MMA_TURNS, two or three).
+Of `n` warpgroups (2 or 3), warpgroup g waits at named barrier TURN + g before its GEMMs and arrives at
+TURN + (g + 1) % n after, so the next one goes while g's non-tensor work (attention's softmax, the fp8
+GEMM's promotion) runs. Where the arrive goes decides what the turn orders. Right after the issue (the
+attention's overlapped loop) it orders only the issues; warpgroups whose GEMMs are in flight together share
+the tensor cores and finish together. After the GEMMs' wait (the attention's serial loop, the fp8 GEMM's
+MMA_TURNS) it holds the turn while they run, so the warpgroups' GEMMs run one at a time and each one's
+non-tensor work falls under another's GEMM. ptxas places a named barrier's arrive below arithmetic that
+does not depend on it: a caller that needs the arrive before such work must make that work depend on
+something after the arrive (the fp8 loop reads its scales back from shared memory).
+The last warpgroup opens with an arrive (warpgroup 0 goes first) and warpgroup 0 closes with a sync that
+takes the last one's final arrive, so no arrive is left pending; all must take as many turns. Used by the
+attention kernel (PINGPONG: two warpgroups overlapped, two or three serial) and the GEMM's fp8 block scales
+(MMA_TURNS, two or three).
 """
 from __future__ import annotations
 

@@ -35,8 +35,9 @@ class AttentionConfig:
                     P V, so the softmax runs while the tensor cores work (FlashAttention-3, section 3.2)
     PINGPONG        the consumer warpgroups take turns issuing their GEMMs (named barriers), so one's
                     softmax overlaps the other's GEMMs (FlashAttention-3, section 3.1): with OVERLAP two
-                    warpgroups, each step's S and P V GEMMs in a turn; without it two or three warpgroups,
-                    round robin, the S GEMM in a turn (their softmaxes then start apart, not all at once)
+                    warpgroups, each step's S and P V GEMMs issued in a turn; without it two or three
+                    warpgroups, round robin, each P V GEMM run in a turn (held until it is done), so their
+                    softmaxes fall apart instead of running all at once
     REVERSE_M       launch the query blocks last-first: with a causal mask the longest rows start first
     PERSISTENT      one CTA per SM walks the (query block, head) tiles: the producer loads the next tile's
                     first K/V blocks (and, with OVERLAP, its Q into a second buffer) while the consumers

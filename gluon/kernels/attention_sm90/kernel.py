@@ -303,19 +303,14 @@ def _serial_step(j, base, q_g, k_s, v_s, k_ready, v_ready, k_empty, v_empty, acc
                  PINGPONG: bool, WGS: int):
     """Key block j (the ring's block base + j) without overlap: S, softmax, rescale O, O += P V, each
     waited for in turn (P through `p_buf` in shared memory when it is not None). With PINGPONG warpgroup g
-    of WGS issues its S GEMM in its turn (round robin), so the warpgroups' S GEMMs are queued one after
-    another and their softmaxes start apart instead of all at once."""
+    of WGS runs its P V GEMM in its turn (round robin), the turn passed on once that GEMM is done: the
+    warpgroups' P V GEMMs run one at a time, so their softmaxes fall apart instead of running all at once
+    (warpgroups that issue together share the tensor cores and finish together; a turn passed at the issue
+    changes nothing then)."""
     s_i = (base + j) % ST
     ph = ((base + j) // ST) & 1
     k_ready[s_i].wait(ph)
-    s0 = gl.zeros(acc.shape[:1] + (BN,), gl.float32, layout=s_layout)
-    if PINGPONG:
-        turn_begin(g, True)
-        s = wgmma(q_g, k_s[s_i].T, s0, use_acc=False, wait=False)
-        turn_end(g, True, WGS)
-        s = wgmma_wait(s, q_g, k_s[s_i], pendings=0)
-    else:
-        s = wgmma(q_g, k_s[s_i].T, s0, use_acc=False)
+    s = wgmma(q_g, k_s[s_i].T, gl.zeros(acc.shape[:1] + (BN,), gl.float32, layout=s_layout), use_acc=False)
     k_empty[s_i].arrive()
     if MASKED:
         s = _masked(s, rows, j * BN, Skv, off, BN, s_layout, CAUSAL)
@@ -323,8 +318,10 @@ def _serial_step(j, base, q_g, k_s, v_s, k_ready, v_ready, k_empty, v_empty, acc
     acc = _rescale(acc, alpha)
     p_op = _p_operand(p, dtype, p_layout, p_buf)
     v_ready[s_i].wait(ph)
+    turn_begin(g, PINGPONG)
     acc = wgmma(p_op, v_s[s_i], acc, wait=False)
     acc = wgmma_wait(acc, p_op, v_s[s_i], pendings=0)
+    turn_end(g, PINGPONG, WGS)
     v_empty[s_i].arrive()
     return acc, m_i, l_i
 

@@ -74,10 +74,10 @@ class GemmConfig:
                                 (deterministic, the values `splitk_reduce` gives) and stores C: no second
                                 kernel. The launch's split count is CLUSTER_K
     MMA_TURNS                   fp8 block scales (SCALE="block") with SPLIT_WGS and two or three consumer
-                                warpgroups: they take turns issuing their k-step's WGMMAs (named barriers,
-                                FlashAttention-3's ping-pong), so one's promotion of its product into the fp32
-                                sum runs under the others' WGMMAs instead of all promoting while the tensor
-                                cores idle
+                                warpgroups: they take turns running their k-step's WGMMAs (named barriers,
+                                FlashAttention-3's ping-pong; a turn held until the WGMMAs are done), so one's
+                                promotion of its product into the fp32 sum runs under another's WGMMAs instead
+                                of all promoting while the tensor cores idle
     SCALES_AHEAD                fp8 block scales: each k-step's A and B scales are loaded one k-step ahead (with
                                 the previous k-step), so their L2 latency is not waited for between the WGMMA and
                                 the promotion

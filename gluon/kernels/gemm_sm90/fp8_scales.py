@@ -74,9 +74,24 @@ def _block_scales(SA, sb_row, rows, row_ok, kk, k_hi, k_top, M, KB, ZIG: bool, S
 
 
 @gl.helper
+def _wait_then_pass_turn(part, a_tile, b_tile, sa, sb, anchor, g: int, TURNS: bool, WGS: int):
+    """The k-step's product once its WGMMA is done, and with TURNS its scales sa * sb as loaded back after the
+    turn is passed on (None without: the caller multiplies them).
+    ptxas schedules a named barrier's arrive below arithmetic that does not depend on it, so the promotion
+    would run before the hand-over and the next warpgroup wait for it too: the scales go through the role's
+    shared `anchor`, stored before the wait and loaded after the arrive (ptxas keeps a shared load below the
+    barrier), so the promotion that needs them comes after it."""
+    if TURNS:
+        anchor.store(sa * sb)
+    part = wgmma_wait(part, a_tile, b_tile, pendings=0)
+    turn_end(g, TURNS, WGS)
+    return part, anchor.load(layout=sa.layout) if TURNS else None
+
+
+@gl.helper
 def block_scaled_k_loop(acc, a_s, b_s, ready, empty, cnt, k_lo, k_hi, k_top, SA, SB, off_m, off_n, M, KB,
                         STAGES: int, CL: int, B_KMAJOR: bool, ZIG: bool, TURNS: bool, g: int, WGS: int,
-                        SA_M_MAJOR: bool, AHEAD: bool):
+                        SA_M_MAJOR: bool, AHEAD: bool, anchor=None):
     """SCALE="block" (DeepSeek's DeepGEMM scaling): k-steps kk in [k_lo, k_hi) of 128 K each, A scaled per row
     and 128-deep block of K (SA [M, KB]), B per 128 x 128 block (SB [ceil(N / 128), KB]). Each k-step's WGMMA
     product starts from zero and is added to the fp32 `acc` times SA[row, kk] * SB[off_n // 128, kk]: the
@@ -87,7 +102,8 @@ def block_scaled_k_loop(acc, a_s, b_s, ready, empty, cnt, k_lo, k_hi, k_top, SA,
     Adding each product while the next k-step's WGMMA runs was slower: ptxas serializes every WGMMA when a
     product is carried through the loop in flight, C7514; docs/PERF.md. With K_ZIGZAG (`ZIG`) a unit whose
     `k_top` is set got its K slice top down from the producer: its i-th stage holds block k_top - i. With
-    TURNS (MMA_TURNS) warpgroup `g` of WGS issues each k-step's WGMMAs in its turn (gluon/kernels/turns.py).
+    TURNS (MMA_TURNS) warpgroup `g` of WGS runs each k-step's WGMMAs in its turn, held until they are done
+    (gluon/kernels/turns.py), so the warpgroups' WGMMAs run one at a time, each under the others' promotions.
     SA_M_MAJOR: SA is [KB, M] (scale_a M-major, as torch._scaled_mm and DeepGEMM take it; a warp's rows then
     load together). (acc, cnt) after the slice."""
     rows = off_m + gl.arange(0, acc.shape[0], layout=SliceLayout(1, acc.layout))
@@ -101,18 +117,18 @@ def block_scaled_k_loop(acc, a_s, b_s, ready, empty, cnt, k_lo, k_hi, k_top, SA,
         b_op = b_s[s].T if B_KMAJOR else b_s[s]
         turn_begin(g, TURNS)
         part = wgmma(a_s[s], b_op, acc, wait=False, use_acc=False)
-        turn_end(g, TURNS, WGS)
-        # (each branch waits and adds itself: a name assigned in one branch only would be loop-carried in the other)
+        # (each branch waits and adds itself: a name assigned in one branch only would be loop-carried in the other;
+        # the turn passes once the WGMMA is done, so the next warpgroup's runs alone while this one promotes)
         if AHEAD:                           # this k-step's scales came with the previous one; ask for the next
-            scale = sa * sb
+            sa_k, sb_k = sa, sb
             sa, sb = _block_scales(SA, sb_row, rows, row_ok, kk + 1, k_hi, k_top, M, KB, ZIG, SA_M_MAJOR, True)
-            part = wgmma_wait(part, a_s[s], b_s[s], pendings=0)
+            part, held = _wait_then_pass_turn(part, a_s[s], b_s[s], sa_k, sb_k, anchor, g, TURNS, WGS)
             empty[s].arrive(cluster=CL > 1)
-            acc = acc + part * scale[:, None]
+            acc = acc + part * (sa_k * sb_k if held is None else held)[:, None]
         else:
             sa_k, sb_k = _block_scales(SA, sb_row, rows, row_ok, kk, k_hi, k_top, M, KB, ZIG, SA_M_MAJOR, False)
-            part = wgmma_wait(part, a_s[s], b_s[s], pendings=0)
+            part, held_k = _wait_then_pass_turn(part, a_s[s], b_s[s], sa_k, sb_k, anchor, g, TURNS, WGS)
             empty[s].arrive(cluster=CL > 1)
-            acc = acc + part * (sa_k * sb_k)[:, None]
+            acc = acc + part * (sa_k * sb_k if held_k is None else held_k)[:, None]
         cnt = cnt + 1
     return acc, cnt
