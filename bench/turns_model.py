@@ -1,0 +1,103 @@
+"""A queueing model of consumer warpgroups taking turns (gluon/kernels/turns.py), no GPU needed.
+
+    python3 bench/turns_model.py [--warpgroups 3] [--gemm 256,256] [--softmax 528] [--blocks 300] [--json PATH]
+
+Each warpgroup loops over key blocks: its S GEMM, its softmax, its P V GEMM, each waited for before the next.
+The tensor cores serve the GEMMs in flight together, each at 1/n of the rate when n are in flight ("shared":
+what D64's three lockstep warpgroups look like on the H200, a tensor pipe 53% busy) or one at a time in issue
+order ("fifo"); the special function unit (the softmax's exp2s) is shared the same way among the softmaxes in
+flight. Turns are round robins over the warpgroups: of the S GEMMs, of the P V GEMMs, or both (two rings),
+handed on at the GEMM's issue or once it is done ("held"). A row is the tensor cores' busy share. The cycles
+are per warpgroup alone: at D64 with 128-key blocks each GEMM is 64x128x64 MACs at 2048 a clock (256), the
+softmax 66 exp2s a thread at 16 a clock an SM (528). The model leaves out everything else (loads, barriers,
+issue slots), so it ranks schedules; it does not predict TFLOP/s.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+sys.path[0] = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from bench.common import table, write_json  # noqa: E402
+
+SCHEDULES = (("no turns", (), False), ("S turns at issue", ("S",), False), ("S turns held", ("S",), True),
+             ("P V turns held", ("PV",), True), ("both held (two rings)", ("S", "PV"), True))
+
+
+def busy_share(warpgroups: int, s: float, pv: float, softmax: float, blocks: int, gated: tuple, held: bool,
+               tensor: str = "shared") -> float:
+    """The tensor cores' busy share over `blocks` key blocks a warpgroup (event by event: between two
+    completions every GEMM and softmax in flight advances at its share of its unit's rate)."""
+    phase = ["issue S"] * warpgroups
+    left = [0.0] * warpgroups
+    done = [0] * warpgroups
+    jobs: list[list] = []                    # [warpgroup, work left, "S" | "PV"], in issue order
+    turn = {"S": 0, "PV": 0}
+    t = 0.0
+    while min(done) < blocks:
+        for g in range(warpgroups):
+            for kind, work in (("S", s), ("PV", pv)):
+                if phase[g] == "issue " + kind and (kind not in gated or turn[kind] == g):
+                    jobs.append([g, work, kind])
+                    phase[g] = kind
+                    if kind in gated and not held:
+                        turn[kind] = (turn[kind] + 1) % warpgroups
+        served = jobs[:1] if tensor == "fifo" else jobs
+        exp = [g for g in range(warpgroups) if phase[g] == "softmax"]
+        if not served and not exp:          # every warpgroup waits for a turn no one hands on
+            raise RuntimeError(f"the schedule {gated} deadlocks")
+        dt = min([j[1] * len(served) for j in served] + [left[g] * len(exp) for g in exp])
+        for job in served:
+            job[1] -= dt / len(served)
+        for g in exp:
+            left[g] -= dt / len(exp)
+            if left[g] <= 1e-9:
+                phase[g] = "issue PV"
+        for job in [j for j in served if j[1] <= 1e-9]:
+            jobs.remove(job)
+            g, kind = job[0], job[2]
+            if kind in gated and held:
+                turn[kind] = (turn[kind] + 1) % warpgroups
+            if kind == "S":
+                phase[g], left[g] = "softmax", softmax
+            else:
+                phase[g] = "issue S"
+                done[g] += 1
+        t += dt
+    return warpgroups * blocks * (s + pv) / t
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--warpgroups", default="2,3", help="comma list of warpgroup counts (default 2,3)")
+    p.add_argument("--gemm", default="256,256", help="S and P V GEMM cycles of one warpgroup alone (default 256,256)")
+    p.add_argument("--softmax", default="400,528,650", help="comma list of softmax cycles (default 400,528,650)")
+    p.add_argument("--blocks", type=int, default=300, help="key blocks a warpgroup (default 300)")
+    p.add_argument("--json", metavar="PATH", help="write every row here")
+    args = p.parse_args()
+    try:
+        wgs = [int(w) for w in args.warpgroups.split(",")]
+        s, pv = (float(x) for x in args.gemm.split(","))
+        softmaxes = [float(x) for x in args.softmax.split(",")]
+    except ValueError:
+        p.error("--warpgroups, --gemm and --softmax take comma lists of numbers (--gemm exactly two)")
+    if args.blocks < 1 or min(wgs) < 1 or min(s, pv, *softmaxes) <= 0:
+        p.error("--blocks, --warpgroups, --gemm and --softmax take positive values")
+    rows = []
+    for tensor in ("shared", "fifo"):
+        for w in wgs:
+            for sm in softmaxes:
+                row = dict(tensor=tensor, warpgroups=w, softmax=sm)
+                for name, gated, held in SCHEDULES:
+                    row[name] = busy_share(w, s, pv, sm, args.blocks, gated, held, tensor)
+                rows.append(row)
+    write_json(args.json, rows, dict(gemm=[s, pv], blocks=args.blocks, complete=True))
+    cols = [("tensor", "tensor", ""), ("WGs", "warpgroups", ""), ("softmax", "softmax", ".0f")]
+    print("tensor cores' busy share (1.0 = always busy)")
+    print(table(rows, cols + [(name, name, ".3f") for name, _, _ in SCHEDULES]))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
