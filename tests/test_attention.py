@@ -102,6 +102,7 @@ def test_overlap_issues_s_before_waiting_for_pv():
     (dict(P_SMEM=2), "P_SMEM=2"),
     (dict(PIN_SOFTMAX=True, OVERLAP=False, PINGPONG=False), "PIN_SOFTMAX=True takes OVERLAP=True and P_SMEM=False"),
     (dict(PIN_SOFTMAX=True, P_SMEM=True), "PIN_SOFTMAX=True takes OVERLAP=True and P_SMEM=False"),
+    (dict(HOLD_TURNS=True, PINGPONG=False), "HOLD_TURNS=True takes PINGPONG=True and OVERLAP=True"),
 ])
 def test_config_checks(kw, msg):
     with pytest.raises(GluonError, match=msg.replace("*", r"\*").replace("(", r"\(")):
@@ -418,3 +419,20 @@ def test_empty_problems_give_the_empty_output_as_sdpa(interpret_env, shape, lse,
     o, l = got if lse else (got, None)
     assert o.shape == q.shape and o.dtype == q.dtype
     assert l is None or tuple(l.shape) == (B, H, S)
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_held_turns_hand_over_once_s_is_done_and_before_the_softmax(causal):
+    """HOLD_TURNS (D128's default with it): in each overlapped step the turn's arrive comes after the wait for S
+    (one WGMMA group left in flight: P V) and before the step's first exp2, which reads the row maxima back
+    from shared memory after the arrive (without that anchor ptxas places the arrive below the softmax)."""
+    ck = compile_variant(128, DType.bf16, causal, HOLD_TURNS=True)
+    assert ck.spills == 0
+    lines = [ln.split(";")[0].split() for ln in ck.sass().splitlines()]
+    ops = [" ".join(w for w in ln if not w.startswith("//"))[-60:] for ln in lines if ln]
+    steps = [i for i, op in enumerate(ops) if "WARPGROUP.DEPBAR.LE gsb0, 0x1" in op]
+    assert steps, "no overlapped step (a wait that leaves one WGMMA group in flight)"
+    for i in steps:
+        arrive = next(k for k in range(i, len(ops)) if "BAR.ARV" in ops[k])
+        first_exp = next(k for k in range(i, len(ops)) if "MUFU.EX2" in ops[k])
+        assert arrive < first_exp

@@ -163,11 +163,13 @@ def test_pinned_softmax(D, config):
 @pytest.mark.parametrize("D,config", [
     (64, dict(PINGPONG=True)), (64, dict(PINGPONG=True, PERSISTENT=True)),
     (64, dict(PINGPONG=True, OVERLAP=False, BLOCK_M=128, CONSUMER_WGS=2, CONSUMER_REGS=240)),
-    (128, dict(PINGPONG=True, OVERLAP=False))])
-def test_serial_turns(D, config):
-    """PINGPONG without OVERLAP: the S GEMMs issued round robin over two or three warpgroups (named barriers; a
-    warpgroup past Sq or right of the diagonal still takes its turns); sizes off the tiles, Sq != Skv, and
-    repeated calls bit-identical."""
+    (128, dict(PINGPONG=True, OVERLAP=False)), (128, dict(HOLD_TURNS=True)),
+    (128, dict(HOLD_TURNS=True, PERSISTENT=False, STAGES=3)),
+    (64, dict(PINGPONG=True, OVERLAP=True, BLOCK_M=128, CONSUMER_WGS=2, CONSUMER_REGS=240, HOLD_TURNS=True))])
+def test_serial_and_held_turns(D, config):
+    """Turns held until the GEMM is done: PINGPONG without OVERLAP (the P V GEMMs round robin over two or three
+    warpgroups; a warpgroup past Sq or right of the diagonal still takes its turns) and HOLD_TURNS (the overlapped
+    loop's turn handed on once S is done); sizes off the tiles, Sq != Skv, repeated calls bit-identical."""
     _check_variant(D, config)
 
 

@@ -456,7 +456,11 @@ def test_the_shipped_gemm_256_cubed_interprets_right_and_fast(over):
                                   dict(OVERLAP=True, BLOCK_N=64, PIN_SOFTMAX=True),
                                   # serial turns: the S GEMMs round robin over three warpgroups, or two
                                   dict(PINGPONG=True), dict(PINGPONG=True, PERSISTENT=True),
-                                  dict(PINGPONG=True, BLOCK_M=128, CONSUMER_WGS=2, CONSUMER_REGS=240)])
+                                  dict(PINGPONG=True, BLOCK_M=128, CONSUMER_WGS=2, CONSUMER_REGS=240),
+                                  # the overlapped turns held until S is done (its row maxima through shared memory)
+                                  dict(PINGPONG=True, OVERLAP=True, BLOCK_M=128, CONSUMER_WGS=2, HOLD_TURNS=True),
+                                  dict(PINGPONG=True, OVERLAP=True, BLOCK_M=128, CONSUMER_WGS=2, HOLD_TURNS=True,
+                                       PERSISTENT=True)])
 @pytest.mark.parametrize("S", [256, 100])
 def test_the_shipped_attention_interprets_right(causal, over, S):
     """The D64 kernel's variants against torch; at S 256 and 100 the last 192-row query block's last warpgroups

@@ -16,7 +16,7 @@ from ..config_checks import cached_hash, flag, overridden, positive_int, state_w
 
 HEAD_DIMS = (64, 128, 256)
 _INTS = ("BLOCK_M", "BLOCK_N", "STAGES", "CONSUMER_WGS", "CONSUMER_REGS", "PRODUCER_REGS")
-_BOOLS = ("OVERLAP", "PINGPONG", "REVERSE_M", "PERSISTENT", "P_SMEM", "PIN_SOFTMAX")
+_BOOLS = ("OVERLAP", "PINGPONG", "REVERSE_M", "PERSISTENT", "P_SMEM", "PIN_SOFTMAX", "HOLD_TURNS")
 
 
 @dataclass(frozen=True)
@@ -51,6 +51,10 @@ class AttentionConfig:
                     that wait above the softmax (the SASS shows the wait before the exp2s), and the overlap is
                     only the S GEMM's issue; with it the warpgroup holds P_j beside the P_(j-1) in flight (64
                     more registers at 128 keys: it spills at three warpgroups of 160)
+    HOLD_TURNS      PINGPONG with OVERLAP: a warpgroup hands its turn on once its S GEMM is done (its P V left
+                    in flight), not right after issuing them; warpgroups whose GEMMs are in flight together
+                    share the tensor cores and finish together, so a turn handed on at the issue orders only
+                    the issues (bench/turns_model.py). The serial loop's turns are held always
     """
 
     BLOCK_M: int = 128
@@ -65,6 +69,7 @@ class AttentionConfig:
     PERSISTENT: bool = False
     P_SMEM: bool = False
     PIN_SOFTMAX: bool = False
+    HOLD_TURNS: bool = False
 
     __hash__ = cached_hash
     __getstate__ = state_without_hash
@@ -88,6 +93,9 @@ class AttentionConfig:
         if self.PINGPONG and self.CONSUMER_WGS == 1:
             raise GluonError("AttentionConfig PINGPONG=True takes CONSUMER_WGS=2 or 3 (the warpgroups take turns), "
                              "got 1")
+        if self.HOLD_TURNS and not (self.PINGPONG and self.OVERLAP):
+            raise GluonError("AttentionConfig HOLD_TURNS=True takes PINGPONG=True and OVERLAP=True (it moves where the "
+                             "overlapped loop hands its turn on; the serial loop's turns are held already)")
         if self.PIN_SOFTMAX and not (self.OVERLAP and not self.P_SMEM):
             raise GluonError("AttentionConfig PIN_SOFTMAX=True takes OVERLAP=True and P_SMEM=False (it keeps the "
                              "overlapped softmax above the wait for P V's register operand)")

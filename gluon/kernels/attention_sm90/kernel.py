@@ -123,6 +123,8 @@ def attention_sm90(Q, K, V, O, L, Sq, Skv, H, GROUP, qk_scale, CFG: gl.constexpr
     p_s = smem(Q.dtype, Layout.swizzled(RM, BN, sw), name="p_tile", stages=WGS * PB) if CFG.P_SMEM else None
     pin_s = smem(gl.float32, Layout.shared(1, 1, 1, order=(0,)), shape=(RM,), name="row_sums",
                  stages=WGS) if CFG.PIN_SOFTMAX else None
+    hold_s = smem(gl.float32, Layout.shared(1, 1, 1, order=(0,)), shape=(RM,), name="row_maxima",
+                  stages=WGS) if CFG.HOLD_TURNS else None
     q_ready = mbarrier(count=1, name="q_ready", stages=QB)
     if CFG.PERSISTENT:
         q_empty = mbarrier(count=WGS, name="q_empty", stages=QB)   # the consumers are done with a Q buffer
@@ -153,6 +155,7 @@ def attention_sm90(Q, K, V, O, L, Sq, Skv, H, GROUP, qk_scale, CFG: gl.constexpr
             o_layout = Layout.wgmma((4, 1), instr_n=D, operand_dtype=Q.dtype)
             p_layout = DotOperandLayout(0, o_layout, 2)
             pin_g = _stage(pin_s, g, WGS) if CFG.PIN_SOFTMAX else None   # this warpgroup's row sums (PIN_SOFTMAX)
+            hold_g = _stage(hold_s, g, WGS) if CFG.HOLD_TURNS else None  # ... and row maxima (HOLD_TURNS)
             cnt = gl.full((), 0, gl.int32)      # key blocks this CTA has taken from the ring so far
             tc = gl.full((), 0, gl.int32)       # tiles so far: which Q buffer, which phase
             for u in range(u_first, u_end, u_step):
@@ -186,8 +189,9 @@ def attention_sm90(Q, K, V, O, L, Sq, Skv, H, GROUP, qk_scale, CFG: gl.constexpr
                             turn_begin(g, PP)
                             s = wgmma(q_g, k_s[c0].T, gl.zeros((RM, BN), gl.float32, layout=s_layout),
                                       use_acc=False, wait=False)
-                            turn_end(g, PP, WGS)
-                            s = wgmma_wait(s, q_g, k_s[c0], pendings=0)
+                            if hold_g is None:
+                                turn_end(g, PP, WGS)
+                            s, m_i = _s_done(s, q_g, k_s[c0], m_i, hold_g, g, PP, WGS, 0)
                             k_empty[c0].arrive()
                             s = _masked(s, rows, 0, Skv, off, BN, s_layout, CAUSAL)
                             m_i, p, alpha, l_i = _softmax(s, m_i, l_i, qk_scale, True)
@@ -198,12 +202,12 @@ def attention_sm90(Q, K, V, O, L, Sq, Skv, H, GROUP, qk_scale, CFG: gl.constexpr
                                 acc, m_i, l_i, p_op = _overlapped_step(
                                     j, cnt, q_g, k_s, v_s, k_ready, v_ready, k_empty, v_empty, acc, m_i, l_i, p_op,
                                     rows, Skv, off, qk_scale, ST, BN, s_layout, p_layout, CAUSAL, Q.dtype, False, g,
-                                    PP, p_s, PB, WGS, pin_g)
+                                    PP, p_s, PB, WGS, pin_g, hold_g)
                             for jm in range(gl.maximum(f_g, 1), n_g):
                                 acc, m_i, l_i, p_op = _overlapped_step(
                                     jm, cnt, q_g, k_s, v_s, k_ready, v_ready, k_empty, v_empty, acc, m_i, l_i, p_op,
                                     rows, Skv, off, qk_scale, ST, BN, s_layout, p_layout, CAUSAL, Q.dtype, True, g,
-                                    PP, p_s, PB, WGS, pin_g)
+                                    PP, p_s, PB, WGS, pin_g, hold_g)
                             # the last computed block's P V
                             c_last = cnt + n_g - 1
                             s_last = c_last % ST
@@ -211,8 +215,11 @@ def attention_sm90(Q, K, V, O, L, Sq, Skv, H, GROUP, qk_scale, CFG: gl.constexpr
                             v_ready[s_last].wait((c_last // ST) & 1)
                             turn_begin(g, PP)
                             acc = wgmma(p_last, v_s[s_last], acc, wait=False)
-                            turn_end(g, PP, WGS)
+                            if hold_g is None:
+                                turn_end(g, PP, WGS)
                             acc = wgmma_wait(acc, p_last, v_s[s_last], pendings=0)
+                            if hold_g is not None:
+                                turn_end(g, PP, WGS)
                             v_empty[s_last].arrive()
                     else:
                         for j in range(0, f_g):
@@ -328,14 +335,15 @@ def _serial_step(j, base, q_g, k_s, v_s, k_ready, v_ready, k_empty, v_empty, acc
 
 def _overlapped_step(j, base, q_g, k_s, v_s, k_ready, v_ready, k_empty, v_empty, acc, m_i, l_i, p_op, rows, Skv, off,
                      qk_scale, ST: int, BN: int, s_layout, p_layout, CAUSAL: bool, dtype, MASKED: bool, g: int,
-                     PINGPONG: bool, p_s, PB: int, WGS: int, pin):
+                     PINGPONG: bool, p_s, PB: int, WGS: int, pin, hold):
     """Key block j with FlashAttention-3's intra-warpgroup overlap: issue S_j = Q K_j^T and then
     O += P_{j-1} V_{j-1}; wait for S_j only and run its softmax while P V runs; then wait for P V,
     release V_{j-1} and rescale O for block j. Block j is the ring's block base + j. With P in shared memory
     (`p_s`), P_{j-1} is read from its tile and P_j stored to the other one; `p_op` is then a placeholder.
     With P in registers ptxas schedules the P V wait above the softmax (nothing the softmax computes is
     used before it), so the two do not overlap; `pin` (PIN_SOFTMAX: a shared [rows] fp32 tile, else None)
-    takes a store of the row sums before the wait, which ptxas keeps there, and the softmax with it."""
+    takes a store of the row sums before the wait, which ptxas keeps there, and the softmax with it. `hold`
+    (HOLD_TURNS: a shared [rows] fp32 tile, else None): the turn is handed on once S_j is done (`_s_done`)."""
     c = base + j
     s_i = c % ST
     v_i = (c - 1) % ST
@@ -346,8 +354,9 @@ def _overlapped_step(j, base, q_g, k_s, v_s, k_ready, v_ready, k_empty, v_empty,
               wait=False)
     p_prev = p_op if p_s is None else _p_tile(p_s, g, j - 1, PB, WGS)
     acc = wgmma(p_prev, v_s[v_i], acc, wait=False)
-    turn_end(g, PINGPONG, WGS)
-    s = wgmma_wait(s, q_g, k_s[s_i], pendings=1)
+    if hold is None:
+        turn_end(g, PINGPONG, WGS)
+    s, m_i = _s_done(s, q_g, k_s[s_i], m_i, hold, g, PINGPONG, WGS, 1)
     k_empty[s_i].arrive()
     if MASKED:
         s = _masked(s, rows, j * BN, Skv, off, BN, s_layout, CAUSAL)
@@ -358,6 +367,19 @@ def _overlapped_step(j, base, q_g, k_s, v_s, k_ready, v_ready, k_empty, v_empty,
     acc = wgmma_wait(acc, p_prev, v_s[v_i], pendings=0)
     v_empty[v_i].arrive()
     return _rescale(acc, alpha), m_i, l_i, p_op if p_s is not None else p_next
+
+
+def _s_done(s, q_g, k_tile, m_i, hold, g: int, PINGPONG: bool, WGS: int, pendings: int):
+    """(S, m_i) once S's WGMMA is done (`pendings`: the P V GEMM left in flight). With `hold` (HOLD_TURNS) the turn
+    is handed on only now, and m_i read back from `hold` after the hand-over: ptxas places a named barrier's
+    arrive below arithmetic that does not depend on it, and the softmax needs m_i, so it follows the arrive."""
+    if hold is not None:
+        hold.store(m_i)
+    s = wgmma_wait(s, q_g, k_tile, pendings=pendings)
+    if hold is None:
+        return s, m_i
+    turn_end(g, PINGPONG, WGS)
+    return s, hold.load(layout=m_i.layout)
 
 
 def _p_tile(p_s, g: int, j, PB: int, WGS: int):
