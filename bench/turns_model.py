@@ -2,12 +2,15 @@
 
     python3 bench/turns_model.py [--warpgroups 3] [--gemm 256,256] [--softmax 528] [--blocks 300] [--json PATH]
 
-Each warpgroup loops over key blocks: its S GEMM, its softmax, its P V GEMM, each waited for before the next.
+Each warpgroup loops over key blocks: its S GEMM, its softmax, its P V GEMM, each waited for before the next
+("serial"), or FlashAttention-3's intra-warpgroup overlap ("overlapped": S_j and P V_(j-1) issued together, S_j
+waited for, its softmax while P V_(j-1) runs, then P V_(j-1) waited for).
 The tensor cores serve the GEMMs in flight together, each at 1/n of the rate when n are in flight ("shared":
 what D64's three lockstep warpgroups look like on the H200, a tensor pipe 53% busy) or one at a time in issue
 order ("fifo"); the special function unit (the softmax's exp2s) is shared the same way among the softmaxes in
 flight. Turns are round robins over the warpgroups: of the S GEMMs, of the P V GEMMs, or both (two rings),
-handed on at the GEMM's issue or once it is done ("held"). A row is the tensor cores' busy share. The cycles
+handed on at the GEMM's issue or once it is done ("held"); in the overlapped loop a turn covers a step's two
+issues and is handed on at the issue or once S is done. A row is the tensor cores' busy share. The cycles
 are per warpgroup alone: at D64 with 128-key blocks each GEMM is 64x128x64 MACs at 2048 a clock (256), the
 softmax 66 exp2s a thread at 16 a clock an SM (528). The model leaves out everything else (loads, barriers,
 issue slots), so it ranks schedules; it does not predict TFLOP/s.
@@ -34,7 +37,7 @@ def busy_share(warpgroups: int, s: float, pv: float, softmax: float, blocks: int
     done = [0] * warpgroups
     jobs: list[list] = []                    # [warpgroup, work left, "S" | "PV"], in issue order
     turn = {"S": 0, "PV": 0}
-    t = 0.0
+    t = busy = 0.0
     while min(done) < blocks:
         for g in range(warpgroups):
             for kind, work in (("S", s), ("PV", pv)):
@@ -48,6 +51,7 @@ def busy_share(warpgroups: int, s: float, pv: float, softmax: float, blocks: int
         if not served and not exp:          # every warpgroup waits for a turn no one hands on
             raise RuntimeError(f"the schedule {gated} deadlocks")
         dt = min([j[1] * len(served) for j in served] + [left[g] * len(exp) for g in exp])
+        busy += dt if served else 0.0
         for job in served:
             job[1] -= dt / len(served)
         for g in exp:
@@ -65,7 +69,55 @@ def busy_share(warpgroups: int, s: float, pv: float, softmax: float, blocks: int
                 phase[g] = "issue S"
                 done[g] += 1
         t += dt
-    return warpgroups * blocks * (s + pv) / t
+    return busy / t
+
+
+def busy_share_overlapped(warpgroups: int, s: float, pv: float, softmax: float, blocks: int, turns: str) -> float:
+    """The overlapped loop's busy share; `turns`: "none", "issue" (handed on after a step's two issues) or "held"
+    (handed on once the step's S is done, its P V left in flight). GEMMs and softmaxes in flight share their units."""
+    phase = ["issue"] * warpgroups
+    left = [0.0] * warpgroups
+    done = [0] * warpgroups
+    flying = [set() for _ in range(warpgroups)]
+    jobs: list[list] = []
+    turn = 0
+    t = busy = 0.0
+    while min(done) < blocks:
+        for g in range(warpgroups):
+            if phase[g] == "issue" and (turns == "none" or turn == g):
+                jobs.append([g, s, "S"])
+                flying[g].add("S")
+                if done[g]:                     # P V of the previous block (none before the first)
+                    jobs.append([g, pv, "PV"])
+                    flying[g].add("PV")
+                phase[g] = "wait S"
+                if turns == "issue":
+                    turn = (turn + 1) % warpgroups
+        exp = [g for g in range(warpgroups) if phase[g] == "softmax"]
+        if not jobs and not exp:
+            raise RuntimeError(f"the overlapped schedule {turns!r} deadlocks")
+        dt = min([j[1] * len(jobs) for j in jobs] + [left[g] * len(exp) for g in exp])
+        busy += dt if jobs else 0.0
+        for job in jobs:
+            job[1] -= dt / len(jobs)
+        for g in exp:
+            left[g] -= dt / len(exp)
+            if left[g] <= 1e-9:
+                phase[g] = "wait PV"
+        for job in [j for j in jobs if j[1] <= 1e-9]:
+            jobs.remove(job)
+            g, kind = job[0], job[2]
+            flying[g].discard(kind)
+            if kind == "S":
+                phase[g], left[g] = "softmax", softmax
+                if turns == "held":
+                    turn = (turn + 1) % warpgroups
+        for g in range(warpgroups):
+            if phase[g] == "wait PV" and "PV" not in flying[g]:
+                phase[g] = "issue"
+                done[g] += 1
+        t += dt
+    return busy / t
 
 
 def main() -> int:
@@ -92,10 +144,19 @@ def main() -> int:
                 for name, gated, held in SCHEDULES:
                     row[name] = busy_share(w, s, pv, sm, args.blocks, gated, held, tensor)
                 rows.append(row)
-    write_json(args.json, rows, dict(gemm=[s, pv], blocks=args.blocks, complete=True))
+    overlapped = []
+    for w in wgs:
+        for sm in softmaxes:
+            overlapped.append(dict(tensor="shared", warpgroups=w, softmax=sm, **{
+                name: busy_share_overlapped(w, s, pv, sm, args.blocks, turns)
+                for name, turns in (("no turns", "none"), ("turns at issue", "issue"), ("turns held (S done)", "held"))}))
+    write_json(args.json, rows + [dict(r, loop="overlapped") for r in overlapped],
+               dict(gemm=[s, pv], blocks=args.blocks, complete=True))
     cols = [("tensor", "tensor", ""), ("WGs", "warpgroups", ""), ("softmax", "softmax", ".0f")]
-    print("tensor cores' busy share (1.0 = always busy)")
+    print("serial loop: the tensor cores' busy share (1.0 = always busy)")
     print(table(rows, cols + [(name, name, ".3f") for name, _, _ in SCHEDULES]))
+    print("\noverlapped loop (GEMMs in flight share the tensor cores)")
+    print(table(overlapped, cols + [(n, n, ".3f") for n in ("no turns", "turns at issue", "turns held (S done)")]))
     return 0
 
 
