@@ -26,6 +26,28 @@ from bench.common import table, write_json  # noqa: E402
 
 SCHEDULES = (("no turns", (), False), ("S turns at issue", ("S",), False), ("S turns held", ("S",), True),
              ("P V turns held", ("PV",), True), ("both held (two rings)", ("S", "PV"), True))
+OVERLAPPED = (("no turns", "none"), ("turns at issue", "issue"), ("turns held (S done)", "held"))
+
+
+def _advance(served: list[list], jobs: list[list], phase: list[str], left: list[float], after_softmax: str,
+             what: str) -> tuple[float, list[list]]:
+    """Run the units to the next completion: the GEMMs in `served` and the softmaxes in flight each at their
+    share of the unit's rate. (the time passed, the GEMM jobs done, taken out of `jobs`); a softmax done moves
+    its warpgroup to `after_softmax`."""
+    exp = [g for g, ph in enumerate(phase) if ph == "softmax"]
+    if not served and not exp:              # every warpgroup waits for a turn no one hands on
+        raise RuntimeError(f"the schedule {what} deadlocks")
+    dt = min([j[1] * len(served) for j in served] + [left[g] * len(exp) for g in exp])
+    for job in served:
+        job[1] -= dt / len(served)
+    for g in exp:
+        left[g] -= dt / len(exp)
+        if left[g] <= 1e-9:
+            phase[g] = after_softmax
+    finished = [j for j in served if j[1] <= 1e-9]
+    for job in finished:
+        jobs.remove(job)
+    return dt, finished
 
 
 def busy_share(warpgroups: int, s: float, pv: float, softmax: float, blocks: int, gated: tuple, held: bool,
@@ -47,19 +69,10 @@ def busy_share(warpgroups: int, s: float, pv: float, softmax: float, blocks: int
                     if kind in gated and not held:
                         turn[kind] = (turn[kind] + 1) % warpgroups
         served = jobs[:1] if tensor == "fifo" else jobs
-        exp = [g for g in range(warpgroups) if phase[g] == "softmax"]
-        if not served and not exp:          # every warpgroup waits for a turn no one hands on
-            raise RuntimeError(f"the schedule {gated} deadlocks")
-        dt = min([j[1] * len(served) for j in served] + [left[g] * len(exp) for g in exp])
-        busy += dt if served else 0.0
-        for job in served:
-            job[1] -= dt / len(served)
-        for g in exp:
-            left[g] -= dt / len(exp)
-            if left[g] <= 1e-9:
-                phase[g] = "issue PV"
-        for job in [j for j in served if j[1] <= 1e-9]:
-            jobs.remove(job)
+        working = bool(served)
+        dt, finished = _advance(served, jobs, phase, left, "issue PV", str(gated))
+        busy += dt if working else 0.0
+        for job in finished:
             g, kind = job[0], job[2]
             if kind in gated and held:
                 turn[kind] = (turn[kind] + 1) % warpgroups
@@ -93,19 +106,10 @@ def busy_share_overlapped(warpgroups: int, s: float, pv: float, softmax: float, 
                 phase[g] = "wait S"
                 if turns == "issue":
                     turn = (turn + 1) % warpgroups
-        exp = [g for g in range(warpgroups) if phase[g] == "softmax"]
-        if not jobs and not exp:
-            raise RuntimeError(f"the overlapped schedule {turns!r} deadlocks")
-        dt = min([j[1] * len(jobs) for j in jobs] + [left[g] * len(exp) for g in exp])
-        busy += dt if jobs else 0.0
-        for job in jobs:
-            job[1] -= dt / len(jobs)
-        for g in exp:
-            left[g] -= dt / len(exp)
-            if left[g] <= 1e-9:
-                phase[g] = "wait PV"
-        for job in [j for j in jobs if j[1] <= 1e-9]:
-            jobs.remove(job)
+        working = bool(jobs)
+        dt, finished = _advance(jobs, jobs, phase, left, "wait PV", repr(turns))
+        busy += dt if working else 0.0
+        for job in finished:
             g, kind = job[0], job[2]
             flying[g].discard(kind)
             if kind == "S":
@@ -148,15 +152,14 @@ def main() -> int:
     for w in wgs:
         for sm in softmaxes:
             overlapped.append(dict(tensor="shared", warpgroups=w, softmax=sm, **{
-                name: busy_share_overlapped(w, s, pv, sm, args.blocks, turns)
-                for name, turns in (("no turns", "none"), ("turns at issue", "issue"), ("turns held (S done)", "held"))}))
+                name: busy_share_overlapped(w, s, pv, sm, args.blocks, turns) for name, turns in OVERLAPPED}))
     write_json(args.json, rows + [dict(r, loop="overlapped") for r in overlapped],
                dict(gemm=[s, pv], blocks=args.blocks, complete=True))
     cols = [("tensor", "tensor", ""), ("WGs", "warpgroups", ""), ("softmax", "softmax", ".0f")]
     print("serial loop: the tensor cores' busy share (1.0 = always busy)")
     print(table(rows, cols + [(name, name, ".3f") for name, _, _ in SCHEDULES]))
     print("\noverlapped loop (GEMMs in flight share the tensor cores)")
-    print(table(overlapped, cols + [(n, n, ".3f") for n in ("no turns", "turns at issue", "turns held (S done)")]))
+    print(table(overlapped, cols + [(name, name, ".3f") for name, _ in OVERLAPPED]))
     return 0
 
 
