@@ -95,6 +95,7 @@ def test_overlap_issues_s_before_waiting_for_pv():
     (dict(BLOCK_N=96), "BLOCK_N=96"),
     (dict(CONSUMER_WGS=4, BLOCK_M=256), "CONSUMER_WGS=4"),
     (dict(PINGPONG=True, CONSUMER_WGS=3, BLOCK_M=192), "PINGPONG=True with OVERLAP=True takes CONSUMER_WGS=2"),
+    (dict(PINGPONG=True, CONSUMER_WGS=1, BLOCK_M=64, HOLD_TURNS=True), "takes CONSUMER_WGS=2 or 3"),
     (dict(PINGPONG=True, OVERLAP=False, CONSUMER_WGS=1, BLOCK_M=64), "PINGPONG=True takes CONSUMER_WGS=2 or 3"),
     (dict(CONSUMER_REGS=250), "multiple of 8"),
     (dict(STAGES=0), "STAGES=0"),

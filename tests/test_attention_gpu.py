@@ -165,7 +165,9 @@ def test_pinned_softmax(D, config):
     (64, dict(PINGPONG=True, OVERLAP=False, BLOCK_M=128, CONSUMER_WGS=2, CONSUMER_REGS=240)),
     (128, dict(PINGPONG=True, OVERLAP=False)), (128, dict(HOLD_TURNS=True)),
     (128, dict(HOLD_TURNS=True, PERSISTENT=False, STAGES=3)),
-    (64, dict(PINGPONG=True, OVERLAP=True, BLOCK_M=128, CONSUMER_WGS=2, CONSUMER_REGS=240, HOLD_TURNS=True))])
+    (64, dict(PINGPONG=True, OVERLAP=True, BLOCK_M=128, CONSUMER_WGS=2, CONSUMER_REGS=240, HOLD_TURNS=True)),
+    (64, dict(PINGPONG=True, OVERLAP=True, HOLD_TURNS=True, P_SMEM=True)),
+    (64, dict(PINGPONG=True, OVERLAP=True, HOLD_TURNS=True, BLOCK_N=64))])
 def test_serial_and_held_turns(D, config):
     """Turns held until the GEMM is done: PINGPONG without OVERLAP (the P V GEMMs round robin over two or three
     warpgroups; a warpgroup past Sq or right of the diagonal still takes its turns) and HOLD_TURNS (the overlapped

@@ -69,8 +69,8 @@ def test_the_shipped_spec_validates():
     # 3 STAGES x 5 producer budgets x 2 REVERSE_M x 2 PERSISTENT x 25 schedules over the two BLOCK_N: (8 warps
     # at 240 | 8 at 232) x (serial | overlapped | overlapped with ping-pong, each overlapped one pinned or not)
     # + 12 warps at 160 x (serial | overlapped), and pinned too with 64-key blocks: 1500; the serial loop's turns
-    # (8 or 12 warps) +360, the overlapped ping-pong's held turns (not pinned) +240
-    assert spec.space.raw_size() == 11520 and spec.space.size() == 2100
+    # (8 or 12 warps) +360, the overlapped ping-pong's held turns (not pinned; 12 warps with 64-key blocks) +300
+    assert spec.space.raw_size() == 11520 and spec.space.size() == 2160
     configs = list(spec.space.grid())
     assert {(c["CONSUMER_WARPS"], c["CONSUMER_REGS"]) for c in configs} == {(8, 240), (8, 232), (12, 160)}
     assert {c["PRODUCER_REGS"] for c in configs} == {24, 32, 40, 48, 56}

@@ -460,7 +460,10 @@ def test_the_shipped_gemm_256_cubed_interprets_right_and_fast(over):
                                   # the overlapped turns held until S is done (its row maxima through shared memory)
                                   dict(PINGPONG=True, OVERLAP=True, BLOCK_M=128, CONSUMER_WGS=2, HOLD_TURNS=True),
                                   dict(PINGPONG=True, OVERLAP=True, BLOCK_M=128, CONSUMER_WGS=2, HOLD_TURNS=True,
-                                       PERSISTENT=True)])
+                                       PERSISTENT=True),
+                                  # ... over three warpgroups (P through shared memory, or 64-key blocks)
+                                  dict(PINGPONG=True, OVERLAP=True, HOLD_TURNS=True, P_SMEM=True),
+                                  dict(PINGPONG=True, OVERLAP=True, HOLD_TURNS=True, BLOCK_N=64)])
 @pytest.mark.parametrize("S", [256, 100])
 def test_the_shipped_attention_interprets_right(causal, over, S):
     """The D64 kernel's variants against torch; at S 256 and 100 the last 192-row query block's last warpgroups

@@ -54,7 +54,8 @@ class AttentionConfig:
     HOLD_TURNS      PINGPONG with OVERLAP: a warpgroup hands its turn on once its S GEMM is done (its P V left
                     in flight), not right after issuing them; warpgroups whose GEMMs are in flight together
                     share the tensor cores and finish together, so a turn handed on at the issue orders only
-                    the issues (bench/turns_model.py). The serial loop's turns are held always
+                    the issues (bench/turns_model.py). Two or three warpgroups (three fit with P_SMEM or
+                    64-key blocks). The serial loop's turns are held always
     """
 
     BLOCK_M: int = 128
@@ -87,9 +88,9 @@ class AttentionConfig:
         if self.BLOCK_N not in (64, 128, 256):
             raise GluonError(f"AttentionConfig BLOCK_N={self.BLOCK_N}: takes 64, 128 or 256 (a WGMMA width that is a "
                              "power of two)")
-        if self.PINGPONG and self.OVERLAP and self.CONSUMER_WGS != 2:
+        if self.PINGPONG and self.OVERLAP and self.CONSUMER_WGS != 2 and not self.HOLD_TURNS:
             raise GluonError(f"AttentionConfig PINGPONG=True with OVERLAP=True takes CONSUMER_WGS=2 (two warpgroups "
-                             f"take turns issuing both GEMMs), got {self.CONSUMER_WGS}")
+                             f"take turns issuing both GEMMs; three with HOLD_TURNS=True), got {self.CONSUMER_WGS}")
         if self.PINGPONG and self.CONSUMER_WGS == 1:
             raise GluonError("AttentionConfig PINGPONG=True takes CONSUMER_WGS=2 or 3 (the warpgroups take turns), "
                              "got 1")
