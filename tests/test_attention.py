@@ -437,3 +437,23 @@ def test_held_turns_hand_over_once_s_is_done_and_before_the_softmax(causal):
         arrive = next(k for k in range(i, len(ops)) if "BAR.ARV" in ops[k])
         first_exp = next(k for k in range(i, len(ops)) if "MUFU.EX2" in ops[k])
         assert arrive < first_exp
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_serial_turns_wait_after_the_softmax_and_hand_over_after_p_v(causal):
+    """PINGPONG in D64's serial loop: each computed block waits for its turn after its softmax (all its exp2s
+    between the S wait and the turn's sync) and hands it on right after the P V wait."""
+    ck = compile_variant(64, DType.bf16, causal, PINGPONG=True)
+    assert ck.spills == 0
+    ops = [" ".join(ln.split(";")[0].split()[1:]) for ln in ck.sass().splitlines() if ";" in ln]
+    turn = [i for i, op in enumerate(ops) if op.startswith("BAR.SYNC.DEFER_BLOCKING 0x") and op.endswith("0x100")
+            and op.split()[1].rstrip(",") in ("0x8", "0x9", "0xa")]
+    # a computed block's turn is followed by its P V GEMM; the release loop's and the closing ones are not
+    computed = [i for i in turn
+                if next(op for op in ops[i + 1:] if op.startswith(("HGMMA", "BAR."))).startswith("HGMMA")]
+    assert computed and len(computed) < len(turn)
+    for i in computed:
+        s_wait = max(k for k in range(i) if ops[k].startswith("WARPGROUP.DEPBAR.LE gsb0, 0x0"))
+        assert sum(op.startswith("MUFU.EX2") for op in ops[s_wait:i]) >= 64        # the block's exp2s
+        pv_wait = next(k for k in range(i, len(ops)) if ops[k].startswith("WARPGROUP.DEPBAR"))
+        assert ops[pv_wait + 1].startswith("BAR.ARV")
