@@ -193,3 +193,29 @@ def test_block_scale_a_m_major_as_scaled_mm_takes_it(interpret_env, M, N, K):
     torch.testing.assert_close(c1.double(), ref, rtol=1e-2, atol=1e-2 * ref.abs().max().item())
     with pytest.raises(GluonError, match=r"scale_a must be a contiguous torch.float32 tensor .*M-major.*strides"):
         launch(a, b, c1, b_kmajor=True, scale_a=torch.rand(M, 2 * KB)[:, ::2], scale_b=sb)
+
+
+@pytest.mark.parametrize("wgs", [2, 3])
+def test_mma_turns_hand_over_after_the_wgmma_and_before_the_promotion(wgs):
+    """MMA_TURNS (SASS of the 8192^3 block pick with it): each k-step's turn is handed on right after its WGMMA
+    wait and before the promotion's first FFMA, which reads the scales back from shared memory after the arrive
+    (without that anchor ptxas places the arrive below the 64 FFMAs, and the next warpgroup waits for them)."""
+    from gluon.dtypes import DType
+    from gluon.kernels.gemm_sm90 import host
+    from gluon.kernels.gemm_sm90.config import num_warps, resolve_config
+    from gluon.kernels.gemm_sm90.kernel import gemm_sm90
+    over = dict(MMA_TURNS=True, SPLIT_WGS=True)
+    if wgs == 3:
+        over.update(BLOCK_M=192, CONSUMER_WGS=3, CONSUMER_REGS=152)
+    cfg = resolve_config(8192, 8192, 8192, 132, 2, True, host._block_scaled_overrides(8192, 8192, 8192, 132, 2, True,
+                                                                                       over), 1)
+    ck = gemm_sm90.compile(*host.stand_ins(DType.f8e4m3, DType.bf16), num_warps=num_warps(cfg), CFG=cfg,
+                           B_KMAJOR=True, SCALE="block")
+    assert ck.spills == 0
+    ops = [" ".join(ln.split(";")[0].split()[1:]) for ln in ck.sass().splitlines() if ";" in ln]
+    waits = [i for i, op in enumerate(ops) if op.startswith("WARPGROUP.DEPBAR.LE gsb0, 0x0")]
+    assert len(waits) >= wgs                                     # each role's k-step loop
+    for i in waits:
+        arrive = next(k for k in range(i, len(ops)) if ops[k].startswith("BAR.ARV"))
+        promote = next(k for k in range(i, len(ops)) if ops[k].startswith("FFMA"))
+        assert arrive < promote
