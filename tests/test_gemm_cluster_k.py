@@ -110,10 +110,11 @@ def cluster_sum_kernel(C, W, M, N, ROWS: gl.constexpr, SLAB: gl.constexpr, CK: g
     _cluster_sum(C, W, gl.program_id(0) * ROWS, gl.program_id(1) * SLAB, M, N, ROWS, SLAB, CK, RW)
 
 
-@pytest.mark.parametrize("ROWS,SLAB,CK", [(128, 32, 2), (128, 16, 8), (128, 64, 2), (128, 32, 4), (8, 32, 2),
-                                          (64, 8, 8)])
+@pytest.mark.parametrize("ROWS,SLAB,CK,RW", [(128, 32, 2, 4), (128, 16, 8, 4), (128, 64, 2, 4), (128, 32, 4, 4),
+                                             (8, 32, 2, 4), (64, 8, 8, 4),
+                                             (128, 64, 2, 8), (128, 32, 4, 8)])    # two warpgroups (SWAP_AB)
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
-def test_cluster_sum_adds_the_slices_in_order_with_its_chunks_loaded_ahead(interpret_env, ROWS, SLAB, CK, dtype):
+def test_cluster_sum_adds_the_slices_in_order_with_its_chunks_loaded_ahead(interpret_env, ROWS, SLAB, CK, RW, dtype):
     """The cluster's sum (its chunks' loads asked for ahead of earlier chunks' stores), run on its own in the
     interpreter: C equals the slices' fp32 partials added in slice order, bit for bit (an fp32 C shows the
     order), at sizes off the blocks; nothing outside M x N is written."""
@@ -123,7 +124,7 @@ def test_cluster_sum_adds_the_slices_in_order_with_its_chunks_loaded_ahead(inter
     M, N = 2 * ROWS - 3, 3 * SLAB - 1
     w = torch.randn(CK, M, N) * torch.logspace(0, 3, CK).reshape(CK, 1, 1)   # magnitudes the order would change
     c = torch.full((M + 1, N), float("nan"), dtype=dtype)
-    cluster_sum_kernel[(2, 3)](c, w.reshape(-1), M, N, ROWS=ROWS, SLAB=SLAB, CK=CK, RW=4, num_warps=4)
+    cluster_sum_kernel[(2, 3)](c, w.reshape(-1), M, N, ROWS=ROWS, SLAB=SLAB, CK=CK, RW=RW, num_warps=RW)
     ref = w[0].clone()
     for s in range(1, CK):
         ref = ref + w[s]
