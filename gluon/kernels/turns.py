@@ -40,6 +40,18 @@ def turn_end(g: int, on: bool, n: int = 2) -> None:
         named_barrier_arrive(TURN + (g + 1) % n, _PAIR)
 
 
+def turn_end_after(g: int, n: int, wait, anchor, value):
+    """(`wait()`, `value`) with warpgroup g's turn handed on between them: `wait` is the GEMM's wait, so the
+    turn is held while the GEMM runs. ptxas places the arrive below arithmetic that does not depend on it, so
+    `value` (what the work after the hand-over starts from: the softmax's row maxima, the promotion's
+    scales) goes through shared `anchor`, stored before the wait and loaded back after the arrive, which
+    ptxas keeps below it."""
+    anchor.store(value)
+    out = wait()
+    turn_end(g, True, n)
+    return out, anchor.load(layout=value.layout)
+
+
 def turns_close(g: int, on: bool) -> None:
     """After warpgroup g's last turn: warpgroup 0 takes the last warpgroup's final arrive."""
     if on and g == 0:

@@ -184,8 +184,9 @@ def p_buffers(cfg: AttentionConfig) -> int:
 
 
 def smem_bytes(cfg: AttentionConfig, head_dim: int, elem_bytes: int = 2) -> int:
-    """Shared memory of the Q tiles, the K/V ring, the P tiles and PIN_SOFTMAX's row sums (barriers aside)."""
+    """Shared memory of the Q tiles, the K/V ring, the P tiles, PIN_SOFTMAX's row sums and HOLD_TURNS's row
+    maxima (barriers aside)."""
     q = q_buffers(cfg) * cfg.BLOCK_M * head_dim * elem_bytes
     kv = 2 * cfg.STAGES * cfg.BLOCK_N * head_dim * elem_bytes
     p = p_buffers(cfg) * cfg.BLOCK_M * cfg.BLOCK_N * elem_bytes
-    return q + kv + p + (4 * cfg.BLOCK_M if cfg.PIN_SOFTMAX else 0)
+    return q + kv + p + 4 * cfg.BLOCK_M * (cfg.PIN_SOFTMAX + cfg.HOLD_TURNS)

@@ -38,7 +38,7 @@ from gluon.language.nvidia.ampere import named_barrier_sync
 from gluon.language.nvidia.hopper import fence_async_shared, mbarrier, tma_load, wgmma, wgmma_wait
 from gluon.types import DotOperandLayout, Layout, SliceLayout, SwizzleMode, WarpRole
 
-from ..turns import turn_begin, turn_end, turns_close, turns_open
+from ..turns import turn_begin, turn_end, turn_end_after, turns_close, turns_open
 from .config import p_buffers, q_buffers
 
 _NEG_INF = float("-inf")
@@ -189,8 +189,6 @@ def attention_sm90(Q, K, V, O, L, Sq, Skv, H, GROUP, qk_scale, CFG: gl.constexpr
                             turn_begin(g, PP)
                             s = wgmma(q_g, k_s[c0].T, gl.zeros((RM, BN), gl.float32, layout=s_layout),
                                       use_acc=False, wait=False)
-                            if hold_g is None:
-                                turn_end(g, PP, WGS)
                             s, m_i = _s_done(s, q_g, k_s[c0], m_i, hold_g, g, PP, WGS, 0)
                             k_empty[c0].arrive()
                             s = _masked(s, rows, 0, Skv, off, BN, s_layout, CAUSAL)
@@ -354,8 +352,6 @@ def _overlapped_step(j, base, q_g, k_s, v_s, k_ready, v_ready, k_empty, v_empty,
               wait=False)
     p_prev = p_op if p_s is None else _p_tile(p_s, g, j - 1, PB, WGS)
     acc = wgmma(p_prev, v_s[v_i], acc, wait=False)
-    if hold is None:
-        turn_end(g, PINGPONG, WGS)
     s, m_i = _s_done(s, q_g, k_s[s_i], m_i, hold, g, PINGPONG, WGS, 1)
     k_empty[s_i].arrive()
     if MASKED:
@@ -370,16 +366,13 @@ def _overlapped_step(j, base, q_g, k_s, v_s, k_ready, v_ready, k_empty, v_empty,
 
 
 def _s_done(s, q_g, k_tile, m_i, hold, g: int, PINGPONG: bool, WGS: int, pendings: int):
-    """(S, m_i) once S's WGMMA is done (`pendings`: the P V GEMM left in flight). With `hold` (HOLD_TURNS) the turn
-    is handed on only now, and m_i read back from `hold` after the hand-over: ptxas places a named barrier's
-    arrive below arithmetic that does not depend on it, and the softmax needs m_i, so it follows the arrive."""
-    if hold is not None:
-        hold.store(m_i)
-    s = wgmma_wait(s, q_g, k_tile, pendings=pendings)
+    """(S, m_i) once S's WGMMA is done (`pendings`: the P V GEMM left in flight), the turn handed on right
+    before that wait, or with `hold` (HOLD_TURNS) after it, m_i then read back after the hand-over
+    (`turn_end_after`: the softmax that needs it follows the arrive)."""
     if hold is None:
-        return s, m_i
-    turn_end(g, PINGPONG, WGS)
-    return s, hold.load(layout=m_i.layout)
+        turn_end(g, PINGPONG, WGS)
+        return wgmma_wait(s, q_g, k_tile, pendings=pendings), m_i
+    return turn_end_after(g, WGS, lambda: wgmma_wait(s, q_g, k_tile, pendings=pendings), hold, m_i)
 
 
 def _p_tile(p_s, g: int, j, PB: int, WGS: int):

@@ -8,7 +8,7 @@ from gluon.language.nvidia.ampere import cp_async, cp_async_commit, cp_async_wai
 from gluon.language.nvidia.hopper import wgmma, wgmma_wait
 from gluon.types import Layout, SliceLayout
 
-from ..turns import turn_begin, turn_end
+from ..turns import turn_begin, turn_end_after
 
 SCALES_BAR = 11             # rowcol scales staged by cp.async: role g's threads meet on named barrier 11 + g
 
@@ -75,17 +75,12 @@ def _block_scales(SA, sb_row, rows, row_ok, kk, k_hi, k_top, M, KB, ZIG: bool, S
 
 @gl.helper
 def _wait_then_pass_turn(part, a_tile, b_tile, sa, sb, anchor, g: int, TURNS: bool, WGS: int):
-    """The k-step's product once its WGMMA is done, and with TURNS its scales sa * sb as loaded back after the
-    turn is passed on (None without: the caller multiplies them).
-    ptxas schedules a named barrier's arrive below arithmetic that does not depend on it, so the promotion
-    would run before the hand-over and the next warpgroup wait for it too: the scales go through the role's
-    shared `anchor`, stored before the wait and loaded after the arrive (ptxas keeps a shared load below the
-    barrier), so the promotion that needs them comes after it."""
-    if TURNS:
-        anchor.store(sa * sb)
-    part = wgmma_wait(part, a_tile, b_tile, pendings=0)
-    turn_end(g, TURNS, WGS)
-    return part, anchor.load(layout=sa.layout) if TURNS else None
+    """The k-step's product once its WGMMA is done, and with TURNS its scales sa * sb as read back after the
+    turn is handed on (`turn_end_after`: the promotion that needs them then follows the hand-over); None
+    without (the caller multiplies them)."""
+    if not TURNS:
+        return wgmma_wait(part, a_tile, b_tile, pendings=0), None
+    return turn_end_after(g, WGS, lambda: wgmma_wait(part, a_tile, b_tile, pendings=0), anchor, sa * sb)
 
 
 @gl.helper
