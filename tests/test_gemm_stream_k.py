@@ -64,6 +64,8 @@ def _close(c, ref):
                                                 BLOCK_K=128, STAGES=4), 7),
     ((100, 300, 640), torch.bfloat16, True, dict(SWAP_AB=True, CONSUMER_WGS=2, BLOCK_M=128, BLOCK_N=128,
                                                  STAGES=4), 5),
+    # 24 k-steps on 10 programs, 3 a run: programs 8 and 9 have none
+    ((130, 72, 256), torch.float16, False, dict(BLOCK_M=64, BLOCK_N=64, CONSUMER_WGS=1), 10),
     # K of one k-step: every tile its program's alone
     ((200, 136, 40), torch.bfloat16, False, dict(BLOCK_M=64, BLOCK_N=64, CONSUMER_WGS=1), 5),
 ])

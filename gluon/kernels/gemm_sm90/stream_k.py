@@ -5,8 +5,8 @@ the k-steps of all tiles, tile after tile in the grouped order (`num_tiles * k_t
 one contiguous run per program, `cdiv(total, programs)` long. A program's run crosses tiles: its first and
 last tile may be shared with its neighbours (a middle tile is its alone). Each program that shares a tile
 stores its fp32 partial of it into its own workspace slot (two a program: its first tile's and its last's),
-then counts itself in on the tile's int32 counter (the threadFenceReduction pattern: stores, a release fence,
-a CTA barrier, one relaxed atomic add); the program that counts in last sums every contributor's partial in
+then counts itself in on the tile's int32 counter (stores, a release fence, a CTA barrier, a fence, one
+relaxed atomic add); the program that counts in last sums every contributor's partial in
 k order (so the value does not depend on which arrived last), resets the counter to zero for the next launch
 and writes the tile through the kernel's epilogue. Nobody waits for anybody: no co-residency is assumed and
 the interpreter, which runs programs one at a time, runs it as is. No second kernel, no cluster.
@@ -61,8 +61,11 @@ def fixup(W, CNT, acc, tile, per, k_tiles, pid):
         c = gl.arange(0, COLS, layout=SliceLayout(0, acc.layout))
         offs = r[:, None] * COLS + c[None, :]           # the tile's elements in a slot, as acc holds them
         gl.store(W + (_slot(pid, tile, per, k_tiles) * (ROWS * COLS) + offs), acc)
-        ptx.fence("acq_rel", "gpu")                     # release: this thread's partial before the count
-        gl.thread_barrier()                             # ... every thread's, before the one atomic
+        # release: every thread's partial performed at GPU scope before the barrier, and (the formal model's
+        # cumulative release, CUTLASS's barrier -> fence -> relaxed red) the atomic's thread fenced after it
+        ptx.fence("acq_rel", "gpu")
+        gl.thread_barrier()
+        ptx.fence("acq_rel", "gpu")
         old = gl.atomic_add(CNT + tile, 1, sem="relaxed", scope="gpu")
         ptx.fence("acq_rel", "gpu")                     # acquire (the atomic's thread; the barrier for the rest)
         gl.thread_barrier()
