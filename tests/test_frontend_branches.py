@@ -293,6 +293,60 @@ def test_constexpr_if_keeps_python_semantics():
         _trace(constexpr_if, F32, FLAG=False)
 
 
+# ------------------------------------------------------------------ a loop's name written on every path
+
+
+@gluon.jit
+def written_under_two_constexpr_ifs(out_ptr, n, AHEAD: gl.constexpr, AFTER: gl.constexpr):
+    lay = gl.Layout.blocked([1], [32], [4], [0])
+    acc = gl.zeros((128,), gl.float32, layout=lay)
+    for i in range(n):
+        if AHEAD:
+            x = gl.full((128,), 1.0, gl.float32, layout=lay)
+        if not AHEAD:
+            x = gl.full((128,), 2.0, gl.float32, layout=lay)
+        acc = acc + x
+    if AFTER:
+        acc = acc + x                                       # x: used after the loop
+    gl.store(out_ptr + gl.arange(0, 128, layout=lay), acc)
+
+
+@gluon.jit
+def read_before_written_in_a_loop(out_ptr, n):
+    lay = gl.Layout.blocked([1], [32], [4], [0])
+    for i in range(n):
+        y = x + 1.0                                         # x: read before the loop assigns it
+        x = gl.full((128,), 1.0, gl.float32, layout=lay)
+        gl.store(out_ptr + gl.arange(0, 128, layout=lay), y)
+
+
+def test_a_name_the_loop_writes_on_every_path_it_takes_is_loop_local():
+    """`if A: x = ...` then `if not A: x = ...` (constexpr A) and a read: the static liveness cannot tell the two
+    ifs apart, so it marks x as maybe read before written; the trace sees it written first and keeps it inside
+    the loop (it used to refuse the kernel: "assigned a GPU value inside the loop but was undefined before it")."""
+    import torch
+    out = torch.zeros(128)
+    for ahead, want in ((True, 3.0), (False, 6.0)):
+        written_under_two_constexpr_ifs.interpret((1,), out, 3, AHEAD=ahead, AFTER=False)
+        assert torch.all(out == want)
+
+
+def test_a_loop_local_name_used_after_the_loop_names_the_loop():
+    with pytest.raises(GluonError) as e:
+        _trace(written_under_two_constexpr_ifs, F32, I32, AHEAD=True, AFTER=True)
+    use, loop = _line_of("# x: used after the loop"), _line_of("acc = gl.zeros((128,), gl.float32, layout=lay)") + 1
+    assert str(e.value).startswith(f"{HERE}:{use} (in written_under_two_constexpr_ifs): variable 'x' is not defined "
+                                   f"here: it is assigned inside the GPU loop at {HERE}:{loop} and not before it")
+
+
+def test_a_name_read_before_the_loop_assigns_it_says_so_at_the_read():
+    with pytest.raises(GluonError) as e:
+        _trace(read_before_written_in_a_loop, F32, I32)
+    read = _line_of("# x: read before the loop assigns it")
+    assert str(e.value).startswith(f"{HERE}:{read} (in read_before_written_in_a_loop): variable 'x' is read before "
+                                   "it is assigned")
+
+
 # ------------------------------------------------------------------ helpers with GPU control flow
 
 

@@ -111,6 +111,13 @@ class Loop:
                 out.append(init if final is init else UndefinedValue(name, self.loc))
                 continue
             if arg is None:
+                if isinstance(final, Tensor) and isinstance(init, UndefinedValue):
+                    # the body wrote it before any read (a read of the undefined value would have failed there):
+                    # the static liveness is path-blind (`if A: x = ...` then `if not A: x = ...`), so it is
+                    # loop-local, undefined after the loop
+                    out.append(UndefinedValue(name, self.loc, f"it is assigned inside the GPU loop at {self.loc} "
+                                                              "and not before it, so it exists only inside that loop"))
+                    continue
                 if isinstance(final, Tensor):
                     raise ir.GluonError(f"'{name}' is assigned a GPU value inside the loop but was "
                                         f"{'undefined' if isinstance(init, UndefinedValue) else repr(init)} before it; "

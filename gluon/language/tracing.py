@@ -58,6 +58,9 @@ class UndefinedValue:
     def _fail(self, *a, **k):
         if self.why:
             raise ir.GluonError(f"variable '{self.name}' is not defined here: {self.why}", _user_loc())
+        if self.loc is None:        # not defined when a GPU loop or branch began, read in it before assigned
+            raise ir.GluonError(f"variable '{self.name}' is read before it is assigned (a GPU loop or branch assigns "
+                                "it later); define it before the loop/branch", _user_loc())
         raise ir.GluonError(f"variable '{self.name}' is only defined inside a GPU loop or on one side of a "
                             f"GPU branch (at {self.loc}); define it before the loop/branch", _user_loc())
 

@@ -112,18 +112,14 @@ def block_scaled_k_loop(acc, a_s, b_s, ready, empty, cnt, k_lo, k_hi, k_top, SA,
         b_op = b_s[s].T if B_KMAJOR else b_s[s]
         turn_begin(g, TURNS)
         part = wgmma(a_s[s], b_op, acc, wait=False, use_acc=False)
-        # (each branch waits and adds itself: a name assigned in one branch only would be loop-carried in the other;
-        # the turn passes once the WGMMA is done, so the next warpgroup's runs alone while this one promotes)
         if AHEAD:                           # this k-step's scales came with the previous one; ask for the next
             sa_k, sb_k = sa, sb
             sa, sb = _block_scales(SA, sb_row, rows, row_ok, kk + 1, k_hi, k_top, M, KB, ZIG, SA_M_MAJOR, True)
-            part, held = _wait_then_pass_turn(part, a_s[s], b_s[s], sa_k, sb_k, anchor, g, TURNS, WGS)
-            empty[s].arrive(cluster=CL > 1)
-            acc = acc + part * (sa_k * sb_k if held is None else held)[:, None]
         else:
             sa_k, sb_k = _block_scales(SA, sb_row, rows, row_ok, kk, k_hi, k_top, M, KB, ZIG, SA_M_MAJOR, False)
-            part, held_k = _wait_then_pass_turn(part, a_s[s], b_s[s], sa_k, sb_k, anchor, g, TURNS, WGS)
-            empty[s].arrive(cluster=CL > 1)
-            acc = acc + part * (sa_k * sb_k if held_k is None else held_k)[:, None]
+        # the turn passes once the WGMMA is done, so the next warpgroup's runs alone while this one promotes
+        part, held = _wait_then_pass_turn(part, a_s[s], b_s[s], sa_k, sb_k, anchor, g, TURNS, WGS)
+        empty[s].arrive(cluster=CL > 1)
+        acc = acc + part * (sa_k * sb_k if held is None else held)[:, None]
         cnt = cnt + 1
     return acc, cnt
