@@ -126,6 +126,8 @@ def test_the_stream_k_grid_is_one_program_a_sm_or_a_k_step():
     cfg = GemmConfig(STREAM_K=True, BLOCK_M=128, BLOCK_N=128, CONSUMER_WGS=1)
     assert grid(128, 14336, cfg, 132, K=4096) == (132,)           # 112 tiles: every SM gets a run
     assert grid(128, 256, cfg, 132, K=256) == (8,)                # 2 tiles x 4 k-steps
+    with pytest.raises(GluonError, match="takes K"):
+        grid(128, 256, cfg, 132)
 
 
 @pytest.mark.parametrize("kind", ["block", "rowcol"])

@@ -353,7 +353,9 @@ def grid(M: int, N: int, config: GemmConfig, num_sms: int, splits: int = 1, K: i
     unit of work up to one per SM. With CLUSTER_K a unit is a tile, its K slices the cluster's CTAs; with
     STREAM_K a k-step of a tile (K needed)."""
     if config.STREAM_K:
-        return (max(1, min(tiles(M, N, config) * _cdiv(K, config.BLOCK_K), num_sms)),)
+        if K <= 0:
+            raise GluonError(f"grid: a STREAM_K config deals out the k-steps, so it takes K (a positive int), got {K}")
+        return (min(tiles(M, N, config) * _cdiv(K, config.BLOCK_K), num_sms),)
     work = units(M, N, config, 1 if config.CLUSTER_K > 1 else splits)
     return (max(1, min(work, num_sms // config.cluster_size)),)
 

@@ -208,7 +208,7 @@ def gemm_sm90(A, B, C, W, CNT, SA, SB, SPLITS, CFG: gl.constexpr, B_KMAJOR: gl.c
     SA[0] * SB[0], "rowcol" by SA[row] * SB[col] (fp32 scales), before the output's rounding; "block" scales
     each 128-deep k-step's product by SA[row, k-block] * SB[col // 128, k-block] into the fp32 sum
     (`fp8_scales.block_scaled_k_loop`; BLOCK_K 128, BLOCK_N 64 or 128, no SWAP_AB). CLUSTER_K > 1: SPLITS must
-    be it."""
+    be it; STREAM_K: 1 (W then holds two partial tiles a program, CNT one counter a tile)."""
     kernel_config(CFG)
     if CFG.MMA_TURNS and SCALE != "block":
         raise GluonError(f"MMA_TURNS=True is for fp8 block scales (SCALE='block'), whose per-k-step promotion the "
@@ -227,6 +227,8 @@ def gemm_sm90(A, B, C, W, CNT, SA, SB, SPLITS, CFG: gl.constexpr, B_KMAJOR: gl.c
         gl.set_cluster(CL)
     if CK > 1:
         SPLITS = CK                             # the launch passes CK; the kernel counts on it
+    if CFG.STREAM_K:
+        SPLITS = 1                              # ... and 1 with STREAM_K: the runs split K themselves
     if CFG.TMA_PREFETCH:    # the A, B and C descriptors into the descriptor cache at kernel start
         gl.set_tma_prefetch()
     if CFG.LEAN_PROLOGUE:   # no CTA barrier between the barrier inits and the EARLY_LOADS (backend/ptx/prologue.py)
