@@ -315,8 +315,8 @@ def written_under_two_constexpr_ifs(out_ptr, n, AHEAD: gl.constexpr, AFTER: gl.c
 def read_before_written_in_a_loop(out_ptr, n):
     lay = gl.Layout.blocked([1], [32], [4], [0])
     for i in range(n):
-        y = x + 1.0                                         # x: read before the loop assigns it
-        x = gl.full((128,), 1.0, gl.float32, layout=lay)
+        y = x + 1.0  # noqa: F821                           # x: read before the loop assigns it
+        x = gl.full((128,), 1.0, gl.float32, layout=lay)  # noqa: F841
         gl.store(out_ptr + gl.arange(0, 128, layout=lay), y)
 
 
