@@ -25,6 +25,7 @@ def _operands(M, N, K, dtype, kmajor, seed=3):
     (small_m_config(128, 14336, 132), True),                       # decode: the swap on one warpgroup
     (small_m_config(1, 4096, 132), False),
     (DEEP_K_CONFIG.replace(CLUSTER_M=1), False),                    # deep K: 128x128 on one warpgroup
+    (DEEP_K_CONFIG.replace(CLUSTER_M=1, CONSUMER_WGS=2), True),     # ... on two (two partials in flight)
     (DEFAULT_CONFIG, True),                                         # 128x256 on two, the TMA epilogue
 ])
 def test_stream_k_machine_code(cfg, km):
@@ -66,6 +67,10 @@ def _close(c, ref):
                                                  STAGES=4), 5),
     # 24 k-steps on 10 programs, 3 a run: programs 8 and 9 have none
     ((130, 72, 256), torch.float16, False, dict(BLOCK_M=64, BLOCK_N=64, CONSUMER_WGS=1), 10),
+    # 128x128 on one warpgroup (128 values a thread: the partials summed one at a time), on two (64: two at a
+    # time), tiles shared by three or four programs
+    ((256, 256, 1280), torch.bfloat16, False, dict(BLOCK_M=128, BLOCK_N=128, CONSUMER_WGS=1), 12),
+    ((256, 256, 1280), torch.bfloat16, True, dict(BLOCK_M=128, BLOCK_N=128, CONSUMER_WGS=2), 11),
     # K of one k-step: every tile its program's alone
     ((200, 136, 40), torch.bfloat16, False, dict(BLOCK_M=64, BLOCK_N=64, CONSUMER_WGS=1), 5),
 ])

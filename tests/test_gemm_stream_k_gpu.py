@@ -57,10 +57,12 @@ def test_stream_k_on_two_swapped_warpgroups(M, N, K, BN, dtype):
 
 @pytest.mark.parametrize("M,N,K", [(512, 512, 65536), (256, 1024, 32768), (300, 520, 20000), (1000, 1000, 16384)])
 @pytest.mark.parametrize("b_kmajor", [False, True])
-def test_stream_k_over_a_deep_k(M, N, K, b_kmajor):
-    """Few tiles over a deep K: a tile shared by up to a dozen programs, the last summing them all."""
+@pytest.mark.parametrize("wgs", [1, 2])
+def test_stream_k_over_a_deep_k(M, N, K, b_kmajor, wgs):
+    """Few tiles over a deep K: a tile shared by up to a dozen programs, the last summing them all (one partial
+    at a time on one warpgroup, two on two)."""
     from gluon.kernels.gemm_sm90.config import DEEP_K_CONFIG
-    _check(M, N, K, DEEP_K_CONFIG.replace(CLUSTER_M=1, STREAM_K=True), b_kmajor)
+    _check(M, N, K, DEEP_K_CONFIG.replace(CLUSTER_M=1, CONSUMER_WGS=wgs, STREAM_K=True), b_kmajor)
 
 
 @pytest.mark.parametrize("epilogue", ["tma", "coalesced", "direct"])

@@ -13,6 +13,8 @@ the interpreter, which runs programs one at a time, runs it as is. No second ker
 
 The program ids here are a launch's: STREAM_K runs without clusters. Measurements: docs/PERF.md.
 """
+import math
+
 import gluon.language as gl
 from gluon.language.nvidia import ptx
 from gluon.types import SliceLayout
@@ -72,9 +74,21 @@ def fixup(W, CNT, acc, tile, per, k_tiles, pid):
         keep = old == n - 1
         if keep:                                        # every partial is in W: sum them in k order, past L1
             gl.store(CNT + tile, 0)                     # for the next launch (all n have counted in)
-            TILE = ROWS * COLS
-            acc = gl.load(W + (_slot(c0, tile, per, k_tiles) * TILE + offs), cache="cg")
-            for j in range(1, n):
-                acc = acc + gl.load(W + (_slot(c0 + j, tile, per, k_tiles) * TILE + offs), cache="cg")
+            acc = _partial(W, offs, c0, tile, per, k_tiles)
+            if ROWS * COLS <= 64 * 32 * math.prod(acc.layout.warps_per_cta):
+                # at most 64 values a thread: two partials' loads in flight at once beside the sum (same order)
+                for j in range(1, n - 1, 2):
+                    acc = (acc + _partial(W, offs, c0 + j, tile, per, k_tiles)) + \
+                        _partial(W, offs, c0 + j + 1, tile, per, k_tiles)
+                if (n - 1) % 2 == 1:
+                    acc = acc + _partial(W, offs, c0 + n - 1, tile, per, k_tiles)
+            else:
+                for j in range(1, n):
+                    acc = acc + _partial(W, offs, c0 + j, tile, per, k_tiles)
     return acc, keep
+
+
+def _partial(W, offs, c, tile, per, k_tiles):
+    """Program c's partial of `tile` (a tile of acc's shape at `offs`), read past L1: another SM wrote it."""
+    return gl.load(W + (_slot(c, tile, per, k_tiles) * math.prod(offs.shape) + offs), cache="cg")
 
