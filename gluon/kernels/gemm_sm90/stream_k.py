@@ -8,7 +8,10 @@ stores its fp32 partial of it into its own workspace slot (two a program: its fi
 then counts itself in on the tile's int32 counter (stores, a release fence, a CTA barrier, a fence, one
 relaxed atomic add); the program that counts in last sums every contributor's partial in
 k order (so the value does not depend on which arrived last), resets the counter to zero for the next launch
-and writes the tile through the kernel's epilogue. Nobody waits for anybody: no co-residency is assumed and
+and writes the tile through the kernel's epilogue. Of a tile's two programs (the common case where tiles are
+a little fewer than SMs), the first, whose run ends in the tile and so usually finishes after the other, looks
+at the counter before storing: if the other has counted in, it adds the other's partial to its own in
+registers and stores nothing (half the partial traffic). Nobody waits for anybody: no co-residency is assumed and
 the interpreter, which runs programs one at a time, runs it as is. No second kernel, no cluster.
 
 The program ids here are a launch's: STREAM_K runs without clusters. Measurements: docs/PERF.md.
@@ -53,15 +56,29 @@ def fixup(W, CNT, acc, tile, per, k_tiles, pid):
     contributors' partials in k order and keep = True, the others keep = False (they store nothing). A tile of
     one program: `acc` as it is, keep = True. W holds two tiles of acc's shape a program (fp32), CNT one int32
     a tile, zero before the launch and after it. The last reads its own partial back from W too: a sum beside
-    the partial in registers would hold two tiles (it spilled hundreds of bytes at 128x128)."""
+    the partial in registers would hold two tiles (it spilled hundreds of bytes at 128x128); but the first of
+    two that finds the other counted in adds the other's partial to its own (one tile beside it)."""
     c0 = tile * k_tiles // per                          # the contributors: programs c0 .. c0 + n - 1
     n = ((tile + 1) * k_tiles - 1) // per - c0 + 1
     keep = n == 1
-    if n > 1:
-        ROWS, COLS = acc.shape
-        r = gl.arange(0, ROWS, layout=SliceLayout(1, acc.layout))
-        c = gl.arange(0, COLS, layout=SliceLayout(0, acc.layout))
-        offs = r[:, None] * COLS + c[None, :]           # the tile's elements in a slot, as acc holds them
+    ROWS, COLS = acc.shape
+    r = gl.arange(0, ROWS, layout=SliceLayout(1, acc.layout))
+    c = gl.arange(0, COLS, layout=SliceLayout(0, acc.layout))
+    offs = r[:, None] * COLS + c[None, :]               # the tile's elements in a slot, as acc holds them
+    pending = n > 1
+    if (n == 2) & (pid == c0):
+        # the first of two, whose part of the tile ends its run: the other (whose run began in this tile) has
+        # most likely counted in already; then its partial is all this one needs (a + b == b + a: the bits of the
+        # two-way sum do not depend on which is in registers), and its own is neither stored nor read back
+        seen = gl.atomic_add(CNT + tile, 0, sem="relaxed", scope="gpu")
+        ptx.fence("acq_rel", "gpu")                     # acquire (the atomic's thread; the barrier for the rest)
+        gl.thread_barrier()
+        if seen == 1:
+            gl.store(CNT + tile, 0)                     # for the next launch
+            acc = acc + _partial(W, offs, c0 + 1, tile, per, k_tiles)
+            keep = seen == 1                            # (True and False, as GPU values like the other path's)
+            pending = seen == 0
+    if pending:
         gl.store(W + (_slot(pid, tile, per, k_tiles) * (ROWS * COLS) + offs), acc)
         # release: every thread's partial performed at GPU scope before the barrier, and (the formal model's
         # cumulative release, CUTLASS's barrier -> fence -> relaxed red) the atomic's thread fenced after it
