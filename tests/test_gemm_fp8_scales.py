@@ -219,3 +219,18 @@ def test_mma_turns_hand_over_after_the_wgmma_and_before_the_promotion(wgs):
         arrive = next(k for k in range(i, len(ops)) if ops[k].startswith("BAR.ARV"))
         promote = next(k for k in range(i, len(ops)) if ops[k].startswith("FFMA"))
         assert arrive < promote
+
+
+@pytest.mark.parametrize("shape", [(512, 1024, 16384), (256, 512, 65536), (4096, 4096, 4096), (1000, 1000, 1000)])
+def test_block_scaled_picks_compile_without_spills(shape):
+    """The k-step's product sits beside the fp32 sum, so a block-scaled tile takes a warpgroup per 64 rows where
+    one would hold more than 64 values a thread: the deep-K pick (128x128 on one warpgroup) spilled 384 bytes."""
+    from gluon.dtypes import DType
+    from gluon.kernels.gemm_sm90 import host
+    from gluon.kernels.gemm_sm90.config import num_warps, resolve_config
+    from gluon.kernels.gemm_sm90.kernel import gemm_sm90
+    cfg = resolve_config(*shape, 132, 2, True, host._block_scaled_overrides(*shape, 132, 2, True, None), 1)
+    assert cfg.BLOCK_M * cfg.BLOCK_N <= 64 * 128 * cfg.CONSUMER_WGS
+    ck = gemm_sm90.compile(*host.stand_ins(DType.f8e4m3, DType.bf16), num_warps=num_warps(cfg), CFG=cfg,
+                           B_KMAJOR=True, SCALE="block")
+    assert ck.spills == 0

@@ -383,12 +383,17 @@ def _plan(a, c, M: int, N: int, K: int, config: GemmConfig | Mapping | None, b_k
 
 def _block_scaled_overrides(M: int, N: int, K: int, sms: int, out_size: int, pitch_aligned: bool, config) -> dict:
     """The caller's overrides (a dict or None) with what block scales need where the caller left it open: one
-    128 x 128 B block per tile (BLOCK_N 128, or the pick's if below), a 128-deep k-step, no SWAP_AB."""
+    128 x 128 B block per tile (BLOCK_N 128, or the pick's if below), a 128-deep k-step, no SWAP_AB, and a
+    warpgroup per 64 rows where one would hold more than 64 accumulator values a thread (the k-step's product
+    sits beside the sum: the deep-K pick's 128x128 tile on one warpgroup spilled 384 bytes)."""
     given = dict(config or {})
     pick = choose_config(M, N, K, sms, pitch_aligned, out_size, swap_ab=False)
     given.setdefault("SWAP_AB", False)
-    given.setdefault("BLOCK_N", min(pick.BLOCK_N, 128))
+    bn = given.setdefault("BLOCK_N", min(pick.BLOCK_N, 128))
     given.setdefault("BLOCK_K", 128)
+    bm, wgs = given.get("BLOCK_M", pick.BLOCK_M), given.get("CONSUMER_WGS", pick.CONSUMER_WGS)
+    if "CONSUMER_WGS" not in given and bm * bn > 64 * 128 * wgs and bm % 64 == 0:
+        given["CONSUMER_WGS"] = bm // 64
     return given
 
 
