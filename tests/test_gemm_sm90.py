@@ -486,6 +486,19 @@ def test_overrides_without_swap_ab_apply_to_the_ordinary_kernels_pick():
     assert resolve_config(16, 4096, 4096, 132, 2, True, {"SWAP_AB": True, "STAGES": 8}).BLOCK_M == 16
 
 
+@pytest.mark.parametrize("shape,out_size,aligned", [((130, 392, 128), 2, False), ((130, 264, 200), 4, True),
+                                                    ((8192, 8192, 8192), 2, True)])
+def test_a_dict_asking_for_the_swap_runs_at_any_shape(shape, out_size, aligned):
+    """`{"SWAP_AB": True}` where the pick is the ordinary kernel's (rows off 128 bytes: a 2-CTA cluster; an fp32
+    output: the TMA epilogue; several tiles a program: SPLIT_WGS): the pick without what the swap does not run
+    with, instead of a refusal of a field the caller never set."""
+    for extra in ({}, {"STREAM_K": True}):
+        cfg = resolve_config(*shape, 4 if shape[0] < 1000 else 132, out_size, aligned, {"SWAP_AB": True, **extra})
+        assert cfg.SWAP_AB and cfg.CLUSTER_M == 1 and not cfg.SPLIT_WGS and cfg.EPILOGUE == "direct"
+    with pytest.raises(GluonError, match="SWAP_AB=True takes CLUSTER_M=1"):      # asked for together: refused
+        resolve_config(*shape, 132, out_size, aligned, {"SWAP_AB": True, "CLUSTER_M": 2})
+
+
 @pytest.mark.parametrize("dtype,in_size", [(DType.bf16, 2), (DType.f8e4m3, 1)])
 def test_the_deep_k_pick_for_an_fp32_output_fits_shared_memory(dtype, in_size):
     """DEEP_K_CONFIG's 6 stages of 32 KiB and a 128x128 fp32 staging tile (64 KiB) would need 257 KiB: an fp32

@@ -489,10 +489,10 @@ def by_address(cfg: GemmConfig) -> GemmConfig:
 def resolve_config(M: int, N: int, K: int, num_sms: int, out_size: int, pitch_aligned: bool = True,
                    config: GemmConfig | Mapping | None = None, in_size: int = 2) -> GemmConfig:
     """The config `launch` runs for a problem: `config` if it is a GemmConfig, else `choose_config` with
-    the dict's overrides on top (of the unswapped pick unless the dict sets SWAP_AB; without its clusters,
-    SPLIT_WGS and K_ZIGZAG where the dict asks for STREAM_K); its "auto" values
-    resolved for an output of `out_size`-byte elements. For 1-byte (fp8) inputs choose_config's k-step holds
-    twice the elements: the same bytes per stage."""
+    the dict's overrides on top (of the unswapped pick unless the dict sets SWAP_AB), the pick first stripped
+    of what a switch the dict turns on does not run with and the dict leaves open (`_base_for`); its "auto"
+    values resolved for an output of `out_size`-byte elements. For 1-byte (fp8) inputs choose_config's k-step
+    holds twice the elements: the same bytes per stage."""
     if not isinstance(config, GemmConfig):
         # a dict of overrides that does not ask for SWAP_AB overrides the ordinary kernel's pick: its fields
         # (SPLIT_WGS, CONSUMER_WGS, a BLOCK_N for 128-row tiles) mean that family
@@ -500,8 +500,21 @@ def resolve_config(M: int, N: int, K: int, num_sms: int, out_size: int, pitch_al
         base = choose_config(M, N, K, num_sms, pitch_aligned, out_size, swap_ab=swap)
         if in_size == 1:
             base = base.replace(BLOCK_K=base.BLOCK_K * 2)
-        if config and config.get("STREAM_K"):
-            # ... and one asking for STREAM_K, the pick without what STREAM_K does not run with (unless it sets them)
-            base = base.replace(CLUSTER_M=1, CLUSTER_K=1, SPLIT_WGS=False, K_ZIGZAG=False, SPLITK_FIXUP=False)
-        config = to_config(config, base)
+        config = to_config(config, _base_for(config or {}, base))
     return config.resolve(out_size)
+
+
+def _base_for(given: Mapping, base: GemmConfig) -> GemmConfig:
+    """`base` (a pick) without what the switches `given` turns on do not run with, where `given` leaves those
+    fields open: SWAP_AB on an ordinary pick (no cluster along M, one or two cooperative warpgroups, C from
+    registers), STREAM_K (no cluster, one consumer role, no other split-K sum, no K zigzag). So
+    `launch(a, b, c, {"SWAP_AB": True})` runs at any shape; a field the caller sets that a switch refuses is
+    still refused, by name."""
+    drop: dict = {}
+    if given.get("SWAP_AB") and not base.SWAP_AB:
+        drop.update(CLUSTER_M=1, SPLIT_WGS=False, SPLITK_FIXUP=False, MMA_TURNS=False,
+                    CONSUMER_WGS=min(base.CONSUMER_WGS, 2), EPILOGUE=AUTO)
+    if given.get("STREAM_K"):
+        drop.update(CLUSTER_M=1, CLUSTER_K=1, SPLIT_WGS=False, K_ZIGZAG=False, SPLITK_FIXUP=False, MMA_TURNS=False)
+    drop = {k: v for k, v in drop.items() if k not in given}
+    return base.replace(**drop) if drop else base
