@@ -453,6 +453,25 @@ def test_out_of_bounds_load_at_its_line():
     assert "element 100 (element (36,) of the access)" in msg
 
 
+@gluon.jit
+def _window_kernel(dst_ptr, src_ptr, reach, BLOCK: gl.constexpr):
+    offs = gl.arange(0, BLOCK)
+    gl.store(dst_ptr + offs, gl.load(src_ptr + offs, mask=offs < reach), mask=offs < reach)
+
+
+def test_a_read_may_finish_the_last_16_byte_segment_of_its_allocation():
+    """98 fp32 end 8 bytes into a 16-byte segment: a 16-byte vector load of elements 96..99 cannot fault on the
+    GPU (a row loaded through 16-byte windows does that), so the interpreter reads 98 and 99 as NaN; element
+    100 is past the segment and still an error."""
+    src = torch.randn(98)
+    assert src.data_ptr() % 16 == 0
+    dst = torch.zeros(128)
+    _window_kernel.interpret((1,), dst, src, 100, BLOCK=128)
+    assert torch.equal(dst[:98], src) and dst[98:100].isnan().all() and not dst[100:].any()
+    with pytest.raises(GluonError, match="'src_ptr' has 98 elements of f32, this accesses element 100"):
+        _window_kernel.interpret((1,), dst, src, 101, BLOCK=128)
+
+
 @gluon.kernel(arch="sm90", num_warps=4)
 def _smem_kernel(x_ptr: gl.pointer(gl.float32)):
     offs = gl.arange(0, 128)

@@ -154,6 +154,18 @@ def test_softmax_matches_torch(dtype, shape, tunables):
     assert _rel_err(out, torch.softmax(x.float(), -1)) < _tol(dt)
 
 
+@pytest.mark.parametrize("tunables", [dict(BLOCK_N=16384, NUM_WARPS=16, VEC=8),
+                                      dict(BLOCK_N=2048, NUM_WARPS=8, VEC=8, LOOPED=True)])
+def test_unaligned_rows_read_through_the_window_up_to_the_allocations_end(interpret_env, tunables):
+    """In the CPU interpreter: 3 x 8195 bf16 end 2 bytes into a 16-byte segment, and the last row's window
+    reads that segment's rest (legal on the GPU; the interpreter reads it as NaN, which the row's mask drops)."""
+    import torch
+    x = torch.randn(3, 8195).bfloat16() * 4
+    out = torch.full_like(x, float("nan"))
+    sm.softmax(x, out, **tunables)
+    assert _rel_err(out, torch.softmax(x.float(), -1)) < 1e-2
+
+
 @pytest.mark.gpu
 def test_softmax_strided_and_unaligned_views():
     """Row strides other than N, a base pointer off 16 bytes, and an output that is a slice of another."""
