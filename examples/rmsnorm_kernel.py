@@ -75,7 +75,8 @@ def default_config(n_rows: int, n_cols: int, elem_bytes: int, aligned: bool = Tr
     vec = 16 // elem_bytes if aligned else 1
     block_n = _next_pow2(n_cols)
     if block_n > MAX_BLOCK_N:
-        raise ValueError(f"rmsnorm_kernel keeps a row in registers: N={n_cols} is over {MAX_BLOCK_N}")
+        # (layernorm_kernel.py takes these tiles too: the message names neither)
+        raise ValueError(f"the kernel keeps a whole row in registers: N={n_cols} is over {MAX_BLOCK_N}")
     rows = max(1, min(_next_pow2(max(1, n_rows)), 2048 // (block_n * elem_bytes)))
     warps = max(1, min(16, rows * block_n // (32 * 16)))
     while warps > 1 and rows * block_n < 32 * warps * vec:

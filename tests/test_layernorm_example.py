@@ -119,3 +119,10 @@ def test_gpu_layernorm_of_a_strided_3d_view():
     torch.cuda.synchronize()
     assert out.shape == x.shape
     assert _rel_err(out, ln.reference(x, w, b)) < 1e-2
+
+
+def test_a_row_too_long_is_one_line_that_names_no_other_kernel():
+    import layernorm_kernel as ln
+    with pytest.raises(ValueError) as e:
+        ln.default_config(4, 17000, 2)
+    assert "N=17000 is over 16384" in str(e.value) and "rmsnorm" not in str(e.value)
