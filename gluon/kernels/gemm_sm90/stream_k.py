@@ -43,10 +43,25 @@ def k_range(tile, lo, hi, k_tiles):
     return gl.maximum(lo - base, 0), gl.minimum(hi - base, k_tiles)
 
 
-def _slot(c, tile, per, k_tiles):
-    """The workspace slot of program `c`'s partial of `tile`: 2c for the first tile of its run, 2c + 1 for its
-    last (the only two a run can share)."""
-    return 2 * c + gl.minimum(tile - c * per // k_tiles, 1)       # (tile >= c's first)
+def _slot(W, offs, c, tile, per, k_tiles):
+    """Where program `c`'s partial of `tile` lives in W (`offs`: the tile's elements, as acc holds them): slot
+    2c for the first tile of its run, 2c + 1 for its last (the only two a run can share)."""
+    slot = 2 * c + gl.minimum(tile - c * per // k_tiles, 1)       # (tile >= c's first)
+    return W + (slot * math.prod(offs.shape) + offs)
+
+
+def _partial(W, offs, c, tile, per, k_tiles):
+    """Program c's partial of `tile`, read past L1: another SM wrote it."""
+    return gl.load(_slot(W, offs, c, tile, per, k_tiles), cache="cg")
+
+
+def _count(CNT, tile, add: int):
+    """CNT[tile] before adding `add` (one thread's relaxed atomic, its value handed to all), then an acquire:
+    the fence (the atomic's thread) and a CTA barrier (for the others)."""
+    old = gl.atomic_add(CNT + tile, add, sem="relaxed", scope="gpu")
+    ptx.fence("acq_rel", "gpu")
+    gl.thread_barrier()
+    return old
 
 
 @gl.helper
@@ -70,25 +85,20 @@ def fixup(W, CNT, acc, tile, per, k_tiles, pid):
         # the first of two, whose part of the tile ends its run: the other (whose run began in this tile) has
         # most likely counted in already; then its partial is all this one needs (a + b == b + a: the bits of the
         # two-way sum do not depend on which is in registers), and its own is neither stored nor read back
-        seen = gl.atomic_add(CNT + tile, 0, sem="relaxed", scope="gpu")
-        ptx.fence("acq_rel", "gpu")                     # acquire (the atomic's thread; the barrier for the rest)
-        gl.thread_barrier()
+        seen = _count(CNT, tile, 0)
         if seen == 1:
             gl.store(CNT + tile, 0)                     # for the next launch
             acc = acc + _partial(W, offs, c0 + 1, tile, per, k_tiles)
             keep = seen == 1                            # (True and False, as GPU values like the other path's)
             pending = seen == 0
     if pending:
-        gl.store(W + (_slot(pid, tile, per, k_tiles) * (ROWS * COLS) + offs), acc)
+        gl.store(_slot(W, offs, pid, tile, per, k_tiles), acc)
         # release: every thread's partial performed at GPU scope before the barrier, and (the formal model's
         # cumulative release, CUTLASS's barrier -> fence -> relaxed red) the atomic's thread fenced after it
         ptx.fence("acq_rel", "gpu")
         gl.thread_barrier()
         ptx.fence("acq_rel", "gpu")
-        old = gl.atomic_add(CNT + tile, 1, sem="relaxed", scope="gpu")
-        ptx.fence("acq_rel", "gpu")                     # acquire (the atomic's thread; the barrier for the rest)
-        gl.thread_barrier()
-        keep = old == n - 1
+        keep = _count(CNT, tile, 1) == n - 1
         if keep:                                        # every partial is in W: sum them in k order, past L1
             gl.store(CNT + tile, 0)                     # for the next launch (all n have counted in)
             acc = _partial(W, offs, c0, tile, per, k_tiles)
@@ -103,9 +113,3 @@ def fixup(W, CNT, acc, tile, per, k_tiles, pid):
                 for j in range(1, n):
                     acc = acc + _partial(W, offs, c0 + j, tile, per, k_tiles)
     return acc, keep
-
-
-def _partial(W, offs, c, tile, per, k_tiles):
-    """Program c's partial of `tile` (a tile of acc's shape at `offs`), read past L1: another SM wrote it."""
-    return gl.load(W + (_slot(c, tile, per, k_tiles) * math.prod(offs.shape) + offs), cache="cg")
-
