@@ -19,17 +19,9 @@ from .ops import InterpretError, rule, shape_of
 from .values import Ptr, from_memory, reg_dtype, round_to, to_memory
 
 
-def segment_slack(buf) -> int:
-    """Elements past the end of `buf`'s allocation that a read may still touch on the GPU: the rest of the
-    16-byte segment holding its last element. A 16-byte vector load there cannot fault (allocations are
-    at least 16-byte granular), and kernels that load rows through 16-byte windows rely on it."""
-    itemsize = buf.data.itemsize
-    return (-(buf.data.ctypes.data + len(buf) * itemsize) % 16) // itemsize if len(buf) else 0
-
-
 def _addresses(it, op, ptr, offsets, mask, slack: int = 0) -> tuple[np.ndarray, np.ndarray, tuple]:
     """(flat element indices, flat active mask, the access's shape), checked against the buffer (and up to
-    `slack` elements past its end: a read's `segment_slack`)."""
+    `slack` elements past its end: a read's `Buffer.slack`)."""
     if not isinstance(ptr, Ptr):
         raise InterpretError(f"{op.kind} needs a global pointer, got {type(ptr).__name__}", op.loc)
     shape = np.shape(offsets)
@@ -57,18 +49,20 @@ def _load(it, op, args):
     other = rest.pop(0) if op.attrs.get("has_other") and rest else None
     dt = op.result.type.dtype
     buf = ptr.buf
-    addr, active, shape = _addresses(it, op, ptr, offsets, mask, segment_slack(buf))
-    past = active & (addr >= len(buf))          # read past the allocation, inside its last 16-byte segment
-    if past.any():
+    addr, active, shape = _addresses(it, op, ptr, offsets, mask, buf.slack)
+    past = active & (addr >= len(buf)) if buf.slack else None    # inside the allocation's last 16-byte segment
+    if past is not None and past.any():
         active = active & ~past
-    elif active.all():
-        return [from_memory(buf.data[addr], dt).reshape(shape)]
+    else:
+        past = None
+        if active.all():
+            return [from_memory(buf.data[addr], dt).reshape(shape)]
     if other is not None:
         out = np.array(np.broadcast_to(np.asarray(other, reg_dtype(dt)), shape)).reshape(-1)
     else:
         out = np.zeros(addr.shape, reg_dtype(dt))
     out[active] = from_memory(buf.data[addr[active]], dt)
-    if past.any():                              # whatever memory holds there: NaN (the least integer) here
+    if past is not None:                        # whatever memory holds there: NaN (the least integer) here
         out[past] = np.nan if out.dtype.kind == "f" else np.iinfo(out.dtype).min if out.dtype.kind in "iu" else 0
     return [out.reshape(shape)]
 

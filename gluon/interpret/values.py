@@ -185,12 +185,17 @@ def full(shape: tuple, value, dt: DType) -> np.ndarray:
 
 class Buffer:
     """A global-memory allocation: a 1-D numpy view (mem_dtype) of the tensor's bytes, from its first
-    element to the end of its storage; writes land in the caller's tensor."""
+    element to the end of its storage; writes land in the caller's tensor. `slack`: elements past that end a
+    read may still touch on the GPU, the rest of the 16-byte segment holding the last element (a 16-byte
+    vector load there cannot fault: allocations are at least 16-byte granular, and kernels that load rows
+    through 16-byte windows rely on it)."""
 
-    __slots__ = ("name", "dtype", "data")
+    __slots__ = ("name", "dtype", "data", "slack")
 
     def __init__(self, name: str, dtype: DType, data: np.ndarray):
         self.name, self.dtype, self.data = name, dtype, data
+        n, itemsize = data.shape[0], data.itemsize
+        self.slack = (-(data.ctypes.data + n * itemsize) % 16) // itemsize if n else 0
 
     def __len__(self) -> int:
         return self.data.shape[0]
