@@ -324,6 +324,16 @@ SMALL_CONFIGS = (
     DEFAULT_CONFIG.replace(BLOCK_M=128, BLOCK_N=64, STAGES=6, CONSUMER_WGS=1),
 )
 
+# Problems of a few waves of 128x256 tiles whose last wave is part empty (1536x4096: 192 tiles, 2 rounds on
+# 132 SMs, 73% of the slots hold output): tiles that fill the rounds better, each with a wave's throughput
+# relative to 128x256's (16-bit inputs, both B layouts; docs/PERF.md, twenty-fifth session). Both of a
+# tie: the first.
+WAVE_CONFIGS = (
+    (DEFAULT_CONFIG.replace(BLOCK_M=192, BLOCK_N=128, STAGES=4, CONSUMER_WGS=3, CONSUMER_REGS=152, SPLIT_WGS=True), 0.89),
+    (DEFAULT_CONFIG.replace(BLOCK_N=128, STAGES=5), 0.89),
+)
+WAVE_MARGIN = 1.03                  # ... taken where it beats 128x256 by this much (the model is rough)
+
 # Few output tiles over a deep K: 128x128 tiles on one consumer warpgroup, 2-CTA clusters multicasting
 # each B tile (half the L2 reads of B), the K split by `split_k` so about a wave of units runs.
 DEEP_K_CONFIG = DEFAULT_CONFIG.replace(BLOCK_M=128, BLOCK_N=128, STAGES=6, CONSUMER_WGS=1, CLUSTER_M=2)
@@ -335,6 +345,22 @@ DEEP_K = 16384                      # K from which a problem of under half a wav
 
 def tiles(M: int, N: int, config: GemmConfig) -> int:
     return _cdiv(M, config.BLOCK_M) * _cdiv(N, config.BLOCK_N)
+
+
+def slot_use(M: int, N: int, config: GemmConfig, num_sms: int) -> float:
+    """The share of the persistent programs' tile slots (rounds x SMs x tile) that hold output: what a
+    part-empty last round, or tiles hanging over the edges, cost."""
+    return M * N / (_cdiv(tiles(M, N, config), num_sms) * num_sms * config.BLOCK_M * config.BLOCK_N)
+
+
+def wave_config(M: int, N: int, num_sms: int) -> GemmConfig:
+    """DEFAULT_CONFIG, or the WAVE_CONFIGS entry whose slot use times its relative throughput beats it by
+    WAVE_MARGIN (the best such)."""
+    best, score = DEFAULT_CONFIG, slot_use(M, N, DEFAULT_CONFIG, num_sms) * WAVE_MARGIN
+    for cfg, speed in WAVE_CONFIGS:
+        if slot_use(M, N, cfg, num_sms) * speed > score:
+            best, score = cfg, slot_use(M, N, cfg, num_sms) * speed
+    return best
 
 
 def units(M: int, N: int, config: GemmConfig, splits: int = 1) -> int:
@@ -427,7 +453,7 @@ def small_m_config(M: int, N: int, num_sms: int) -> GemmConfig:
 
 
 def choose_config(M: int, N: int, K: int, num_sms: int, pitch_aligned: bool = True, out_size: int = 2,
-                  swap_ab: bool = True) -> GemmConfig:
+                  swap_ab: bool = True, wave_tiles: bool = True) -> GemmConfig:
     """The hand-picked configuration for a problem when the caller gives none (a rule on tile counts,
     not a table of shapes; its "auto" values are resolved by `resolve_config`):
 
@@ -438,6 +464,8 @@ def choose_config(M: int, N: int, K: int, num_sms: int, pitch_aligned: bool = Tr
       no cluster where A has one row of tiles);
     * under about one wave of 128x256 tiles: the first of SMALL_CONFIGS whose tiles fit in one wave;
     * an fp32 output (`out_size` 4): FP32_OUT_CONFIG;
+    * a few waves of 128x256 tiles, the last part empty (aligned rows; `wave_tiles`, which fp8 inputs turn
+      off: not measured there): `wave_config`'s 192x128 or 128x128 tiles where they fill the rounds better;
     * rows of A and B not on 128-byte boundaries (`pitch_aligned` False): 2-CTA clusters (CLUSTER_M=2)
       that load each B tile once and multicast it;
     * several 128x256 tiles per program: SPLIT_WGS and K_ZIGZAG;
@@ -453,6 +481,8 @@ def choose_config(M: int, N: int, K: int, num_sms: int, pitch_aligned: bool = Tr
         if out_size > 2:
             return FP32_OUT_CONFIG
         cfg = DEFAULT_CONFIG.replace(CLUSTER_M=1 if pitch_aligned else 2)
+        if pitch_aligned and wave_tiles:
+            cfg = wave_config(M, N, num_sms)
         if tiles(M, N, cfg) > num_sms:
             return cfg.replace(SPLIT_WGS=True, K_ZIGZAG=True)
         if N % 16 == 0 and pitch_aligned:
@@ -497,7 +527,7 @@ def resolve_config(M: int, N: int, K: int, num_sms: int, out_size: int, pitch_al
         # a dict of overrides that does not ask for SWAP_AB overrides the ordinary kernel's pick: its fields
         # (SPLIT_WGS, CONSUMER_WGS, a BLOCK_N for 128-row tiles) mean that family
         swap = not config or bool(config.get("SWAP_AB"))
-        base = choose_config(M, N, K, num_sms, pitch_aligned, out_size, swap_ab=swap)
+        base = choose_config(M, N, K, num_sms, pitch_aligned, out_size, swap_ab=swap, wave_tiles=in_size == 2)
         if in_size == 1:
             base = base.replace(BLOCK_K=base.BLOCK_K * 2)
         config = to_config(config, _base_for(config or {}, base))

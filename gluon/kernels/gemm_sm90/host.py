@@ -387,7 +387,7 @@ def _block_scaled_overrides(M: int, N: int, K: int, sms: int, out_size: int, pit
     warpgroup per 64 rows where one would hold more than 64 accumulator values a thread (the k-step's product
     sits beside the sum: the deep-K pick's 128x128 tile on one warpgroup spilled 384 bytes)."""
     given = dict(config or {})
-    pick = choose_config(M, N, K, sms, pitch_aligned, out_size, swap_ab=False)
+    pick = choose_config(M, N, K, sms, pitch_aligned, out_size, swap_ab=False, wave_tiles=False)
     given.setdefault("SWAP_AB", False)
     bn = given.setdefault("BLOCK_N", min(pick.BLOCK_N, 128))
     given.setdefault("BLOCK_K", 128)
