@@ -8,8 +8,7 @@
   `GemmConfig.resolve`), DEFAULT_CONFIG / FP32_OUT_CONFIG / SMALL_CONFIGS, `choose_config`, `split_k`,
   tile and unit counts, `num_warps`, `grid`.
 * kernel.py: the `@kernel` `gemm_sm90(A, B, C, W, SPLITS, CFG=<resolved GemmConfig>, B_KMAJOR,
-  N_MULTIPLE_16)` and its device-side helpers; fp8_scales.py the fp8 dequantization scales in it,
-  stream_k.py STREAM_K's runs of k-steps and the sum of a shared tile.
+  N_MULTIPLE_16)` and its device-side helpers.
 * host.py: `launch`, its plan cache, padding of operands TMA cannot describe, the split-K workspace and
   `splitk_reduce`; `compile_variant` and `stand_ins` compile without a GPU.
 

@@ -21,7 +21,7 @@ AUTO = "auto"
 _INTS = ("BLOCK_M", "BLOCK_N", "BLOCK_K", "STAGES", "GROUP_M", "CONSUMER_WGS", "PRODUCER_REGS", "CONSUMER_REGS",
          "CLUSTER_M", "CLUSTER_K")
 CLUSTER_K_SIZES = (1, 2, 4, 8)      # a portable cluster holds at most 8 CTAs
-_BOOLS = ("SPLIT_WGS", "K_ZIGZAG", "TMA_PREFETCH", "SPLITK_FIXUP", "SWAP_AB", "MMA_TURNS", "SCALES_AHEAD", "STREAM_K")
+_BOOLS = ("SPLIT_WGS", "K_ZIGZAG", "TMA_PREFETCH", "SPLITK_FIXUP", "SWAP_AB", "MMA_TURNS", "SCALES_AHEAD")
 _AUTO_BOOLS = ("EARLY_LOADS", "LEAN_PROLOGUE")
 _SWIZZLES = tuple(m.value for m in SwizzleMode)
 _SPLIT_CONSUMER_REGS = 216          # the second consumer warpgroup's setmaxnreg with SPLIT_WGS
@@ -81,11 +81,6 @@ class GemmConfig:
     SCALES_AHEAD                fp8 block scales: each k-step's A and B scales are loaded one k-step ahead (with
                                 the previous k-step), so their L2 latency is not waited for between the WGMMA and
                                 the promotion
-    STREAM_K                    the k-steps of all tiles dealt out evenly, one contiguous run a program (one a
-                                SM), across tile boundaries; programs sharing a tile store fp32 partials and
-                                the last to finish sums them in k order (deterministic) and stores C
-                                (stream_k.py): every SM busy where the tiles are fewer than the SMs, no second
-                                kernel, no cluster. The launch's split count is 1
     """
 
     BLOCK_M: int = 128
@@ -109,7 +104,6 @@ class GemmConfig:
     CLUSTER_K: int = 1
     MMA_TURNS: bool = False
     SCALES_AHEAD: bool = False
-    STREAM_K: bool = False
 
     __hash__ = cached_hash
     __getstate__ = state_without_hash
@@ -156,8 +150,6 @@ class GemmConfig:
             _check_swap_ab(self)
         if self.CLUSTER_K > 1:
             _check_cluster_k(self)
-        if self.STREAM_K:
-            _check_stream_k(self)
         if self.MMA_TURNS and (not self.SPLIT_WGS or self.CONSUMER_WGS not in (2, 3)):
             raise GluonError(f"GemmConfig MMA_TURNS=True takes two or three consumer warpgroups each its own role "
                              f"(CONSUMER_WGS=2 or 3, SPLIT_WGS=True), not CONSUMER_WGS={self.CONSUMER_WGS}, "
@@ -217,11 +209,10 @@ class GemmConfig:
         return {f: getattr(self, f) for f in FIELDS}
 
     def describe(self) -> str:
-        """"KEY=VALUE, ..." of every field, but K_ZIGZAG, TMA_PREFETCH, SPLITK_FIXUP, SWAP_AB and STREAM_K only when
-        on and CLUSTER_K only above 1."""
+        """"KEY=VALUE, ..." of every field, but K_ZIGZAG, TMA_PREFETCH, SPLITK_FIXUP and SWAP_AB only when on and
+        CLUSTER_K only above 1."""
         return ", ".join(f"{k}={v}" for k, v in self.to_dict().items()
-                         if (v is not False or k not in ("K_ZIGZAG", "TMA_PREFETCH", "SPLITK_FIXUP", "SWAP_AB",
-                                                         "STREAM_K"))
+                         if (v is not False or k not in ("K_ZIGZAG", "TMA_PREFETCH", "SPLITK_FIXUP", "SWAP_AB"))
                          and (k != "CLUSTER_K" or v > 1))
 
 
@@ -271,24 +262,6 @@ def _check_cluster_k(cfg: GemmConfig) -> None:
         raise GluonError(f"GemmConfig CLUSTER_K={cfg.CLUSTER_K} takes {why}")
 
 
-def _check_stream_k(cfg: GemmConfig) -> None:
-    """STREAM_K's rules: one consumer role (the tile's arrival is counted once a CTA), no cluster, no other
-    split-K sum, the K order of a run kept, an epilogue that does not hold the producer back."""
-    why = None
-    if cfg.cluster_size > 1:
-        why = f"no cluster (CLUSTER_M=1, CLUSTER_K=1), not CLUSTER_M={cfg.CLUSTER_M}, CLUSTER_K={cfg.CLUSTER_K}"
-    elif cfg.SPLIT_WGS:
-        why = "SPLIT_WGS=False: the consumers count a shared tile in once, as one role"
-    elif cfg.SPLITK_FIXUP:
-        why = "SPLITK_FIXUP=False (the last program of a tile sums its partials itself)"
-    elif cfg.K_ZIGZAG:
-        why = "K_ZIGZAG=False: a run walks its k-steps upward"
-    elif cfg.EPILOGUE == "ring":
-        why = "an EPILOGUE other than 'ring' (which is for one unit a program)"
-    if why:
-        raise GluonError(f"GemmConfig STREAM_K=True takes {why}")
-
-
 def to_config(config: GemmConfig | Mapping | None, base: GemmConfig) -> GemmConfig:
     """What the public entry points take as `config`: a GemmConfig (the whole config), a dict of
     overrides of `base` (users, `--set KEY=VALUE`), or None (`base`)."""
@@ -329,7 +302,8 @@ SMALL_CONFIGS = (
 # relative to 128x256's (measured with 16-bit inputs and B [N, K], docs/PERF.md, twenty-fifth session; `launch`
 # takes them for that layout only until B [K, N] has run on the GPU). Both of a tie: the first.
 WAVE_CONFIGS = (
-    (DEFAULT_CONFIG.replace(BLOCK_M=192, BLOCK_N=128, STAGES=4, CONSUMER_WGS=3, CONSUMER_REGS=152, SPLIT_WGS=True), 0.89),
+    (DEFAULT_CONFIG.replace(BLOCK_M=192, BLOCK_N=128, STAGES=4, CONSUMER_WGS=3, CONSUMER_REGS=152, SPLIT_WGS=True),
+     0.89),
     (DEFAULT_CONFIG.replace(BLOCK_N=128, STAGES=5), 0.89),
 )
 WAVE_MARGIN = 1.03                  # ... taken where it beats 128x256 by this much (the model is rough)
@@ -374,14 +348,9 @@ def num_warps(config: GemmConfig) -> int:
     return 4 * config.CONSUMER_WGS + (4 if config.cluster_size > 1 else 1)
 
 
-def grid(M: int, N: int, config: GemmConfig, num_sms: int, splits: int = 1, K: int = 0) -> tuple[int]:
+def grid(M: int, N: int, config: GemmConfig, num_sms: int, splits: int = 1) -> tuple[int]:
     """Persistent grid, in clusters (Triton's launcher starts a cluster's CTAs per grid entry): one per
-    unit of work up to one per SM. With CLUSTER_K a unit is a tile, its K slices the cluster's CTAs; with
-    STREAM_K a k-step of a tile (K needed)."""
-    if config.STREAM_K:
-        if K <= 0:
-            raise GluonError(f"grid: a STREAM_K config deals out the k-steps, so it takes K (a positive int), got {K}")
-        return (min(tiles(M, N, config) * _cdiv(K, config.BLOCK_K), num_sms),)
+    unit of work up to one per SM. With CLUSTER_K a unit is a tile, its K slices the cluster's CTAs."""
     work = units(M, N, config, 1 if config.CLUSTER_K > 1 else splits)
     return (max(1, min(work, num_sms // config.cluster_size)),)
 
@@ -408,8 +377,6 @@ def split_k(M: int, N: int, K: int, config: GemmConfig, num_sms: int) -> int:
     enough units for about one wave, each slice at least 16 k-steps, and every slice non-empty."""
     if config.CLUSTER_K > 1:        # the cluster's CTAs are the slices
         return config.CLUSTER_K
-    if config.STREAM_K:             # the kernel deals out the k-steps itself
-        return 1
     t = tiles(M, N, config)
     k_tiles = _cdiv(K, config.BLOCK_K)
     if config.SWAP_AB:              # a few tiles less than a wave already stream B at full bandwidth
@@ -540,14 +507,12 @@ def resolve_config(M: int, N: int, K: int, num_sms: int, out_size: int, pitch_al
 def _base_for(given: Mapping, base: GemmConfig) -> GemmConfig:
     """`base` (a pick) without what the switches `given` turns on do not run with, where `given` leaves those
     fields open: SWAP_AB on an ordinary pick (no cluster along M, one or two cooperative warpgroups, C from
-    registers), STREAM_K (no cluster, one consumer role, no other split-K sum, no K zigzag). So
+    registers). So
     `launch(a, b, c, {"SWAP_AB": True})` runs at any shape; a field the caller sets that a switch refuses is
     still refused, by name."""
     drop: dict = {}
     if given.get("SWAP_AB") and not base.SWAP_AB:
         drop.update(CLUSTER_M=1, SPLIT_WGS=False, SPLITK_FIXUP=False, MMA_TURNS=False,
                     CONSUMER_WGS=min(base.CONSUMER_WGS, 2), EPILOGUE=AUTO)
-    if given.get("STREAM_K"):
-        drop.update(CLUSTER_M=1, CLUSTER_K=1, SPLIT_WGS=False, K_ZIGZAG=False, SPLITK_FIXUP=False, MMA_TURNS=False)
     drop = {k: v for k, v in drop.items() if k not in given}
     return base.replace(**drop) if drop else base

@@ -6,8 +6,8 @@ dtypes, devices and arguments) its prepared launch with the new addresses. Input
 cannot describe are copied into zero-padded aligned buffers first (padding.py), such a C is stored by
 address; a split-K launch writes fp32 partials into a per-(device, stream) workspace that `splitk_reduce`
 sums into C (or, with SPLITK_FIXUP, the kernel's last K slice of each element, counting arrivals in a
-per-(device, stream) int32 buffer; STREAM_K's partials of shared tiles and their counters are kept the same
-way). `compile_variant` and `stand_ins` compile the kernel without tensors (no GPU needed).
+per-(device, stream) int32 buffer). `compile_variant` and `stand_ins` compile the kernel without tensors
+(no GPU needed).
 """
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ from gluon.types import TensorRef
 
 from ..tensor_checks import device_sms, interpreting, on_the_launch_device
 from .config import (CLUSTER_K_SIZES, DEFAULT_CONFIG, GemmConfig, by_address, choose_config, grid, num_warps,
-                     resolve_config, split_k, stores_by_address, tiles, to_config)
+                     resolve_config, split_k, stores_by_address, to_config)
 from .kernel import gemm_sm90
 from .padding import PadPlan, pad_plan, tma_ready
 
@@ -56,7 +56,6 @@ class _Plan:
     kw: dict                        # the constexprs (CFG, B_KMAJOR, N_MULTIPLE_16) and num_warps
     fixup: bool = False             # split-K partials summed in the kernel (CFG.SPLITK_FIXUP), no second pass
     summed: bool = False            # ... or by the cluster's CTAs (CFG.CLUSTER_K): no counters either
-    streamed: tuple | None = None   # CFG.STREAM_K: (workspace fp32 elements, counters), two tiles a program
     ck: object = None               # the compiled specialization, after the first launch
     fitted: bool = False            # the grid checked against the clusters the device holds (`_fit_grid`)
     unused: tuple | None = None     # (W, CNT) stand-ins where the kernel reads neither (no split-K), once fetched
@@ -145,11 +144,7 @@ def _launch(a, b, c, config, b_kmajor: bool, splits, compiled, scale_a, scale_b,
         on_the_launch_device("gemm", a=a, b=b, c=c)     # when a problem is first seen: no per-call cost
         plan = _PLANS[plan_key] = _plan(a, c, M, N, K, config, b_kmajor, splits, aligned, scale, c_addr)
     S = plan.splits
-    if plan.streamed is not None:   # STREAM_K: partials of shared tiles and their counters, the stream's
-        stream = _stream_of(a)
-        w = _workspace((plan.dev, stream), plan.streamed[0], a.device)
-        cnt = _workspace((plan.dev, stream), plan.streamed[1], a.device, counters=True)
-    elif S > 1:                     # one fp32 workspace per (device, stream): same-stream launches run in order
+    if S > 1:                       # one fp32 workspace per (device, stream): same-stream launches run in order
         stream = _stream_of(a)
         w = _workspace((plan.dev, stream), S * M * N, a.device)
         cnt = _workspace((plan.dev, stream if plan.fixup else None), M * N if plan.fixup else 16, a.device,
@@ -357,9 +352,6 @@ def _plan(a, c, M: int, N: int, K: int, config: GemmConfig | Mapping | None, b_k
     if cfg.CLUSTER_K > 1 and splits not in (None, cfg.CLUSTER_K):
         raise GluonError(f"gemm: splits={splits} with CLUSTER_K={cfg.CLUSTER_K}: the cluster's CTAs are the K slices, "
                          f"so the split count is CLUSTER_K; leave splits unset")
-    if cfg.STREAM_K and splits not in (None, 1):
-        raise GluonError(f"gemm: splits={splits} with STREAM_K=True: the kernel deals the k-steps out to the programs "
-                         "itself; leave splits unset")
     S = split_k(M, N, K, cfg, sms) if splits is None else splits
     # no empty K slice: the kernel's consumers release a stage after every unit, so a unit without
     # k-steps would release one it never took (e.g. splits=5 over 16 k-steps: 4, 4, 4, 4, 0)
@@ -369,7 +361,7 @@ def _plan(a, c, M: int, N: int, K: int, config: GemmConfig | Mapping | None, b_k
         raise GluonError(f"gemm: CLUSTER_K={cfg.CLUSTER_K} splits K={K} into {cfg.CLUSTER_K} slices of whole "
                          f"{cfg.BLOCK_K}-deep k-steps, but {k_tiles} k-steps make at most {S} non-empty ones; use "
                          f"CLUSTER_K={max(d for d in CLUSTER_K_SIZES if d <= S)} or a smaller BLOCK_K")
-    bound = gemm_sm90[grid(M, N, cfg, sms, S, K)]
+    bound = gemm_sm90[grid(M, N, cfg, sms, S)]
     kw = dict(CFG=cfg, B_KMAJOR=b_kmajor, num_warps=num_warps(cfg))
     if scale != "none":
         kw["SCALE"] = "block" if scale == "block_m" else scale
@@ -377,9 +369,7 @@ def _plan(a, c, M: int, N: int, K: int, config: GemmConfig | Mapping | None, b_k
         kw["SA_M_MAJOR"] = True
     if (cfg.EPILOGUE == "coalesced" or cfg.CLUSTER_K > 1) and N % 16 == 0:   # 16-byte stores / loads need
         kw["N_MULTIPLE_16"] = True                                            # 16-element rows
-    streamed = (2 * bound.grid[0] * cfg.BLOCK_M * cfg.BLOCK_N, tiles(M, N, cfg)) if cfg.STREAM_K else None
-    return _Plan(bound, dev, S, kw, fixup=S > 1 and cfg.SPLITK_FIXUP, summed=S > 1 and cfg.CLUSTER_K > 1,
-                 streamed=streamed)
+    return _Plan(bound, dev, S, kw, fixup=S > 1 and cfg.SPLITK_FIXUP, summed=S > 1 and cfg.CLUSTER_K > 1)
 
 
 def _block_scaled_overrides(M: int, N: int, K: int, sms: int, out_size: int, pitch_aligned: bool, config) -> dict:

@@ -24,9 +24,7 @@ its part with a multicast TMA load into all, a ring slot is free when the consum
 released it (`arrive(cluster=True)`), and the producer drains the ring before exiting so no remote
 arrive is left in flight. In a CLUSTER_K cluster the CTAs take the K slices of one tile instead: each stores
 its fp32 partial into the workspace, the cluster meets at a barrier (release / acquire at cluster scope), and
-each CTA sums its column slab of the tile over the slices (`_cluster_sum`). With STREAM_K a program's units are
-the tiles its run of k-steps touches (stream_k.py), and a tile it shares is stored by the last program to count
-in, which sums the partials. Measurements: docs/PERF.md.
+each CTA sums its column slab of the tile over the slices (`_cluster_sum`). Measurements: docs/PERF.md.
 """
 import gluon.language as gl
 from gluon.arch import SM90
@@ -42,7 +40,6 @@ from gluon.types import Layout, SliceLayout, SwizzleMode, WarpRole
 from ..turns import turns_close, turns_open
 from .config import kernel_config
 from .fp8_scales import apply_scales, block_scaled_k_loop, load_scales, stage_scales, staged_scales
-from . import stream_k
 
 
 def _tile_coords(tile, num_pid_m, num_pid_n, GROUP_M: int):
@@ -69,21 +66,14 @@ def _cta_tile(row, col, rank, CLUSTER_M: int):
     return row * CLUSTER_M + rank, col
 
 
-def _unit(unit, rank, SPLITS, num_rows, num_cols, GROUP_ROWS: int, CLUSTER_K: int, k_per_split, k_tiles, run):
-    """(K slice, cluster tile row, column, k_lo, k_hi) of work unit `unit`: units run over the K slices fastest,
-    or with CLUSTER_K the unit is the tile and the CTA's cluster rank its slice; with STREAM_K (`run`: the
-    program's k-steps [lo, hi)) the unit is a tile and its k-steps those of the run."""
+def _unit(unit, rank, SPLITS, num_rows, num_cols, GROUP_ROWS: int, CLUSTER_K: int):
+    """(K slice, cluster tile row, column) of work unit `unit`: units run over the K slices fastest, or with
+    CLUSTER_K the unit is the tile and the CTA's cluster rank its slice."""
     if CLUSTER_K > 1:
         row, col = _tile_coords(unit, num_rows, num_cols, GROUP_ROWS)
-        split = rank
-    else:
-        row, col = _tile_coords(unit // SPLITS, num_rows, num_cols, GROUP_ROWS)
-        split = unit % SPLITS
-    if run is not None:
-        k_lo, k_hi = stream_k.k_range(unit, run[0], run[1], k_tiles)
-    else:
-        k_lo, k_hi = _k_slice(split, k_per_split, k_tiles)
-    return split, row, col, k_lo, k_hi
+        return rank, row, col
+    row, col = _tile_coords(unit // SPLITS, num_rows, num_cols, GROUP_ROWS)
+    return unit % SPLITS, row, col
 
 
 def _load_stage(a_rings, b_s, b_parts, s, A, B, bar, off_m, off_n, kk, rank, RM: int, BN_PART: int, BLOCK_K: int,
@@ -208,7 +198,7 @@ def gemm_sm90(A, B, C, W, CNT, SA, SB, SPLITS, CFG: gl.constexpr, B_KMAJOR: gl.c
     SA[0] * SB[0], "rowcol" by SA[row] * SB[col] (fp32 scales), before the output's rounding; "block" scales
     each 128-deep k-step's product by SA[row, k-block] * SB[col // 128, k-block] into the fp32 sum
     (`fp8_scales.block_scaled_k_loop`; BLOCK_K 128, BLOCK_N 64 or 128, no SWAP_AB). CLUSTER_K > 1: SPLITS must
-    be it; STREAM_K: 1 (W then holds two partial tiles a program, CNT one counter a tile)."""
+    be it."""
     kernel_config(CFG)
     if CFG.MMA_TURNS and SCALE != "block":
         raise GluonError(f"MMA_TURNS=True is for fp8 block scales (SCALE='block'), whose per-k-step promotion the "
@@ -227,8 +217,6 @@ def gemm_sm90(A, B, C, W, CNT, SA, SB, SPLITS, CFG: gl.constexpr, B_KMAJOR: gl.c
         gl.set_cluster(CL)
     if CK > 1:
         SPLITS = CK                             # the launch passes CK; the kernel counts on it
-    if CFG.STREAM_K:
-        SPLITS = 1                              # ... and 1 with STREAM_K: the runs split K themselves
     if CFG.TMA_PREFETCH:    # the A, B and C descriptors into the descriptor cache at kernel start
         gl.set_tma_prefetch()
     if CFG.LEAN_PROLOGUE:   # no CTA barrier between the barrier inits and the EARLY_LOADS (backend/ptx/prologue.py)
@@ -305,14 +293,7 @@ def gemm_sm90(A, B, C, W, CNT, SA, SB, SPLITS, CFG: gl.constexpr, B_KMAJOR: gl.c
     num_units = num_rows * num_cols * (1 if CK > 1 else SPLITS)
     first_tile = gl.program_id(0) // CL         # this cluster's first unit
     tile_step = gl.num_programs(0) // CL        # the number of clusters
-    end_tile = num_units
     rank = gl.program_id(0) % CL                # == cluster_rank(): clusters run along x
-    run = None
-    if CFG.STREAM_K:    # one run of k-steps a program, across tiles (stream_k.py): units are the tiles it touches
-        run_lo, run_hi, per = stream_k.span(gl.program_id(0), gl.num_programs(0), num_units * k_tiles)
-        run = (run_lo, run_hi)
-        first_tile, end_tile = stream_k.tiles_of(run_lo, run_hi, k_tiles)
-        tile_step = 1
     GROUP_ROWS = max(CFG.GROUP_M // CM, 1)
     if CM > 1 and not B_KMAJOR and BN_PART * B.dtype.bits // 8 % CFG.SWIZZLE:
         raise GluonError(f"CLUSTER_M={CM} with BLOCK_N={CFG.BLOCK_N}: each CTA loads {BN_PART} columns of B "
@@ -324,9 +305,9 @@ def gemm_sm90(A, B, C, W, CNT, SA, SB, SPLITS, CFG: gl.constexpr, B_KMAJOR: gl.c
         # starts the producer's partition only after the barrier inits and two register hand-overs, so
         # the first TMA loads (the DRAM round trip every program waits for) leave that much earlier
         # (with CLUSTER_K the CTA's rank is its K slice: its loads are its own, before the cluster meets)
-        split0, row0, col0, k_lo0, k_hi0 = _unit(first_tile, rank, SPLITS, num_rows, num_cols, GROUP_ROWS, CK,
-                                                 k_per_split, k_tiles, run)
-        early = gl.where(first_tile < end_tile, gl.minimum(gl.maximum(k_hi0 - k_lo0, 0), CFG.STAGES), 0)
+        split0, row0, col0 = _unit(first_tile, rank, SPLITS, num_rows, num_cols, GROUP_ROWS, CK)
+        k_lo0, k_hi0 = _k_slice(split0, k_per_split, k_tiles)
+        early = gl.where(first_tile < num_units, gl.minimum(gl.maximum(k_hi0 - k_lo0, 0), CFG.STAGES), 0)
         for i in static_range(CFG.STAGES):
             if i < early:
                 ready[i].expect(stage_bytes)
@@ -352,10 +333,10 @@ def gemm_sm90(A, B, C, W, CNT, SA, SB, SPLITS, CFG: gl.constexpr, B_KMAJOR: gl.c
             if STAGED:
                 sbuf = gl.full((), 0, gl.int32)     # which of the role's two scale buffers this tile's are in
             turns_open(g, CFG.MMA_TURNS, ROLES)
-            for unit in range(first_tile, end_tile, tile_step):
-                split, row, col, k_lo, k_hi = _unit(unit, rank, SPLITS, num_rows, num_cols, GROUP_ROWS, CK,
-                                                    k_per_split, k_tiles, run)
+            for unit in range(first_tile, num_units, tile_step):
+                split, row, col = _unit(unit, rank, SPLITS, num_rows, num_cols, GROUP_ROWS, CK)
                 pid_m, pid_n = _cta_tile(row, col, rank, CM)
+                k_lo, k_hi = _k_slice(split, k_per_split, k_tiles)
                 if ZIG:                             # as the producer: odd units load their K slice top down
                     k_top = gl.where(odd == 1, k_lo + k_hi - 1, -1)
                     odd = 1 - odd
@@ -394,36 +375,31 @@ def gemm_sm90(A, B, C, W, CNT, SA, SB, SPLITS, CFG: gl.constexpr, B_KMAJOR: gl.c
                         scales = staged_scales(acc, sr_bufs[g][sbuf], sc_bufs[g][sbuf], g, RW)
                         sbuf = 1 - sbuf
                     acc = apply_scales(acc, scales, SCALE)
-                keep = True
-                if CFG.STREAM_K:                    # a tile shared with other programs: the last sums, stores
-                    acc, keep = stream_k.fixup(W, CNT, acc, unit, per, k_tiles, gl.program_id(0))
-                if keep:
-                    # (unused under SWAP_AB)
-                    rows, cols, mask = _tile_indices(off_m, off_n, RM, CFG.BLOCK_N, acc_layout, M, N)
-                    if CFG.SWAP_AB:                     # C^T's tile, from registers (or its split-K partial)
-                        _store_swapped(C, W, acc, off_m, off_n, split, M, N, SPLITS)
-                    elif SPLITS > 1:                    # split-K: fp32 partial tile into the workspace
-                        if CFG.SPLITK_FIXUP:            # ... and the last slice of each element sums them
-                            _splitk_fixup(C, W, CNT, acc, off_m, off_n, split, M, N, SPLITS, RM)
-                        else:
-                            gl.store(W + ((split * M + rows[:, None]) * N + cols[None, :]), acc, mask=mask)
-                    elif EPILOGUE == "direct":
-                        gl.store(C + (rows[:, None] * N + cols[None, :]), acc.to(C.dtype), mask=mask)
-                    elif EPILOGUE == "coalesced":       # staged in shared memory, read back row-contiguous and
-                        c_s = c_tiles[g]                # written with 16-byte stores by every consumer thread
-                        c_s.store(acc.to(C.dtype))
-                        out = c_s.load(layout=out_layout)
-                        orows, ocols, omask = _tile_indices(off_m, off_n, RM, CFG.BLOCK_N, out_layout, M, N)
-                        gl.store(C + (orows[:, None] * N + ocols[None, :]), out, mask=omask)
-                    else:                               # staged in shared memory, written by a TMA store
-                        c_s = c_tiles[g][0] if c_tiles[g].stages > 1 else c_tiles[g]
-                        if EPILOGUE == "tma":
-                            tma_store_wait(0)           # the previous tile's store has read c_tile
-                        c_s.store(acc.to(C.dtype))
-                        fence_async_shared()
-                        tma_store(C, (off_m, off_n), c_s)
-                        if EPILOGUE == "ring":
-                            tma_store_wait(0)           # read: the producer may refill the ring
+                rows, cols, mask = _tile_indices(off_m, off_n, RM, CFG.BLOCK_N, acc_layout, M, N)  # (unused: SWAP_AB)
+                if CFG.SWAP_AB:                     # C^T's tile, from registers (or its split-K partial)
+                    _store_swapped(C, W, acc, off_m, off_n, split, M, N, SPLITS)
+                elif SPLITS > 1:                    # split-K: fp32 partial tile into the workspace
+                    if CFG.SPLITK_FIXUP:            # ... and the last slice of each element sums them
+                        _splitk_fixup(C, W, CNT, acc, off_m, off_n, split, M, N, SPLITS, RM)
+                    else:
+                        gl.store(W + ((split * M + rows[:, None]) * N + cols[None, :]), acc, mask=mask)
+                elif EPILOGUE == "direct":
+                    gl.store(C + (rows[:, None] * N + cols[None, :]), acc.to(C.dtype), mask=mask)
+                elif EPILOGUE == "coalesced":       # staged in shared memory, read back row-contiguous and
+                    c_s = c_tiles[g]                # written with 16-byte stores by every consumer thread
+                    c_s.store(acc.to(C.dtype))
+                    out = c_s.load(layout=out_layout)
+                    orows, ocols, omask = _tile_indices(off_m, off_n, RM, CFG.BLOCK_N, out_layout, M, N)
+                    gl.store(C + (orows[:, None] * N + ocols[None, :]), out, mask=omask)
+                else:                               # staged in shared memory, written by a TMA store
+                    c_s = c_tiles[g][0] if c_tiles[g].stages > 1 else c_tiles[g]
+                    if EPILOGUE == "tma":
+                        tma_store_wait(0)           # the previous tile's store has read c_tile
+                    c_s.store(acc.to(C.dtype))
+                    fence_async_shared()
+                    tma_store(C, (off_m, off_n), c_s)
+                    if EPILOGUE == "ring":
+                        tma_store_wait(0)           # read: the producer may refill the ring
                 if CK > 1:                          # every slice's partial stored: the cluster sums its tile
                     gl.cluster_sync()
                     SLAB = CFG.BLOCK_N // CK
@@ -450,17 +426,17 @@ def gemm_sm90(A, B, C, W, CNT, SA, SB, SPLITS, CFG: gl.constexpr, B_KMAJOR: gl.c
             odd = gl.full((), 0, gl.int32)          # this unit is the program's 2nd, 4th, ...
             k_top = gl.full((), -1, gl.int32)       # k_lo + k_hi - 1 on those, else -1
             k_at = gl.full((), 0, gl.int32)         # the k-step loaded
-        for unit in range(first_tile, end_tile, tile_step):
+        for unit in range(first_tile, num_units, tile_step):
             if EPILOGUE == "ring":
                 if done > 0:                        # the consumers' stores have read their rings
                     for g in static_range(ROLES):
                         c_free[g].wait((done - 1) & 1)
                 done = done + 1
-            split, row, col, k_lo, k_hi = _unit(unit, rank, SPLITS, num_rows, num_cols, GROUP_ROWS, CK, k_per_split,
-                                                k_tiles, run)
+            split, row, col = _unit(unit, rank, SPLITS, num_rows, num_cols, GROUP_ROWS, CK)
             pid_m, pid_n = _cta_tile(row, col, rank, CM)
             off_m = pid_m * CFG.BLOCK_M
             off_n = pid_n * CFG.BLOCK_N
+            k_lo, k_hi = _k_slice(split, k_per_split, k_tiles)
             if CFG.K_ZIGZAG:                        # odd units of this program walk their K slice downward
                 k_top = gl.where(odd == 1, k_lo + k_hi - 1, -1)
                 odd = 1 - odd

@@ -6,7 +6,7 @@ CONSUMER_REGS left out, "auto" or 0 keeps the default (the second warpgroup's bu
 SPLIT_K ("auto"/0 = the split_k heuristic, else forced) is the launch's `splits`; the rest are
 GemmConfig fields (BLOCK_M, BLOCK_N, BLOCK_K, STAGES, GROUP_M, SWIZZLE, EPILOGUE, PRODUCER_REGS,
 SPLIT_WGS, CLUSTER_M, CLUSTER_K, EARLY_LOADS, LEAN_PROLOGUE, K_ZIGZAG, SWAP_AB, SPLITK_FIXUP, MMA_TURNS,
-SCALES_AHEAD, STREAM_K) on top of DEFAULT_CONFIG, with the "auto" values resolved as `launch` resolves them. GemmConfig
+SCALES_AHEAD) on top of DEFAULT_CONFIG, with the "auto" values resolved as `launch` resolves them. GemmConfig
 checks the knobs, the compiler passes the rest (shared memory, registers, warp roles, layouts). fp16/bf16:
 output dtype = input dtype, B is [K, N] row-major, against torch.matmul. fp8 (fp8e4m3, fp8e5m2): B is [N, K]
 (K-major, as WGMMA reads 8-bit operands), per-tensor fp32 scales, a bf16 output, against torch._scaled_mm (cuBLASLt).
@@ -52,7 +52,7 @@ class _GemmSM90Tuning(TuningTemplate):
     params = ("BLOCK_M", "BLOCK_N", "BLOCK_K", "STAGES", "GROUP_M", "SWIZZLE", "EPILOGUE", "CONSUMER_WARPS",
               "CONSUMER_REGS", "PRODUCER_WARPS", "PRODUCER_REGS", "CONSUMER_WGS", "SPLIT_K", "SPLIT_WGS", "CLUSTER_M",
               "CLUSTER_K", "EARLY_LOADS", "LEAN_PROLOGUE", "K_ZIGZAG", "SWAP_AB", "SPLITK_FIXUP", "MMA_TURNS",
-              "SCALES_AHEAD", "STREAM_K")
+              "SCALES_AHEAD")
 
     SCALE = "tensor"                # the fp8 problems' scale kind (gemm_sm90_fp8_scales.py has the others)
 
@@ -251,23 +251,20 @@ class _GemmSM90Tuning(TuningTemplate):
 
     def model_s(self, config, shape, dtype, peak_flops=H200_PEAK_FLOPS, peak_bw=H200_PEAK_BW, num_sms=H200_SMS):
         """Roofline penalized by quantization: tile padding of M, N, K, the idle part of the last wave
-        of (tile, K-slice) units (with STREAM_K: of k-steps), L2->SM operand traffic of the tile shape, and the
-        split-K workspace (STREAM_K's: at most two fp32 partial tiles a program, written and read)."""
+        of (tile, K-slice) units, L2->SM operand traffic of the tile shape, and the split-K workspace."""
         M, N, K = shape
         cfg = self.knobs(config)
         BM, BN, BK = cfg.BLOCK_M, cfg.BLOCK_N, cfg.BLOCK_K
         tm, tn, tk = -(-M // BM), -(-N // BN), -(-K // BK)
         S = self.splits(config, shape, num_sms)
         pad = (M * N * K) / (tm * BM * tn * BN * tk * BK)
-        waves = waves_efficiency(tiles(M, N, cfg) * (tk if cfg.STREAM_K else S), num_sms)
+        waves = waves_efficiency(tiles(M, N, cfg) * S, num_sms)
         peak = peak_flops * (2 if _fp8(dtype) else 1)           # fp8 tensor cores: twice the 16-bit rate
         compute = self.flops(shape) / peak / (pad * waves)
         es = element_size(dtype)
         dram = self.bytes(shape, dtype) / peak_bw
         l2 = (tm * BM * tn * BN * tk * BK) * es * (1.0 / BM + 1.0 / BN) / (2.5 * peak_bw)
         workspace = (2.0 * S * M * N * 4 / peak_bw) if S > 1 else 0.0
-        if cfg.STREAM_K:
-            workspace = 2.0 * 2 * min(num_sms, tm * tn * tk) * BM * BN * 4 / peak_bw
         return max(compute, dram, l2) + workspace
 
 
