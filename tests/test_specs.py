@@ -59,6 +59,19 @@ def test_the_decode_spec_searches_the_small_m_family():
     assert p["CONSUMER_WARPS"] == Choice((4, 8))          # under the swap: one warpgroup, or two sharing A
 
 
+def test_the_waves_spec_holds_what_choose_config_takes_there():
+    """Its shapes are the few-wave picks', and its space holds wave_config's tiles (so `gluon build --best`
+    can serve at least what `launch` runs) and 128x256 with SPLIT_WGS and K_ZIGZAG."""
+    from gluon.kernels.gemm_sm90.config import DEFAULT_CONFIG, WAVE_CONFIGS, wave_config
+    from gluon.tuning.templates.gemm_sm90 import TUNING
+    waves = load_spec(SPECS / "gemm_sm90_waves.toml")
+    assert all(wave_config(M, N, 132) != DEFAULT_CONFIG for M, N, _ in waves.shapes)
+    held = {TUNING.knobs(c) for c in waves.space.grid()}
+    for cfg in [c for c, _ in WAVE_CONFIGS] + [DEFAULT_CONFIG]:
+        assert cfg.replace(K_ZIGZAG=True, SPLIT_WGS=True, GROUP_M=16, EPILOGUE="tma") in held
+    assert all(c.BLOCK_M in (128, 192) for c in held) and len(held) == waves.space.size()
+
+
 def test_space_sizes_by_hand():
     # copy: 5 XBLOCK x 3 NUM_WARPS x 2 FORM; XBLOCK >= 32 * NUM_WARPS holds for all (512 >= 256)
     copy = load_spec(SPECS / "copy.toml").space
