@@ -1,6 +1,6 @@
 """GEMM: gluon kernels against cuBLAS (torch.matmul) and plain autotuned Triton, in the same run.
 
-    python bench/gemm.py [--kernels tile] [--dtypes fp16,bf16] [--shapes 8192x8192x8192,...|llm|decode|deepk|shallowk|unaligned]
+    python bench/gemm.py [--kernels tile] [--dtypes fp16,bf16] [--shapes 8192x8192x8192,...|llm|decode|deepk|shallowk|waves|unaligned]
                          [--b-layout kn|nk] [--graph] [--json out.json] [--out-dtype fp32]
 
 Each (kernel, shape, dtype) is first checked against an fp64 reference on fresh random inputs with the
@@ -37,8 +37,12 @@ SHALLOWK_SHAPES = ["8192x8192x64", "8192x8192x128", "4096x4096x64", "16384x16384
 # each; the last an LM head over GPT-2's vocabulary (with --b-layout nk only C's rows are off)
 UNALIGNED_SHAPES = ["1000x3000x777", "4095x4097x1023", "8191x8191x1001", "3000x5003x4001", "2047x28673x4095",
                     "4096x50257x4096"]
+# prefill chunks of a few waves of 128x256 tiles (choose_config's `wave_config` there), 2200 and 1546 rows off the
+# tiles, and two of many waves where 128x256 stays
+WAVES_SHAPES = ["1536x4096x4096", "2200x4096x4096", "2560x4096x4096", "3072x3072x4096", "1536x6144x4096",
+                "1546x6144x4096", "4608x4096x4096", "1536x8192x8192"]
 SHAPE_SETS = {"llm": SHAPES, "decode": DECODE_SHAPES, "deepk": DEEPK_SHAPES, "shallowk": SHALLOWK_SHAPES,
-              "unaligned": UNALIGNED_SHAPES}
+              "waves": WAVES_SHAPES, "unaligned": UNALIGNED_SHAPES}
 
 
 def _parse_configs(text: str) -> list[dict]:
@@ -101,7 +105,8 @@ def main() -> int:
     p.add_argument("--dtypes", default="fp16,bf16")
     p.add_argument("--shapes", default="llm", help="MxNxK list, or named sets: 'llm' (the default, large "
                    "shapes), 'decode' (M of 1 to 128 against N, K of 4096 to 28672), 'deepk' (M, N <= 1024, K >= "
-                   "32768), 'shallowk' (K <= 128), 'unaligned' (rows off 16-byte boundaries)")
+                   "32768), 'shallowk' (K <= 128), 'waves' (prefill shapes of a few waves), 'unaligned' (rows off 16-byte "
+                   "boundaries)")
     p.add_argument("--b-layout", choices=("kn", "nk"), default="kn", help="B as [K, N] row-major (default), or "
                    "[N, K] (nn.Linear's weight: C = A @ B.T, the kernel's B_KMAJOR)")
     p.add_argument("--out-dtype", choices=("same", "fp32"), default="same",
