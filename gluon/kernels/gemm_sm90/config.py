@@ -505,11 +505,10 @@ def resolve_config(M: int, N: int, K: int, num_sms: int, out_size: int, pitch_al
 
 
 def _base_for(given: Mapping, base: GemmConfig) -> GemmConfig:
-    """`base` (a pick) without what the switches `given` turns on do not run with, where `given` leaves those
+    """`base` (a pick) without what the switch `given` turns on does not run with, where `given` leaves those
     fields open: SWAP_AB on an ordinary pick (no cluster along M, one or two cooperative warpgroups, C from
-    registers). So
-    `launch(a, b, c, {"SWAP_AB": True})` runs at any shape; a field the caller sets that a switch refuses is
-    still refused, by name."""
+    registers). So `launch(a, b, c, {"SWAP_AB": True})` runs at any shape; a field the caller sets that the
+    switch refuses is still refused, by name."""
     drop: dict = {}
     if given.get("SWAP_AB") and not base.SWAP_AB:
         drop.update(CLUSTER_M=1, SPLIT_WGS=False, SPLITK_FIXUP=False, MMA_TURNS=False,
