@@ -20,6 +20,7 @@ import json
 import os
 import statistics
 import subprocess
+import sys
 import time
 from typing import Callable
 
@@ -137,6 +138,14 @@ def git_commit(root: str = ROOT) -> str:
         return subprocess.run(["git", *args], cwd=root, capture_output=True, text=True).stdout.strip()
     head = git("rev-parse", "--short", "HEAD")
     return head + ("-dirty" if head and git("status", "--porcelain", "--untracked-files=no") else "")
+
+
+def need_gpu(script: str) -> None:
+    """One line and exit status 1 where no CUDA GPU is present, instead of torch's traceback at the first tensor."""
+    import torch
+    if not torch.cuda.is_available():
+        print(f"{script} needs a CUDA GPU", file=sys.stderr)
+        raise SystemExit(1)
 
 
 def environment() -> dict:

@@ -20,8 +20,8 @@ import sys
 
 # the repo root instead of bench/ on the path: bench/copy.py must not shadow the stdlib `copy`
 sys.path[0] = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-from bench.common import (environment, graphed, host_us_per_call, interleaved, parse_config, parser, table,  # noqa: E402
-                          write_json)
+from bench.common import (environment, graphed, host_us_per_call, interleaved, need_gpu,  # noqa: E402
+                          parse_config, parser, table, write_json)
 
 SHAPES = ["8192x8192x8192", "4096x4096x4096", "2048x2048x2048", "16384x8192x1024", "8192x28672x4096",
           "128x8192x8192", "1000x1000x1000", "3000x2000x1500", "333x200x136", "4000x3000x5000"]
@@ -105,8 +105,8 @@ def main() -> int:
     p.add_argument("--dtypes", default="fp16,bf16")
     p.add_argument("--shapes", default="llm", help="MxNxK list, or named sets: 'llm' (the default, large "
                    "shapes), 'decode' (M of 1 to 128 against N, K of 4096 to 28672), 'deepk' (M, N <= 1024, K >= "
-                   "32768), 'shallowk' (K <= 128), 'waves' (prefill shapes of a few waves), 'unaligned' (rows off 16-byte "
-                   "boundaries)")
+                   "32768), 'shallowk' (K <= 128), 'waves' (prefill shapes of a few waves), 'unaligned' (rows "
+                   "off 16-byte boundaries)")
     p.add_argument("--b-layout", choices=("kn", "nk"), default="kn", help="B as [K, N] row-major (default), or "
                    "[N, K] (nn.Linear's weight: C = A @ B.T, the kernel's B_KMAJOR)")
     p.add_argument("--out-dtype", choices=("same", "fp32"), default="same",
@@ -120,6 +120,7 @@ def main() -> int:
     p.add_argument("--tile-configs", default="", help="configs of the one-tile-per-program kernel (gemm_tile_sm90), "
                    "';'-separated, each 'KEY=VALUE,...' (BLOCK_M/N/K, STAGES, WARPS); an empty one is its default")
     args = p.parse_args()
+    need_gpu("bench/gemm.py")
     import torch
 
     from bench.triton_matmul import best_config as triton_config
@@ -134,6 +135,10 @@ def main() -> int:
     unknown = [n for n in names if n not in kernels]
     if unknown:
         p.error(f"unknown kernels {unknown}: known are {list(kernels)} (a ws[...] name must match a --ws-configs entry)")
+    left_out = [n for n in kernels if n.startswith(("ws[", "tile[")) and n not in names]
+    if left_out:                    # --kernels ws --ws-configs ';A=1' times the default only: say so
+        print(f"note: --kernels leaves out {len(left_out)} of the --ws-configs / --tile-configs entries "
+              f"({', '.join(left_out)}); name them (e.g. --kernels '{left_out[0]}') or drop --kernels", file=sys.stderr)
     dts = {n: DType.from_name(n).torch for n in ("fp16", "bf16")}
     rows = []
     meta = dict(environment(), complete=False)     # --json is rewritten (atomically) after every row

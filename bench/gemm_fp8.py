@@ -21,7 +21,7 @@ import os
 import sys
 
 sys.path[0] = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-from bench.common import environment, graphed, interleaved, parser, table, write_json  # noqa: E402
+from bench.common import environment, graphed, interleaved, need_gpu, parser, table, write_json  # noqa: E402
 from bench.gemm import _parse_configs  # noqa: E402
 
 SHAPES = ["4096x4096x4096", "8192x8192x8192", "16384x8192x1024", "8192x28672x4096", "8192x4096x14336",
@@ -61,6 +61,7 @@ def main() -> int:
                    "(strides (1, M), torch._scaled_mm's blockwise layout) instead of contiguous")
     args = p.parse_args()
     configs = _parse_configs(args.configs)
+    need_gpu("bench/gemm_fp8.py")
     import torch
     from gluon.ir import GluonError
     from gluon.kernels.gemm_sm90 import launch
