@@ -35,7 +35,7 @@ import re  # noqa: E402
 import statistics  # noqa: E402
 from typing import Callable  # noqa: E402
 
-from bench.common import (environment, interleaved, parse_config, parser, poison_allocator,  # noqa: E402
+from bench.common import (environment, interleaved, need_gpu, parse_config, parser, poison_allocator,  # noqa: E402
                           table, timed, write_json)
 
 
@@ -216,6 +216,7 @@ def random_inputs(case: Case, dtype, seed: int) -> tuple:
 
 
 def implementations(args: argparse.Namespace) -> dict[str, Make]:
+    need_gpu("bench/attention.py")                          # (the CPU tests give fakes instead)
     impls = {"ours": _ours(args.config), "cudnn": _sdpa("CUDNN_ATTENTION"), "flash": _sdpa("FLASH_ATTENTION")}
     if not args.no_triton:
         impls["triton"] = _triton

@@ -24,7 +24,7 @@ import math  # noqa: E402
 import statistics  # noqa: E402
 
 from bench import attention as A  # noqa: E402
-from bench.common import bench_ms, environment, parse_config, parser, table, write_json  # noqa: E402
+from bench.common import bench_ms, environment, need_gpu, parse_config, parser, table, write_json  # noqa: E402
 
 
 def parse_variant(text: str) -> tuple[str, dict | None]:
@@ -96,6 +96,7 @@ def measure(case, dn: str, causal: bool, q, k, v, scale: float, impls: dict, arg
 
 def implementations(args) -> dict:
     """Our variants by name, then the baselines: cuDNN SDPA and (unless --no-triton) plain Triton."""
+    need_gpu("bench/attention_variants.py")                          # (the CPU tests give fakes instead)
     impls = {name: A._ours(cfg) for name, cfg in args.variants.items()}
     impls["cudnn"] = A._sdpa("CUDNN_ATTENTION")
     if not args.no_triton:
