@@ -91,3 +91,18 @@ def test_timed_keeps_every_round_of_one_side(monkeypatch):
     monkeypatch.setattr(common, "bench_ms", lambda fn, rep_ms: next(times))
     r = common.timed(lambda: None, 3, 400)
     assert r == {"time_ms": 2.0, "rounds_ms": [3.0, 1.0, 2.0], "round_ms": 400}
+
+
+def test_without_a_gpu_a_bench_says_so_in_one_line():
+    """bench/gemm.py and bench/attention.py (the benches with `need_gpu`) on a machine without CUDA: exit 1 and
+    one line, no traceback."""
+    import subprocess
+
+    import pytest
+    import torch
+    if torch.cuda.is_available():
+        pytest.skip("a GPU is present")
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    for argv in (["bench/gemm.py", "--shapes", "64x64x64"], ["bench/attention.py", "--cases", "B1H2S16D64"]):
+        r = subprocess.run([sys.executable, *argv], cwd=root, capture_output=True, text=True, timeout=120)
+        assert (r.returncode, r.stderr) == (1, f"{argv[0]} needs a CUDA GPU\n")
