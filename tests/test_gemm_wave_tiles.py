@@ -67,6 +67,20 @@ def test_picked_tiles_match_fp64(interpret_env, monkeypatch, M, N, K, kmajor, wa
     assert ((c.double() - ref).norm() / ref.norm()).item() < 1e-2
 
 
+def test_c_rows_off_16_bytes(interpret_env, monkeypatch):
+    """C's rows off 16 bytes (500 bf16): the picked 192x128 tiles store C by address ("coalesced"), no copy."""
+    monkeypatch.setattr(host, "device_sms", lambda d: 4)
+    monkeypatch.setattr(host, "_PLANS", {})
+    g = torch.Generator().manual_seed(5)
+    a, b = torch.randn(370, 128, generator=g).to(torch.bfloat16), torch.randn(500, 128, generator=g).to(torch.bfloat16)
+    c = torch.full((370, 500), float("nan"), dtype=torch.bfloat16)
+    launch(a, b, c, b_kmajor=True)
+    (plan,) = host._PLANS.values()
+    assert (plan.kw["CFG"].BLOCK_M, plan.kw["CFG"].CONSUMER_WGS, plan.kw["CFG"].EPILOGUE) == (192, 3, "coalesced")
+    ref = a.double() @ b.double().T
+    assert not c.isnan().any() and ((c.double() - ref).norm() / ref.norm()).item() < 1e-2
+
+
 def test_b_k_n_keeps_128x256(interpret_env, monkeypatch):
     monkeypatch.setattr(host, "device_sms", lambda d: 4)
     monkeypatch.setattr(host, "_PLANS", {})
@@ -78,11 +92,12 @@ def test_b_k_n_keeps_128x256(interpret_env, monkeypatch):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("shape", ["1536x4096x4096", "2200x4096x4096", "2560x4096x4096", "3072x3072x1024",
-                                   "1546x6144x4096"])
+                                   "1546x6144x4096", "1536x4100x4096"])
 @pytest.mark.parametrize("dtype", ["bf16", "fp16"])
 @pytest.mark.parametrize("kmajor", [False, True])
 def test_picked_tiles_on_the_gpu(shape, dtype, kmajor):
-    """The picks on the H200 (132 SMs), off the tiles too (2200 and 1546 rows: 192 does not divide them), each on
+    """The picks on the H200 (132 SMs), off the tiles too (2200 and 1546 rows: 192 does not divide them; C's rows
+    off 16 bytes at N = 4100, stored by address with B [N, K], padded with B [K, N]), each on
     fresh inputs against fp64 on a poisoned output, and the same bits on a second launch; with B [K, N] the
     picked config given (`launch` keeps 128x256 there until this has run)."""
     if not torch.cuda.is_available():
