@@ -106,7 +106,8 @@ def test_picked_tiles_on_the_gpu(shape, dtype, kmajor):
     dt = torch.bfloat16 if dtype == "bf16" else torch.float16
     g = torch.Generator(device="cuda").manual_seed(M + K)
     a = torch.randn(M, K, device="cuda", generator=g).to(dt)
-    b = (torch.randn(N, K, device="cuda", generator=g) if kmajor else torch.randn(K, N, device="cuda", generator=g)).to(dt)
+    shape_b = (N, K) if kmajor else (K, N)
+    b = torch.randn(*shape_b, device="cuda", generator=g).to(dt)
     outs = []
     for _ in range(2):
         c = torch.full((M, N), float("nan"), device="cuda", dtype=dt)
