@@ -330,11 +330,9 @@ def slot_use(M: int, N: int, config: GemmConfig, num_sms: int) -> float:
 def wave_config(M: int, N: int, num_sms: int) -> GemmConfig:
     """DEFAULT_CONFIG, or the WAVE_CONFIGS entry whose slot use times its relative throughput beats it by
     WAVE_MARGIN (the best such)."""
-    best, score = DEFAULT_CONFIG, slot_use(M, N, DEFAULT_CONFIG, num_sms) * WAVE_MARGIN
-    for cfg, speed in WAVE_CONFIGS:
-        if slot_use(M, N, cfg, num_sms) * speed > score:
-            best, score = cfg, slot_use(M, N, cfg, num_sms) * speed
-    return best
+    scored = [(slot_use(M, N, DEFAULT_CONFIG, num_sms) * WAVE_MARGIN, DEFAULT_CONFIG)]
+    scored += [(slot_use(M, N, cfg, num_sms) * speed, cfg) for cfg, speed in WAVE_CONFIGS]
+    return max(scored, key=lambda sc: sc[0])[1]        # (max keeps the first of a tie)
 
 
 def units(M: int, N: int, config: GemmConfig, splits: int = 1) -> int:
