@@ -96,7 +96,7 @@ def measure(case, dn: str, causal: bool, q, k, v, scale: float, impls: dict, arg
 
 def implementations(args) -> dict:
     """Our variants by name, then the baselines: cuDNN SDPA and (unless --no-triton) plain Triton."""
-    need_gpu("bench/attention_variants.py")                          # (the CPU tests give fakes instead)
+    need_gpu("bench/attention_variants.py")                 # (the CPU tests give fakes instead)
     impls = {name: A._ours(cfg) for name, cfg in args.variants.items()}
     impls["cudnn"] = A._sdpa("CUDNN_ATTENTION")
     if not args.no_triton:

@@ -120,7 +120,6 @@ def main() -> int:
     p.add_argument("--tile-configs", default="", help="configs of the one-tile-per-program kernel (gemm_tile_sm90), "
                    "';'-separated, each 'KEY=VALUE,...' (BLOCK_M/N/K, STAGES, WARPS); an empty one is its default")
     args = p.parse_args()
-    need_gpu("bench/gemm.py")
     import torch
 
     from bench.triton_matmul import best_config as triton_config
@@ -139,6 +138,7 @@ def main() -> int:
     if left_out:                    # --kernels ws --ws-configs ';A=1' times the default only: say so
         print(f"note: --kernels leaves out {len(left_out)} of the --ws-configs / --tile-configs entries "
               f"({', '.join(left_out)}); name them (e.g. --kernels '{left_out[0]}') or drop --kernels", file=sys.stderr)
+    need_gpu("bench/gemm.py")       # (after the arguments: a wrong one says so, exit 2, with or without a GPU)
     dts = {n: DType.from_name(n).torch for n in ("fp16", "bf16")}
     rows = []
     meta = dict(environment(), complete=False)     # --json is rewritten (atomically) after every row

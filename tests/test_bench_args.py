@@ -106,3 +106,11 @@ def test_without_a_gpu_a_bench_says_so_in_one_line():
     for argv in (["bench/gemm.py", "--shapes", "64x64x64"], ["bench/attention.py", "--cases", "B1H2S16D64"]):
         r = subprocess.run([sys.executable, *argv], cwd=root, capture_output=True, text=True, timeout=120)
         assert (r.returncode, r.stderr) == (1, f"{argv[0]} needs a CUDA GPU\n")
+    # the arguments first: a --ws-configs entry --kernels leaves out is named, an unknown kernel refused (exit 2)
+    gemm = [sys.executable, "bench/gemm.py", "--shapes", "64x64x64", "--ws-configs", ";STAGES=4"]
+    r = subprocess.run(gemm + ["--kernels", "ws"], cwd=root, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 1 and r.stderr.splitlines() == [
+        "note: --kernels leaves out 1 of the --ws-configs / --tile-configs entries (ws[STAGES=4]); name them "
+        "(e.g. --kernels 'ws[STAGES=4]') or drop --kernels", "bench/gemm.py needs a CUDA GPU"]
+    r = subprocess.run(gemm + ["--kernels", "nope"], cwd=root, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2 and "unknown kernels ['nope']" in r.stderr and "Traceback" not in r.stderr
