@@ -163,8 +163,8 @@ def test_pinned_softmax(D, config):
 @pytest.mark.parametrize("D,config", [
     (64, dict(PINGPONG=True)), (64, dict(PINGPONG=True, PERSISTENT=True)),
     (64, dict(PINGPONG=True, OVERLAP=False, BLOCK_M=128, CONSUMER_WGS=2, CONSUMER_REGS=240)),
-    (128, dict(PINGPONG=True, OVERLAP=False)), (256, dict(PINGPONG=True)), (128, dict(HOLD_TURNS=True)),
-    (128, dict(HOLD_TURNS=True, PERSISTENT=False, STAGES=3)),
+    (128, dict(PINGPONG=True, OVERLAP=False)), (256, dict(PINGPONG=True)), (128, dict(HOLD_TURNS=True, PINGPONG=True)),
+    (128, dict(HOLD_TURNS=True, PINGPONG=True, PERSISTENT=False, STAGES=3)),
     (64, dict(PINGPONG=True, OVERLAP=True, BLOCK_M=128, CONSUMER_WGS=2, CONSUMER_REGS=240, HOLD_TURNS=True)),
     (64, dict(PINGPONG=True, OVERLAP=True, HOLD_TURNS=True, P_SMEM=True)),
     (64, dict(PINGPONG=True, OVERLAP=True, HOLD_TURNS=True, BLOCK_N=64))])

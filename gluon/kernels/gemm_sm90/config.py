@@ -429,9 +429,9 @@ def choose_config(M: int, N: int, K: int, num_sms: int, pitch_aligned: bool = Tr
       no cluster where A has one row of tiles);
     * under about one wave of 128x256 tiles: the first of SMALL_CONFIGS whose tiles fit in one wave;
     * an fp32 output (`out_size` 4): FP32_OUT_CONFIG;
-    * a few waves of 128x256 tiles, the last part empty (aligned rows; `wave_tiles`, which `launch` turns off
-      where it is not measured: fp8 inputs, B [K, N]): `wave_config`'s 192x128 or 128x128 tiles where they
-      fill the rounds better;
+    * a few waves of 128x256 tiles, the last part empty (aligned rows, 16-bit inputs: `wave_tiles`, which
+      `resolve_config` turns off for fp8, where it is not measured): `wave_config`'s 192x128 or 128x128 tiles
+      where they fill the rounds better;
     * rows of A and B not on 128-byte boundaries (`pitch_aligned` False): 2-CTA clusters (CLUSTER_M=2)
       that load each B tile once and multicast it;
     * several 128x256 tiles per program: SPLIT_WGS and K_ZIGZAG;
@@ -483,19 +483,19 @@ def by_address(cfg: GemmConfig) -> GemmConfig:
 
 
 def resolve_config(M: int, N: int, K: int, num_sms: int, out_size: int, pitch_aligned: bool = True,
-                   config: GemmConfig | Mapping | None = None, in_size: int = 2,
-                   wave_tiles: bool = True) -> GemmConfig:
+                   config: GemmConfig | Mapping | None = None, in_size: int = 2) -> GemmConfig:
     """The config `launch` runs for a problem: `config` if it is a GemmConfig, else `choose_config` with
     the dict's overrides on top (of the unswapped pick unless the dict sets SWAP_AB), the pick first stripped
     of what a switch the dict turns on does not run with and the dict leaves open (`_base_for`); its "auto"
     values resolved for an output of `out_size`-byte elements. For 1-byte (fp8) inputs choose_config's k-step
-    holds twice the elements: the same bytes per stage. `wave_tiles`: choose_config's (16-bit inputs only)."""
+    holds twice the elements: the same bytes per stage, and no few-wave tiles (`wave_tiles`: measured for
+    16-bit inputs only)."""
     if not isinstance(config, GemmConfig):
         # a dict of overrides that does not ask for SWAP_AB overrides the ordinary kernel's pick: its fields
         # (SPLIT_WGS, CONSUMER_WGS, a BLOCK_N for 128-row tiles) mean that family
         swap = not config or bool(config.get("SWAP_AB"))
         base = choose_config(M, N, K, num_sms, pitch_aligned, out_size, swap_ab=swap,
-                             wave_tiles=wave_tiles and in_size == 2)
+                             wave_tiles=in_size == 2)
         if in_size == 1:
             base = base.replace(BLOCK_K=base.BLOCK_K * 2)
         config = to_config(config, _base_for(config or {}, base))
