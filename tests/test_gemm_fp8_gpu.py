@@ -27,6 +27,8 @@ _THREE = dict(BLOCK_M=192, CONSUMER_WGS=3, CONSUMER_REGS=152, SPLIT_WGS=True)
 @pytest.mark.parametrize("M,N,K,kw", [(4096, 4096, 4096, {}), (1000, 3000, 784, {}), (333, 1000, 4224, {}),
                                        (128, 512, 8192, dict(splits=4)), (8192, 1024, 2048, dict(config=dict(BLOCK_N=64))),
                                        (64, 4096, 4096, {}), (2048, 2048, 144, {}),
+                                       # the pick's 192 x 128 tiles (block_scaled_tall), M off them
+                                       (2200, 4096, 1024, {}),
                                        # MMA_TURNS: the warpgroups take turns issuing (named barriers)
                                        (4096, 4096, 4096, dict(config=_TURNS)), (1000, 3000, 784, dict(config=_TURNS)),
                                        (128, 512, 8192, dict(splits=4, config=dict(_TURNS, CONSUMER_WGS=2, BLOCK_M=128,

@@ -221,7 +221,23 @@ def test_mma_turns_hand_over_after_the_wgmma_and_before_the_promotion(wgs):
         assert arrive < promote
 
 
-@pytest.mark.parametrize("shape", [(512, 1024, 16384), (256, 512, 65536), (4096, 4096, 4096), (1000, 1000, 1000)])
+@pytest.mark.parametrize("shape,tall", [((8192, 8192, 8192), True), ((8192, 28672, 4096), True),
+                                        ((4096, 4096, 4096), False), ((2048, 2048, 2048), False),
+                                        ((8192, 4096, 1024), False), ((1000, 3000, 784), False)])
+def test_block_scaled_tall_tiles_where_the_rounds_fill(shape, tall):
+    """192 x 128 tiles on three warpgroups at the shapes where they measured faster (8192^3, 8192x28672x4096), not
+    at 4096^3 (their last round a third full); the caller's BLOCK_M keeps 128 rows."""
+    from gluon.kernels.gemm_sm90 import host
+    from gluon.kernels.gemm_sm90.config import resolve_config
+    cfg = resolve_config(*shape, 132, 2, True, host._block_scaled_overrides(*shape, 132, 2, True, None), 1)
+    assert (cfg.BLOCK_M, cfg.BLOCK_N, cfg.CONSUMER_WGS) == ((192, 128, 3) if tall else (cfg.BLOCK_M, cfg.BLOCK_N, 2))
+    assert tall or cfg.BLOCK_M <= 128
+    given = host._block_scaled_overrides(*shape, 132, 2, True, dict(BLOCK_M=128))
+    assert resolve_config(*shape, 132, 2, True, given, 1).BLOCK_M == 128
+
+
+@pytest.mark.parametrize("shape", [(512, 1024, 16384), (256, 512, 65536), (4096, 4096, 4096), (1000, 1000, 1000),
+                                   (8192, 8192, 8192)])
 def test_block_scaled_picks_compile_without_spills(shape):
     """The k-step's product sits beside the fp32 sum, so a block-scaled tile takes a warpgroup per 64 rows where
     one would hold more than 64 values a thread: the deep-K pick (128x128 on one warpgroup) spilled 384 bytes."""

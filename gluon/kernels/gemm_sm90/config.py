@@ -299,14 +299,20 @@ SMALL_CONFIGS = (
 
 # Problems of a few waves of 128x256 tiles whose last wave is part empty (1536x4096: 192 tiles, 2 rounds on
 # 132 SMs, 73% of the slots hold output): tiles that fill the rounds better, each with a wave's throughput
-# relative to 128x256's (measured with 16-bit inputs and B [N, K], docs/PERF.md, twenty-fifth session; `launch`
-# takes them for that layout only until B [K, N] has run on the GPU). Both of a tie: the first.
+# relative to 128x256's (measured with 16-bit inputs, B [N, K] and B [K, N]: docs/PERF.md, twenty-fifth and
+# twenty-sixth sessions). Both of a tie: the first.
 WAVE_CONFIGS = (
     (DEFAULT_CONFIG.replace(BLOCK_M=192, BLOCK_N=128, STAGES=4, CONSUMER_WGS=3, CONSUMER_REGS=152, SPLIT_WGS=True),
      0.89),
     (DEFAULT_CONFIG.replace(BLOCK_N=128, STAGES=5), 0.89),
 )
 WAVE_MARGIN = 1.03                  # ... taken where it beats 128x256 by this much (the model is rough)
+
+# fp8 with 128 x 128 block scales (one B block per tile, so 128 columns): 192-row tiles on three warpgroups run
+# a round about 6% faster than 128x128 on two (8192^3 +5.3%, 8192x28672x4096 +6.4%; at 4096^3 their part-empty
+# last round loses 2.4%: docs/PERF.md, twenty-sixth session); taken where that beats the slot use by WAVE_MARGIN
+BLOCK_SCALED_TALL = dict(BLOCK_M=192, CONSUMER_WGS=3, CONSUMER_REGS=152, SPLIT_WGS=True)
+BLOCK_SCALED_TALL_SPEED = 1.06
 
 # Few output tiles over a deep K: 128x128 tiles on one consumer warpgroup, 2-CTA clusters multicasting
 # each B tile (half the L2 reads of B), the K split by `split_k` so about a wave of units runs.
@@ -462,6 +468,15 @@ def choose_config(M: int, N: int, K: int, num_sms: int, pitch_aligned: bool = Tr
         if tiles(M, N, cfg) <= num_sms:
             return cfg
     return DEFAULT_CONFIG
+
+
+def block_scaled_tall(M: int, N: int, num_sms: int) -> bool:
+    """Whether block-scaled fp8 with 128-column tiles takes BLOCK_SCALED_TALL's 192 rows over 128 (problems of
+    a wave of 128x256 tiles or more, where `choose_config` picks DEFAULT_CONFIG's family)."""
+    square = DEFAULT_CONFIG.replace(BLOCK_N=128)
+    tall = square.replace(**BLOCK_SCALED_TALL)
+    return (tiles(M, N, DEFAULT_CONFIG) * 10 >= num_sms * 9 and
+            slot_use(M, N, tall, num_sms) * BLOCK_SCALED_TALL_SPEED >= slot_use(M, N, square, num_sms) * WAVE_MARGIN)
 
 
 def stores_by_address(config: GemmConfig | Mapping | None) -> bool:

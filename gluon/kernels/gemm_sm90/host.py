@@ -24,8 +24,8 @@ from gluon.runtime.cuda import sm_count
 from gluon.types import TensorRef
 
 from ..tensor_checks import device_sms, interpreting, on_the_launch_device
-from .config import (CLUSTER_K_SIZES, DEFAULT_CONFIG, GemmConfig, by_address, choose_config, grid, num_warps,
-                     resolve_config, split_k, stores_by_address, to_config)
+from .config import (BLOCK_SCALED_TALL, CLUSTER_K_SIZES, DEFAULT_CONFIG, GemmConfig, block_scaled_tall, by_address,
+                     choose_config, grid, num_warps, resolve_config, split_k, stores_by_address, to_config)
 from .kernel import gemm_sm90
 from .padding import PadPlan, pad_plan, tma_ready
 
@@ -379,7 +379,8 @@ def _plan(a, c, M: int, N: int, K: int, config: GemmConfig | Mapping | None, b_k
 
 def _block_scaled_overrides(M: int, N: int, K: int, sms: int, out_size: int, pitch_aligned: bool, config) -> dict:
     """The caller's overrides (a dict or None) with what block scales need where the caller left it open: one
-    128 x 128 B block per tile (BLOCK_N 128, or the pick's if below), a 128-deep k-step, no SWAP_AB, and a
+    128 x 128 B block per tile (BLOCK_N 128, or the pick's if below), a 128-deep k-step, no SWAP_AB, 192 rows
+    on three warpgroups where `block_scaled_tall` says (the caller setting none of its fields), and a
     warpgroup per 64 rows where one would hold more than 64 accumulator values a thread (the k-step's product
     sits beside the sum: the deep-K pick's 128x128 tile on one warpgroup spilled 384 bytes)."""
     given = dict(config or {})
@@ -387,6 +388,10 @@ def _block_scaled_overrides(M: int, N: int, K: int, sms: int, out_size: int, pit
     given.setdefault("SWAP_AB", False)
     bn = given.setdefault("BLOCK_N", min(pick.BLOCK_N, 128))
     given.setdefault("BLOCK_K", 128)
+    tall_fields = ("BLOCK_M", "CONSUMER_WGS", "CONSUMER_REGS", "SPLIT_WGS")
+    if (bn == 128 and out_size == 2 and pitch_aligned and not any(k in given for k in tall_fields)
+            and block_scaled_tall(M, N, sms)):
+        given.update(BLOCK_SCALED_TALL)
     bm, wgs = given.get("BLOCK_M", pick.BLOCK_M), given.get("CONSUMER_WGS", pick.CONSUMER_WGS)
     if "CONSUMER_WGS" not in given and bm * bn > 64 * 128 * wgs and bm % 64 == 0:
         given["CONSUMER_WGS"] = bm // 64
