@@ -17,7 +17,8 @@ COMMON_OPS = frozenset({
 # named_barrier: bar.sync / bar.arrive with a barrier id and a thread count (every NVIDIA arch here has them);
 # ptx: inline PTX (the templates of gl.nvidia.ptx)
 NV_SM80_OPS = frozenset({"mma", "cp_async", "ldmatrix", "named_barrier", "ptx"})
-NV_SM90_OPS = frozenset({"wgmma", "tma", "mbarrier", "cluster", "setmaxnreg", "warp_specialize"})
+# griddep: programmatic dependent launch (griddepcontrol.wait / .launch_dependents)
+NV_SM90_OPS = frozenset({"wgmma", "tma", "mbarrier", "cluster", "setmaxnreg", "warp_specialize", "griddep"})
 NV_SM100_OPS = frozenset({"tcgen05", "tmem"})
 
 

@@ -81,7 +81,8 @@ def cache_key_parts(ttgir: str, target, options: Mapping | None = None, abi: Ker
 
     TTGIR text (by sha256), target, triton and gluon versions, sorted options, and Triton's
     cache-invalidating environment variables (the ones Triton itself hashes: they change the generated
-    code); for a kernel whose ABI asks for PTX passes, each pass's source and the cluster's shape."""
+    code); for a kernel whose ABI asks for PTX passes, each pass's source and the cluster's shape; and
+    whether it is launched as a programmatic dependent (its metadata says so)."""
     import triton
     from triton._C.libtriton import get_cache_invalidating_env_vars
 
@@ -95,7 +96,7 @@ def cache_key_parts(ttgir: str, target, options: Mapping | None = None, abi: Ker
         ("gluon", __version__),
         ("options", opts),
         ("env", sorted(get_cache_invalidating_env_vars().items())),
-    ) + ptx.key_parts(abi)
+    ) + ptx.key_parts(abi) + ((("launch_pdl", True),) if abi is not None and abi.launch_pdl else ())
 
 
 def compile_kernel(lowered: LoweredKernel, *, options: dict | None = None, cache: KernelCache | None = None,

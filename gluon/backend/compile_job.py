@@ -364,6 +364,8 @@ def _compile_job(src_path: pathlib.Path, tgt, options: dict, abi: KernelABI | No
     if abi is not None:
         if abi.num_ctas > 1:    # Triton's launcher starts grid[0] * num_ctas CTAs in clusters of num_ctas
             metadata["num_ctas"] = abi.num_ctas
+        if abi.launch_pdl:      # ... and launches it with programmatic stream serialization (griddep_wait)
+            metadata["launch_pdl"] = True
         for rw in rewrites:
             metadata[rw.metadata_key] = rw.stats
         metadata["gluon_abi"] = abi.to_json()

@@ -21,7 +21,7 @@ AUTO = "auto"
 _INTS = ("BLOCK_M", "BLOCK_N", "BLOCK_K", "STAGES", "GROUP_M", "CONSUMER_WGS", "PRODUCER_REGS", "CONSUMER_REGS",
          "CLUSTER_M", "CLUSTER_K")
 CLUSTER_K_SIZES = (1, 2, 4, 8)      # a portable cluster holds at most 8 CTAs
-_BOOLS = ("SPLIT_WGS", "K_ZIGZAG", "TMA_PREFETCH", "SPLITK_FIXUP", "SWAP_AB", "MMA_TURNS", "SCALES_AHEAD")
+_BOOLS = ("SPLIT_WGS", "K_ZIGZAG", "TMA_PREFETCH", "SPLITK_FIXUP", "SWAP_AB", "MMA_TURNS", "SCALES_AHEAD", "PDL")
 _AUTO_BOOLS = ("EARLY_LOADS", "LEAN_PROLOGUE")
 _SWIZZLES = tuple(m.value for m in SwizzleMode)
 _SPLIT_CONSUMER_REGS = 216          # the second consumer warpgroup's setmaxnreg with SPLIT_WGS
@@ -81,6 +81,9 @@ class GemmConfig:
     SCALES_AHEAD                fp8 block scales: each k-step's A and B scales are loaded one k-step ahead (with
                                 the previous k-step), so their L2 latency is not waited for between the WGMMA and
                                 the promotion
+    PDL                         split-K summed by `splitk_reduce`: the second pass is launched as a programmatic
+                                dependent (it waits for this kernel's partials in the kernel, `griddep_wait`),
+                                which this kernel lets launch at its start, so its launch overlaps this one's end
     """
 
     BLOCK_M: int = 128
@@ -104,6 +107,7 @@ class GemmConfig:
     CLUSTER_K: int = 1
     MMA_TURNS: bool = False
     SCALES_AHEAD: bool = False
+    PDL: bool = False
 
     __hash__ = cached_hash
     __getstate__ = state_without_hash

@@ -37,9 +37,12 @@ _FAST_MAX = 256
 
 
 @jit
-def splitk_reduce(c_ptr, w_ptr, numel, SPLITS: gl.constexpr, XBLOCK: gl.constexpr):
+def splitk_reduce(c_ptr, w_ptr, numel, SPLITS: gl.constexpr, XBLOCK: gl.constexpr, WAIT: gl.constexpr = False):
     """c = sum over the SPLITS fp32 partial products in w (split-major), cast to c's dtype. SPLITS a constant:
-    the loop unrolled, so every slice's loads are in flight at once (a runtime count kept two)."""
+    the loop unrolled, so every slice's loads are in flight at once (a runtime count kept two). WAIT (the
+    config's PDL): launched as a programmatic dependent of the GEMM, it waits there for the partials."""
+    if WAIT:
+        gl.griddep_wait()
     idx = gl.program_id(0) * XBLOCK + gl.thread_id(0)
     if idx < numel:
         acc = w_ptr[idx]
@@ -48,9 +51,10 @@ def splitk_reduce(c_ptr, w_ptr, numel, SPLITS: gl.constexpr, XBLOCK: gl.constexp
         c_ptr[idx] = acc
 
 
-def _reduce_kw(splits: int) -> dict:
-    """splitk_reduce's constants for `splits` slices (1024 elements a program, 8 warps: 4 a thread)."""
-    return dict(SPLITS=splits, XBLOCK=1024, num_warps=8)
+def _reduce_kw(splits: int, pdl: bool) -> dict:
+    """splitk_reduce's constants for `splits` slices (1024 elements a program, 8 warps: 4 a thread), launched
+    as a programmatic dependent with `pdl` (GemmConfig.PDL)."""
+    return dict(SPLITS=splits, XBLOCK=1024, num_warps=8, WAIT=pdl)
 
 
 @dataclass
@@ -177,9 +181,9 @@ def _launch(a, b, c, config, b_kmajor: bool, splits, compiled, scale_a, scale_b,
     reduce = None
     if S > 1 and not (plan.fixup or plan.summed):
         reduce = splitk_reduce[(gl.cdiv(M * N, 1024),), (1024,)]
-        reduce(c, w, M * N, **_reduce_kw(S))
+        reduce(c, w, M * N, **_reduce_kw(S, plan.kw["CFG"].PDL))
     if fast_key is not None and not interpreting():
-        _remember(fast_key, ck, plan.bound.grid, la, reduce and (reduce, (c, w, M * N), S), args, compiled)
+        _remember(fast_key, ck, plan.bound.grid, la, reduce and (reduce, (c, w, M * N), _reduce_kw(S, plan.kw["CFG"].PDL)), args, compiled)
     return c
 
 
@@ -247,8 +251,8 @@ def _remember(key: tuple, ck, grid, la, reduce, args, compiled) -> None:
     main = ck.launcher.prepare(grid, la, (0, 1, 2, 5, 6) if scaled else (0, 1, 2), keep)
     second = None
     if reduce is not None:
-        bound, rargs, splits = reduce
-        rck = bound.compiled(*rargs, **_reduce_kw(splits))
+        bound, rargs, rkw = reduce
+        rck = bound.compiled(*rargs, **rkw)
         if not rck.takes_args_as_given(len(rargs)):
             return
         second = rck.launcher.prepare(bound.grid, rargs, (0,), (rargs[1],))

@@ -210,6 +210,8 @@ def gemm_sm90(A, B, C, W, CNT, SA, SB, SPLITS, CFG: gl.constexpr, B_KMAJOR: gl.c
         raise GluonError(f"fp8 block scales take BLOCK_K=128 (one scale block per k-step), BLOCK_N 64 or 128 (one B "
                          f"scale per tile) and no SWAP_AB; got BLOCK_K={CFG.BLOCK_K}, BLOCK_N={CFG.BLOCK_N}, "
                          f"SWAP_AB={CFG.SWAP_AB}")
+    if CFG.PDL:         # the split-K second pass may launch now: it waits for this kernel's partials itself
+        gl.griddep_launch_dependents()
     CM = CFG.CLUSTER_M                          # CTAs per cluster along M (sharing B by multicast) ...
     CK = CFG.CLUSTER_K                          # ... or along K (the slices of one tile)
     CL = CM * CK                                # CTAs per cluster

@@ -4,7 +4,7 @@ mbarriers (`mbarrier`, `Barrier`, `barrier_expect` / `barrier_arrive` / `barrier
 (`set_cluster`, `cluster_rank`, `cluster_sync`), TMA copies (`tma_load`, `tma_store`,
 `tma_store_wait`, `fence_async_shared`), WGMMA (`wgmma`, `wgmma_wait`, `split_cols`), and the
 builtins that opt a kernel into one of the backend's PTX passes (`set_tma_prefetch`,
-`set_lean_prologue`). Each checks that the kernel's arch has the feature, so on
+`set_lean_prologue`), and programmatic dependent launch (`griddep_wait`, `griddep_launch_dependents`). Each checks that the kernel's arch has the feature, so on
 another arch it is an `ArchError` at the user's line. Blackwell keeps all of them but WGMMA; its
 tcgen05 MMA completes on these mbarriers.
 """
@@ -17,6 +17,7 @@ from ... import ir
 from ...types import DotOperandLayout, DType, Layout, MMALayout, NVMMASharedLayout
 from ..core import Tensor, _to_tensor, cast, convert_layout
 from ..dot import _accumulator, _dot_shapes, _k_width
+from ..inline_asm import inline_asm_elementwise
 from ..memory import Shared, _global
 from ..tracing import _Handle, _Trace, _tr, _user_loc
 
@@ -125,6 +126,33 @@ def cluster_sync() -> None:
     t = _tr()
     _need_cluster(t, "cluster_sync")
     t.emit("cluster_sync")
+
+
+# ---------------------------------------------------------------------------------- dependent launch
+
+
+def griddep_wait() -> None:
+    """Wait until the kernels before this one on the stream have finished and their writes are visible
+    (`griddepcontrol.wait`). A kernel that calls it is launched as a programmatic dependent (PDL): it may
+    start while the kernel before it still runs (from when every CTA of that one has called
+    `griddep_launch_dependents` or ended), so whatever it reads or writes of that kernel's memory must
+    come after the wait. Launched any other way it returns at once."""
+    t = _tr()
+    t.require("griddep", "griddep_wait")
+    _griddep("griddepcontrol.wait;")
+    t.kernel.attrs["launch_pdl"] = True
+
+
+def griddep_launch_dependents() -> None:
+    """Let the kernel after this one on the stream start, if it was launched as a programmatic dependent
+    (one that calls `griddep_wait`), once every CTA of this kernel has called this or ended
+    (`griddepcontrol.launch_dependents`): a hint, which changes no value this kernel computes."""
+    _tr().require("griddep", "griddep_launch_dependents")
+    _griddep("griddepcontrol.launch_dependents;")
+
+
+def _griddep(instr: str) -> None:
+    inline_asm_elementwise(f"{instr}\n\tmov.u32 $0, 0;", "=r", [], DType.i32, is_pure=False, pack=1)
 
 
 # ---------------------------------------------------------------------------------- TMA
