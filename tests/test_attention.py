@@ -59,6 +59,20 @@ def test_choose_config_takes_64_key_steps_for_short_causal_d128_only():
         assert choose_config(d, 512, True) == default_config(d)
 
 
+@pytest.mark.parametrize("skv", [4096, 4097, 16384])
+def test_long_unmasked_d128_drops_ping_pong_and_pins_the_softmax(skv):
+    from gluon.kernels.attention_sm90 import attention_sm90, num_warps, stand_ins
+    from gluon.kernels.attention_sm90.config import LONG_D128, LONG_SKV
+    assert LONG_D128 == to_config(dict(PINGPONG=False, PIN_SOFTMAX=True), default_config(128))
+    assert choose_config(128, skv, False) == LONG_D128
+    assert choose_config(128, LONG_SKV - 1, False) == default_config(128)
+    assert choose_config(128, skv, True) == default_config(128)          # causal keeps ping-pong
+    assert all(choose_config(d, skv, False) == default_config(d) for d in (64, 256))
+    ck = attention_sm90.compile(*stand_ins(DType.bf16, skv, skv, 16, 1), CFG=LONG_D128, HEAD_DIM=128, CAUSAL=False,
+                                num_warps=num_warps(LONG_D128))
+    assert ck.spills == 0 and ck.shared_bytes <= 227 * 1024
+
+
 def test_attention_runs_the_chosen_config(monkeypatch, interpret_env):
     """The host plans a call with choose_config's pick for its (head dim, Skv, causal), overrides on top."""
     import gluon.kernels.attention_sm90.host as host

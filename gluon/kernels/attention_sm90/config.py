@@ -134,6 +134,13 @@ def to_config(overrides: Mapping | AttentionConfig | None, base: AttentionConfig
 SHORT_CAUSAL_SKV = 1024
 SHORT_CAUSAL_D128 = replace(DEFAULT_CONFIGS[128], BLOCK_N=64, PINGPONG=False, STAGES=4)
 
+# D128 without a mask over at least LONG_SKV keys: no ping-pong, the overlapped softmax pinned under P V
+# (PIN_SOFTMAX), +2.0 to +5.0% over the default at S4k / S8k / S16k in three calls on two days (causal the same
+# within +-0.8%, so it keeps ping-pong; shorter keys not measured): docs/PERF.md, twenty-second and
+# twenty-sixth sessions
+LONG_SKV = 4096
+LONG_D128 = replace(DEFAULT_CONFIGS[128], PINGPONG=False, PIN_SOFTMAX=True)
+
 
 def default_config(head_dim: int) -> AttentionConfig:
     """The config for `head_dim` whatever the problem (the tuner's and the examples' starting point)."""
@@ -141,9 +148,12 @@ def default_config(head_dim: int) -> AttentionConfig:
 
 
 def choose_config(head_dim: int, skv: int, causal: bool) -> AttentionConfig:
-    """What `attention` runs for a problem: the head dim's default, but for short causal ones at D128."""
+    """What `attention` runs for a problem: the head dim's default, but at D128 for short causal ones and long
+    ones without a mask."""
     if head_dim == 128 and causal and skv <= SHORT_CAUSAL_SKV:
         return SHORT_CAUSAL_D128
+    if head_dim == 128 and not causal and skv >= LONG_SKV:
+        return LONG_D128
     return DEFAULT_CONFIGS[head_dim]
 
 

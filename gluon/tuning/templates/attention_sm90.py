@@ -44,7 +44,7 @@ import gluon.kernels.attention_sm90 as _kernel_package
 from gluon.ir import GluonError
 from gluon.kernels.attention_sm90 import (HEAD_DIMS, AttentionConfig, attention, attention_sm90, default_config,
                                           num_warps, stand_ins, to_config)
-from gluon.kernels.attention_sm90.config import SHORT_CAUSAL_D128
+from gluon.kernels.attention_sm90.config import LONG_D128, SHORT_CAUSAL_D128
 from gluon.kernels.attention_sm90.reference import reference as reference_attention
 from gluon.tuning.template import (H200_PEAK_BW, H200_PEAK_FLOPS, H200_SMS, TuningTemplate, dtype_name, element_size,
                                    gluon_dtype, log_distance, torch_dtype, waves_efficiency)
@@ -196,13 +196,13 @@ class _AttentionSM90Tuning(TuningTemplate):
         return cudnn
 
     def seed_configs(self):
-        """What `attention` runs at D 128: the default, and short causal problems' 64-key config, in the spec's names
-        (the knobs the spec does not search left out)."""
+        """What `attention` runs at D 128: the default, short causal problems' 64-key config and long unmasked
+        ones' config without ping-pong, in the spec's names (the knobs the spec does not search left out)."""
         return [dict(BLOCK_M=d.BLOCK_M, BLOCK_N=d.BLOCK_N, STAGES=d.STAGES, CONSUMER_WARPS=4 * d.CONSUMER_WGS,
                      CONSUMER_REGS=d.CONSUMER_REGS, PRODUCER_WARPS=1, PRODUCER_REGS=d.PRODUCER_REGS,
                      OVERLAP=d.OVERLAP, PINGPONG=d.PINGPONG, REVERSE_M=d.REVERSE_M, PERSISTENT=d.PERSISTENT,
                      PIN_SOFTMAX=d.PIN_SOFTMAX, HOLD_TURNS=d.HOLD_TURNS)
-                for d in (default_config(128), SHORT_CAUSAL_D128)]
+                for d in (default_config(128), SHORT_CAUSAL_D128, LONG_D128)]
 
     # -- what gluon.load's callable uses -------------------------------------------------------------------
     @staticmethod
