@@ -84,7 +84,8 @@ def test_the_shipped_spec_validates():
     # the template's seeds (the kernel's default config, short causal problems' pick, long unmasked ones') are
     # configs of the space
     seeds = TUNING.seed_configs()
-    assert len(seeds) == 3 and seeds[1]["BLOCK_N"] == 64 and (seeds[2]["PINGPONG"], seeds[2]["PIN_SOFTMAX"]) == (False, True)
+    assert len(seeds) == 3 and seeds[1]["BLOCK_N"] == 64
+    assert (seeds[2]["PINGPONG"], seeds[2]["PIN_SOFTMAX"]) == (False, True)
     for seed in seeds:
         assert {k: seed[k] for k in p} in configs
 

@@ -183,7 +183,8 @@ def _launch(a, b, c, config, b_kmajor: bool, splits, compiled, scale_a, scale_b,
         reduce = splitk_reduce[(gl.cdiv(M * N, 1024),), (1024,)]
         reduce(c, w, M * N, **_reduce_kw(S, plan.kw["CFG"].PDL))
     if fast_key is not None and not interpreting():
-        _remember(fast_key, ck, plan.bound.grid, la, reduce and (reduce, (c, w, M * N), _reduce_kw(S, plan.kw["CFG"].PDL)), args, compiled)
+        second = reduce and (reduce, (c, w, M * N), _reduce_kw(S, plan.kw["CFG"].PDL))
+        _remember(fast_key, ck, plan.bound.grid, la, second, args, compiled)
     return c
 
 

@@ -2,10 +2,10 @@
 
 mbarriers (`mbarrier`, `Barrier`, `barrier_expect` / `barrier_arrive` / `barrier_wait`), clusters
 (`set_cluster`, `cluster_rank`, `cluster_sync`), TMA copies (`tma_load`, `tma_store`,
-`tma_store_wait`, `fence_async_shared`), WGMMA (`wgmma`, `wgmma_wait`, `split_cols`), and the
-builtins that opt a kernel into one of the backend's PTX passes (`set_tma_prefetch`,
-`set_lean_prologue`), and programmatic dependent launch (`griddep_wait`, `griddep_launch_dependents`). Each checks that the kernel's arch has the feature, so on
-another arch it is an `ArchError` at the user's line. Blackwell keeps all of them but WGMMA; its
+`tma_store_wait`, `fence_async_shared`), WGMMA (`wgmma`, `wgmma_wait`, `split_cols`), programmatic
+dependent launch (`griddep_wait`, `griddep_launch_dependents`), and the builtins that opt a kernel into
+one of the backend's PTX passes (`set_tma_prefetch`, `set_lean_prologue`). Each checks that the kernel's
+arch has the feature, so on another arch it is an `ArchError` at the user's line. Blackwell keeps all of them but WGMMA; its
 tcgen05 MMA completes on these mbarriers.
 """
 from __future__ import annotations
