@@ -103,6 +103,22 @@ def test_split_k_repeats_launch_the_reduction_too(backend):
     assert reduce_again[10:] == reduce_first[10:]                     # the same workspace, sizes, splits
 
 
+@pytest.mark.parametrize("pdl", [False, True])
+def test_split_k_repeats_launch_the_reduction_as_the_first_call_did_with_or_without_pdl(backend, pdl):
+    """GemmConfig.PDL: the second pass (the split count a constant of its binary) is launched as a programmatic
+    dependent, by the first call and by the prepared repeat alike."""
+    a, b, c = _operands(256, 256, 8192)
+    cfg = g.resolve_config(256, 256, 8192, 132, 2, True, dict(PDL=pdl))
+    g.launch(a, b, c, cfg, splits=4)
+    (rck,) = _jit_of(g.splitk_reduce).cache.values()
+    assert rck.abi.constexprs["SPLITS"] == 4 and rck.abi.launch_pdl == pdl
+    assert backend.launcher_meta.launch_pdl == pdl                    # the reduction's launcher, made last
+    c2 = torch.empty_like(c)
+    g.launch(a, b, c2, cfg, splits=4)
+    assert len(backend.calls) == 4 and len(_jit_of(g.splitk_reduce).cache) == 1
+    assert backend.calls[3][9] == c2.data_ptr() and backend.calls[3][10:] == backend.calls[1][10:]
+
+
 def test_a_grown_workspace_drops_the_prepared_launches_holding_the_old_one(backend):
     g.launch(*_operands(256, 256, 8192), splits=2)
     assert len(g._FAST) == 1
