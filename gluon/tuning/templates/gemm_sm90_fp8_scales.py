@@ -20,6 +20,7 @@ import hashlib
 from pathlib import Path
 
 from gluon.kernels.gemm_sm90 import DEFAULT_CONFIG
+from gluon.kernels.gemm_sm90.config import BLOCK_SCALED_TALL
 
 from .gemm_sm90 import _GemmSM90Tuning
 
@@ -129,13 +130,15 @@ class _BlockFP8Tuning(_ScaledFP8Tuning):
     def seed_configs(self):
         """What `launch` runs for block scales at several tiles a program: 128x128 tiles, two warpgroups each
         its own role, K_ZIGZAG; then that with the warpgroups taking turns (MMA_TURNS); then without
-        K_ZIGZAG; then with the scales loaded a k-step ahead (SCALES_AHEAD)."""
+        K_ZIGZAG; then with the scales loaded a k-step ahead (SCALES_AHEAD); then 192x128 tiles on three warpgroups
+        (`block_scaled_tall`'s pick at 8192^3 and 8192x28672x4096)."""
         d = DEFAULT_CONFIG
         cfg = dict(BLOCK_M=128, BLOCK_N=128, BLOCK_K=128, STAGES=3, GROUP_M=d.GROUP_M, PRODUCER_REGS=d.PRODUCER_REGS,
                    SWIZZLE=d.SWIZZLE, EPILOGUE="tma", SPLIT_WGS=True, CONSUMER_REGS=d.CONSUMER_REGS,
                    CLUSTER_M=1, CONSUMER_WARPS=8, PRODUCER_WARPS=1, K_ZIGZAG=True, MMA_TURNS=False,
                    SCALES_AHEAD=False)
-        return [cfg, dict(cfg, MMA_TURNS=True), dict(cfg, K_ZIGZAG=False), dict(cfg, SCALES_AHEAD=True)]
+        tall = dict(cfg, **{k: v for k, v in BLOCK_SCALED_TALL.items() if k != "CONSUMER_WGS"}, CONSUMER_WARPS=12)
+        return [cfg, dict(cfg, MMA_TURNS=True), dict(cfg, K_ZIGZAG=False), dict(cfg, SCALES_AHEAD=True), tall]
 
 
 ROWCOL = _RowColFP8Tuning()
