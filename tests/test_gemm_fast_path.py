@@ -112,6 +112,8 @@ def test_split_k_repeats_launch_the_reduction_as_the_first_call_did_with_or_with
     g.launch(a, b, c, cfg, splits=4)
     (rck,) = _jit_of(g.splitk_reduce).cache.values()
     assert rck.abi.constexprs["SPLITS"] == 4 and rck.abi.launch_pdl == pdl
+    (main,) = _jit_of(g.gemm_sm90).cache.values()
+    assert main.abi.launch_pdl == pdl and main.launcher._launch_meta_ns.launch_pdl == pdl
     assert backend.launcher_meta.launch_pdl == pdl                    # the reduction's launcher, made last
     c2 = torch.empty_like(c)
     g.launch(a, b, c2, cfg, splits=4)

@@ -81,9 +81,10 @@ class GemmConfig:
     SCALES_AHEAD                fp8 block scales: each k-step's A and B scales are loaded one k-step ahead (with
                                 the previous k-step), so their L2 latency is not waited for between the WGMMA and
                                 the promotion
-    PDL                         split-K summed by `splitk_reduce`: the second pass is launched as a programmatic
-                                dependent (it waits for this kernel's partials in the kernel, `griddep_wait`),
-                                which this kernel lets launch at its start, so its launch overlaps this one's end
+    PDL                         programmatic dependent launch: the kernel is launched as a dependent of the kernel
+                                before it (its prologue overlaps that one's end; it waits, `griddep_wait`, before
+                                its first global access) and lets the next launch at its start; the split-K second
+                                pass (`splitk_reduce`) likewise waits for this kernel's partials in the kernel
     """
 
     BLOCK_M: int = 128

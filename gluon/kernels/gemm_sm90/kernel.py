@@ -210,7 +210,7 @@ def gemm_sm90(A, B, C, W, CNT, SA, SB, SPLITS, CFG: gl.constexpr, B_KMAJOR: gl.c
         raise GluonError(f"fp8 block scales take BLOCK_K=128 (one scale block per k-step), BLOCK_N 64 or 128 (one B "
                          f"scale per tile) and no SWAP_AB; got BLOCK_K={CFG.BLOCK_K}, BLOCK_N={CFG.BLOCK_N}, "
                          f"SWAP_AB={CFG.SWAP_AB}")
-    if CFG.PDL:         # the split-K second pass may launch now: it waits for this kernel's partials itself
+    if CFG.PDL:         # the next kernel (the split-K second pass) may launch now: it waits for this one itself
         gl.griddep_launch_dependents()
     CM = CFG.CLUSTER_M                          # CTAs per cluster along M (sharing B by multicast) ...
     CK = CFG.CLUSTER_K                          # ... or along K (the slices of one tile)
@@ -302,6 +302,10 @@ def gemm_sm90(A, B, C, W, CNT, SA, SB, SPLITS, CFG: gl.constexpr, B_KMAJOR: gl.c
                          f"({BN_PART * B.dtype.bits // 8} bytes), which must be whole {CFG.SWIZZLE}-byte swizzle "
                          f"rows; use BLOCK_N >= {CM * CFG.SWIZZLE * 8 // B.dtype.bits} or CLUSTER_M=1")
 
+    if CFG.PDL:
+        # launched as a programmatic dependent: the barrier inits above overlap the kernel before this one; no
+        # global memory is touched before it has finished (the warp roles start after this point)
+        gl.griddep_wait()
     if CFG.EARLY_LOADS:
         # the first unit's first stages, loaded by the default warps before the warp roles start: Triton
         # starts the producer's partition only after the barrier inits and two register hand-overs, so
