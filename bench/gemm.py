@@ -1,7 +1,7 @@
 """GEMM: gluon kernels against cuBLAS (torch.matmul) and plain autotuned Triton, in the same run.
 
     python bench/gemm.py [--kernels tile] [--dtypes fp16,bf16] [--shapes 8192x8192x8192,...|llm|decode|deepk|shallowk|waves|unaligned]
-                         [--b-layout kn|nk] [--graph] [--json out.json] [--out-dtype fp32]
+                         [--b-layout kn|nk] [--graph] [--json out.json] [--out-dtype fp32] [--chain N]
 
 Each (kernel, shape, dtype) is first checked against an fp64 reference on fresh random inputs with the
 output poisoned (NaN), then timed interleaved with cuBLAS (median ratio over --repeats rounds), and
@@ -9,14 +9,17 @@ again interleaved with plain Triton (autotuned first; its pick is in each row's 
 TFLOP/s counts 2*M*N*K. With --out-dtype fp32 the output is fp32 (fp32 accumulation written as is) and
 the cuBLAS baseline is `torch.mm(a, b, out_dtype=torch.float32)`, the same GEMM with an fp32 output.
 Eager runs (no --graph) also report each side's host time per call (`host_us`, `cublas_host_us`: 200
-calls back to back on the CPU clock, bench/common.py `host_us_per_call`). --json is rewritten (atomically) after every row, its meta.complete false until the run ends: a run
-stopped by a time limit keeps the rows it finished.
+calls back to back on the CPU clock, bench/common.py `host_us_per_call`). --chain N times N GEMMs back
+to back per call on both sides, each with its own B (a model's layers), and reports per GEMM. --json is
+rewritten (atomically) after every row, its meta.complete false until the run ends: a run stopped by a time
+limit keeps the rows it finished.
 """
 from __future__ import annotations
 
 import math
 import os
 import sys
+from typing import Callable
 
 # the repo root instead of bench/ on the path: bench/copy.py must not shadow the stdlib `copy`
 sys.path[0] = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -99,6 +102,14 @@ def _cublas(a, b, c):
         return lambda: torch.mm(a, b, out_dtype=c.dtype)
 
 
+def _chained(calls: list[Callable[[], None]]) -> Callable[[], None]:
+    """One call that makes `calls` back to back."""
+    def run():
+        for call in calls:
+            call()
+    return run
+
+
 def main() -> int:
     p = parser(__doc__)
     p.add_argument("--kernels", default="all", help="comma list of gluon kernels (default: all known)")
@@ -117,9 +128,14 @@ def main() -> int:
     p.add_argument("--ws-configs", default="", help="configs of the persistent warp-specialized kernel, "
                    "';'-separated, each 'KEY=VALUE,...' (an empty one is the default config; SPLIT_K=n forces n "
                    "K slices)")
+    p.add_argument("--chain", type=int, default=1, metavar="N", help="time N GEMMs back to back per call, each "
+                   "with its own B (a model's layers: the weights come from DRAM each time), both sides; TFLOP/s "
+                   "and ratios per GEMM. What a programmatic dependent launch (PDL=True) overlaps")
     p.add_argument("--tile-configs", default="", help="configs of the one-tile-per-program kernel (gemm_tile_sm90), "
                    "';'-separated, each 'KEY=VALUE,...' (BLOCK_M/N/K, STAGES, WARPS); an empty one is its default")
     args = p.parse_args()
+    if args.chain < 1:
+        p.error(f"--chain {args.chain}: the number of GEMMs a call runs back to back, 1 or more")
     import torch
 
     from bench.triton_matmul import best_config as triton_config
@@ -151,6 +167,7 @@ def main() -> int:
             a = torch.randn(M, K, device="cuda", dtype=dt)
             b = torch.randn(*((N, K) if kmajor else (K, N)), device="cuda", dtype=dt)
             bv = b.T if kmajor else b                   # the [K, N] operand cuBLAS and Triton take (a view)
+            chain_b = [b] + [torch.randn_like(b) for _ in range(args.chain - 1)]     # --chain: a B per GEMM
             ref = (a.double() @ bv.double())
             out_dt = torch.float32 if args.out_dtype == "fp32" else dt
             base_c = torch.empty(M, N, device="cuda", dtype=out_dt)
@@ -178,18 +195,23 @@ def main() -> int:
                 unwritten = int(torch.isnan(c).sum().item())
                 err = ((c.double() - ref).norm() / ref.norm()).item()
                 ours, theirs = (lambda: launch(a, b, c)), _cublas(a, bv, base_c)
+                if args.chain > 1:
+                    ours, theirs = _chained([lambda bi=bi: launch(a, bi, c) for bi in chain_b]), _chained(
+                        [_cublas(a, bi.T if kmajor else bi, base_c) for bi in chain_b])
                 host = None
                 if args.graph:
                     ours, theirs = graphed(ours), graphed(theirs)
                 else:                           # eager: what a caller pays per call on the CPU, both sides
-                    host = (host_us_per_call(ours), host_us_per_call(theirs))
+                    host = (host_us_per_call(ours) / args.chain, host_us_per_call(theirs) / args.chain)
                 r = interleaved(ours, theirs, args.repeats, args.round_ms)
+                if args.chain > 1:              # per GEMM, as the rest of the row
+                    r.update(time_ms=r["time_ms"] / args.chain, baseline_ms=r["baseline_ms"] / args.chain)
                 # plain Triton in rounds of its own against the same candidate: at the power cap one
                 # timing of it would carry the run's clock drift into "vs Triton"
-                tri = interleaved(ours, tri_fn, args.repeats, args.round_ms) if tri_fn else None
+                tri = interleaved(ours, tri_fn, args.repeats, args.round_ms) if tri_fn and args.chain == 1 else None
                 tri_ms = tri["baseline_ms"] if tri else None
                 r.update({"kernel": name, "graph": args.graph, "shape": [M, N, K], "shape_s": shape, "dtype": dn,
-                          "b_layout": args.b_layout,
+                          "b_layout": args.b_layout, "chain": args.chain,
                           "out_dtype": str(out_dt).removeprefix("torch."), "config": name,
                           "rel_err": err, "max_err": err, "unwritten": unwritten,
                           "tflops": flops / r["time_ms"] / 1e9, "cublas_tflops": flops / r["baseline_ms"] / 1e9,
@@ -205,11 +227,12 @@ def main() -> int:
                       + (f", plain Triton {r['triton_vs_cublas']:.3f}x cuBLAS ({tri_cfg}), ours {r['triton_ratio']:.3f}x it"
                          if tri_ms else "")
                       + f", rel err {err:.1e}{'' if r['ok'] else '  WRONG'}", flush=True)
-            a = b = bv = ref = None
+            a = b = bv = ref = chain_b = None
             torch.cuda.empty_cache()
     meta["complete"] = True
     write_json(args.json, rows, meta)
-    mode = "CUDA-graph replays" if args.graph else "eager launches"
+    mode = ("CUDA-graph replays" if args.graph else "eager launches") + (
+        f", {args.chain} GEMMs back to back a call (per-GEMM numbers; no plain Triton)" if args.chain > 1 else "")
     print(f"\nGEMM on {meta['device']} (commit {meta['commit']}), {mode}; ratio = cuBLAS time / ours (>1 is faster)")
     print(table(rows, [("kernel", "kernel", ""), ("MxNxK", "shape_s", ""), ("dtype", "dtype", ""),
                        ("TFLOP/s", "tflops", ".0f"), ("cuBLAS", "cublas_tflops", ".0f"), ("vs cuBLAS", "ratio", ".3f"),

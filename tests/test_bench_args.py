@@ -114,3 +114,5 @@ def test_without_a_gpu_a_bench_says_so_in_one_line():
         "(e.g. --kernels 'ws[STAGES=4]') or drop --kernels", "bench/gemm.py needs a CUDA GPU"]
     r = subprocess.run(gemm + ["--kernels", "nope"], cwd=root, capture_output=True, text=True, timeout=120)
     assert r.returncode == 2 and "unknown kernels ['nope']" in r.stderr and "Traceback" not in r.stderr
+    r = subprocess.run(gemm + ["--chain", "0"], cwd=root, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2 and "--chain 0: the number of GEMMs" in r.stderr and "Traceback" not in r.stderr
