@@ -215,6 +215,10 @@ _register("tma_load", "TMA copy desc[coords] -> shared dst, completing on a barr
 _register("tma_store", "TMA copy shared src -> desc[coords]: (desc, src, *coords)", "tma")
 _register("tma_store_wait", "wait until at most attrs['pendings'] TMA stores are in flight", "tma")
 _register("fence_async_shared", "order generic shared-memory writes before async-proxy reads (TMA, WGMMA)", "tma")
+_register("griddep_wait", "wait until the kernels before this one on the stream have finished and their writes are "
+          "visible (griddepcontrol.wait); the kernel is then launched as a programmatic dependent", "griddep")
+_register("griddep_launch_dependents", "let the next kernel on the stream, a programmatic dependent, launch "
+          "(griddepcontrol.launch_dependents)", "griddep")
 _register("thread_barrier", "block-wide barrier (bar.sync)", "thread_barrier")
 _register("cluster_rank", "this CTA's rank in its thread-block cluster (i32 scalar)", "cluster")
 _register("cluster_sync", "every thread of every CTA in the cluster meets here; mbarrier inits before it are visible "

@@ -3,7 +3,6 @@ give (read off gluon/language/nvidia/ptx.py, matched on their exact text); any o
 its line, since its meaning is the target's, not the IR's.
 
     fence.<sem>.<scope>            a no-op: the interpreter runs one op at a time, every access in program order
-    griddepcontrol.wait / .launch_dependents   no-ops: the interpreter runs each kernel to its end before the next
     %globaltimer                   nanoseconds of the host's monotonic clock
     %clock64                       a counter that grows by one per read (cycles cannot be modelled)
     ex2 / rcp / rsqrt .approx.ftz  2**x, 1/x, 1/sqrt(x) in fp32 (exact where the GPU's are within 1-2 ulp;
@@ -54,8 +53,6 @@ _UNARY = {
 def _template(asm: str) -> Callable | None:
     """The numpy meaning of one of ptx.py's templates (a function of the operand values), or None."""
     if re.fullmatch(r"fence\.(acq_rel|sc)\.(cta|cluster|gpu|sys);\s*mov\.u32 \$0, 0;", asm):
-        return lambda args: 0
-    if re.fullmatch(r"griddepcontrol\.(wait|launch_dependents);\s*mov\.u32 \$0, 0;", asm):
         return lambda args: 0
     if asm == "mov.u64 $0, %globaltimer;":
         return lambda args: time.monotonic_ns()

@@ -17,6 +17,8 @@ lowering of the ttng ops it emits; each op runs once per role (the role's warps 
   warps' threads at once (a whole role reaches the op together); the generation completes when n
   threads arrived, releasing the syncers. A role whose threads would pass n, or a thread count other
   than the generation's, is an error.
+* `griddep_wait` / `griddep_launch_dependents`: no-ops, as the interpreter runs each launch to its end
+  before the next starts (a programmatic dependent's wait always finds the kernel before it done).
 * `cluster_rank` / `cluster_sync`: the interpreter runs one CTA at a time, so it refuses a kernel with
   a cluster (set_cluster(n > 1)) before it runs; for a cluster of one these are rank 0 and a meeting
   point of every role of the CTA.
@@ -168,6 +170,14 @@ def _named_barrier_sync(it, op, args):
 def _named_barrier_arrive(it, op, args):
     nb, need = _named(it, op, args)
     _count_in(it, op, nb, need, f"named barrier {nb.bid} (bar.arrive, {need} threads)")
+    return []
+
+
+# ------------------------------------------------------------------------------ programmatic dependent launch
+
+
+@rule("griddep_wait", "griddep_launch_dependents")
+def _griddep(it, op, args):
     return []
 
 

@@ -9,6 +9,7 @@ docstring says what its checks catch and why:
 
 * GL101-GL107, barrier protocol: gluon/passes/protocol_barriers.py
 * GL201-GL205, async ordering: gluon/passes/protocol_async.py
+* GL206-GL207, the wait of a programmatic dependent launch: gluon/passes/protocol_griddep.py
 * GL301-GL302, register layouts against the warps that run them: gluon/passes/protocol_layouts.py
 * GL401-GL405, shared memory: gluon/passes/protocol_async.py
 """
@@ -18,6 +19,7 @@ from .. import ir
 from .analysis import sites
 from .protocol_async import check_async_ordering, check_shared
 from .protocol_barriers import check_barriers
+from .protocol_griddep import check_griddep
 from .protocol_common import err
 from .protocol_layouts import check_layout_sizes
 
@@ -30,5 +32,6 @@ def check_protocol(kernel: ir.Kernel) -> None:
     num_ctas = int(kernel.attrs.get("num_ctas", 1))
     check_barriers(ordered, where, num_ctas)
     check_async_ordering(kernel, ordered, where)
+    check_griddep(ordered, where)
     check_layout_sizes(kernel, ordered, where)
     check_shared(ordered, where)

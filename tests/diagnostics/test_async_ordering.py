@@ -198,3 +198,42 @@ def test_gl204_cp_async_wait_before_the_copies_does_not_count():
 def test_gl205_cp_async_never_committed():
     e = expect_error(cp_kernel("no_commit"), F16_2D, "GL205", "# the copy")
     assert "cp_async_wait only waits for committed groups" in e.message
+
+
+# ------------------------------------------------------------------ GL206 / GL207: a programmatic dependent's wait
+
+
+def dependent_kernel(v: str):
+    @kernel(arch=SM90, num_warps=4)
+    def dependent(A, C):
+        if v == "early_store":
+            C[_rows_cols(64, 64)] = gl.zeros((64, 64), gl.float16)          # the early store
+        if v == "early_load":
+            y = gl.load(A + _rows_cols(64, 64))                             # the early load
+        if v == "in_if":
+            if gl.program_id(0) == 0:
+                gl.griddep_wait()                                           # the wait in an if
+        else:
+            gl.griddep_wait()                                               # the wait
+        gl.griddep_launch_dependents()
+        x = gl.load(A + _rows_cols(64, 64))
+        C[_rows_cols(64, 64)] = x
+    return dependent
+
+
+def test_gl206_accesses_after_the_wait_pass():
+    assert passes(dependent_kernel("ok"), F16_2D).kernel.attrs["launch_pdl"] is True
+
+
+def test_gl206_a_load_before_the_wait():
+    e = expect_error(dependent_kernel("early_load"), F16_2D, "GL206", "# the early load")
+    assert "before gl.griddep_wait()" in e.message and "programmatic dependent" in e.message
+
+
+def test_gl206_a_store_before_the_wait():
+    expect_error(dependent_kernel("early_store"), F16_2D, "GL206", "# the early store")
+
+
+def test_gl207_the_wait_under_an_if():
+    e = expect_error(dependent_kernel("in_if"), F16_2D, "GL207", "# the wait in an if")
+    assert "inside an `if`" in e.message and "top level" in e.message

@@ -17,7 +17,6 @@ from ... import ir
 from ...types import DotOperandLayout, DType, Layout, MMALayout, NVMMASharedLayout
 from ..core import Tensor, _to_tensor, cast, convert_layout
 from ..dot import _accumulator, _dot_shapes, _k_width
-from ..inline_asm import inline_asm_elementwise
 from ..memory import Shared, _global
 from ..tracing import _Handle, _Trace, _tr, _user_loc
 
@@ -139,7 +138,7 @@ def griddep_wait() -> None:
     come after the wait. Launched any other way it returns at once."""
     t = _tr()
     t.require("griddep", "griddep_wait")
-    _griddep("griddepcontrol.wait;")
+    t.emit("griddep_wait")
     t.kernel.attrs["launch_pdl"] = True
 
 
@@ -147,12 +146,9 @@ def griddep_launch_dependents() -> None:
     """Let the kernel after this one on the stream start, if it was launched as a programmatic dependent
     (one that calls `griddep_wait`), once every CTA of this kernel has called this or ended
     (`griddepcontrol.launch_dependents`): a hint, which changes no value this kernel computes."""
-    _tr().require("griddep", "griddep_launch_dependents")
-    _griddep("griddepcontrol.launch_dependents;")
-
-
-def _griddep(instr: str) -> None:
-    inline_asm_elementwise(f"{instr}\n\tmov.u32 $0, 0;", "=r", [], DType.i32, is_pure=False, pack=1)
+    t = _tr()
+    t.require("griddep", "griddep_launch_dependents")
+    t.emit("griddep_launch_dependents")
 
 
 # ---------------------------------------------------------------------------------- TMA
