@@ -209,7 +209,7 @@ def dependent_kernel(v: str):
         if v == "early_store":
             C[_rows_cols(64, 64)] = gl.zeros((64, 64), gl.float16)          # the early store
         if v == "early_load":
-            y = gl.load(A + _rows_cols(64, 64))                             # the early load
+            C[_rows_cols(64, 64)] = gl.load(A + _rows_cols(64, 64))          # the early load
         if v == "in_if":
             if gl.program_id(0) == 0:
                 gl.griddep_wait()                                           # the wait in an if
