@@ -19,6 +19,18 @@ def test_kernel_names_carry_their_configs():
     assert set(ks) == {"tile", "ws", "ws[BLOCK_N=128,STAGES=5]"}
 
 
+def test_the_default_kernel_is_called_as_a_user_calls_it(monkeypatch):
+    """`ws` launches with config None (a repeat takes the prepared launch, as a user's does; a dict, even
+    empty, takes the full path every call), a named config with its dict."""
+    import gluon.kernels.gemm_sm90 as gemm
+    seen = []
+    monkeypatch.setattr(gemm, "launch", lambda a, b, c, config=None, **kw: seen.append(config))
+    ks = _kernels(_parse_configs(";STAGES=5"))
+    ks["ws"](1, 2, 3)
+    ks["ws[STAGES=5]"](1, 2, 3)
+    assert seen == [None, {"STAGES": 5}]
+
+
 def test_source_hash_names_the_code_on_disk(tmp_path):
     from bench.common import source_hash
     (tmp_path / "gluon").mkdir()
