@@ -211,7 +211,7 @@ def lower_cluster_rank(lw: KernelLowering, op: Op) -> None:
 @rule("griddep_wait", "griddep_launch_dependents")
 def lower_griddep(lw: KernelLowering, op: Op) -> None:
     # no ttng op in Triton 3.6 (its gdc_wait is inline asm too); `pure = false` keeps the order among the
-    # memory ops. The kernel's launch with programmatic stream serialization: its ABI (`launch_pdl`)
+    # memory ops. The launch with programmatic stream serialization comes from the ABI's `launch_pdl`
     instr = "wait" if op.kind == "griddep_wait" else "launch_dependents"
     lw.emit(f'{lw.names.fresh()} = tt.elementwise_inline_asm "griddepcontrol.{instr}; mov.u32 $0, 0;" '
             '{constraints = "=r", packed_element = 1 : i32, pure = false} -> i32')
