@@ -338,6 +338,12 @@ def slot_use(M: int, N: int, config: GemmConfig, num_sms: int) -> float:
     return M * N / (_cdiv(tiles(M, N, config), num_sms) * num_sms * config.BLOCK_M * config.BLOCK_N)
 
 
+def fills_a_wave(M: int, N: int, num_sms: int) -> bool:
+    """About a wave of DEFAULT_CONFIG's 128x256 tiles or more (90% of the SMs): where `choose_config` picks that
+    family, and block-scaled fp8 may take 192-row tiles."""
+    return tiles(M, N, DEFAULT_CONFIG) * 10 >= num_sms * 9
+
+
 def wave_config(M: int, N: int, num_sms: int) -> GemmConfig:
     """DEFAULT_CONFIG, or the WAVE_CONFIGS entry whose slot use times its relative throughput beats it by
     WAVE_MARGIN (the best such)."""
@@ -454,7 +460,7 @@ def choose_config(M: int, N: int, K: int, num_sms: int, pitch_aligned: bool = Tr
         # two K slices: summed by the two CTAs of a cluster (no second kernel); more slices keep splitk_reduce
         # (clusters of 4 measured 0.57-0.77x cuBLAS at 4096^2: fewer of them fit on the GPU at once)
         return cfg.replace(CLUSTER_K=2) if split_k(M, N, K, cfg, num_sms) == 2 else cfg
-    if tiles(M, N, DEFAULT_CONFIG) * 10 >= num_sms * 9:
+    if fills_a_wave(M, N, num_sms):
         if out_size > 2:
             return FP32_OUT_CONFIG
         cfg = DEFAULT_CONFIG.replace(CLUSTER_M=1 if pitch_aligned else 2)
@@ -480,7 +486,7 @@ def block_scaled_tall(M: int, N: int, num_sms: int) -> bool:
     a wave of 128x256 tiles or more, where `choose_config` picks DEFAULT_CONFIG's family)."""
     square = DEFAULT_CONFIG.replace(BLOCK_N=128)
     tall = square.replace(**BLOCK_SCALED_TALL)
-    return (tiles(M, N, DEFAULT_CONFIG) * 10 >= num_sms * 9 and
+    return (fills_a_wave(M, N, num_sms) and
             slot_use(M, N, tall, num_sms) * BLOCK_SCALED_TALL_SPEED >= slot_use(M, N, square, num_sms) * WAVE_MARGIN)
 
 

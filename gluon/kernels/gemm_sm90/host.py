@@ -65,7 +65,8 @@ class _Plan:
     splits: int
     kw: dict                        # the constexprs (CFG, B_KMAJOR, N_MULTIPLE_16) and num_warps
     fixup: bool = False             # split-K partials summed in the kernel (CFG.SPLITK_FIXUP), no second pass
-    summed: bool = False            # ... or by the cluster's CTAs (CFG.CLUSTER_K): no counters either
+    reduce_kw: dict | None = None   # the second pass's constants (`_reduce_kw`); None where there is none (no
+                                    # split, SPLITK_FIXUP, or the cluster's CTAs sum the slices: CFG.CLUSTER_K)
     ck: object = None               # the compiled specialization, after the first launch
     fitted: bool = False            # the grid checked against the clusters the device holds (`_fit_grid`)
     unused: tuple | None = None     # (W, CNT) stand-ins where the kernel reads neither (no split-K), once fetched
@@ -178,12 +179,12 @@ def _launch(a, b, c, config, b_kmajor: bool, splits, compiled, scale_a, scale_b,
         _fit_grid(plan, ck)
     la = ck.launch_args(args, {})
     ck.launcher(plan.bound.grid, *la)
-    reduce = None
-    if S > 1 and not (plan.fixup or plan.summed):
+    second = None
+    if plan.reduce_kw is not None:
         reduce = splitk_reduce[(gl.cdiv(M * N, 1024),), (1024,)]
-        reduce(c, w, M * N, **_reduce_kw(S, plan.kw["CFG"].PDL))
+        reduce(c, w, M * N, **plan.reduce_kw)
+        second = (reduce, (c, w, M * N), plan.reduce_kw)
     if fast_key is not None and not interpreting():
-        second = reduce and (reduce, (c, w, M * N), _reduce_kw(S, plan.kw["CFG"].PDL))
         _remember(fast_key, ck, plan.bound.grid, la, second, args, compiled)
     return c
 
@@ -379,7 +380,9 @@ def _plan(a, c, M: int, N: int, K: int, config: GemmConfig | Mapping | None, b_k
         kw["SA_M_MAJOR"] = True
     if (cfg.EPILOGUE == "coalesced" or cfg.CLUSTER_K > 1) and N % 16 == 0:   # 16-byte stores / loads need
         kw["N_MULTIPLE_16"] = True                                            # 16-element rows
-    return _Plan(bound, dev, S, kw, fixup=S > 1 and cfg.SPLITK_FIXUP, summed=S > 1 and cfg.CLUSTER_K > 1)
+    second_pass = S > 1 and not cfg.SPLITK_FIXUP and cfg.CLUSTER_K == 1
+    return _Plan(bound, dev, S, kw, fixup=S > 1 and cfg.SPLITK_FIXUP,
+                 reduce_kw=_reduce_kw(S, cfg.PDL) if second_pass else None)
 
 
 def _block_scaled_overrides(M: int, N: int, K: int, sms: int, out_size: int, pitch_aligned: bool, config) -> dict:
