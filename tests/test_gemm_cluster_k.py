@@ -90,7 +90,8 @@ def test_the_interpreter_runs_the_pick_without_its_cluster(interpret_env, monkey
     monkeypatch.setattr(host, "resolve_config", lambda *a, **k: picked.resolve(2))
     a, c = torch.randn(8, 256).half(), torch.empty(8, 64).half()
     plan = host._plan(a, c, 8, 64, 256, None, True, None, True, "none")
-    assert plan.splits == 2 and plan.reduce_kw is not None and plan.kw["CFG"].CLUSTER_K == 1   # summed by the second pass
+    # summed by the second pass
+    assert plan.splits == 2 and plan.reduce_kw is not None and plan.kw["CFG"].CLUSTER_K == 1
 
 
 @pytest.mark.parametrize("K,ck", [(128, 2), (640, 4)])
