@@ -137,7 +137,8 @@ class _BlockFP8Tuning(_ScaledFP8Tuning):
                    SWIZZLE=d.SWIZZLE, EPILOGUE="tma", SPLIT_WGS=True, CONSUMER_REGS=d.CONSUMER_REGS,
                    CLUSTER_M=1, CONSUMER_WARPS=8, PRODUCER_WARPS=1, K_ZIGZAG=True, MMA_TURNS=False,
                    SCALES_AHEAD=False)
-        tall = dict(cfg, **{k: v for k, v in BLOCK_SCALED_TALL.items() if k != "CONSUMER_WGS"}, CONSUMER_WARPS=12)
+        tall = {k: v for k, v in BLOCK_SCALED_TALL.items() if k != "CONSUMER_WGS"}         # the spec counts warps
+        tall = dict(cfg, **tall, CONSUMER_WARPS=4 * BLOCK_SCALED_TALL["CONSUMER_WGS"])
         return [cfg, dict(cfg, MMA_TURNS=True), dict(cfg, K_ZIGZAG=False), dict(cfg, SCALES_AHEAD=True), tall]
 
 
