@@ -15,7 +15,8 @@ next link's launch overlaps this one's work. The values do not change (the chain
 against the chain without PDL).
 
 Run it (from the repository root): `PYTHONPATH=$PWD python3 examples/dependent_launch.py`. With a GPU it checks
-both chains against torch on NaN-poisoned outputs and times them as CUDA-graph replays, interleaved, per link;
+both chains against torch on NaN-poisoned outputs and times them as CUDA-graph replays in interleaved rounds, per
+link (bench/common.py's `graphed` and `interleaved`, which the GPU path imports from the repository root);
 without one it compiles for sm_90, prints the SASS's wait (ACQBULK) and trigger (PREEXIT) and the launch flag,
 then checks the chain in the CPU interpreter (where the wait is a no-op: each launch runs to its end).
 """
@@ -80,41 +81,23 @@ def check(n: int, links: int, dtype, device: str = "cuda"):
     return not got[True].isnan().any().item() and err < 1e-2 and same, err, same
 
 
-def _graphed(fn):
-    """`fn` captured in a CUDA graph (warmed up on a side stream first, as torch asks): its replay."""
-    import torch
-    s = torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):
-        fn()
-    torch.cuda.current_stream().wait_stream(s)
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        fn()
-    return g.replay
-
-
 def main() -> int:
     from example_cli import gpu_present, interpreted      # here, not at the top: the file also loads by path
     if gpu_present():
-        import statistics
-
         import torch
-        import triton.testing
+
+        from bench.common import graphed, interleaved       # the benches' graph capture and ABBA rounds
         ok_all = True
         for n, links in ((1 << 16, 16), (1 << 20, 16), (1 << 24, 8), (100003, 16)):
             ok, err, same = check(n, links, torch.bfloat16)
             ok_all &= ok
             x = torch.randn(n, device="cuda", dtype=torch.bfloat16)
             outs = [torch.empty_like(x) for _ in range(links)]
-            with_pdl, without = (_graphed(lambda pdl=pdl: chain(x, outs, 0.9, 0.1, pdl)) for pdl in (True, False))
-            t = {True: [], False: []}
-            for _ in range(3):                  # alternated: the clock at the power cap drifts between rounds
-                for pdl, fn in ((True, with_pdl), (False, without)):
-                    t[pdl].append(triton.testing.do_bench(fn, warmup=25, rep=300, return_mode="median"))
-            on, off = statistics.median(t[True]), statistics.median(t[False])
+            with_pdl, without = (graphed(lambda pdl=pdl: chain(x, outs, 0.9, 0.1, pdl)) for pdl in (True, False))
+            r = interleaved(with_pdl, without, repeats=3, rep_ms=300)
             print(f"n={n:>8} x {links} links: {'ok' if ok else 'WRONG'} (rel err {err:.1e}, same bits: {same})  "
-                  f"{on * 1e3 / links:6.2f} us a link with PDL, {off * 1e3 / links:6.2f} without: {off / on:.3f}x")
+                  f"{r['time_ms'] * 1e3 / links:6.2f} us a link with PDL, {r['baseline_ms'] * 1e3 / links:6.2f} "
+                  f"without: {r['ratio']:.3f}x")
         return 0 if ok_all else 1
     from gluon.backend.machine_code import sass_instructions
     from gluon.language import PointerArg, ScalarArg
