@@ -13,7 +13,8 @@ its line, since its meaning is the target's, not the IR's.
     cvt.rn.bf16x2.f32              fp32 -> bf16, round to nearest even
 
 `elect_one` (one lane of each warp) has no meaning in the interpreter's model, where a program's elements
-are whole tiles with no lanes: refused like other assembly.
+are whole tiles with no lanes: refused like other assembly. `grid_meet` waits for other programs, which the
+interpreter runs one after another: refused with that reason.
 """
 from __future__ import annotations
 
@@ -24,7 +25,7 @@ from typing import Callable
 
 import numpy as np
 
-from ..language.nvidia.ptx import EX2_MIXED_MARK
+from ..language.nvidia.ptx import EX2_MIXED_MARK, GRID_MEET_MARK
 from ..types import DType
 from .ops import InterpretError, rule, shape_of
 from .values import full, reg_dtype, round_to
@@ -71,6 +72,10 @@ def _template(asm: str) -> Callable | None:
 @rule("inline_asm", "inline_asm_pure")
 def _inline_asm(it, op, args):
     asm = " ".join(str(op.attrs.get("asm", "")).split())
+    if asm.startswith(GRID_MEET_MARK + " "):
+        raise InterpretError("the interpreter runs a launch's programs one after another, so a grid_meet (which "
+                             "waits for the other programs of the launch) would wait forever; give the kernel a "
+                             "path without it to interpret it (the GEMM: SPLITK_GRID=1)", op.loc)
     fn = _template(asm)
     if fn is None or len(op.results) != 1:
         raise InterpretError(f"the interpreter cannot run inline assembly ({op.kind} {asm[:60]!r}): its meaning is "

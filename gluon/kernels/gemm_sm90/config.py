@@ -19,8 +19,9 @@ from ..config_checks import cached_hash, flag, overridden, positive_int, state_w
 EPILOGUES = ("tma", "ring", "coalesced", "direct")
 AUTO = "auto"
 _INTS = ("BLOCK_M", "BLOCK_N", "BLOCK_K", "STAGES", "GROUP_M", "CONSUMER_WGS", "PRODUCER_REGS", "CONSUMER_REGS",
-         "CLUSTER_M", "CLUSTER_K")
+         "CLUSTER_M", "CLUSTER_K", "SPLITK_GRID")
 CLUSTER_K_SIZES = (1, 2, 4, 8)      # a portable cluster holds at most 8 CTAs
+SPLITK_GRID_SIZES = (1, 2, 4, 8, 16)
 _BOOLS = ("SPLIT_WGS", "K_ZIGZAG", "TMA_PREFETCH", "SPLITK_FIXUP", "SWAP_AB", "MMA_TURNS", "SCALES_AHEAD", "PDL")
 _AUTO_BOOLS = ("EARLY_LOADS", "LEAN_PROLOGUE")
 _SWIZZLES = tuple(m.value for m in SwizzleMode)
@@ -73,6 +74,13 @@ class GemmConfig:
                                 each sums 1/CLUSTER_K of the tile's columns over the slices in slice order
                                 (deterministic, the values `splitk_reduce` gives) and stores C: no second
                                 kernel. The launch's split count is CLUSTER_K
+    SPLITK_GRID                 split-K summed in the kernel across the grid: SPLITK_GRID CTAs (2, 4, 8 or 16,
+                                anywhere on the GPU) take the K slices of one output tile, store their fp32
+                                partials, meet at the tile's counter in global memory (`ptx.grid_meet`), and
+                                each sums 1/SPLITK_GRID of the tile's columns over the slices in slice order (the
+                                values `splitk_reduce` gives) and stores C: no second kernel, no cluster to
+                                place. Every unit must be resident at once (one a CTA, at most one CTA an SM;
+                                `launch` checks). The launch's split count is SPLITK_GRID
     MMA_TURNS                   fp8 block scales (SCALE="block") with SPLIT_WGS and two or three consumer
                                 warpgroups: they take turns running their k-step's WGMMAs (named barriers,
                                 FlashAttention-3's ping-pong; a turn held until the WGMMAs are done), so one's
@@ -106,6 +114,7 @@ class GemmConfig:
     SPLITK_FIXUP: bool = False
     SWAP_AB: bool = False
     CLUSTER_K: int = 1
+    SPLITK_GRID: int = 1
     MMA_TURNS: bool = False
     SCALES_AHEAD: bool = False
     PDL: bool = False
@@ -155,6 +164,8 @@ class GemmConfig:
             _check_swap_ab(self)
         if self.CLUSTER_K > 1:
             _check_cluster_k(self)
+        if self.SPLITK_GRID > 1:
+            _check_splitk_grid(self)
         if self.MMA_TURNS and (not self.SPLIT_WGS or self.CONSUMER_WGS not in (2, 3)):
             raise GluonError(f"GemmConfig MMA_TURNS=True takes two or three consumer warpgroups each its own role "
                              f"(CONSUMER_WGS=2 or 3, SPLIT_WGS=True), not CONSUMER_WGS={self.CONSUMER_WGS}, "
@@ -198,7 +209,7 @@ class GemmConfig:
         kw = {}
         if self.EPILOGUE == AUTO:
             staged = out_size * self.BLOCK_M * self.BLOCK_N <= 64 * 1024 and not (
-                self.SPLITK_FIXUP or self.SWAP_AB or self.CLUSTER_K > 1)
+                self.SPLITK_FIXUP or self.SWAP_AB or self.CLUSTER_K > 1 or self.SPLITK_GRID > 1)
             kw["EPILOGUE"] = "tma" if staged else "direct"
         for name in _AUTO_BOOLS:
             if getattr(self, name) == AUTO:
@@ -215,10 +226,10 @@ class GemmConfig:
 
     def describe(self) -> str:
         """"KEY=VALUE, ..." of every field, but K_ZIGZAG, TMA_PREFETCH, SPLITK_FIXUP and SWAP_AB only when on and
-        CLUSTER_K only above 1."""
+        CLUSTER_K and SPLITK_GRID only above 1."""
         return ", ".join(f"{k}={v}" for k, v in self.to_dict().items()
                          if (v is not False or k not in ("K_ZIGZAG", "TMA_PREFETCH", "SPLITK_FIXUP", "SWAP_AB"))
-                         and (k != "CLUSTER_K" or v > 1))
+                         and (k not in ("CLUSTER_K", "SPLITK_GRID") or v > 1))
 
 
 FIELDS: tuple[str, ...] = tuple(f.name for f in fields(GemmConfig))
@@ -265,6 +276,28 @@ def _check_cluster_k(cfg: GemmConfig) -> None:
                f"over {cfg.CLUSTER_K}")
     if why:
         raise GluonError(f"GemmConfig CLUSTER_K={cfg.CLUSTER_K} takes {why}")
+
+
+def _check_splitk_grid(cfg: GemmConfig) -> None:
+    """SPLITK_GRID's rules: a power of two of slices, no other split-K sum, tiles of its own (no swap), C stored
+    from registers, and a column slab per slice that is a whole power of two."""
+    why = None
+    slab = cfg.BLOCK_N // cfg.SPLITK_GRID
+    if cfg.SPLITK_GRID not in SPLITK_GRID_SIZES:
+        why = f"2, 4, 8 or 16 K slices, not {cfg.SPLITK_GRID}"
+    elif cfg.CLUSTER_K > 1 or cfg.SPLITK_FIXUP:
+        why = "CLUSTER_K=1 and SPLITK_FIXUP=False (one way of summing the slices)"
+    elif cfg.SWAP_AB:
+        why = "SWAP_AB=False (the swapped tile's partials are summed by splitk_reduce)"
+    elif cfg.CONSUMER_WGS not in (1, 2):
+        why = f"one or two consumer warpgroups (a power of two of warps meet), not CONSUMER_WGS={cfg.CONSUMER_WGS}"
+    elif cfg.EPILOGUE not in ("direct", AUTO):
+        why = f"EPILOGUE='direct' (or 'auto'): the sum is stored from registers, not EPILOGUE={cfg.EPILOGUE!r}"
+    elif cfg.BLOCK_N % cfg.SPLITK_GRID or slab & (slab - 1):
+        why = (f"a BLOCK_N that splits into SPLITK_GRID column slabs of a power of two each, not "
+               f"BLOCK_N={cfg.BLOCK_N} over {cfg.SPLITK_GRID}")
+    if why:
+        raise GluonError(f"GemmConfig SPLITK_GRID={cfg.SPLITK_GRID} takes {why}")
 
 
 def to_config(config: GemmConfig | Mapping | None, base: GemmConfig) -> GemmConfig:
@@ -392,6 +425,8 @@ def split_k(M: int, N: int, K: int, config: GemmConfig, num_sms: int) -> int:
     enough units for about one wave, each slice at least 16 k-steps, and every slice non-empty."""
     if config.CLUSTER_K > 1:        # the cluster's CTAs are the slices
         return config.CLUSTER_K
+    if config.SPLITK_GRID > 1:      # the slices that meet at a tile's counter
+        return config.SPLITK_GRID
     t = tiles(M, N, config)
     k_tiles = _cdiv(K, config.BLOCK_K)
     if config.SWAP_AB:              # a few tiles less than a wave already stream B at full bandwidth

@@ -6,7 +6,7 @@ dtypes, devices and arguments) its prepared launch with the new addresses. Input
 cannot describe are copied into zero-padded aligned buffers first (padding.py), such a C is stored by
 address; a split-K launch writes fp32 partials into a per-(device, stream) workspace that `splitk_reduce`
 sums into C (or, with SPLITK_FIXUP, the kernel's last K slice of each element, counting arrivals in a
-per-(device, stream) int32 buffer). `compile_variant` and `stand_ins` compile the kernel without tensors
+per-(device, stream) int32 buffer; with SPLITK_GRID, the tile's slices, meeting at its counter in another). `compile_variant` and `stand_ins` compile the kernel without tensors
 (no GPU needed).
 """
 from __future__ import annotations
@@ -25,7 +25,8 @@ from gluon.types import TensorRef
 
 from ..tensor_checks import device_sms, interpreting, on_the_launch_device
 from .config import (BLOCK_SCALED_TALL, CLUSTER_K_SIZES, DEFAULT_CONFIG, GemmConfig, block_scaled_tall, by_address,
-                     choose_config, grid, num_warps, resolve_config, split_k, stores_by_address, to_config)
+                     choose_config, grid, num_warps, resolve_config, split_k, stores_by_address, tiles, to_config,
+                     units)
 from .kernel import gemm_sm90
 from .padding import PadPlan, pad_plan, tma_ready
 
@@ -65,6 +66,7 @@ class _Plan:
     splits: int
     kw: dict                        # the constexprs (CFG, B_KMAJOR, N_MULTIPLE_16) and num_warps
     fixup: bool = False             # split-K partials summed in the kernel (CFG.SPLITK_FIXUP), no second pass
+    meet: int = 0                   # with CFG.SPLITK_GRID, the tiles whose slices meet at a counter each
     reduce_kw: dict | None = None   # the second pass's constants (`_reduce_kw`); None where there is none (no
                                     # split, SPLITK_FIXUP, or the cluster's CTAs sum the slices: CFG.CLUSTER_K)
     ck: object = None               # the compiled specialization, after the first launch
@@ -158,8 +160,11 @@ def _launch(a, b, c, config, b_kmajor: bool, splits, compiled, scale_a, scale_b,
     if S > 1:                       # one fp32 workspace per (device, stream): same-stream launches run in order
         stream = _stream_of(a)
         w = _workspace((plan.dev, stream), S * M * N, a.device)
-        cnt = _workspace((plan.dev, stream if plan.fixup else None), M * N if plan.fixup else 16, a.device,
-                         counters=True)
+        if plan.meet:               # counters that grow by a whole unit a launch: never shared with the fixup's
+            cnt = _workspace((plan.dev, stream, "meet"), max(plan.meet, 16), a.device, counters=True)
+        else:
+            cnt = _workspace((plan.dev, stream if plan.fixup else None), M * N if plan.fixup else 16, a.device,
+                             counters=True)
     else:                           # unused by the kernel when S == 1: fetched once per plan
         if plan.unused is None:
             plan.unused = (_workspace((plan.dev, None), 16, a.device),
@@ -200,6 +205,9 @@ def _fit_grid(plan: _Plan, ck) -> None:
         return
     n = ck.launcher.resident_clusters(plan.dev, size)
     if n is not None and n < plan.bound.grid[0]:
+        if plan.meet:               # every unit must run at once: a smaller grid would wait forever
+            raise GluonError(f"gemm: SPLITK_GRID needs all {plan.bound.grid[0]} clusters of {size} CTAs resident at "
+                             f"once, but the device holds {n}; use CLUSTER_M=1 or fewer K slices")
         plan.bound = gemm_sm90[(n,)]
 
 
@@ -360,9 +368,17 @@ def _plan(a, c, M: int, N: int, K: int, config: GemmConfig | Mapping | None, b_k
         if cfg.CLUSTER_K > 1 and splits is None:
             splits = cfg.CLUSTER_K
         cfg = cfg.replace(CLUSTER_M=1, CLUSTER_K=1)
+    if interp and cfg.SPLITK_GRID > 1 and not _asks_for(config, "SPLITK_GRID"):
+        # nor the programs of a launch at once: the slices' meeting would wait forever; splitk_reduce sums
+        # them the same way
+        splits = cfg.SPLITK_GRID if splits is None else splits
+        cfg = cfg.replace(SPLITK_GRID=1)
     if cfg.CLUSTER_K > 1 and splits not in (None, cfg.CLUSTER_K):
         raise GluonError(f"gemm: splits={splits} with CLUSTER_K={cfg.CLUSTER_K}: the cluster's CTAs are the K slices, "
                          f"so the split count is CLUSTER_K; leave splits unset")
+    if cfg.SPLITK_GRID > 1 and splits not in (None, cfg.SPLITK_GRID):
+        raise GluonError(f"gemm: splits={splits} with SPLITK_GRID={cfg.SPLITK_GRID}: the kernel sums that many K "
+                         f"slices, so the split count is SPLITK_GRID; leave splits unset")
     S = split_k(M, N, K, cfg, sms) if splits is None else splits
     # no empty K slice: the kernel's consumers release a stage after every unit, so a unit without
     # k-steps would release one it never took (e.g. splits=5 over 16 k-steps: 4, 4, 4, 4, 0)
@@ -372,7 +388,16 @@ def _plan(a, c, M: int, N: int, K: int, config: GemmConfig | Mapping | None, b_k
         raise GluonError(f"gemm: CLUSTER_K={cfg.CLUSTER_K} splits K={K} into {cfg.CLUSTER_K} slices of whole "
                          f"{cfg.BLOCK_K}-deep k-steps, but {k_tiles} k-steps make at most {S} non-empty ones; use "
                          f"CLUSTER_K={max(d for d in CLUSTER_K_SIZES if d <= S)} or a smaller BLOCK_K")
+    if cfg.SPLITK_GRID > 1 and S != cfg.SPLITK_GRID:
+        raise GluonError(f"gemm: SPLITK_GRID={cfg.SPLITK_GRID} splits K={K} into {cfg.SPLITK_GRID} slices of whole "
+                         f"{cfg.BLOCK_K}-deep k-steps, but {k_tiles} k-steps make at most {S} non-empty ones; use "
+                         f"SPLITK_GRID={1 << (S.bit_length() - 1)} or a smaller BLOCK_K")
     bound = gemm_sm90[grid(M, N, cfg, sms, S)]
+    if cfg.SPLITK_GRID > 1 and units(M, N, cfg, S) > bound.grid[0]:
+        raise GluonError(f"gemm: SPLITK_GRID={S} needs every unit resident at once (its slices wait for each "
+                         f"other), but {M}x{N} in {cfg.BLOCK_M}x{cfg.BLOCK_N} tiles makes {units(M, N, cfg, S)} "
+                         f"units of {cfg.cluster_size} CTA(s) for {sms} SMs; use fewer K slices, larger tiles or "
+                         "SPLITK_GRID=1")
     kw = dict(CFG=cfg, B_KMAJOR=b_kmajor, num_warps=num_warps(cfg))
     if scale != "none":
         kw["SCALE"] = "block" if scale == "block_m" else scale
@@ -380,8 +405,8 @@ def _plan(a, c, M: int, N: int, K: int, config: GemmConfig | Mapping | None, b_k
         kw["SA_M_MAJOR"] = True
     if (cfg.EPILOGUE == "coalesced" or cfg.CLUSTER_K > 1) and N % 16 == 0:   # 16-byte stores / loads need
         kw["N_MULTIPLE_16"] = True                                            # 16-element rows
-    second_pass = S > 1 and not cfg.SPLITK_FIXUP and cfg.CLUSTER_K == 1
-    return _Plan(bound, dev, S, kw, fixup=S > 1 and cfg.SPLITK_FIXUP,
+    second_pass = S > 1 and not cfg.SPLITK_FIXUP and cfg.CLUSTER_K == 1 and cfg.SPLITK_GRID == 1
+    return _Plan(bound, dev, S, kw, fixup=S > 1 and cfg.SPLITK_FIXUP, meet=tiles(M, N, cfg) if cfg.SPLITK_GRID > 1 else 0,
                  reduce_kw=_reduce_kw(S, cfg.PDL) if second_pass else None)
 
 
@@ -410,7 +435,14 @@ def _asks_for_clusters(config) -> bool:
     """Whether the caller's config (a GemmConfig, or a dict of overrides) sets CLUSTER_M or CLUSTER_K itself."""
     if isinstance(config, GemmConfig):
         return config.cluster_size > 1
-    return bool(config) and ("CLUSTER_M" in config or "CLUSTER_K" in config)
+    return _asks_for(config, "CLUSTER_M") or _asks_for(config, "CLUSTER_K")
+
+
+def _asks_for(config, field: str) -> bool:
+    """Whether the caller's config sets `field` itself: a GemmConfig away from the default, or a dict naming it."""
+    if isinstance(config, GemmConfig):
+        return getattr(config, field) != getattr(DEFAULT_CONFIG, field)
+    return bool(config) and field in config
 
 
 def _workspace(key: tuple, numel: int, device, counters: bool = False):

@@ -192,13 +192,14 @@ def gemm_sm90(A, B, C, W, CNT, SA, SB, SPLITS, CFG: gl.constexpr, B_KMAJOR: gl.c
               N_MULTIPLE_16: gl.constexpr = False, SCALE: gl.constexpr = "none", SA_M_MAJOR: gl.constexpr = False):
     """C = A @ B under the resolved GemmConfig `CFG`, in SPLITS K slices (fp32 partials into the
     workspace W when SPLITS > 1; with CFG.SPLITK_FIXUP the int32 arrival counters CNT, one per element of
-    C and zero between launches, let the last slice to finish sum them); B is [N, K] with B_KMAJOR;
+    C and zero between launches, let the last slice to finish sum them; with CFG.SPLITK_GRID, one per output
+    tile, zero when first used, are where the tile's slices meet, `ptx.grid_meet`); B is [N, K] with B_KMAJOR;
     N_MULTIPLE_16 is the launch's promise that N is a multiple of 16 (the coalesced epilogue's stores and
     CLUSTER_K's partial sums then vectorize). SCALE (fp8 inputs): "tensor" multiplies the product by
     SA[0] * SB[0], "rowcol" by SA[row] * SB[col] (fp32 scales), before the output's rounding; "block" scales
     each 128-deep k-step's product by SA[row, k-block] * SB[col // 128, k-block] into the fp32 sum
-    (`fp8_scales.block_scaled_k_loop`; BLOCK_K 128, BLOCK_N 64 or 128, no SWAP_AB). CLUSTER_K > 1: SPLITS must
-    be it."""
+    (`fp8_scales.block_scaled_k_loop`; BLOCK_K 128, BLOCK_N 64 or 128, no SWAP_AB). CLUSTER_K or SPLITK_GRID
+    > 1: SPLITS must be it."""
     kernel_config(CFG)
     if CFG.MMA_TURNS and SCALE != "block":
         raise GluonError(f"MMA_TURNS=True is for fp8 block scales (SCALE='block'), whose per-k-step promotion the "
@@ -215,10 +216,13 @@ def gemm_sm90(A, B, C, W, CNT, SA, SB, SPLITS, CFG: gl.constexpr, B_KMAJOR: gl.c
     CM = CFG.CLUSTER_M                          # CTAs per cluster along M (sharing B by multicast) ...
     CK = CFG.CLUSTER_K                          # ... or along K (the slices of one tile)
     CL = CM * CK                                # CTAs per cluster
+    GK = CFG.SPLITK_GRID                        # or the slices of a tile meet at its counter, anywhere on the GPU
     if CL > 1:
         gl.set_cluster(CL)
     if CK > 1:
         SPLITS = CK                             # the launch passes CK; the kernel counts on it
+    if GK > 1:
+        SPLITS = GK
     if CFG.TMA_PREFETCH:    # the A, B and C descriptors into the descriptor cache at kernel start
         gl.set_tma_prefetch()
     if CFG.LEAN_PROLOGUE:   # no CTA barrier between the barrier inits and the EARLY_LOADS (backend/ptx/prologue.py)
@@ -410,6 +414,10 @@ def gemm_sm90(A, B, C, W, CNT, SA, SB, SPLITS, CFG: gl.constexpr, B_KMAJOR: gl.c
                     gl.cluster_sync()
                     SLAB = CFG.BLOCK_N // CK
                     _cluster_sum(C, W, off_m, off_n + rank * SLAB, M, N, RM, SLAB, CK, RW)
+                if GK > 1:                          # ... or the tile's slices meet at its counter and sum it
+                    ptx.grid_meet(CNT + (pid_m * num_pid_n + pid_n), GK * 4 * CFG.CONSUMER_WGS)
+                    SLAB = CFG.BLOCK_N // GK
+                    _cluster_sum(C, W, off_m, off_n + split * SLAB, M, N, RM, SLAB, GK, RW)
                 if EPILOGUE == "ring":
                     c_free[g].arrive()
             turns_close(g, CFG.MMA_TURNS)

@@ -1,7 +1,8 @@
 """PTX templates on `inline_asm_elementwise`: what Triton's language has no op for, spelled once.
 
 Timers and clocks (`globaltimer`, `clock`), memory fences (`fence`: `fence.acq_rel` / `fence.sc` at a
-scope, the one fence a whole batch of relaxed atomics needs), lane election (`elect_one`), the
+scope, the one fence a whole batch of relaxed atomics needs), lane election (`elect_one`), a meeting of the
+programs that share a counter in global memory (`grid_meet`), the
 approximate math units (`ex2_approx`, `rcp_approx`, `rsqrt_approx`, `tanh_approx`), 2**x split between the
 special function unit and a polynomial on the FMA pipe (`ex2_mixed`) and a packed conversion
 (`cvt_rn_bf16x2`). Each needs an NVIDIA arch (`ArchError` on CDNA3 at the user's line).
@@ -12,6 +13,7 @@ from ... import ir
 from ...types import DType
 from ..core import Tensor, _to_tensor, cast
 from ..inline_asm import inline_asm_elementwise
+from ..memory import _address
 from ..tracing import _tr, _user_loc
 
 _SCOPES = ("cta", "cluster", "gpu", "sys")
@@ -53,6 +55,50 @@ def elect_one() -> Tensor:
     _ptx("elect_one")
     return inline_asm_elementwise("{\n\t.reg .pred p;\n\telect.sync _|p, 0xffffffff;\n\tselp.u32 $0, 1, 0, p;\n\t}",
                                   "=r", [], DType.i32, is_pure=False, pack=1)
+
+
+GRID_MEET_MARK = "// gluon grid_meet"
+GRID_MEET_UNIT = 1 << 16        # what one launch's arrivals add to a counter, whatever their number
+
+
+def grid_meet_asm(arrivals: int) -> str:
+    """The PTX of `grid_meet` for `arrivals` warps a launch: $0 a dummy result, $1 the counters' base address,
+    $2 the counter's index (int64)."""
+    return "\n\t".join([
+        f"{GRID_MEET_MARK} {arrivals}", "{", ".reg .pred p;", ".reg .b32 o, g, v, d;", ".reg .b64 a;",
+        "bar.warp.sync -1;",                        # every lane's earlier stores ordered before lane 0's fence
+        "mov.u32 v, %laneid;", "setp.ne.u32 p, v, 0;", "@p bra DONE;",
+        "shl.b64 a, $2, 2;", "add.s64 a, $1, a;",   # the counter's address: base + 4 * index
+        "fence.acq_rel.gpu;",                       # release: this warp's stores, then its arrival
+        f"atom.relaxed.gpu.global.add.u32 o, [a], {GRID_MEET_UNIT // arrivals};",
+        f"and.b32 g, o, {-GRID_MEET_UNIT & 0xFFFFFFFF};",   # this launch's base: a multiple of the unit ...
+        f"add.u32 g, g, {GRID_MEET_UNIT};",         # ... and where the counter stands once all have arrived
+        "WAIT:", "ld.acquire.gpu.global.u32 v, [a];",
+        "sub.u32 d, v, g;", "setp.lt.s32 p, d, 0;", "@p bra WAIT;",   # (wraps around: signed difference)
+        "DONE:", "bar.warp.sync -1;",               # the other lanes' loads after lane 0's acquire
+        "mov.u32 $0, 0;", "}"])
+
+
+def grid_meet(counter, arrivals: int) -> None:
+    """Wait until `arrivals` warps (this one included; each calls it once a launch) have arrived at the int32
+    counter `counter` (a pointer into global memory, zero when first used, shared by no other meeting): what
+    each wrote before is then visible to all of them (lane 0 of each warp: a release fence and a relaxed atomic
+    add, then acquire loads until the count is reached; the warp's other lanes ordered by `bar.warp.sync`).
+    Call it where the whole warp runs. `arrivals` a power of two up to 65536: each launch adds 65536 to the
+    counter in all, so it needs no reset between launches and CUDA-graph replays (it wraps around after 65536
+    launches, harmlessly). Every arriving program must be resident at once (a persistent grid of at most one
+    program per SM): a program waiting here for one that cannot start would wait forever."""
+    _ptx("grid_meet")
+    base, index = _address(counter)
+    if index.shape or base.type.dtype not in (DType.i32, DType.u32):
+        raise ir.GluonError(f"grid_meet: counter must be one int32 in global memory (a pointer parameter plus a "
+                            f"scalar offset), got {base.type.dtype.name} elements at offsets of shape "
+                            f"{list(index.shape)}", _user_loc())
+    if type(arrivals) is not int or arrivals < 1 or arrivals > GRID_MEET_UNIT or arrivals & (arrivals - 1):
+        raise ir.GluonError(f"grid_meet: arrivals={arrivals!r} must be a power of two from 1 to {GRID_MEET_UNIT} (the "
+                            "warps that meet, each calling it once a launch)", _user_loc())
+    index = cast(index, DType.i64)
+    inline_asm_elementwise(grid_meet_asm(arrivals), "=r,l,l", [base, index], DType.i32, is_pure=False, pack=1)
 
 
 def _f32_unary(name: str, instr: str, x) -> Tensor:
