@@ -130,7 +130,8 @@ def test_the_interpreter_refuses_a_meeting_asked_for(interpret_env):
 
 
 @pytest.mark.parametrize("shape,kw,match", [
-    ((4096, 4096, 65536), dict(SPLITK_GRID=8), r"SPLITK_GRID=8 needs every unit resident at once .* 4096 units of 1 CTA"),
+    ((4096, 4096, 65536), dict(SPLITK_GRID=8),
+     r"SPLITK_GRID=8 needs every unit resident at once .* 4096 units of 1 CTA"),
     ((128, 128, 128), dict(SPLITK_GRID=4, BLOCK_N=128, BLOCK_K=64),
      r"SPLITK_GRID=4 splits K=128 into 4 slices .* at most 2 non-empty ones; use SPLITK_GRID=2"),
 ])
@@ -151,3 +152,36 @@ def test_splitk_grid_refuses_a_different_split_count(interpret_env):
     a, b, c = torch.randn(64, 1024).half(), torch.randn(1024, 64).half(), torch.empty(64, 64).half()
     with pytest.raises(GluonError, match="splits=3 with SPLITK_GRID=2"):
         launch(a, b, c, dict(SPLITK_GRID=2, BLOCK_N=64, CONSUMER_WGS=1), splits=3)
+
+
+class _Holds:
+    """A compiled kernel's stand-in for `_fit_grid`: its launcher says the device holds `n` clusters."""
+
+    abi = object()
+
+    def __init__(self, n: int):
+        self.launcher = self
+        self.n = n
+
+    def resident_clusters(self, dev, size):
+        return self.n
+
+
+@pytest.mark.parametrize("asked", [False, True])
+def test_a_pick_whose_clusters_do_not_all_fit_falls_back_to_two_passes(asked):
+    """Clusters of 2 for 64 units: where the device holds only 60, a pick's meeting would wait forever, so the
+    plan becomes the same config summed by splitk_reduce on 60 clusters (its kernel rebuilt); asked for, one
+    line says why it cannot run."""
+    from gluon.kernels.gemm_sm90 import host
+    cfg = DEEP_GRID.resolve(2)
+    plan = host._Plan(gemm_sm90[(64,)], 0, 8, dict(CFG=cfg, num_warps=num_warps(cfg)), meet=16, meet_asked=asked)
+    if asked:
+        with pytest.raises(GluonError, match=r"SPLITK_GRID needs all 64 clusters of 2 CTAs resident at once, but "
+                                             r"the device holds 60"):
+            host._fit_grid(plan, _Holds(60))
+        return
+    assert host._fit_grid(plan, _Holds(60))
+    assert plan.kw["CFG"].SPLITK_GRID == 1 and plan.meet == 0 and plan.reduce_kw["SPLITS"] == 8
+    assert plan.bound.grid == (60,) and plan.ck is None
+    plan2 = host._Plan(gemm_sm90[(64,)], 0, 8, dict(CFG=cfg), meet=16)
+    assert not host._fit_grid(plan2, _Holds(66)) and plan2.kw["CFG"].SPLITK_GRID == 8 and plan2.bound.grid == (64,)

@@ -34,7 +34,7 @@ def _poisoned(M, N, dtype):
     (1024, 1024, 32768, 2, {}),
     (300, 200, 5000, 4, dict(CLUSTER_M=1)),                       # off the tiles, K off the k-step
     (200, 384, 20000, 16, {}),                                    # 8-column slabs
-    (256, 1024, 16384, 4, dict(BLOCK_N=256, CONSUMER_WGS=2, STAGES=4)),   # two warpgroups meet
+    (256, 1024, 16384, 4, dict(BLOCK_N=256, CONSUMER_WGS=2, STAGES=4, EPILOGUE="direct")),  # two warpgroups meet
 ])
 @pytest.mark.parametrize("b_kmajor", [False, True])
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])

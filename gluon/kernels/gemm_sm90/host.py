@@ -6,8 +6,8 @@ dtypes, devices and arguments) its prepared launch with the new addresses. Input
 cannot describe are copied into zero-padded aligned buffers first (padding.py), such a C is stored by
 address; a split-K launch writes fp32 partials into a per-(device, stream) workspace that `splitk_reduce`
 sums into C (or, with SPLITK_FIXUP, the kernel's last K slice of each element, counting arrivals in a
-per-(device, stream) int32 buffer; with SPLITK_GRID, the tile's slices, meeting at its counter in another). `compile_variant` and `stand_ins` compile the kernel without tensors
-(no GPU needed).
+per-(device, stream) int32 buffer; with SPLITK_GRID, the tile's slices, meeting at its counter in another).
+`compile_variant` and `stand_ins` compile the kernel without tensors (no GPU needed).
 """
 from __future__ import annotations
 
@@ -67,6 +67,7 @@ class _Plan:
     kw: dict                        # the constexprs (CFG, B_KMAJOR, N_MULTIPLE_16) and num_warps
     fixup: bool = False             # split-K partials summed in the kernel (CFG.SPLITK_FIXUP), no second pass
     meet: int = 0                   # with CFG.SPLITK_GRID, the tiles whose slices meet at a counter each
+    meet_asked: bool = False        # ... and the caller asked for it (else `_fit_grid` may fall back to two passes)
     reduce_kw: dict | None = None   # the second pass's constants (`_reduce_kw`); None where there is none (no
                                     # split, SPLITK_FIXUP, or the cluster's CTAs sum the slices: CFG.CLUSTER_K)
     ck: object = None               # the compiled specialization, after the first launch
@@ -180,8 +181,8 @@ def _launch(a, b, c, config, b_kmajor: bool, splits, compiled, scale_a, scale_b,
         if plan.ck is None:
             plan.ck = plan.bound.compiled(*args, **plan.kw)
         ck = plan.ck
-    if not plan.fitted:
-        _fit_grid(plan, ck)
+    if not plan.fitted and _fit_grid(plan, ck) and compiled is None:
+        ck = plan.ck = plan.bound.compiled(*args, **plan.kw)
     la = ck.launch_args(args, {})
     ck.launcher(plan.bound.grid, *la)
     second = None
@@ -194,21 +195,30 @@ def _launch(a, b, c, config, b_kmajor: bool, splits, compiled, scale_a, scale_b,
     return c
 
 
-def _fit_grid(plan: _Plan, ck) -> None:
+def _fit_grid(plan: _Plan, ck) -> bool:
     """With clusters, no more of them in the persistent grid than the device holds at once (sm_count /
     cluster size assumes every SM takes part, but a cluster must fit in one GPC, so clusters of 4 or 8 can
     leave SMs over): a cluster that finds no room would start only when another ends, and its units would
-    run after all the others. Asked once per plan, of the binary it launches."""
+    run after all the others. Asked once per plan, of the binary it launches. A pick whose K slices meet
+    (SPLITK_GRID) needs every cluster at once: where the device holds fewer, it falls back to the same config
+    summed by `splitk_reduce` (True: the plan's kernel changed); asked for, it is refused."""
     plan.fitted = True
     size = plan.kw["CFG"].cluster_size
     if size == 1 or plan.dev < 0 or getattr(ck, "abi", None) is None:
-        return
+        return False
     n = ck.launcher.resident_clusters(plan.dev, size)
-    if n is not None and n < plan.bound.grid[0]:
-        if plan.meet:               # every unit must run at once: a smaller grid would wait forever
+    if n is None or n >= plan.bound.grid[0]:
+        return False
+    changed = False
+    if plan.meet:                   # every unit must run at once: a smaller grid would wait forever
+        if plan.meet_asked:
             raise GluonError(f"gemm: SPLITK_GRID needs all {plan.bound.grid[0]} clusters of {size} CTAs resident at "
                              f"once, but the device holds {n}; use CLUSTER_M=1 or fewer K slices")
-        plan.bound = gemm_sm90[(n,)]
+        cfg = plan.kw["CFG"].replace(SPLITK_GRID=1)
+        plan.kw, plan.meet, plan.ck, changed = dict(plan.kw, CFG=cfg), 0, None, True
+        plan.reduce_kw = _reduce_kw(plan.splits, cfg.PDL)
+    plan.bound = gemm_sm90[(n,)]
+    return changed
 
 
 def _stream_of(t):
@@ -406,7 +416,9 @@ def _plan(a, c, M: int, N: int, K: int, config: GemmConfig | Mapping | None, b_k
     if (cfg.EPILOGUE == "coalesced" or cfg.CLUSTER_K > 1) and N % 16 == 0:   # 16-byte stores / loads need
         kw["N_MULTIPLE_16"] = True                                            # 16-element rows
     second_pass = S > 1 and not cfg.SPLITK_FIXUP and cfg.CLUSTER_K == 1 and cfg.SPLITK_GRID == 1
-    return _Plan(bound, dev, S, kw, fixup=S > 1 and cfg.SPLITK_FIXUP, meet=tiles(M, N, cfg) if cfg.SPLITK_GRID > 1 else 0,
+    meet = tiles(M, N, cfg) if cfg.SPLITK_GRID > 1 else 0
+    return _Plan(bound, dev, S, kw, fixup=S > 1 and cfg.SPLITK_FIXUP, meet=meet,
+                 meet_asked=bool(meet) and _asks_for(config, "SPLITK_GRID"),
                  reduce_kw=_reduce_kw(S, cfg.PDL) if second_pass else None)
 
 
