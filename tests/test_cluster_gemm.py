@@ -172,6 +172,26 @@ def test_cluster_gemm_rejects_b_parts_narrower_than_the_swizzle():
         gemm_sm90.trace(*stand_ins(DType.f16), num_warps=num_warps(cfg), CFG=cfg)
 
 
+@pytest.mark.parametrize("dtype,bk,refused", [(DType.bf16, 128, True), (DType.f16, 128, True), (DType.bf16, 64, False),
+                                              (DType.f8e4m3, 128, False)])
+def test_cluster_gemm_rejects_k_major_b_rows_wider_than_the_swizzle(dtype, bk, refused):
+    """With B K-major, each CTA of a 2-CTA cluster loads half the tile's rows; a row wider than the 128-byte
+    swizzle span (BLOCK_K=128 of 16-bit elements) is stored as column blocks of all the rows, so the halves are
+    not contiguous parts: the H100 computed garbage (rel err 1.0, twenty-seventh session). Refused at trace;
+    64-deep 16-bit and 128-deep fp8 k-steps (128-byte rows) trace."""
+    from gluon.kernels.gemm_sm90.config import DEEP_K_CONFIG
+    cfg = DEEP_K_CONFIG.replace(BLOCK_K=bk, STAGES=3).resolve(2)
+    args = (*stand_ins(dtype, DType.bf16),)
+    if refused:
+        with pytest.raises(GluonError, match=rf"CLUSTER_M=2 with B K-major and BLOCK_K=128: each CTA loads 64 rows "
+                                             rf"of the B tile, but a row of 256 bytes spans several 128-byte"):
+            gemm_sm90.trace(*args, num_warps=num_warps(cfg), CFG=cfg, B_KMAJOR=True)
+    else:
+        gemm_sm90.trace(*args, num_warps=num_warps(cfg), CFG=cfg, B_KMAJOR=True)
+    if dtype.bits == 16:            # [K, N]: each CTA's part is whole 128-byte columns (8-bit B is K-major only)
+        gemm_sm90.trace(*args, num_warps=num_warps(cfg), CFG=cfg, B_KMAJOR=False)
+
+
 def test_cluster_rank_compiles_to_the_special_register():
     @kernel(arch=SM90, num_warps=4)
     def ranks(out):
