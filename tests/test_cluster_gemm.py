@@ -139,6 +139,36 @@ def test_reinterpret_checks_the_byte_count():
         k.trace(TensorRef("A", DType.f16, shape=("M", "K")))
 
 
+@pytest.mark.parametrize("dtype,tile,part,transposed,match", [
+    (DType.f16, (128, 128), (64, 128), False, r"parts of 64 of the tile's 128 rows, but its rows of 256 bytes are wider "
+                                              r"than its 128-byte swizzle"),
+    (DType.f16, (128, 64), (64, 64), False, None),                # 128-byte rows: a row split is parts
+    (DType.f8e4m3, (128, 128), (64, 128), False, None),
+    (DType.f16, (64, 256), (64, 64), False, None),                # whole column blocks
+    (DType.f16, (64, 256), (64, 32), False, r"parts of 32 of the tile's 256 columns \(64 bytes\), which are not whole "
+                                           r"128-byte swizzle blocks"),
+    (DType.f16, (128, 128), (128, 64), True, r"parts of 64 of the tile's 128 rows"),    # transposed: dim 0 inner
+    (DType.f16, (128, 128), (64, 128), True, None),
+])
+def test_reinterpret_refuses_a_split_whose_parts_are_not_back_to_back(dtype, tile, part, transposed, match):
+    """A swizzled tile whose rows are wider than the swizzle span is stored as column blocks of all its rows (TMA and
+    WGMMA lay it out so): split along its rows, the parts would not be its rows (the GEMM's 2-CTA clusters with
+    K-major 128-deep bf16 B computed garbage so on an H100). Refused at the reinterpret's line; splits into whole
+    column blocks, and row splits of rows within the span, pass."""
+    stages = tile[0] * tile[1] // (part[0] * part[1])
+
+    @kernel(arch=SM90, num_warps=4)
+    def k(A):
+        ring = smem(A.dtype, Layout.swizzled(*tile, SwizzleMode.B128, transposed=transposed), name="ring")
+        ring.reinterpret(part, stages=stages)
+    ref = TensorRef("A", dtype, shape=("M", "K"))
+    if match is None:
+        k.trace(ref)
+    else:
+        with pytest.raises(GluonError, match=r"'ring'\.reinterpret\(.*\): " + match):
+            k.trace(ref)
+
+
 # ------------------------------------------------------------------------------ the GEMM with CLUSTER_M=2
 
 

@@ -244,11 +244,15 @@ class Shared(_Handle):
         ring is a [2S, 64, 128] one, and `ring.reinterpret((64, 128), 2 * S)[2 * s + r]` is part r of
         stage s (what one CTA of a cluster loads and multicasts); or a whole ring as one other tile
         (the GEMM's output staged in its A ring). Whole-tile checks only: the caller says which split
-        is byte-exact."""
+        is byte-exact; a split of a tile into parts, along either dimension, whose parts the tile's swizzled
+        layout does not store back to back is refused (`_split_error`)."""
         shape = tuple(int(d) for d in shape)
         lay = self.layout
         if not isinstance(lay, NVMMASharedLayout):
             raise ir.GluonError(f"'{self.name}'.reinterpret: only NVMMA-swizzled regions, not {lay}", _user_loc())
+        err = _split_error(self, shape, dtype or self.dtype)
+        if err:
+            raise ir.GluonError(f"'{self.name}'.reinterpret({shape}): {err}", _user_loc())
         new = ir.SmemType(dtype or self.dtype, shape, NVMMASharedLayout(shape, lay.swizzle, lay.transposed), stages)
         if new.stage_bytes * stages != self.nbytes * self.stages:
             what = f"{stages} x {'x'.join(map(str, shape))} {new.dtype.name}"
@@ -258,6 +262,33 @@ class Shared(_Handle):
 
     def __repr__(self) -> str:
         return f"Shared({self.name}: {self.type})"
+
+
+def _split_error(region: Shared, shape: tuple[int, ...], dtype: DType) -> str | None:
+    """Why `shape` tiles of `dtype` are not back-to-back parts of `region`'s swizzled 2-D tile, where they are a
+    split of it (same dtype, one dimension kept, the other divided); None where they are, or it is no split.
+    A swizzled row wider than the swizzle span is stored as column blocks of every row (TMA and WGMMA both
+    lay it out so), so a split along the rows is not a set of parts; a split along the columns is, where each
+    part is whole column blocks."""
+    old = region.shape
+    if dtype != region.dtype or len(old) != 2 or len(shape) != 2 or region.layout.swizzle.bytes == 0:
+        return None
+    inner = 0 if region.layout.transposed else 1            # the dimension contiguous in memory
+    outer = 1 - inner
+    span = region.layout.swizzle.bytes
+    row_bytes = old[inner] * dtype.bits // 8
+    if shape[inner] == old[inner] and shape[outer] < old[outer] and old[outer] % shape[outer] == 0:
+        if row_bytes > span:
+            return (f"parts of {shape[outer]} of the tile's {old[outer]} rows, but its rows of {row_bytes} bytes are "
+                    f"wider than its {span}-byte swizzle, so it is stored as column blocks of all {old[outer]} rows "
+                    f"and a part's rows are not one piece; split it into column blocks instead, or keep rows within "
+                    f"{span} bytes ({span * 8 // dtype.bits} elements)")
+    elif shape[outer] == old[outer] and shape[inner] < old[inner] and old[inner] % shape[inner] == 0:
+        part_bytes = shape[inner] * dtype.bits // 8
+        if part_bytes % span and row_bytes > span:
+            return (f"parts of {shape[inner]} of the tile's {old[inner]} columns ({part_bytes} bytes), which are not "
+                    f"whole {span}-byte swizzle blocks; use parts of a multiple of {span * 8 // dtype.bits} columns")
+    return None
 
 
 def smem(dtype: DType, layout: Layout, name: str = "", stages: int = 1, double_buffer: bool = False,

@@ -245,6 +245,17 @@ def gemm_sm90(A, B, C, W, CNT, SA, SB, SPLITS, CFG: gl.constexpr, B_KMAJOR: gl.c
     else:
         b_s = smem(B.dtype, Layout.swizzled(CFG.BLOCK_K, CFG.BLOCK_N, sw), name="b_ring", stages=CFG.STAGES)
     BN_PART = CFG.BLOCK_N // CM                 # the B columns one CTA of a cluster loads
+    if CM > 1 and not B_KMAJOR and BN_PART * B.dtype.bits // 8 % CFG.SWIZZLE:
+        raise GluonError(f"CLUSTER_M={CM} with BLOCK_N={CFG.BLOCK_N}: each CTA loads {BN_PART} columns of B "
+                         f"({BN_PART * B.dtype.bits // 8} bytes), which must be whole {CFG.SWIZZLE}-byte swizzle "
+                         f"rows; use BLOCK_N >= {CM * CFG.SWIZZLE * 8 // B.dtype.bits} or CLUSTER_M=1")
+    if CM > 1 and B_KMAJOR and CFG.BLOCK_K * B.dtype.bits // 8 > CFG.SWIZZLE:
+        # a B row wider than the swizzle span is stored as column blocks of the whole tile's rows, so a CTA's
+        # rows of it are not one contiguous part (the GPU computed garbage with BLOCK_K=128 bf16, 2-CTA clusters)
+        raise GluonError(f"CLUSTER_M={CM} with B K-major and BLOCK_K={CFG.BLOCK_K}: each CTA loads {BN_PART} rows of "
+                         f"the B tile, but a row of {CFG.BLOCK_K * B.dtype.bits // 8} bytes spans several "
+                         f"{CFG.SWIZZLE}-byte swizzle rows, which TMA stores as separate column blocks; use BLOCK_K <= "
+                         f"{CFG.SWIZZLE * 8 // B.dtype.bits} or CLUSTER_M=1")
     if CM > 1:          # B stage s as CM parts along N, back to back: part r is what CTA r loads
         b_parts = b_s.reinterpret((BN_PART, CFG.BLOCK_K) if B_KMAJOR else (CFG.BLOCK_K, BN_PART),
                                   stages=CFG.STAGES * CM)
@@ -301,17 +312,6 @@ def gemm_sm90(A, B, C, W, CNT, SA, SB, SPLITS, CFG: gl.constexpr, B_KMAJOR: gl.c
     tile_step = gl.num_programs(0) // CL        # the number of clusters
     rank = gl.program_id(0) % CL                # == cluster_rank(): clusters run along x
     GROUP_ROWS = max(CFG.GROUP_M // CM, 1)
-    if CM > 1 and not B_KMAJOR and BN_PART * B.dtype.bits // 8 % CFG.SWIZZLE:
-        raise GluonError(f"CLUSTER_M={CM} with BLOCK_N={CFG.BLOCK_N}: each CTA loads {BN_PART} columns of B "
-                         f"({BN_PART * B.dtype.bits // 8} bytes), which must be whole {CFG.SWIZZLE}-byte swizzle "
-                         f"rows; use BLOCK_N >= {CM * CFG.SWIZZLE * 8 // B.dtype.bits} or CLUSTER_M=1")
-    if CM > 1 and B_KMAJOR and CFG.BLOCK_K * B.dtype.bits // 8 > CFG.SWIZZLE:
-        # a B row wider than the swizzle span is stored as column blocks of the whole tile's rows, so a CTA's
-        # rows of it are not one contiguous part (the GPU computed garbage with BLOCK_K=128 bf16, 2-CTA clusters)
-        raise GluonError(f"CLUSTER_M={CM} with B K-major and BLOCK_K={CFG.BLOCK_K}: each CTA loads {BN_PART} rows of "
-                         f"the B tile, but a row of {CFG.BLOCK_K * B.dtype.bits // 8} bytes spans several "
-                         f"{CFG.SWIZZLE}-byte swizzle rows, which TMA stores as separate column blocks; use BLOCK_K <= "
-                         f"{CFG.SWIZZLE * 8 // B.dtype.bits} or CLUSTER_M=1")
 
     if CFG.PDL:
         # launched as a programmatic dependent: the barrier inits above overlap the kernel before this one; no
