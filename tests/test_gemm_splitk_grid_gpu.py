@@ -9,18 +9,7 @@ torch = pytest.importorskip("torch")
 from gluon.kernels.gemm_sm90 import launch  # noqa: E402
 from gluon.kernels.gemm_sm90 import host as gemm_host  # noqa: E402
 from gluon.kernels.gemm_sm90.config import DEEP_K_CONFIG  # noqa: E402
-
-
-def _operands(M, N, K, dtype, b_kmajor=False, seed=0):
-    g = torch.Generator(device="cuda").manual_seed(seed)
-    a = torch.randn(M, K, device="cuda", dtype=torch.float32, generator=g).to(dtype)
-    b = torch.randn(*((N, K) if b_kmajor else (K, N)), device="cuda", dtype=torch.float32, generator=g).to(dtype)
-    return a, b
-
-
-def _rel_err(c, a, b, b_kmajor):
-    ref = a.double() @ (b.double().T if b_kmajor else b.double())
-    return ((c.double() - ref).norm() / ref.norm()).item()
+from test_gemm_small_m_gpu import _operands, _rel_err  # noqa: E402
 
 
 def _poisoned(M, N, dtype):

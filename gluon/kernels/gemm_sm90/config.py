@@ -258,22 +258,31 @@ def _check_swap_ab(cfg: GemmConfig) -> None:
         raise GluonError(f"GemmConfig SWAP_AB=True takes {why}")
 
 
+def _summed_slabs_error(cfg: GemmConfig, field: str) -> str | None:
+    """What CLUSTER_K's and SPLITK_GRID's in-kernel sum needs of the tile (`field` the one summing): C stored from
+    registers, and BLOCK_N in as many column slabs as slices, each a power of two (one CTA's share of the sum)."""
+    n = getattr(cfg, field)
+    slab = cfg.BLOCK_N // n
+    if cfg.EPILOGUE not in ("direct", AUTO):
+        return f"EPILOGUE='direct' (or 'auto'): the sum is stored from registers, not EPILOGUE={cfg.EPILOGUE!r}"
+    if cfg.BLOCK_N % n or slab & (slab - 1):
+        return (f"a BLOCK_N that splits into {field} column slabs of a power of two each, not BLOCK_N={cfg.BLOCK_N} "
+                f"over {n}")
+    return None
+
+
 def _check_cluster_k(cfg: GemmConfig) -> None:
     """CLUSTER_K's rules: a cluster size, no other cluster or split-K sum, C stored from registers, and a column
     slab per CTA that is a whole power of two."""
     why = None
-    slab = cfg.BLOCK_N // cfg.CLUSTER_K
     if cfg.CLUSTER_K not in CLUSTER_K_SIZES:
         why = f"2, 4 or 8 CTAs (a power of two, at most a portable cluster), not {cfg.CLUSTER_K}"
     elif cfg.CLUSTER_M != 1:
         why = f"CLUSTER_M=1 (one cluster dimension), not CLUSTER_M={cfg.CLUSTER_M}"
     elif cfg.SPLITK_FIXUP:
         why = "SPLITK_FIXUP=False (the cluster sums the slices itself)"
-    elif cfg.EPILOGUE not in ("direct", AUTO):
-        why = f"EPILOGUE='direct' (or 'auto'): the sum is stored from registers, not EPILOGUE={cfg.EPILOGUE!r}"
-    elif cfg.BLOCK_N % cfg.CLUSTER_K or slab & (slab - 1):
-        why = (f"a BLOCK_N that splits into CLUSTER_K column slabs of a power of two each, not BLOCK_N={cfg.BLOCK_N} "
-               f"over {cfg.CLUSTER_K}")
+    else:
+        why = _summed_slabs_error(cfg, "CLUSTER_K")
     if why:
         raise GluonError(f"GemmConfig CLUSTER_K={cfg.CLUSTER_K} takes {why}")
 
@@ -282,7 +291,6 @@ def _check_splitk_grid(cfg: GemmConfig) -> None:
     """SPLITK_GRID's rules: a power of two of slices, no other split-K sum, tiles of its own (no swap), C stored
     from registers, and a column slab per slice that is a whole power of two."""
     why = None
-    slab = cfg.BLOCK_N // cfg.SPLITK_GRID
     if cfg.SPLITK_GRID not in SPLITK_GRID_SIZES:
         why = f"2, 4, 8 or 16 K slices, not {cfg.SPLITK_GRID}"
     elif cfg.CLUSTER_K > 1 or cfg.SPLITK_FIXUP:
@@ -291,11 +299,8 @@ def _check_splitk_grid(cfg: GemmConfig) -> None:
         why = "SWAP_AB=False (the swapped tile's partials are summed by splitk_reduce)"
     elif cfg.CONSUMER_WGS not in (1, 2):
         why = f"one or two consumer warpgroups (a power of two of warps meet), not CONSUMER_WGS={cfg.CONSUMER_WGS}"
-    elif cfg.EPILOGUE not in ("direct", AUTO):
-        why = f"EPILOGUE='direct' (or 'auto'): the sum is stored from registers, not EPILOGUE={cfg.EPILOGUE!r}"
-    elif cfg.BLOCK_N % cfg.SPLITK_GRID or slab & (slab - 1):
-        why = (f"a BLOCK_N that splits into SPLITK_GRID column slabs of a power of two each, not "
-               f"BLOCK_N={cfg.BLOCK_N} over {cfg.SPLITK_GRID}")
+    else:
+        why = _summed_slabs_error(cfg, "SPLITK_GRID")
     if why:
         raise GluonError(f"GemmConfig SPLITK_GRID={cfg.SPLITK_GRID} takes {why}")
 
