@@ -120,6 +120,23 @@ def test_choose_config_uses_the_coalesced_epilogue_where_each_program_has_one_ti
     assert choose_config(2048, 2048, 2048, 132, pitch_aligned=False).EPILOGUE == "auto"
 
 
+@pytest.mark.parametrize("M,N,K,vector", [(512, 512, 65536, True), (512, 520, 65536, False), (4096, 4096, 4096, False)])
+def test_split_k_partials_are_stored_in_pairs_where_rows_are_16_element_multiples(interpret_env, M, N, K, vector):
+    """A split launch promises N_MULTIPLE_16 where it holds, so the fp32 partials go out as the accumulator's
+    8-byte pairs (STG.E.64) instead of one 4-byte store each (the deep-K pick: 68 stores a thread, not 144); N off
+    16, or no split, promises nothing."""
+    torch = pytest.importorskip("torch")
+    from gluon.kernels.gemm_sm90 import host
+    a, c = torch.empty(M, K).half(), torch.empty(M, N).half()
+    plan = host._plan(a, c, M, N, K, None, True, None, True, "none")
+    assert bool(plan.kw.get("N_MULTIPLE_16")) == vector and (plan.splits > 1) == (K > 4096)
+    if vector:
+        cfg = plan.kw["CFG"].replace(CLUSTER_M=2)          # the pick on the GPU (the interpreter drops its cluster)
+        ops = sass_instructions(gemm_sm90.compile(*stand_ins(DType.f16, splits=plan.splits), num_warps=num_warps(cfg),
+                                                  CFG=cfg, B_KMAJOR=True, N_MULTIPLE_16=True).sass())
+        assert ops["STG.E.64"] >= 64 and ops["STG.E"] == ops["STG.E.64"]
+
+
 def test_coalesced_epilogue_machine_code():
     base = DEFAULT_CONFIG.replace(EPILOGUE="coalesced", EARLY_LOADS=False, LEAN_PROLOGUE=False)
     refs = stand_ins(DType.f16)

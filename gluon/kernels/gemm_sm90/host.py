@@ -413,8 +413,10 @@ def _plan(a, c, M: int, N: int, K: int, config: GemmConfig | Mapping | None, b_k
         kw["SCALE"] = "block" if scale == "block_m" else scale
     if scale == "block_m":                                  # scale_a passed as its [KB, M] transpose
         kw["SA_M_MAJOR"] = True
-    if (cfg.EPILOGUE == "coalesced" or cfg.CLUSTER_K > 1) and N % 16 == 0:   # 16-byte stores / loads need
-        kw["N_MULTIPLE_16"] = True                                            # 16-element rows
+    # vector stores / loads by address need rows of 16-element multiples: the coalesced epilogue's, the split-K
+    # partials' (8-byte stores of the accumulator's pairs, else 4-byte ones) and the in-kernel sums' (16 bytes)
+    if (cfg.EPILOGUE == "coalesced" or S > 1) and N % 16 == 0:
+        kw["N_MULTIPLE_16"] = True
     second_pass = S > 1 and not cfg.SPLITK_FIXUP and cfg.CLUSTER_K == 1 and cfg.SPLITK_GRID == 1
     meet = tiles(M, N, cfg) if cfg.SPLITK_GRID > 1 else 0
     return _Plan(bound, dev, S, kw, fixup=S > 1 and cfg.SPLITK_FIXUP, meet=meet,
