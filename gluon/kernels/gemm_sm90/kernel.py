@@ -194,8 +194,8 @@ def gemm_sm90(A, B, C, W, CNT, SA, SB, SPLITS, CFG: gl.constexpr, B_KMAJOR: gl.c
     workspace W when SPLITS > 1; with CFG.SPLITK_FIXUP the int32 arrival counters CNT, one per element of
     C and zero between launches, let the last slice to finish sum them; with CFG.SPLITK_GRID, one per output
     tile, zero when first used, are where the tile's slices meet, `ptx.grid_meet`); B is [N, K] with B_KMAJOR;
-    N_MULTIPLE_16 is the launch's promise that N is a multiple of 16 (the coalesced epilogue's stores and
-    CLUSTER_K's partial sums then vectorize). SCALE (fp8 inputs): "tensor" multiplies the product by
+    N_MULTIPLE_16 is the launch's promise that N is a multiple of 16 (the coalesced epilogue's stores, split-K's
+    partial stores and the in-kernel sums' loads then vectorize). SCALE (fp8 inputs): "tensor" multiplies the product by
     SA[0] * SB[0], "rowcol" by SA[row] * SB[col] (fp32 scales), before the output's rounding; "block" scales
     each 128-deep k-step's product by SA[row, k-block] * SB[col // 128, k-block] into the fp32 sum
     (`fp8_scales.block_scaled_k_loop`; BLOCK_K 128, BLOCK_N 64 or 128, no SWAP_AB). CLUSTER_K or SPLITK_GRID
