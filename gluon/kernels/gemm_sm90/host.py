@@ -24,9 +24,9 @@ from gluon.runtime.cuda import sm_count
 from gluon.types import TensorRef
 
 from ..tensor_checks import device_sms, interpreting, on_the_launch_device
-from .config import (BLOCK_SCALED_TALL, CLUSTER_K_SIZES, DEFAULT_CONFIG, GemmConfig, block_scaled_tall, by_address,
-                     choose_config, grid, num_warps, resolve_config, split_k, stores_by_address, tiles, to_config,
-                     units)
+from .config import (BLOCK_SCALED_TALL, CLUSTER_K_SIZES, DEFAULT_CONFIG, SPLITK_GRID_SIZES, GemmConfig,
+                     block_scaled_tall, by_address, choose_config, grid, num_warps, resolve_config, split_k,
+                     stores_by_address, tiles, to_config, units)
 from .kernel import gemm_sm90
 from .padding import PadPlan, pad_plan, tma_ready
 
@@ -383,25 +383,21 @@ def _plan(a, c, M: int, N: int, K: int, config: GemmConfig | Mapping | None, b_k
         # them the same way
         splits = cfg.SPLITK_GRID if splits is None else splits
         cfg = cfg.replace(SPLITK_GRID=1)
-    if cfg.CLUSTER_K > 1 and splits not in (None, cfg.CLUSTER_K):
-        raise GluonError(f"gemm: splits={splits} with CLUSTER_K={cfg.CLUSTER_K}: the cluster's CTAs are the K slices, "
-                         f"so the split count is CLUSTER_K; leave splits unset")
-    if cfg.SPLITK_GRID > 1 and splits not in (None, cfg.SPLITK_GRID):
-        raise GluonError(f"gemm: splits={splits} with SPLITK_GRID={cfg.SPLITK_GRID}: the kernel sums that many K "
-                         f"slices, so the split count is SPLITK_GRID; leave splits unset")
+    # CLUSTER_K and SPLITK_GRID sum a fixed number of slices in the kernel: the split count is theirs
+    field, sizes = ("CLUSTER_K", CLUSTER_K_SIZES) if cfg.CLUSTER_K > 1 else ("SPLITK_GRID", SPLITK_GRID_SIZES)
+    fixed = getattr(cfg, field) if getattr(cfg, field) > 1 else 0
+    if fixed and splits not in (None, fixed):
+        raise GluonError(f"gemm: splits={splits} with {field}={fixed}: the kernel sums exactly that many K slices, "
+                         f"so the split count is {field}; leave splits unset")
     S = split_k(M, N, K, cfg, sms) if splits is None else splits
     # no empty K slice: the kernel's consumers release a stage after every unit, so a unit without
     # k-steps would release one it never took (e.g. splits=5 over 16 k-steps: 4, 4, 4, 4, 0)
     k_tiles = gl.cdiv(K, cfg.BLOCK_K)
     S = max(1, gl.cdiv(k_tiles, gl.cdiv(k_tiles, max(S, 1))))
-    if cfg.CLUSTER_K > 1 and S != cfg.CLUSTER_K:        # the kernel takes CLUSTER_K slices, none of them empty
-        raise GluonError(f"gemm: CLUSTER_K={cfg.CLUSTER_K} splits K={K} into {cfg.CLUSTER_K} slices of whole "
-                         f"{cfg.BLOCK_K}-deep k-steps, but {k_tiles} k-steps make at most {S} non-empty ones; use "
-                         f"CLUSTER_K={max(d for d in CLUSTER_K_SIZES if d <= S)} or a smaller BLOCK_K")
-    if cfg.SPLITK_GRID > 1 and S != cfg.SPLITK_GRID:
-        raise GluonError(f"gemm: SPLITK_GRID={cfg.SPLITK_GRID} splits K={K} into {cfg.SPLITK_GRID} slices of whole "
-                         f"{cfg.BLOCK_K}-deep k-steps, but {k_tiles} k-steps make at most {S} non-empty ones; use "
-                         f"SPLITK_GRID={1 << (S.bit_length() - 1)} or a smaller BLOCK_K")
+    if fixed and S != fixed:                        # the kernel takes that many slices, none of them empty
+        raise GluonError(f"gemm: {field}={fixed} splits K={K} into {fixed} slices of whole {cfg.BLOCK_K}-deep k-steps, "
+                         f"but {k_tiles} k-steps make at most {S} non-empty ones; use "
+                         f"{field}={max(d for d in sizes if d <= S)} or a smaller BLOCK_K")
     bound = gemm_sm90[grid(M, N, cfg, sms, S)]
     if cfg.SPLITK_GRID > 1 and units(M, N, cfg, S) > bound.grid[0]:
         raise GluonError(f"gemm: SPLITK_GRID={S} needs every unit resident at once (its slices wait for each "
