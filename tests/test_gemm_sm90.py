@@ -137,6 +137,20 @@ def test_split_k_partials_are_stored_in_pairs_where_rows_are_16_element_multiple
         assert ops["STG.E.64"] >= 64 and ops["STG.E"] == ops["STG.E.64"]
 
 
+def test_a_compiled_kernel_promising_n_multiple_16_is_refused_for_other_rows(interpret_env):
+    """`launch(..., compiled=ck)` of a binary compiled with N_MULTIPLE_16 (the tuner's, for rows of 16-element
+    multiples) on a C whose rows are not: one line naming the promise, before any launch."""
+    torch = pytest.importorskip("torch")
+    from gluon.kernels.gemm_sm90 import launch
+    from gluon.kernels.gemm_sm90.config import DEEP_K_CONFIG
+    cfg = DEEP_K_CONFIG.replace(CLUSTER_M=1).resolve(2)
+    ck = gemm_sm90.compile(*stand_ins(DType.f16, splits=4), num_warps=num_warps(cfg), CFG=cfg, B_KMAJOR=True,
+                           N_MULTIPLE_16=True)
+    a, b, c = torch.randn(128, 4096).half(), torch.randn(200, 4096).half(), torch.empty(128, 200).half()
+    with pytest.raises(GluonError, match=r"compiled with N_MULTIPLE_16=True .* C is 128x200"):
+        launch(a, b, c, cfg, b_kmajor=True, splits=4, compiled=ck)
+
+
 def test_coalesced_epilogue_machine_code():
     base = DEFAULT_CONFIG.replace(EPILOGUE="coalesced", EARLY_LOADS=False, LEAN_PROLOGUE=False)
     refs = stand_ins(DType.f16)

@@ -242,6 +242,21 @@ def test_gemm_template_traces_what_the_launch_compiles(monkeypatch):
     assert TUNING.flops((2, 3, 4)) == 48 and TUNING.bytes((2, 3, 4), "fp16") == 2 * (8 + 12 + 6)
 
 
+@pytest.mark.parametrize("shape,split,promised", [((512, 512, 65536), 8, True), ((512, 520, 65536), 8, False),
+                                                  ((1024, 1024, 1024), 1, False)])
+def test_gemm_template_promises_n_multiple_16_where_launch_does(shape, split, promised):
+    """The tuner's binaries of split configs store their partials in pairs where N allows it, as `launch`'s do
+    (4-byte stores were 5-18% slower at deep K): the promise is traced and keyed by N % 16."""
+    from gluon.jit import lower
+    from gluon.tuning.templates.gemm_sm90 import TUNING
+    config = dict(BLOCK_M=128, BLOCK_N=128, BLOCK_K=64, STAGES=6, CONSUMER_WARPS=4, PRODUCER_WARPS=1, EPILOGUE="direct",
+                  SPLIT_K=split)
+    abi = lower(TUNING.legality(config, shape, "bf16", "sm90")).abi
+    assert bool(abi.constexprs.get("N_MULTIPLE_16")) == promised
+    keys = {TUNING.compile_key("c", s, "bf16", "sm90") for s in ((512, 512, 65536), (512, 520, 65536))}
+    assert len(keys) == 2
+
+
 def test_the_gpu_worker_launches_the_pools_binary_without_tracing(tmp_path, monkeypatch):
     """The tuner traces a job once (its legality check lowers it), the compile pool builds that lowered
     kernel without a trace, and the GPU worker launches the binary from the cache by its key: nothing in

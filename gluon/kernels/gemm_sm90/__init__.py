@@ -18,4 +18,4 @@ measured, and the variants measured slower and removed: docs/PERF.md.
 from .config import (AUTO, DEFAULT_CONFIG, EPILOGUES, FIELDS, FP32_OUT_CONFIG, SMALL_CONFIGS, GemmConfig,  # noqa: F401
                      choose_config, grid, kernel_config, num_warps, resolve_config, split_k, tiles, to_config, units)
 from .kernel import gemm_sm90  # noqa: F401
-from .host import compile_variant, launch, splitk_reduce, stand_ins  # noqa: F401
+from .host import compile_variant, launch, promises_n16, splitk_reduce, stand_ins  # noqa: F401

@@ -176,6 +176,9 @@ def _launch(a, b, c, config, b_kmajor: bool, splits, compiled, scale_a, scale_b,
     elif scale == "block_m":        # M-major: its transpose is contiguous, [KB, M], at the same address
         scale_a = scale_a.t()
     ck = compiled
+    if ck is not None and N % 16 and ck.abi.constexprs.get("N_MULTIPLE_16"):
+        raise GluonError(f"gemm: the compiled kernel passed was compiled with N_MULTIPLE_16=True (rows of C a multiple "
+                         f"of 16 elements), but C is {M}x{N}; compile it for this N (N_MULTIPLE_16=False)")
     args = (a, b, c, w, cnt, scale_a, scale_b, S)
     if ck is None:
         if plan.ck is None:
@@ -193,6 +196,13 @@ def _launch(a, b, c, config, b_kmajor: bool, splits, compiled, scale_a, scale_b,
     if fast_key is not None and not interpreting():
         _remember(fast_key, ck, plan.bound.grid, la, second, args, compiled)
     return c
+
+
+def promises_n16(cfg: GemmConfig, splits: int, N: int) -> bool:
+    """Whether a launch promises the kernel N_MULTIPLE_16: vector stores / loads by address need rows of
+    16-element multiples, and the coalesced epilogue's, the split-K partials' (8-byte stores of the accumulator's
+    pairs, else 4-byte ones) and the in-kernel sums' (16 bytes) use them."""
+    return (cfg.EPILOGUE == "coalesced" or splits > 1) and N % 16 == 0
 
 
 def _fit_grid(plan: _Plan, ck) -> bool:
@@ -409,9 +419,7 @@ def _plan(a, c, M: int, N: int, K: int, config: GemmConfig | Mapping | None, b_k
         kw["SCALE"] = "block" if scale == "block_m" else scale
     if scale == "block_m":                                  # scale_a passed as its [KB, M] transpose
         kw["SA_M_MAJOR"] = True
-    # vector stores / loads by address need rows of 16-element multiples: the coalesced epilogue's, the split-K
-    # partials' (8-byte stores of the accumulator's pairs, else 4-byte ones) and the in-kernel sums' (16 bytes)
-    if (cfg.EPILOGUE == "coalesced" or S > 1) and N % 16 == 0:
+    if promises_n16(cfg, S, N):
         kw["N_MULTIPLE_16"] = True
     second_pass = S > 1 and not cfg.SPLITK_FIXUP and cfg.CLUSTER_K == 1 and cfg.SPLITK_GRID == 1
     meet = tiles(M, N, cfg) if cfg.SPLITK_GRID > 1 else 0

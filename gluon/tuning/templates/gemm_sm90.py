@@ -19,8 +19,8 @@ from pathlib import Path
 import gluon.kernels.gemm_sm90 as _kernel_package
 from gluon.dtypes import DType
 from gluon.ir import GluonError
-from gluon.kernels.gemm_sm90 import (DEFAULT_CONFIG, GemmConfig, gemm_sm90, launch, num_warps, split_k, stand_ins,
-                                     tiles)
+from gluon.kernels.gemm_sm90 import (DEFAULT_CONFIG, GemmConfig, gemm_sm90, launch, num_warps, promises_n16, split_k,
+                                     stand_ins, tiles)
 from gluon.tuning.template import (H200_PEAK_BW, H200_PEAK_FLOPS, H200_SMS, TuningTemplate, dtype_name, element_size,
                                    gluon_dtype, torch_dtype, waves_efficiency)
 
@@ -107,20 +107,25 @@ class _GemmSM90Tuning(TuningTemplate):
             raise GluonError(f"gemm_sm90 runs on sm90 (WGMMA + TMA), not {arch}")
         cfg = self.kernel_config(config, dtype)
         S = self.splits(config, shape)
+        # rows of C a multiple of 16 elements: promised where `launch` promises it (split-K partials stored in
+        # pairs, the coalesced epilogue's 16-byte stores), so the binary timed is the one a launch runs
+        n16 = promises_n16(cfg, S, shape[1])
         if _fp8(dtype):
             return gemm_sm90.trace(*stand_ins(gluon_dtype(dtype), DType.bf16, splits=S), arch=arch,
-                                   num_warps=num_warps(cfg), CFG=cfg, B_KMAJOR=True, SCALE=self.SCALE)
+                                   num_warps=num_warps(cfg), CFG=cfg, B_KMAJOR=True, SCALE=self.SCALE,
+                                   N_MULTIPLE_16=n16)
         return gemm_sm90.trace(*stand_ins(gluon_dtype(dtype), splits=S), arch=arch, num_warps=num_warps(cfg),
-                               CFG=cfg, B_KMAJOR=False)
+                               CFG=cfg, B_KMAJOR=False, N_MULTIPLE_16=n16)
 
     def legality_key(self, config_id, shape, dtype, arch):
         return (config_id, dtype, arch)            # the trace has symbolic sizes
 
     def compile_key(self, config_id, shape, dtype, arch):
-        # one binary per (config, dtype): the trace has symbolic sizes; SPLITS is traced with the
-        # divisibility of the first shape's split count (a launch through `launch` alone would specialize
-        # a split count of 16 once more)
-        return (config_id, dtype, arch)
+        # one binary per (config, dtype, whether N is a multiple of 16): the trace has symbolic sizes; SPLITS and
+        # N_MULTIPLE_16 are traced as the first shape's split count has them (a shape of the key with another
+        # count may run without the promise, never with a false one; a launch through `launch` alone would
+        # specialize a split count of 16 once more)
+        return (config_id, dtype, arch, shape[1] % 16 == 0)
 
     # -- on the GPU -------------------------------------------------------------------------------------
     def make_inputs(self, shape, dtype, device, seed):
