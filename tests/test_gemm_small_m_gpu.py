@@ -113,6 +113,21 @@ def test_swap_ab_on_two_warpgroups_matches_fp64(M, N, K, bn, stages, extra, b_km
         _agree_bit_for_bit(M, N, K, dtype, b_kmajor, [(cfg, None), (cfg.replace(CLUSTER_K=1), cfg.CLUSTER_K)])
 
 
+@pytest.mark.parametrize("M,N,K,bm,bn,wgs,b_kmajor", [
+    (32, 4096, 4096, 16, 64, 1, True), (128, 4096, 4096, 64, 64, 1, True), (100, 4097, 2048, 64, 64, 1, True),
+    (1, 4096, 4096, 8, 64, 1, True), (64, 14336, 4096, 32, 128, 1, True), (128, 4096, 4096, 64, 128, 2, True),
+    (96, 4096, 4096, 64, 128, 1, False), (40, 1000, 3000, 32, 256, 2, False), (128, 777, 333, 64, 128, 1, False)])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_swap_ab_in_pairs_sharing_b_matches_fp64(M, N, K, bm, bn, wgs, b_kmajor, dtype):
+    """C^T = B^T A^T in 2-CTA clusters along M (CLUSTER_M=2): A's row blocks in pairs, each CTA loading half of the
+    shared B tile and multicasting it; one and two warpgroups, both B layouts, one row block only (the second CTA's
+    rows all past M), sizes off the tiles; split or not: poisoned outputs within 1e-2 of fp64, twice, and bit for bit
+    the same config without the cluster."""
+    cfg = _swap(M, bn, 64, STAGES=8 if bn <= 128 else 4).replace(BLOCK_M=bm, CONSUMER_WGS=wgs, CLUSTER_M=2)
+    _agree_bit_for_bit(M, N, K, dtype, b_kmajor, [(cfg, 1), (cfg.replace(CLUSTER_M=1), 1)])
+    _agree_bit_for_bit(M, N, K, dtype, b_kmajor, [(cfg, 2), (cfg.replace(CLUSTER_M=1), 2)])
+
+
 @pytest.mark.parametrize("M,N,K,b_kmajor", [(1000, 3000, 777, False), (7, 4097, 1000, True), (333, 200, 136, False)])
 def test_unaligned_calls_allocate_nothing_after_the_first(M, N, K, b_kmajor):
     """Operands TMA cannot describe go through padded copies cached per (device, stream, shape): repeated

@@ -69,7 +69,8 @@ class GemmConfig:
                                 A's BLOCK_M rows on its N (a power of two, 8 .. 256), so a few rows of A
                                 (decode: M of 1 .. 64) neither waste the MMA nor shared memory; one
                                 consumer warpgroup, or two cooperative ones splitting B's rows (sharing A's
-                                tile), stores C from registers
+                                tile), stores C from registers; with CLUSTER_M=2 A's row blocks go in pairs that
+                                share the B tile (each CTA loads half of it and multicasts it)
     CLUSTER_K                   split-K inside a cluster: its CLUSTER_K CTAs (2, 4 or 8) take the K slices of
                                 one output tile, store their fp32 partials, meet at a cluster barrier, and
                                 each sums 1/CLUSTER_K of the tile's columns over the slices in slice order
@@ -256,8 +257,6 @@ def _check_swap_ab(cfg: GemmConfig) -> None:
     elif cfg.BLOCK_N % (64 * cfg.CONSUMER_WGS):
         why = (f"BLOCK_N (WGMMA's M under the swap) a multiple of {64 * cfg.CONSUMER_WGS} (64 rows a warpgroup), "
                f"not {cfg.BLOCK_N}")
-    elif cfg.CLUSTER_M != 1:
-        why = f"CLUSTER_M=1, not {cfg.CLUSTER_M}"
     elif cfg.EPILOGUE not in ("direct", AUTO):
         why = f"EPILOGUE='direct' (or 'auto'): C^T's tile is stored from registers, not EPILOGUE={cfg.EPILOGUE!r}"
     elif cfg.SPLITK_FIXUP:
