@@ -22,8 +22,7 @@ _INTS = ("BLOCK_M", "BLOCK_N", "BLOCK_K", "STAGES", "GROUP_M", "CONSUMER_WGS", "
          "CLUSTER_M", "CLUSTER_K", "SPLITK_GRID")
 CLUSTER_K_SIZES = (1, 2, 4, 8)      # a portable cluster holds at most 8 CTAs
 SPLITK_GRID_SIZES = (1, 2, 4, 8, 16)
-_BOOLS = ("SPLIT_WGS", "K_ZIGZAG", "TMA_PREFETCH", "SPLITK_FIXUP", "SWAP_AB", "MMA_TURNS", "SCALES_AHEAD", "PDL",
-          "K_INTERLEAVE")
+_BOOLS = ("SPLIT_WGS", "K_ZIGZAG", "TMA_PREFETCH", "SPLITK_FIXUP", "SWAP_AB", "MMA_TURNS", "SCALES_AHEAD", "PDL")
 _AUTO_BOOLS = ("EARLY_LOADS", "LEAN_PROLOGUE")
 _SWIZZLES = tuple(m.value for m in SwizzleMode)
 _SPLIT_CONSUMER_REGS = 216          # the second consumer warpgroup's setmaxnreg with SPLIT_WGS
@@ -95,11 +94,6 @@ class GemmConfig:
                                 before it (its prologue overlaps that one's end; it waits, `griddep_wait`, before
                                 its first global access) and lets the next launch at its start; the split-K second
                                 pass (`splitk_reduce`) likewise waits for this kernel's partials in the kernel
-    K_INTERLEAVE                split-K: slice s of S takes the k-steps s, s + S, s + 2S, ... instead of one
-                                contiguous run, so a tile's slices, which run at once, read neighbouring 64-column
-                                pieces of every row (the same DRAM pages) rather than S regions K / S apart. Each
-                                slice still sums its own k-steps in order and the slices are summed in slice
-                                order (deterministic; other roundings than the contiguous slices')
     """
 
     BLOCK_M: int = 128
@@ -125,7 +119,6 @@ class GemmConfig:
     MMA_TURNS: bool = False
     SCALES_AHEAD: bool = False
     PDL: bool = False
-    K_INTERLEAVE: bool = False
 
     __hash__ = cached_hash
     __getstate__ = state_without_hash
@@ -233,11 +226,10 @@ class GemmConfig:
         return {f: getattr(self, f) for f in FIELDS}
 
     def describe(self) -> str:
-        """"KEY=VALUE, ..." of every field, but K_ZIGZAG, TMA_PREFETCH, SPLITK_FIXUP, SWAP_AB and K_INTERLEAVE only
-        when on and CLUSTER_K and SPLITK_GRID only above 1."""
+        """"KEY=VALUE, ..." of every field, but K_ZIGZAG, TMA_PREFETCH, SPLITK_FIXUP and SWAP_AB only when on and
+        CLUSTER_K and SPLITK_GRID only above 1."""
         return ", ".join(f"{k}={v}" for k, v in self.to_dict().items()
-                         if (v is not False or k not in ("K_ZIGZAG", "TMA_PREFETCH", "SPLITK_FIXUP", "SWAP_AB",
-                                                         "K_INTERLEAVE"))
+                         if (v is not False or k not in ("K_ZIGZAG", "TMA_PREFETCH", "SPLITK_FIXUP", "SWAP_AB"))
                          and (k not in ("CLUSTER_K", "SPLITK_GRID") or v > 1))
 
 

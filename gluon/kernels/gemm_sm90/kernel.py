@@ -52,20 +52,10 @@ def _tile_coords(tile, num_pid_m, num_pid_n, GROUP_M: int):
     return pid_m, pid_n
 
 
-def _k_slice(split, k_per_split, k_tiles, SPLITS, INTERLEAVE: bool):
-    """[k_lo, k_hi): the k-steps of K slice `split` (the last slice may be short); with INTERLEAVE the slice's
-    own step numbers 0 .. its count (`_k_step` maps them to the k-steps split, split + SPLITS, ...)."""
-    if INTERLEAVE:
-        return 0, gl.cdiv(gl.maximum(k_tiles - split, 0), SPLITS)
+def _k_slice(split, k_per_split, k_tiles):
+    """[k_lo, k_hi): the k-steps of K slice `split` (the last slice may be short)."""
     k_lo = split * k_per_split
     return k_lo, gl.minimum(k_lo + k_per_split, k_tiles)
-
-
-def _k_step(kk, split, SPLITS, INTERLEAVE: bool):
-    """The k-step (of the whole K) that step `kk` of `_k_slice`'s range loads."""
-    if INTERLEAVE:
-        return kk * SPLITS + split
-    return kk
 
 
 def _cta_tile(row, col, rank, CLUSTER_M: int):
@@ -221,16 +211,12 @@ def gemm_sm90(A, B, C, W, CNT, SA, SB, SPLITS, CFG: gl.constexpr, B_KMAJOR: gl.c
         raise GluonError(f"fp8 block scales take BLOCK_K=128 (one scale block per k-step), BLOCK_N 64 or 128 (one B "
                          f"scale per tile) and no SWAP_AB; got BLOCK_K={CFG.BLOCK_K}, BLOCK_N={CFG.BLOCK_N}, "
                          f"SWAP_AB={CFG.SWAP_AB}")
-    if CFG.K_INTERLEAVE and SCALE == "block":
-        raise GluonError("K_INTERLEAVE=True with fp8 block scales (SCALE='block'): the scales' k-blocks follow "
-                         "contiguous K slices; leave K_INTERLEAVE=False")
     if CFG.PDL:         # the next kernel (the split-K second pass) may launch now: it waits for this one itself
         gl.griddep_launch_dependents()
     CM = CFG.CLUSTER_M                          # CTAs per cluster along M (sharing B by multicast) ...
     CK = CFG.CLUSTER_K                          # ... or along K (the slices of one tile)
     CL = CM * CK                                # CTAs per cluster
     GK = CFG.SPLITK_GRID                        # or the slices of a tile meet at its counter, anywhere on the GPU
-    IL = CFG.K_INTERLEAVE                       # a K slice's k-steps every SPLITS-th, not one contiguous run
     if CL > 1:
         gl.set_cluster(CL)
     if CK > 1:
@@ -337,13 +323,13 @@ def gemm_sm90(A, B, C, W, CNT, SA, SB, SPLITS, CFG: gl.constexpr, B_KMAJOR: gl.c
         # the first TMA loads (the DRAM round trip every program waits for) leave that much earlier
         # (with CLUSTER_K the CTA's rank is its K slice: its loads are its own, before the cluster meets)
         split0, row0, col0 = _unit(first_tile, rank, SPLITS, num_rows, num_cols, GROUP_ROWS, CK)
-        k_lo0, k_hi0 = _k_slice(split0, k_per_split, k_tiles, SPLITS, IL)
+        k_lo0, k_hi0 = _k_slice(split0, k_per_split, k_tiles)
         early = gl.where(first_tile < num_units, gl.minimum(gl.maximum(k_hi0 - k_lo0, 0), CFG.STAGES), 0)
         for i in static_range(CFG.STAGES):
             if i < early:
                 ready[i].expect(stage_bytes)
-                _load_stage(a_rings, b_s, None, i, A, B, ready[i], row0 * CFG.BLOCK_M, col0 * CFG.BLOCK_N,
-                            _k_step(k_lo0 + i, split0, SPLITS, IL), 0, RM, CFG.BLOCK_N, CFG.BLOCK_K, 1, B_KMAJOR)
+                _load_stage(a_rings, b_s, None, i, A, B, ready[i], row0 * CFG.BLOCK_M, col0 * CFG.BLOCK_N, k_lo0 + i,
+                            0, RM, CFG.BLOCK_N, CFG.BLOCK_K, 1, B_KMAJOR)
 
     for g in static_range(ROLES):
         with warp_role(WarpRole.CONSUMER, warp_range=(g * RW, g * RW + RW - 1),
@@ -367,7 +353,7 @@ def gemm_sm90(A, B, C, W, CNT, SA, SB, SPLITS, CFG: gl.constexpr, B_KMAJOR: gl.c
             for unit in range(first_tile, num_units, tile_step):
                 split, row, col = _unit(unit, rank, SPLITS, num_rows, num_cols, GROUP_ROWS, CK)
                 pid_m, pid_n = _cta_tile(row, col, rank, CM)
-                k_lo, k_hi = _k_slice(split, k_per_split, k_tiles, SPLITS, IL)
+                k_lo, k_hi = _k_slice(split, k_per_split, k_tiles)
                 if ZIG:                             # as the producer: odd units load their K slice top down
                     k_top = gl.where(odd == 1, k_lo + k_hi - 1, -1)
                     odd = 1 - odd
@@ -471,7 +457,7 @@ def gemm_sm90(A, B, C, W, CNT, SA, SB, SPLITS, CFG: gl.constexpr, B_KMAJOR: gl.c
             pid_m, pid_n = _cta_tile(row, col, rank, CM)
             off_m = pid_m * CFG.BLOCK_M
             off_n = pid_n * CFG.BLOCK_N
-            k_lo, k_hi = _k_slice(split, k_per_split, k_tiles, SPLITS, IL)
+            k_lo, k_hi = _k_slice(split, k_per_split, k_tiles)
             if CFG.K_ZIGZAG:                        # odd units of this program walk their K slice downward
                 k_top = gl.where(odd == 1, k_lo + k_hi - 1, -1)
                 odd = 1 - odd
@@ -483,7 +469,6 @@ def gemm_sm90(A, B, C, W, CNT, SA, SB, SPLITS, CFG: gl.constexpr, B_KMAJOR: gl.c
                     k_at = gl.where(k_top >= 0, k_top - kk, kk)
                 else:
                     k_at = kk
-                k_at = _k_step(k_at, split, SPLITS, IL)
                 empty[s].wait(((cnt // CFG.STAGES) & 1) ^ 1)   # fresh barriers pass phase 1 at once
                 ready[s].expect(stage_bytes)
                 # in a cluster, this CTA's part of the shared B tile, multicast into every CTA of the cluster
