@@ -537,3 +537,13 @@ def test_the_deep_k_pick_for_an_fp32_output_fits_shared_memory(dtype, in_size):
     assert cfg.BLOCK_N == 128 and cfg.STAGES == 5
     ck = gemm_sm90.compile(*stand_ins(dtype, DType.f32), num_warps=num_warps(cfg), CFG=cfg, B_KMAJOR=in_size == 1)
     assert ck.shared_bytes <= 227 * 1024
+
+
+@pytest.mark.parametrize("kw,fix", [(dict(BLOCK_M=192, CONSUMER_WGS=3), "SPLIT_WGS=True"),
+                                    (dict(BLOCK_M=96, CONSUMER_WGS=1), "BLOCK_M=64 or 128")])
+def test_a_consumer_roles_rows_must_be_whole_power_of_two_wgmmas(kw, fix):
+    """192 rows on three cooperative warpgroups used to fail deep in the trace (an arange of 192); the config says
+    what would run."""
+    with pytest.raises(GluonError, match=rf"BLOCK_M={kw['BLOCK_M']} with CONSUMER_WGS=.*power of two.*{fix}"):
+        DEFAULT_CONFIG.replace(**kw)
+    assert DEFAULT_CONFIG.replace(BLOCK_M=192, CONSUMER_WGS=3, SPLIT_WGS=True, CONSUMER_REGS=152).BLOCK_M == 192

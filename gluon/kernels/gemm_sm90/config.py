@@ -163,6 +163,8 @@ class GemmConfig:
                              "(or 'auto')")
         if self.SWAP_AB:
             _check_swap_ab(self)
+        else:
+            _check_rows(self)
         if self.CLUSTER_K > 1:
             _check_cluster_k(self)
         if self.SPLITK_GRID > 1:
@@ -284,6 +286,20 @@ def _check_cluster_k(cfg: GemmConfig) -> None:
         why = _summed_slabs_error(cfg, "CLUSTER_K")
     if why:
         raise GluonError(f"GemmConfig CLUSTER_K={cfg.CLUSTER_K} takes {why}")
+
+
+def _check_rows(cfg: GemmConfig) -> None:
+    """The accumulator rows of a consumer role (the tile's, or with SPLIT_WGS a warpgroup's share): whole 64-row
+    WGMMA instructions, a power of two of them (the epilogue's row indices are a power-of-two range)."""
+    roles = cfg.CONSUMER_WGS if cfg.SPLIT_WGS else 1
+    rows = cfg.BLOCK_M // roles
+    if cfg.BLOCK_M % roles or rows % 64 or rows & (rows - 1):
+        fix = f"BLOCK_M={roles * 64} or {roles * 128}"
+        if not cfg.SPLIT_WGS and cfg.CONSUMER_WGS > 1:
+            fix += f", or SPLIT_WGS=True (each warpgroup its own 64 rows: BLOCK_M={64 * cfg.CONSUMER_WGS})"
+        raise GluonError(f"GemmConfig BLOCK_M={cfg.BLOCK_M} with CONSUMER_WGS={cfg.CONSUMER_WGS}, "
+                         f"SPLIT_WGS={cfg.SPLIT_WGS}: a consumer role's {rows} accumulator rows must be a power of "
+                         f"two of whole 64-row WGMMAs; use {fix}")
 
 
 def _check_splitk_grid(cfg: GemmConfig) -> None:
