@@ -547,3 +547,16 @@ def test_a_consumer_roles_rows_must_be_whole_power_of_two_wgmmas(kw, fix):
     with pytest.raises(GluonError, match=rf"BLOCK_M={kw['BLOCK_M']} with CONSUMER_WGS=.*power of two.*{fix}"):
         DEFAULT_CONFIG.replace(**kw)
     assert DEFAULT_CONFIG.replace(BLOCK_M=192, CONSUMER_WGS=3, SPLIT_WGS=True, CONSUMER_REGS=152).BLOCK_M == 192
+
+
+@pytest.mark.parametrize("M,N,K", [(512, 512, 16384), (640, 640, 32768), (384, 768, 65536), (384, 1024, 65536),
+                                   (384, 384, 65536), (640, 1024, 32768), (768, 768, 49152), (1000, 1000, 16384)])
+def test_deep_k_slices_fill_one_wave_of_ctas(M, N, K):
+    """The deep-K pick's units in CTAs (2-CTA clusters along M: an odd count of tile rows leaves the last pair's
+    second CTA without rows, and it still takes an SM) fit one wave: 640x640 made 150 CTAs on 132 SMs, so 9
+    clusters ran a second unit."""
+    from gluon.kernels.gemm_sm90.config import units
+    cfg = resolve_config(M, N, K, 132, 2, True, None)
+    S = split_k(M, N, K, cfg, 132)
+    assert S > 1 and units(M, N, cfg, S) * cfg.cluster_size <= 132
+    assert units(M, N, cfg, S + 1) * cfg.cluster_size > 132 or S == 16 or -(-K // cfg.BLOCK_K) // (S + 1) < 16

@@ -214,7 +214,7 @@ def test_fp8_matches_the_dequantized_fp64_product(M, N, K, scale, fp8):
 
 
 @pytest.mark.parametrize("M,N,K", [(512, 512, 65536), (256, 1024, 32768), (300, 520, 20000), (200, 1000, 17000),
-                                   (1000, 1000, 16384)])
+                                   (1000, 1000, 16384), (640, 640, 32768), (384, 1024, 65536)])
 @pytest.mark.parametrize("b_kmajor", [False, True])
 def test_deep_k_default_config_matches_fp64(M, N, K, b_kmajor):
     """Few output tiles over a deep K: launch's pick (DEEP_K_CONFIG, 2-CTA clusters where A has two rows of

@@ -442,7 +442,9 @@ def balanced_splits(t: int, k_tiles: int, num_sms: int, min_k: int = 8, max_spli
 
 def split_k(M: int, N: int, K: int, config: GemmConfig, num_sms: int) -> int:
     """How many K slices: with SWAP_AB, `balanced_splits`; else 1 while the tiles fill the GPU, or else
-    enough units for about one wave, each slice at least 16 k-steps, and every slice non-empty."""
+    enough units for about one wave, each slice at least 16 k-steps, and every slice non-empty. A wave counts
+    CTAs: in 2-CTA clusters along M an odd count of tile rows leaves a CTA of the last pair without rows, which
+    still takes an SM."""
     if config.CLUSTER_K > 1:        # the cluster's CTAs are the slices
         return config.CLUSTER_K
     if config.SPLITK_GRID > 1:      # the slices that meet at a tile's counter
@@ -453,7 +455,8 @@ def split_k(M: int, N: int, K: int, config: GemmConfig, num_sms: int) -> int:
         return 1 if t * 4 >= num_sms * 3 else balanced_splits(t, k_tiles, num_sms)
     if t * 2 > num_sms or k_tiles < 32:
         return 1      # small K: the fp32 workspace round trip would cost more than the idle SMs
-    want = min(num_sms // t, k_tiles // 16, 16)
+    ctas = units(M, N, config) * config.CLUSTER_M
+    want = min(num_sms // ctas, k_tiles // 16, 16)
     if want <= 1:
         return 1
     per = _cdiv(k_tiles, want)
