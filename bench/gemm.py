@@ -33,7 +33,7 @@ DECODE_SHAPES = [f"{m}x{nk}" for nk in ("4096x4096", "28672x4096", "4096x14336",
                  for m in (1, 8, 16, 32, 64, 128)]
 # few output tiles over a deep K (M, N <= 1024, K >= 32768), and shallow K (K <= 128)
 DEEPK_SHAPES = ["512x512x16384", "512x512x65536", "1024x1024x32768", "1024x1024x65536", "256x1024x65536",
-                "1024x512x32768", "768x768x49152"]
+                "1024x512x32768", "768x768x49152", "640x640x32768", "384x1024x65536"]
 SHALLOWK_SHAPES = ["8192x8192x64", "8192x8192x128", "4096x4096x64", "16384x16384x128", "4096x28672x128",
                    "16384x4096x96"]
 # rows of A, B or C off 16-byte boundaries (the launch pads A and B, stores C by address); cuBLAS takes >= 20 us on

@@ -502,7 +502,7 @@ def choose_config(M: int, N: int, K: int, num_sms: int, pitch_aligned: bool = Tr
       slices (where `split_k` makes two) summed in 2-CTA clusters (CLUSTER_K=2), launched as a programmatic
       dependent (PDL: its prologue under the end of the kernel before, as in a model's GEMMs back to back);
     * K >= DEEP_K with under half a wave of 128x128 tiles: DEEP_K_CONFIG (split along K by `split_k`;
-      no cluster where A has one row of tiles);
+      no cluster where A has an odd count of tile rows);
     * under about one wave of 128x256 tiles: the first of SMALL_CONFIGS whose tiles fit in one wave;
     * an fp32 output (`out_size` 4): FP32_OUT_CONFIG;
     * a few waves of 128x256 tiles, the last part empty (aligned rows, 16-bit inputs: `wave_tiles`, which
@@ -534,7 +534,9 @@ def choose_config(M: int, N: int, K: int, num_sms: int, pitch_aligned: bool = Tr
     if K >= DEEP_K and tiles(M, N, DEEP_K_CONFIG) * 2 <= num_sms:
         # an fp32 output's 64 KiB staging tile fits beside 5 of the ring's 32 KiB stages, not 6
         deep = DEEP_K_CONFIG if out_size <= 2 else DEEP_K_CONFIG.replace(STAGES=5)
-        return deep if _cdiv(M, deep.BLOCK_M) > 1 else deep.replace(CLUSTER_M=1)
+        # B shared by 2-CTA pairs only over an even count of tile rows: over an odd one the last pair's second
+        # CTA has no rows and takes an SM, which lost 1-26% to no cluster (docs/PERF.md, twenty-eighth session)
+        return deep if _cdiv(M, deep.BLOCK_M) % 2 == 0 else deep.replace(CLUSTER_M=1)
     for cfg in SMALL_CONFIGS:
         if tiles(M, N, cfg) <= num_sms:
             return cfg
