@@ -565,7 +565,7 @@ def test_deep_k_slices_fill_one_wave_of_ctas(M, N, K):
 @pytest.mark.parametrize("M,pairs", [(512, True), (1024, True), (256, True), (200, True), (640, False), (384, False),
                                      (896, False), (300, False)])
 def test_deep_k_pairs_share_b_only_over_an_even_count_of_tile_rows(M, pairs):
-    """Over an odd count of 128-row tiles the last 2-CTA pair's second CTA has no rows: no cluster there (measured
-    1-26% faster on an H100 at five such shapes; pairs 13% faster at 512x512x65536)."""
+    """Over an odd count of 128-row tiles the last 2-CTA pair's second CTA has no rows: no cluster there (pairs
+    read 1-26% lower against cuBLAS at seven such shapes on an H100; 13% higher at 512x512x65536)."""
     cfg = choose_config(M, 640, 32768, 132)
     assert cfg.BLOCK_M == 128 and cfg.BLOCK_N == 128 and cfg.CLUSTER_M == (2 if pairs else 1)
