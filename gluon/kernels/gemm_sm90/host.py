@@ -381,7 +381,7 @@ def _plan(a, c, M: int, N: int, K: int, config: GemmConfig | Mapping | None, b_k
     cfg = resolve_config(M, N, K, sms, c.element_size(), pitch_aligned, config, a.element_size())
     if c_addr:
         cfg = by_address(cfg)
-    if interp and cfg.cluster_size > 1 and not _asks_for_clusters(config):
+    if interp and cfg.cluster_size > 1 and not (_asks_for(config, "CLUSTER_M") or _asks_for(config, "CLUSTER_K")):
         # the interpreter runs one CTA at a time; the pick's clusters only move data (multicast B) or sum K
         # slices (which splitk_reduce sums the same way), so the same config without them computes the same
         # values (clusters the caller asks for stay, and are refused)
@@ -447,13 +447,6 @@ def _block_scaled_overrides(M: int, N: int, K: int, sms: int, out_size: int, pit
     if "CONSUMER_WGS" not in given and bm * bn > 64 * 128 * wgs and bm % 64 == 0:
         given["CONSUMER_WGS"] = bm // 64
     return given
-
-
-def _asks_for_clusters(config) -> bool:
-    """Whether the caller's config (a GemmConfig, or a dict of overrides) sets CLUSTER_M or CLUSTER_K itself."""
-    if isinstance(config, GemmConfig):
-        return config.cluster_size > 1
-    return _asks_for(config, "CLUSTER_M") or _asks_for(config, "CLUSTER_K")
 
 
 def _asks_for(config, field: str) -> bool:
