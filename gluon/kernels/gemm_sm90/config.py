@@ -22,8 +22,7 @@ _INTS = ("BLOCK_M", "BLOCK_N", "BLOCK_K", "STAGES", "GROUP_M", "CONSUMER_WGS", "
          "CLUSTER_M", "CLUSTER_K", "SPLITK_GRID")
 CLUSTER_K_SIZES = (1, 2, 4, 8)      # a portable cluster holds at most 8 CTAs
 SPLITK_GRID_SIZES = (1, 2, 4, 8, 16)
-_BOOLS = ("SPLIT_WGS", "K_ZIGZAG", "TMA_PREFETCH", "SPLITK_FIXUP", "SWAP_AB", "MMA_TURNS", "SCALES_AHEAD", "PDL",
-          "RELEASE_AT_ONCE")
+_BOOLS = ("SPLIT_WGS", "K_ZIGZAG", "TMA_PREFETCH", "SPLITK_FIXUP", "SWAP_AB", "MMA_TURNS", "SCALES_AHEAD", "PDL")
 _AUTO_BOOLS = ("EARLY_LOADS", "LEAN_PROLOGUE")
 _SWIZZLES = tuple(m.value for m in SwizzleMode)
 _SPLIT_CONSUMER_REGS = 216          # the second consumer warpgroup's setmaxnreg with SPLIT_WGS
@@ -95,12 +94,6 @@ class GemmConfig:
                                 before it (its prologue overlaps that one's end; it waits, `griddep_wait`, before
                                 its first global access) and lets the next launch at its start; the split-K second
                                 pass (`splitk_reduce`) likewise waits for this kernel's partials in the kernel
-    RELEASE_AT_ONCE             each k-step's WGMMAs are waited for before the next stage's data, and their stage
-                                released at once (none left in flight): a late stage then does not hold back the
-                                release, and so the refill, of the one before it (by default a consumer keeps one
-                                k-step's WGMMAs in flight and releases a stage once the next one's have been issued);
-                                with two warpgroups each its own role (SPLIT_WGS), one's WGMMAs run while the other
-                                waits (cuBLAS's consumers). Not with fp8 block scales (their loop retires each k-step)
     """
 
     BLOCK_M: int = 128
@@ -126,7 +119,6 @@ class GemmConfig:
     MMA_TURNS: bool = False
     SCALES_AHEAD: bool = False
     PDL: bool = False
-    RELEASE_AT_ONCE: bool = False
 
     __hash__ = cached_hash
     __getstate__ = state_without_hash

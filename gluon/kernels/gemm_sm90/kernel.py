@@ -207,10 +207,6 @@ def gemm_sm90(A, B, C, W, CNT, SA, SB, SPLITS, CFG: gl.constexpr, B_KMAJOR: gl.c
     if CFG.SCALES_AHEAD and SCALE != "block":
         raise GluonError(f"SCALES_AHEAD=True is for fp8 block scales (SCALE='block'), loaded once per k-step; this "
                          f"launch has SCALE={SCALE!r}: leave SCALES_AHEAD=False")
-    if CFG.RELEASE_AT_ONCE and SCALE == "block":
-        raise GluonError("RELEASE_AT_ONCE=True: the fp8 block-scaled k-loop retires each k-step's WGMMAs before "
-                         "promoting its product, so its stages go back at once already; leave RELEASE_AT_ONCE=False "
-                         "with SCALE='block'")
     if SCALE == "block" and (CFG.BLOCK_K != 128 or 128 % CFG.BLOCK_N or CFG.SWAP_AB):
         raise GluonError(f"fp8 block scales take BLOCK_K=128 (one scale block per k-step), BLOCK_N 64 or 128 (one B "
                          f"scale per tile) and no SWAP_AB; got BLOCK_K={CFG.BLOCK_K}, BLOCK_N={CFG.BLOCK_N}, "
@@ -385,17 +381,12 @@ def gemm_sm90(A, B, C, W, CNT, SA, SB, SPLITS, CFG: gl.constexpr, B_KMAJOR: gl.c
                             acc = wgmma(b_op.T, a_s[s].T, acc, wait=False)
                         else:
                             acc = wgmma(a_s[s], b_op, acc, wait=False)
-                        if CFG.RELEASE_AT_ONCE:     # this k-step's WGMMA done: its stage goes back now
-                            acc = wgmma_wait(acc, a_s[s], b_s[s], pendings=0)
-                            empty[s].arrive(cluster=CM > 1)
-                        else:
-                            acc = wgmma_wait(acc, a_s[s], b_s[s], pendings=1)
-                            if kk > k_lo:           # the previous WGMMA is done: release its stage
-                                empty[(cnt + (CFG.STAGES - 1)) % CFG.STAGES].arrive(cluster=CM > 1)
+                        acc = wgmma_wait(acc, a_s[s], b_s[s], pendings=1)
+                        if kk > k_lo:               # the previous WGMMA is done: release its stage
+                            empty[(cnt + (CFG.STAGES - 1)) % CFG.STAGES].arrive(cluster=CM > 1)
                         cnt = cnt + 1
-                    if not CFG.RELEASE_AT_ONCE:
-                        acc = wgmma_wait(acc, pendings=0)
-                        empty[(cnt + (CFG.STAGES - 1)) % CFG.STAGES].arrive(cluster=CM > 1)
+                    acc = wgmma_wait(acc, pendings=0)
+                    empty[(cnt + (CFG.STAGES - 1)) % CFG.STAGES].arrive(cluster=CM > 1)
                 if SCALE == "tensor" or SCALE == "rowcol":   # linear: split-K partials take it too
                     if STAGED:
                         scales = staged_scales(acc, sr_bufs[g][sbuf], sc_bufs[g][sbuf], g, RW)
