@@ -569,3 +569,24 @@ def test_deep_k_pairs_share_b_only_over_an_even_count_of_tile_rows(M, pairs):
     read 1-26% lower against cuBLAS at seven such shapes on an H100; 13% higher at 512x512x65536)."""
     cfg = choose_config(M, 640, 32768, 132)
     assert cfg.BLOCK_M == 128 and cfg.BLOCK_N == 128 and cfg.CLUSTER_M == (2 if pairs else 1)
+
+
+@pytest.mark.parametrize("M,N,K,wide,pairs", [(768, 768, 49152, True, True), (384, 1024, 65536, True, False),
+                                              (768, 1024, 32768, True, True), (1024, 1024, 32768, False, True),
+                                              (512, 512, 16384, False, True), (640, 640, 32768, False, False),
+                                              (256, 1024, 65536, False, True)])
+def test_deep_k_takes_128x256_tiles_where_a_ctas_share_is_smaller(M, N, K, wide, pairs):
+    """128x256 tiles make more K slices, which fill the SMs better where 128x128 tiles leave many idle (768^2: 126
+    CTAs against 108); at an equal share of the work a CTA (1024^2, 512^2: the same 128 CTAs) the narrow tiles' fewer
+    slices won. 16-bit outputs and inputs only: fp32 outputs and fp8 keep the 128x128 tiles."""
+    from gluon.kernels.gemm_sm90.config import DEEP_K_CONFIG, DEEP_K_WIDE, slice_work, units
+    cfg = choose_config(M, N, K, 132)
+    assert (cfg.BLOCK_N, cfg.CONSUMER_WGS, cfg.STAGES) == ((256, 2, 4) if wide else (128, 1, 6))
+    assert cfg.CLUSTER_M == (2 if pairs else 1)
+    narrow = DEEP_K_CONFIG.replace(CLUSTER_M=cfg.CLUSTER_M)
+    wider = DEEP_K_WIDE.replace(CLUSTER_M=cfg.CLUSTER_M)
+    assert (slice_work(M, N, K, wider, 132) * 1.05 <= slice_work(M, N, K, narrow, 132)) == wide
+    S = split_k(M, N, K, cfg, 132)
+    assert units(M, N, cfg, S) * cfg.cluster_size <= 132
+    assert choose_config(M, N, K, 132, out_size=4).BLOCK_N == 128
+    assert resolve_config(M, N, K, 132, 2, in_size=1).BLOCK_N == 128

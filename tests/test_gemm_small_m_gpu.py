@@ -213,14 +213,17 @@ def test_fp8_matches_the_dequantized_fp64_product(M, N, K, scale, fp8):
     assert ((c.double() - ref).norm() / ref.norm()).item() < 1e-2
 
 
-@pytest.mark.parametrize("M,N,K", [(512, 512, 65536), (256, 1024, 32768), (300, 520, 20000), (200, 1000, 17000),
-                                   (1000, 1000, 16384), (640, 640, 32768), (384, 1024, 65536)])
+@pytest.mark.parametrize("M,N,K,wide", [(512, 512, 65536, False), (256, 1024, 32768, False), (300, 520, 20000, False),
+                                        (200, 1000, 17000, False), (1000, 1000, 16384, False), (640, 640, 32768, False),
+                                        (384, 1024, 65536, True), (768, 768, 49152, True), (700, 760, 40000, True),
+                                        (300, 1000, 50000, True)])
 @pytest.mark.parametrize("b_kmajor", [False, True])
-def test_deep_k_default_config_matches_fp64(M, N, K, b_kmajor):
-    """Few output tiles over a deep K: launch's pick (DEEP_K_CONFIG, 2-CTA clusters where A has two rows of
-    tiles, K split), on poisoned outputs, at sizes that are and are not multiples of the tiles, twice."""
-    from gluon.kernels.gemm_sm90.config import DEEP_K_CONFIG, choose_config
-    assert choose_config(M, N, K, 132).BLOCK_N == DEEP_K_CONFIG.BLOCK_N
+def test_deep_k_default_config_matches_fp64(M, N, K, wide, b_kmajor):
+    """Few output tiles over a deep K: launch's pick (`deep_k_config`: 128x128 or 128x256 tiles, 2-CTA clusters
+    where A has an even count of tile rows, K split), on poisoned outputs, at sizes that are and are not multiples
+    of the tiles, twice."""
+    from gluon.kernels.gemm_sm90.config import DEEP_K_CONFIG, DEEP_K_WIDE, choose_config
+    assert choose_config(M, N, K, 132).BLOCK_N == (DEEP_K_WIDE if wide else DEEP_K_CONFIG).BLOCK_N
     a, b = _operands(M, N, K, torch.bfloat16, b_kmajor)
     outs = []
     for _ in range(2):

@@ -376,6 +376,12 @@ BLOCK_SCALED_TALL_SPEED = 1.06
 # each B tile (half the L2 reads of B), the K split by `split_k` so about a wave of units runs.
 DEEP_K_CONFIG = DEFAULT_CONFIG.replace(BLOCK_M=128, BLOCK_N=128, STAGES=6, CONSUMER_WGS=1, CLUSTER_M=2)
 DEEP_K = 16384                      # K from which a problem of under half a wave of 128x128 tiles is "deep"
+# ... or 128x256 tiles on two cooperative warpgroups (4 stages; C by address, the K slices' partials leave from
+# registers anyway), where a CTA's share of the work, its tile times its K slice, is DEEP_K_WIDE_MARGIN smaller:
+# the coarser tiles make more K slices, which fill the SMs better (768x768x49152: 126 CTAs against 108, 0.83 -> 0.96x
+# cuBLAS); at an equal share they lost 1-8% to the 128x128 tiles' fewer slices (docs/PERF.md, twenty-ninth session)
+DEEP_K_WIDE = DEFAULT_CONFIG.replace(STAGES=4, EPILOGUE="direct", CLUSTER_M=2)
+DEEP_K_WIDE_MARGIN = 1.05
 
 
 # ------------------------------------------------------------------------------ rules on a config
@@ -463,6 +469,30 @@ def split_k(M: int, N: int, K: int, config: GemmConfig, num_sms: int) -> int:
     return _cdiv(k_tiles, per)
 
 
+def slice_work(M: int, N: int, K: int, config: GemmConfig, num_sms: int) -> int:
+    """Multiply-adds of one CTA's unit, its tile times its K slice (`split_k`'s): what a deep-K launch's time
+    follows, all its units running at once."""
+    k_tiles = _cdiv(K, config.BLOCK_K)
+    return config.BLOCK_M * config.BLOCK_N * _cdiv(k_tiles, split_k(M, N, K, config, num_sms)) * config.BLOCK_K
+
+
+def deep_k_config(M: int, N: int, K: int, num_sms: int, out_size: int = 2, wide: bool = True) -> GemmConfig:
+    """Few output tiles over a deep K: DEEP_K_CONFIG, or DEEP_K_WIDE where a CTA's `slice_work` is
+    DEEP_K_WIDE_MARGIN smaller (where `wide`, for 16-bit inputs and outputs: the ones timed), B shared by 2-CTA pairs only over
+    an even count of tile rows: over an odd one the last pair's second CTA has no rows and takes an SM, which lost
+    1-26% to no cluster (docs/PERF.md, twenty-eighth session)."""
+    def paired(cfg: GemmConfig) -> GemmConfig:
+        return cfg if _cdiv(M, cfg.BLOCK_M) % 2 == 0 else cfg.replace(CLUSTER_M=1)
+    # an fp32 output's 64 KiB staging tile fits beside 5 of the ring's 32 KiB stages, not 6
+    deep = paired(DEEP_K_CONFIG if out_size <= 2 else DEEP_K_CONFIG.replace(STAGES=5))
+    if out_size > 2 or not wide:
+        return deep
+    wider = paired(DEEP_K_WIDE)
+    if slice_work(M, N, K, wider, num_sms) * DEEP_K_WIDE_MARGIN <= slice_work(M, N, K, deep, num_sms):
+        return wider
+    return deep
+
+
 SMALL_M = 128                       # up to this many rows of A, choose_config swaps A and B ...
 _SWAP_ALWAYS_M = 64                 # ... and above this only where 128x256 tiles make under 3/4 of a wave
 _SMEM_BUDGET = 216 * 1024           # what the rings may take (the barriers and Triton's scratch need the rest)
@@ -501,8 +531,8 @@ def choose_config(M: int, N: int, K: int, num_sms: int, pitch_aligned: bool = Tr
       `small_m_config`, A and B swapped (unless `swap_ab` is False: the ordinary kernel's pick), its two K
       slices (where `split_k` makes two) summed in 2-CTA clusters (CLUSTER_K=2), launched as a programmatic
       dependent (PDL: its prologue under the end of the kernel before, as in a model's GEMMs back to back);
-    * K >= DEEP_K with under half a wave of 128x128 tiles: DEEP_K_CONFIG (split along K by `split_k`;
-      no cluster where A has an odd count of tile rows);
+    * K >= DEEP_K with under half a wave of 128x128 tiles: `deep_k_config`'s 128x128 tiles, or 128x256 where
+      `wave_tiles` (split along K by `split_k`; no cluster where A has an odd count of tile rows);
     * under about one wave of 128x256 tiles: the first of SMALL_CONFIGS whose tiles fit in one wave;
     * an fp32 output (`out_size` 4): FP32_OUT_CONFIG;
     * a few waves of 128x256 tiles, the last part empty (aligned rows, 16-bit inputs: `wave_tiles`, which
@@ -532,11 +562,7 @@ def choose_config(M: int, N: int, K: int, num_sms: int, pitch_aligned: bool = Tr
             return cfg.replace(EPILOGUE="coalesced")
         return cfg
     if K >= DEEP_K and tiles(M, N, DEEP_K_CONFIG) * 2 <= num_sms:
-        # an fp32 output's 64 KiB staging tile fits beside 5 of the ring's 32 KiB stages, not 6
-        deep = DEEP_K_CONFIG if out_size <= 2 else DEEP_K_CONFIG.replace(STAGES=5)
-        # B shared by 2-CTA pairs only over an even count of tile rows: over an odd one the last pair's second
-        # CTA has no rows and takes an SM, which lost 1-26% to no cluster (docs/PERF.md, twenty-eighth session)
-        return deep if _cdiv(M, deep.BLOCK_M) % 2 == 0 else deep.replace(CLUSTER_M=1)
+        return deep_k_config(M, N, K, num_sms, out_size, wide=wave_tiles)
     for cfg in SMALL_CONFIGS:
         if tiles(M, N, cfg) <= num_sms:
             return cfg
@@ -576,8 +602,8 @@ def resolve_config(M: int, N: int, K: int, num_sms: int, out_size: int, pitch_al
     the dict's overrides on top (of the unswapped pick unless the dict sets SWAP_AB), the pick first stripped
     of what a switch the dict turns on does not run with and the dict leaves open (`_base_for`); its "auto"
     values resolved for an output of `out_size`-byte elements. For 1-byte (fp8) inputs choose_config's k-step
-    holds twice the elements: the same bytes per stage, and no few-wave tiles (`wave_tiles`: measured for
-    16-bit inputs only)."""
+    holds twice the elements: the same bytes per stage, and no few-wave or deep-K 128x256 tiles (`wave_tiles`:
+    measured for 16-bit inputs only)."""
     if not isinstance(config, GemmConfig):
         # a dict of overrides that does not ask for SWAP_AB overrides the ordinary kernel's pick: its fields
         # (SPLIT_WGS, CONSUMER_WGS, a BLOCK_N for 128-row tiles) mean that family
