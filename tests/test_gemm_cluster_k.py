@@ -41,15 +41,16 @@ def test_cluster_k_sets_the_split_count_the_grid_and_the_warps():
                                     (small_m_config(64, 4096, 132).replace(CLUSTER_K=2), True),
                                     (small_m_config(128, 4096, 132).replace(CLUSTER_K=2), False)])
 def test_cluster_k_machine_code(cfg, km):
-    """One cluster barrier per tile besides the first (both roles meet it), no spills, the cluster size in the
-    binary, and no second kernel needed: the sum's fp32 loads bypass L1."""
+    """One cluster barrier per tile (both roles meet it) and none at the start (the CTAs reach no barrier of each
+    other's: one there cost 2-3% at decode shapes), no spills, the cluster size in the binary, and no second kernel
+    needed: the sum's fp32 loads bypass L1."""
     cfg = cfg.resolve(2)
     ck = gemm_sm90.compile(*stand_ins(DType.bf16, splits=cfg.CLUSTER_K), num_warps=num_warps(cfg), CFG=cfg,
                            B_KMAJOR=km, N_MULTIPLE_16=True)
     ops = sass_instructions(ck.sass())
     assert ck.spills == 0 and ck.shared_bytes <= 227 * 1024
     assert ck.binary.metadata["num_ctas"] == cfg.CLUSTER_K
-    assert ops["UCGABAR_ARV"] >= 2 and ops["UCGABAR_WAIT"] >= 2        # the start's and each tile's barrier
+    assert ops["UCGABAR_ARV"] == 2 and ops["UCGABAR_WAIT"] == 2        # each tile's barrier, in both roles
     # the partials of the other CTAs read past L1 (.cg), 16 bytes a thread where N is a multiple of 16
     assert ops["LDG.E.128.STRONG.GPU"] >= 1 and ops["LDG.E.128"] == ops["LDG"]
     # the sum's chunks are loaded ahead of C's stores (ptxas keeps a load below an earlier store, so chunks loaded

@@ -334,8 +334,8 @@ def gemm_sm90(A, B, C, W, CNT, SA, SB, SPLITS, CFG: gl.constexpr, B_KMAJOR: gl.c
     for g in static_range(ROLES):
         with warp_role(WarpRole.CONSUMER, warp_range=(g * RW, g * RW + RW - 1),
                        registers=CFG.CONSUMER_REGS if g > 0 else None):
-            if CL > 1:
-                gl.cluster_sync()                   # the other CTAs' barriers are initialised
+            if CM > 1:      # the other CTAs' barriers are initialised (CLUSTER_K's CTAs reach none of them)
+                gl.cluster_sync()
             a_s = a_rings[g]
             # SWAP_AB: the warpgroup computes C^T's tile (ACC), B's BLOCK_N rows on WGMMA's M and A's few rows on its N
             acc_layout = Layout.wgmma((RW, 1), instr_n=ACC[1], operand_dtype=A.dtype)
@@ -436,7 +436,7 @@ def gemm_sm90(A, B, C, W, CNT, SA, SB, SPLITS, CFG: gl.constexpr, B_KMAJOR: gl.c
     # and Triton's padding warps (a 1-warp role is padded to 4) never run role code
     PW = 4 if CL > 1 else 1
     with warp_role(WarpRole.PRODUCER, warp_range=(CW, CW + PW - 1), registers=CFG.PRODUCER_REGS):
-        if CL > 1:
+        if CM > 1:
             gl.cluster_sync()
         cnt = gl.full((), 0, gl.int32)
         if CFG.EARLY_LOADS:
