@@ -222,7 +222,7 @@ _register("griddep_launch_dependents", "let the next kernel on the stream, a pro
 _register("thread_barrier", "block-wide barrier (bar.sync)", "thread_barrier")
 _register("cluster_rank", "this CTA's rank in its thread-block cluster (i32 scalar)", "cluster")
 _register("cluster_sync", "every thread of every CTA in the cluster meets here; mbarrier inits before it are visible "
-          "cluster-wide after it", "cluster")
+          "cluster-wide after it, and with attrs['memory'] (the default) every memory write before it", "cluster")
 _register("named_barrier_sync", "PTX bar.sync: wait at hardware named barrier attrs['barrier_id'] (or the i32 operand) "
           "until attrs['num_threads'] threads have arrived or synced on it; a synchronization effect, never pure",
           "named_barrier", verify_named_barrier)

@@ -335,7 +335,7 @@ def gemm_sm90(A, B, C, W, CNT, SA, SB, SPLITS, CFG: gl.constexpr, B_KMAJOR: gl.c
         with warp_role(WarpRole.CONSUMER, warp_range=(g * RW, g * RW + RW - 1),
                        registers=CFG.CONSUMER_REGS if g > 0 else None):
             if CM > 1:      # the other CTAs' barriers are initialised (CLUSTER_K's CTAs reach none of them)
-                gl.cluster_sync()
+                gl.cluster_sync(memory=False)
             a_s = a_rings[g]
             # SWAP_AB: the warpgroup computes C^T's tile (ACC), B's BLOCK_N rows on WGMMA's M and A's few rows on its N
             acc_layout = Layout.wgmma((RW, 1), instr_n=ACC[1], operand_dtype=A.dtype)
@@ -437,7 +437,7 @@ def gemm_sm90(A, B, C, W, CNT, SA, SB, SPLITS, CFG: gl.constexpr, B_KMAJOR: gl.c
     PW = 4 if CL > 1 else 1
     with warp_role(WarpRole.PRODUCER, warp_range=(CW, CW + PW - 1), registers=CFG.PRODUCER_REGS):
         if CM > 1:
-            gl.cluster_sync()
+            gl.cluster_sync(memory=False)
         cnt = gl.full((), 0, gl.int32)
         if CFG.EARLY_LOADS:
             cnt = cnt + early                       # the prologue filled slots 0 .. early - 1 (phase 0)

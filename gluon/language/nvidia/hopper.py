@@ -119,12 +119,15 @@ def cluster_rank() -> Tensor:
     return Tensor(t.emit("cluster_rank", [], [ir.ScalarType(DType.i32)]).result)
 
 
-def cluster_sync() -> None:
+def cluster_sync(memory: bool = True) -> None:
     """All threads of all CTAs in the cluster meet (barrier.cluster); mbarrier inits made before it are
-    visible to the other CTAs after it. Every warp must reach it: call it at the top of every warp role."""
+    visible to the other CTAs after it. Every warp must reach it: call it at the top of every warp role.
+    `memory`: the threads' memory writes before it are also visible to the other CTAs' reads after it (a release /
+    acquire barrier, a GPU-scope fence in the machine code); False where only the inits must be (a relaxed arrive
+    after `fence.mbarrier_init`, CUTLASS's start of a cluster kernel)."""
     t = _tr()
     _need_cluster(t, "cluster_sync")
-    t.emit("cluster_sync")
+    t.emit("cluster_sync", attrs={"memory": bool(memory)})
 
 
 # ---------------------------------------------------------------------------------- dependent launch

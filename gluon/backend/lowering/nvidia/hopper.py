@@ -223,5 +223,7 @@ def lower_cluster_sync(lw: KernelLowering, op: Op) -> None:
     fence = lw.names.fresh()
     lw.emit(f'{fence} = tt.elementwise_inline_asm "fence.mbarrier_init.release.cluster; mov.u32 $0, 0;" '
             '{constraints = "=r", packed_element = 1 : i32, pure = false} -> i32')
-    lw.emit("ttng.cluster_arrive {relaxed = false}")
+    # with `memory`, a release / acquire barrier (the writes before it visible to the other CTAs' reads after it)
+    relaxed = "false" if op.attrs.get("memory", True) else "true"
+    lw.emit(f"ttng.cluster_arrive {{relaxed = {relaxed}}}")
     lw.emit("ttng.cluster_wait")
