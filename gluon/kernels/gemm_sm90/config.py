@@ -477,10 +477,10 @@ def slice_work(M: int, N: int, K: int, config: GemmConfig, num_sms: int) -> int:
 
 
 def deep_k_config(M: int, N: int, K: int, num_sms: int, out_size: int = 2, wide: bool = True) -> GemmConfig:
-    """Few output tiles over a deep K: DEEP_K_CONFIG, or DEEP_K_WIDE where a CTA's `slice_work` is
-    DEEP_K_WIDE_MARGIN smaller (where `wide`, for 16-bit inputs and outputs: the ones timed), B shared by 2-CTA pairs only over
-    an even count of tile rows: over an odd one the last pair's second CTA has no rows and takes an SM, which lost
-    1-26% to no cluster (docs/PERF.md, twenty-eighth session)."""
+    """Few output tiles over a deep K: DEEP_K_CONFIG, or DEEP_K_WIDE where that makes a CTA's `slice_work`
+    DEEP_K_WIDE_MARGIN smaller (only with `wide` and a 16-bit output: what was timed). Either shares B in 2-CTA
+    pairs only over an even count of tile rows: over an odd one the last pair's second CTA has no rows and takes an
+    SM, which lost 1-26% to no cluster (docs/PERF.md, twenty-eighth session)."""
     def paired(cfg: GemmConfig) -> GemmConfig:
         return cfg if _cdiv(M, cfg.BLOCK_M) % 2 == 0 else cfg.replace(CLUSTER_M=1)
     # an fp32 output's 64 KiB staging tile fits beside 5 of the ring's 32 KiB stages, not 6
