@@ -261,8 +261,9 @@ def test_cluster_k_matches_fp64_and_the_two_pass_sum_bit_for_bit(M, N, K, ck, ba
 @pytest.mark.parametrize("b_kmajor", [False, True])
 def test_cluster_k_with_early_loads_matches_the_kernel_without_them_bit_for_bit(M, N, K, ck, base, b_kmajor):
     """EARLY_LOADS=True with CLUSTER_K (asked for; "auto" leaves it off there): each CTA's first stages of its
-    first tile's K slice loaded before the roles start and the cluster meets. Bit for bit the same config
-    without them, on poisoned outputs, fresh inputs twice; several tiles a cluster in the last case."""
+    first tile's K slice loaded before the roles start and the cluster meets, and with LEAN_PROLOGUE the prologue's
+    barriers dropped but the one before the first load of another thread. Bit for bit the same config without
+    them, on poisoned outputs, fresh inputs twice; several tiles a cluster in the last case."""
     from gluon.kernels.gemm_sm90.config import DEEP_K_CONFIG
     if base == "swap":
         bm = max(8, 1 << (M - 1).bit_length())
@@ -270,8 +271,9 @@ def test_cluster_k_with_early_loads_matches_the_kernel_without_them_bit_for_bit(
     else:
         cfg = DEEP_K_CONFIG.replace(CLUSTER_M=1, CLUSTER_K=ck, BLOCK_N=64 if M == 2048 else 128)
     early = cfg.replace(EARLY_LOADS=True)
+    lean = early.replace(LEAN_PROLOGUE=True)
     _agree_bit_for_bit(M, N, K, torch.bfloat16, b_kmajor, [(cfg.replace(EARLY_LOADS=False), None), (early, None),
-                                                           (early, None)])
+                                                           (early, None), (lean, None), (lean, None)])
 
 
 def test_cluster_k_with_several_tiles_per_cluster():

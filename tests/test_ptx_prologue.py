@@ -69,6 +69,17 @@ def test_inits_alone_lose_every_barrier_before_the_cta_barrier():
     assert _barriers(out) == []
 
 
+def test_a_programmatic_dependents_wait_may_sit_in_the_span():
+    """PDL's `griddepcontrol.wait` (inline asm, every thread) between the inits and the first loads: each thread
+    waits before its own next instruction, so the barriers go as without it."""
+    wait = "\t// begin inline asm\n\tgriddepcontrol.wait; mov.u32 %r77, 0;\n\t// end inline asm\n"
+    ptx = PTX.replace("\tdiv.s32 \t%r25", wait + "\tdiv.s32 \t%r25")
+    assert ptx != PTX
+    out, stats = ptx_prologue.rewrite(ptx, "k")
+    assert stats["removed"] == 2 and len(stats["kept"]) == 1, stats
+    assert "griddepcontrol.wait" in out
+
+
 @pytest.mark.parametrize("edit,why", [
     (("div.s32 \t%r25", "ld.shared.u32 \t%r9, [%r210];\n\tdiv.s32 \t%r25"), "ld.shared.u32 at line"),
     (("@%p13 bra \t$L__BB0_17;", "@%p13 bra \t$L__BB0_99;"), "goes to $L__BB0_99, not to the end"),
@@ -101,6 +112,27 @@ def test_gemm_prologue_loses_its_barriers_and_nothing_else(variant, removed):
     assert b["BAR.SYNC.DEFER_BLOCKING"] - a["BAR.SYNC.DEFER_BLOCKING"] == removed
     for op in ("HGMMA.64x256x16.F32", "UTMALDG.2D", "USETMAXREG.TRY_ALLOC.CTAPOOL", "SYNCS.EXCH.64"):
         assert a[op] == b[op], op
+    assert lean.spills == 0
+
+
+@pytest.mark.parametrize("M", [32, 128])
+def test_the_decode_picks_lose_their_prologue_barriers_with_early_loads(M):
+    """The swapped decode picks (K halves summed in a 2-CTA cluster, launched as programmatic dependents) start with
+    no cluster barrier, so their prologue is the plain kernel's with PDL's wait in it: LEAN_PROLOGUE may be asked
+    for there ("auto" leaves it off until a GPU has timed it), and with EARLY_LOADS it drops most of the barriers
+    the early loads brought, keeping the one before the first load of another thread."""
+    from gluon.kernels.gemm_sm90.config import choose_config
+    pick = choose_config(M, 4096, 4096, 132)
+    assert pick.CLUSTER_K == 2 and pick.PDL and pick.resolve(2).LEAN_PROLOGUE is False
+    kw = dict(pick.to_dict(), EARLY_LOADS=True)
+    lean = compile_variant(DType.bf16, B_KMAJOR=True, **dict(kw, LEAN_PROLOGUE=True))
+    plain = compile_variant(DType.bf16, B_KMAJOR=True, **dict(kw, LEAN_PROLOGUE=False))
+    st = lean.binary.metadata["gluon_prologue"]
+    assert st["removed"] >= 10 and len(st["kept"]) == 1, st
+    a, b = sass_instructions(lean.sass()), sass_instructions(plain.sass())
+    assert b["BAR.SYNC.DEFER_BLOCKING"] - a["BAR.SYNC.DEFER_BLOCKING"] == st["removed"]
+    for op in ("HGMMA.64x%dx16.F32.BF16" % M, "UTMALDG.2D", "SYNCS.EXCH.64", "UCGABAR_ARV", "ACQBULK"):
+        assert a[op] == b[op] and a[op] > 0, op
     assert lean.spills == 0
 
 

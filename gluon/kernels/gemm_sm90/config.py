@@ -60,7 +60,8 @@ class GemmConfig:
     EARLY_LOADS                 the first unit's first stages loaded by the default warps before the warp
                                 roles start (with CLUSTER_K too, when asked); "auto": no cluster, not "ring"
     LEAN_PROLOGUE               drop the CTA barriers between the barrier inits and the early loads but
-                                the one the inits need (a PTX pass); "auto": where EARLY_LOADS can be
+                                the one the inits need (a PTX pass); "auto": as EARLY_LOADS's; asked for, also
+                                with CLUSTER_K (whose CTAs meet no cluster barrier before the roles start)
     SPLITK_FIXUP                with split-K, the last K slice to finish each output element sums the
                                 fp32 partials (in slice order: deterministic) and writes C, so no second
                                 kernel runs
@@ -153,10 +154,10 @@ class GemmConfig:
                 raise GluonError(f"GemmConfig EARLY_LOADS=True: EARLY_LOADS is written for the kernel without "
                                  f"multicast clusters or the ring epilogue ({why}); use EARLY_LOADS=False (or "
                                  "'auto') with those")
-            if self.LEAN_PROLOGUE is True:
+            if self.LEAN_PROLOGUE is True and not self.early_loads_fit:
                 raise GluonError(f"GemmConfig LEAN_PROLOGUE=True: LEAN_PROLOGUE is verified for the cooperative kernel "
-                                 f"without clusters or the ring epilogue ({why}); use LEAN_PROLOGUE=False (or 'auto') "
-                                 "with those")
+                                 f"without multicast clusters or the ring epilogue ({why}); use LEAN_PROLOGUE=False (or "
+                                 "'auto') with those")
         if self.SPLITK_FIXUP and self.EPILOGUE not in ("direct", AUTO):
             raise GluonError(f"GemmConfig SPLITK_FIXUP=True with EPILOGUE={self.EPILOGUE!r}: the fixup stores C from "
                              "registers, and a kernel reaches C either by pointer or by TMA; use EPILOGUE='direct' "
