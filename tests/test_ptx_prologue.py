@@ -138,6 +138,7 @@ def test_the_decode_picks_lose_their_prologue_barriers_with_early_loads(M):
 
 def test_auto_turns_it_on_where_it_was_verified():
     assert DEFAULT_CONFIG.resolve(2).LEAN_PROLOGUE is True
+    assert DEFAULT_CONFIG.replace(PDL=True).resolve(2).LEAN_PROLOGUE is False     # asked for only, until timed
     for off in (dict(CLUSTER_M=2), dict(EPILOGUE="ring")):
         assert DEFAULT_CONFIG.replace(**off).resolve(2).LEAN_PROLOGUE is False, off
     assert DEFAULT_CONFIG.replace(LEAN_PROLOGUE=False).resolve(2).LEAN_PROLOGUE is False

@@ -206,8 +206,8 @@ class GemmConfig:
         """The config with its "auto" values decided for an output of `out_size`-byte elements (itself
         when none is left). EPILOGUE: "tma" when the staging tile fits in 64 KiB beside the ring (a
         128x256 fp32 tile would not) and SPLITK_FIXUP is off (its fixup stores C from registers), else
-        "direct". EARLY_LOADS and LEAN_PROLOGUE: on wherever the
-        kernel has them (`plain`)."""
+        "direct". EARLY_LOADS and LEAN_PROLOGUE: on wherever the kernel has them (`plain`); LEAN_PROLOGUE not with
+        PDL, where its pass has not run on a GPU (it skipped PDL's wait until the twenty-ninth session)."""
         if self.resolved:
             return self
         kw = {}
@@ -217,7 +217,7 @@ class GemmConfig:
             kw["EPILOGUE"] = "tma" if staged else "direct"
         for name in _AUTO_BOOLS:
             if getattr(self, name) == AUTO:
-                kw[name] = self.plain
+                kw[name] = self.plain and not (name == "LEAN_PROLOGUE" and self.PDL)
         return replace(self, **kw)
 
     # -- building -----------------------------------------------------------------------------------
