@@ -70,8 +70,9 @@ def read(path: str, top: int = 12) -> Stalls:
     for i in ranked:
         r = data[i]
         most = sorted(kinds, key=lambda k: -_int(r[ix[k]]))[:2]
-        lines.append(Line(r[ix["Source"]].strip(), _int(r[ix["# Samples"]]) / total, _int(r[ix["Instructions Executed"]]),
-                          tuple(k[6:] for k in most if _int(r[ix[k]])), data[i - 1][ix["Source"]].strip() if i else ""))
+        lines.append(Line(r[ix["Source"]].strip(), _int(r[ix["# Samples"]]) / total,
+                          _int(r[ix["Instructions Executed"]]), tuple(k[6:] for k in most if _int(r[ix[k]])),
+                          data[i - 1][ix["Source"]].strip() if i else ""))
     return Stalls(path, samples, executed, reasons, tuple(lines))
 
 

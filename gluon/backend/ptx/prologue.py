@@ -19,15 +19,15 @@ sit on the path to the first TMA load. Most are not needed:
   the barriers after the warp roles start).
 
 A programmatic dependent's `griddepcontrol.wait` (PDL) may sit in the span too: each thread waits for the kernel
-before before its own next instruction, so the thread that issues a TMA load has waited before it, barriers or
+before it ahead of its own next instruction, so the thread that issues a TMA load has waited before it, barriers or
 not; `griddepcontrol.launch_dependents` orders nothing of this kernel's.
 
 The span is the default warps' code from the first `mbarrier.init` to the first label or barrier with an
 id other than 0; it must end at a barrier of the whole CTA (Triton's warp-specialize start, `barrier.sync
 1`), which orders everything in it for every thread. Any instruction in the span that is not integer
 arithmetic, predicates, moves, shuffles, elect, parameter loads, an init, an expect-tx, a TMA load, a
-`griddepcontrol` or a branch to the span's end (where the whole-CTA barrier follows), and the pass leaves the PTX as it was
-and says why (the `skipped` entry of its stats). The kernel asks for it (`gl.set_lean_prologue()`); its precondition, that the
+`griddepcontrol` or a branch to the span's end (where the whole-CTA barrier follows), and the pass leaves the PTX
+as it was and says why (the `skipped` entry of its stats). The kernel asks for it (`gl.set_lean_prologue()`); its precondition, that the
 prologue's TMA loads fill distinct buffers, is the kernel's to keep.
 """
 from __future__ import annotations

@@ -155,9 +155,9 @@ class GemmConfig:
                                  f"multicast clusters or the ring epilogue ({why}); use EARLY_LOADS=False (or "
                                  "'auto') with those")
             if self.LEAN_PROLOGUE is True and not self.early_loads_fit:
-                raise GluonError(f"GemmConfig LEAN_PROLOGUE=True: LEAN_PROLOGUE is verified for the cooperative kernel "
-                                 f"without multicast clusters or the ring epilogue ({why}); use LEAN_PROLOGUE=False (or "
-                                 "'auto') with those")
+                raise GluonError(f"GemmConfig LEAN_PROLOGUE=True: LEAN_PROLOGUE is verified for the cooperative "
+                                 f"kernel without multicast clusters or the ring epilogue ({why}); use "
+                                 "LEAN_PROLOGUE=False (or 'auto') with those")
         if self.SPLITK_FIXUP and self.EPILOGUE not in ("direct", AUTO):
             raise GluonError(f"GemmConfig SPLITK_FIXUP=True with EPILOGUE={self.EPILOGUE!r}: the fixup stores C from "
                              "registers, and a kernel reaches C either by pointer or by TMA; use EPILOGUE='direct' "
