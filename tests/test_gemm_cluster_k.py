@@ -29,7 +29,7 @@ def test_cluster_k_rules_name_the_field(kw, match):
 
 def test_cluster_k_sets_the_split_count_the_grid_and_the_warps():
     cfg = DEEP_CK.resolve(2)
-    assert cfg.EPILOGUE == "direct" and cfg.cluster_size == 8 and not cfg.EARLY_LOADS and not cfg.LEAN_PROLOGUE
+    assert cfg.EPILOGUE == "direct" and cfg.cluster_size == 8 and cfg.EARLY_LOADS and cfg.LEAN_PROLOGUE
     assert split_k(512, 512, 65536, cfg, 132) == 8
     assert grid(512, 512, cfg, 132, 8) == (16,)          # 16 tiles, each a cluster of 8 CTAs: 128 CTAs
     assert grid(2048, 2048, cfg, 132, 8) == (16,)        # 256 tiles: as many clusters as 132 SMs hold

@@ -128,6 +128,19 @@ def test_swap_ab_in_pairs_sharing_b_matches_fp64(M, N, K, bm, bn, wgs, b_kmajor,
     _agree_bit_for_bit(M, N, K, dtype, b_kmajor, [(cfg, 2), (cfg.replace(CLUSTER_M=1), 2)])
 
 
+@pytest.mark.parametrize("M,N,K,bn,b_kmajor", [
+    (128, 4096, 4096, 64, True), (100, 4097, 1000, 64, True), (65, 512, 8192, 64, True), (128, 14336, 4096, 128, True),
+    (77, 1000, 3000, 128, False), (128, 2048, 777, 128, False)])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_unswapped_64_row_tiles_in_pairs_sharing_b_match_fp64(M, N, K, bn, b_kmajor, dtype):
+    """The ordinary orientation at decode M (cuBLAS's form there): 64-row tiles of A, the two row blocks of a
+    2-CTA cluster sharing (multicasting) each B tile; 64-deep k-steps; rows and columns off the tiles, a second
+    row block of one row: poisoned outputs within 1e-2 of fp64, twice, bit for bit the same config unclustered."""
+    cfg = DEFAULT_CONFIG.replace(BLOCK_M=64, BLOCK_N=bn, BLOCK_K=64, STAGES=12 if bn == 64 else 8, CONSUMER_WGS=1,
+                                 CLUSTER_M=2, SPLIT_WGS=False, K_ZIGZAG=False, PDL=True)
+    _agree_bit_for_bit(M, N, K, dtype, b_kmajor, [(cfg, 1), (cfg, 1), (cfg.replace(CLUSTER_M=1), 1)])
+
+
 @pytest.mark.parametrize("M,N,K,b_kmajor", [(1000, 3000, 777, False), (7, 4097, 1000, True), (333, 200, 136, False)])
 def test_unaligned_calls_allocate_nothing_after_the_first(M, N, K, b_kmajor):
     """Operands TMA cannot describe go through padded copies cached per (device, stream, shape): repeated

@@ -58,10 +58,10 @@ class GemmConfig:
                                 meet in L2
     TMA_PREFETCH                prefetch the A, B and C descriptors at kernel start
     EARLY_LOADS                 the first unit's first stages loaded by the default warps before the warp
-                                roles start (with CLUSTER_K too, when asked); "auto": no cluster, not "ring"
+                                roles start; "auto": on without CLUSTER_M and "ring" (CLUSTER_K included)
     LEAN_PROLOGUE               drop the CTA barriers between the barrier inits and the early loads but
-                                the one the inits need (a PTX pass); "auto": as EARLY_LOADS's; asked for, also
-                                with CLUSTER_K (whose CTAs meet no cluster barrier before the roles start)
+                                the one the inits need (a PTX pass); "auto": as EARLY_LOADS's (with CLUSTER_K,
+                                whose CTAs meet no cluster barrier before the roles start, and with PDL)
     SPLITK_FIXUP                with split-K, the last K slice to finish each output element sums the
                                 fp32 partials (in slice order: deterministic) and writes C, so no second
                                 kernel runs
@@ -147,14 +147,13 @@ class GemmConfig:
         if self.EPILOGUE == "coalesced" and self.CLUSTER_M > 1:
             raise GluonError(f"GemmConfig EPILOGUE='coalesced' has not run in a cluster (CLUSTER_M={self.CLUSTER_M} "
                              "> 1) on a GPU yet; use EPILOGUE='tma' there")
-        if not self.plain:
-            why = f"CLUSTER_M={self.CLUSTER_M}" if self.CLUSTER_M > 1 else (
-                "EPILOGUE='ring'" if self.EPILOGUE == "ring" else f"CLUSTER_K={self.CLUSTER_K}")
-            if self.EARLY_LOADS is True and not self.early_loads_fit:
+        if not self.early_loads_fit:
+            why = f"CLUSTER_M={self.CLUSTER_M}" if self.CLUSTER_M > 1 else "EPILOGUE='ring'"
+            if self.EARLY_LOADS is True:
                 raise GluonError(f"GemmConfig EARLY_LOADS=True: EARLY_LOADS is written for the kernel without "
                                  f"multicast clusters or the ring epilogue ({why}); use EARLY_LOADS=False (or "
                                  "'auto') with those")
-            if self.LEAN_PROLOGUE is True and not self.early_loads_fit:
+            if self.LEAN_PROLOGUE is True:
                 raise GluonError(f"GemmConfig LEAN_PROLOGUE=True: LEAN_PROLOGUE is verified for the cooperative "
                                  f"kernel without multicast clusters or the ring epilogue ({why}); use "
                                  "LEAN_PROLOGUE=False (or 'auto') with those")
@@ -182,16 +181,10 @@ class GemmConfig:
 
     # -- derived ------------------------------------------------------------------------------------
     @property
-    def plain(self) -> bool:
-        """The family EARLY_LOADS and LEAN_PROLOGUE are written and verified for: no cluster, not the
-        ring epilogue."""
-        return self.cluster_size == 1 and self.EPILOGUE != "ring"
-
-    @property
     def early_loads_fit(self) -> bool:
-        """Where EARLY_LOADS may be asked for: no multicast cluster, not the ring epilogue. With CLUSTER_K each
-        CTA loads its own K slice, so its first stages may go before the cluster meets ("auto" leaves it off
-        there until a GPU has timed it)."""
+        """Where EARLY_LOADS and LEAN_PROLOGUE run (and "auto" turns them on): no multicast cluster, not the
+        ring epilogue. With CLUSTER_K each CTA loads its own K slice, so its first stages may go before the
+        cluster meets."""
         return self.CLUSTER_M == 1 and self.EPILOGUE != "ring"
 
     @property
@@ -206,8 +199,8 @@ class GemmConfig:
         """The config with its "auto" values decided for an output of `out_size`-byte elements (itself
         when none is left). EPILOGUE: "tma" when the staging tile fits in 64 KiB beside the ring (a
         128x256 fp32 tile would not) and SPLITK_FIXUP is off (its fixup stores C from registers), else
-        "direct". EARLY_LOADS and LEAN_PROLOGUE: on wherever the kernel has them (`plain`); LEAN_PROLOGUE not with
-        PDL, where its pass has not run on a GPU (it skipped PDL's wait until the twenty-ninth session)."""
+        "direct". EARLY_LOADS and LEAN_PROLOGUE: on wherever the kernel has them (`early_loads_fit`: with
+        CLUSTER_K and PDL too, the decode picks, where they gained up to 3%: docs/PERF.md, thirtieth session)."""
         if self.resolved:
             return self
         kw = {}
@@ -217,7 +210,7 @@ class GemmConfig:
             kw["EPILOGUE"] = "tma" if staged else "direct"
         for name in _AUTO_BOOLS:
             if getattr(self, name) == AUTO:
-                kw[name] = self.plain and not (name == "LEAN_PROLOGUE" and self.PDL)
+                kw[name] = self.early_loads_fit
         return replace(self, **kw)
 
     # -- building -----------------------------------------------------------------------------------
