@@ -83,7 +83,10 @@ def test_choose_config_picks_tiles_by_problem_size():
     assert tile(8192, 8192, 8192) == (128, 256, 2)
     assert tile(2048, 2048, 2048) == (128, 256, 2)      # 128 tiles of 128x256: a wave, give or take 10%
     assert tile(4000, 3000, 5000) == (128, 256, 2)
-    assert tile(128, 8192, 8192) == (128, 64, 1)        # 32 big tiles; 128 of 128x64 fill one wave
+    # 32 big tiles; 128 swapped 128x64 tiles would fill one wave without a K split, so DECODE_PAIRS' 64x128
+    assert tile(128, 8192, 8192) == (64, 128, 1) and choose_config(128, 8192, 8192, 132).CLUSTER_M == 2
+    assert tile(128, 8192, 8192 * 4) == (64, 128, 1)
+    assert choose_config(128, 8192, 8192, 132, swap_ab=False).CLUSTER_M == 1       # the ordinary pick
     assert tile(1000, 1000, 1000) == (128, 64, 1)       # 64x64 would make 256 tiles: two waves
     assert tile(333, 200, 136) == (64, 64, 1)           # 24 tiles of 64x64, the most parallel
     with pytest.raises(AttributeError):                # frozen: a caller edits a copy (GemmConfig.replace)
@@ -422,12 +425,17 @@ def test_small_m_config_swaps_a_and_b(M, N, K, want):
     assert not choose_config(129, N, K, 132).SWAP_AB
 
 
-def test_m_up_to_128_swaps_unless_the_tiles_fill_a_wave():
-    assert choose_config(128, 4096, 4096, 132).SWAP_AB
-    assert choose_config(96, 14336, 4096, 132).SWAP_AB
-    assert not choose_config(96, 28672, 4096, 132).SWAP_AB       # 112 tiles of 128x256 already
-    cfg = choose_config(128, 14336, 4096, 132)
-    assert cfg.BLOCK_M * cfg.BLOCK_N <= 128 * 128                  # at most 128 accumulator registers
+def test_m_up_to_128_swaps_or_pairs_unless_the_tiles_fill_a_wave():
+    from gluon.kernels.gemm_sm90.config import DECODE_PAIRS
+    assert choose_config(128, 4096, 4096, 132).SWAP_AB               # two K slices: summed in the cluster
+    assert choose_config(96, 14336, 4096, 132, pairs=False).SWAP_AB
+    assert choose_config(96, 14336, 4096, 132) == DECODE_PAIRS       # no K split above 64 rows: 64x128 pairs
+    assert choose_config(64, 14336, 4096, 132).SWAP_AB               # ... not at 64 (0.94 against 0.99x cuBLAS)
+    assert choose_config(96, 14336, 4096, 132, out_size=4).SWAP_AB   # an fp32 output: not timed
+    assert not choose_config(96, 28672, 4096, 132).SWAP_AB           # 112 tiles of 128x256 already
+    cfg = choose_config(128, 14336, 4096, 132, pairs=False)
+    assert cfg.BLOCK_M * cfg.BLOCK_N <= 128 * 128                    # at most 128 accumulator registers
+    assert resolve_config(96, 14336, 4096, 132, 2, True, None, in_size=1).SWAP_AB     # fp8: not timed
 
 
 def test_balanced_splits_even_out_the_last_wave():
@@ -510,8 +518,9 @@ def test_fp8_refuses_a_row_major_b_and_bad_scales():
 
 def test_overrides_without_swap_ab_apply_to_the_ordinary_kernels_pick():
     """A dict such as {"SPLIT_WGS": True} at a small M means the unswapped family (as before SWAP_AB existed);
-    no dict gets the swapped pick, and {"SWAP_AB": True, ...} overrides it."""
-    assert resolve_config(128, 8192, 8192, 132, 2).SWAP_AB
+    no dict gets the pick (DECODE_PAIRS here), and {"SWAP_AB": True, ...} overrides the swapped pick."""
+    assert resolve_config(128, 8192, 8192, 132, 2).CLUSTER_M == 2
+    assert resolve_config(128, 8192, 8192, 132, 2, True, {"SWAP_AB": True}).BLOCK_M == 128
     cfg = resolve_config(128, 8192, 8192, 132, 2, True, {"SPLIT_WGS": True})
     assert not cfg.SWAP_AB and cfg.SPLIT_WGS
     assert resolve_config(16, 4096, 4096, 132, 2, True, {"SWAP_AB": True, "STAGES": 8}).BLOCK_M == 16

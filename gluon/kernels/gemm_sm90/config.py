@@ -487,6 +487,13 @@ def deep_k_config(M: int, N: int, K: int, num_sms: int, out_size: int = 2, wide:
     return deep
 
 
+# M in (64, SMALL_M] where the swapped tiles stream B once (no K split): the ordinary orientation's 64x128 tiles
+# instead, A's two row blocks in a 2-CTA cluster sharing (multicasting) each B tile, cuBLAS's form there: 1.01-1.14x
+# the swapped pick at 8 such shapes, both B layouts (N 11008 to 18944; docs/PERF.md, thirtieth session)
+DECODE_PAIRS = DEFAULT_CONFIG.replace(BLOCK_M=64, BLOCK_N=128, BLOCK_K=64, STAGES=8, CONSUMER_WGS=1, CLUSTER_M=2,
+                                      PDL=True)
+
+
 SMALL_M = 128                       # up to this many rows of A, choose_config swaps A and B ...
 _SWAP_ALWAYS_M = 64                 # ... and above this only where 128x256 tiles make under 3/4 of a wave
 _SMEM_BUDGET = 216 * 1024           # what the rings may take (the barriers and Triton's scratch need the rest)
@@ -517,7 +524,7 @@ def small_m_config(M: int, N: int, num_sms: int) -> GemmConfig:
 
 
 def choose_config(M: int, N: int, K: int, num_sms: int, pitch_aligned: bool = True, out_size: int = 2,
-                  swap_ab: bool = True, wave_tiles: bool = True) -> GemmConfig:
+                  swap_ab: bool = True, wave_tiles: bool = True, pairs: bool = True) -> GemmConfig:
     """The hand-picked configuration for a problem when the caller gives none (a rule on tile counts,
     not a table of shapes; its "auto" values are resolved by `resolve_config`):
 
@@ -525,6 +532,8 @@ def choose_config(M: int, N: int, K: int, num_sms: int, pitch_aligned: bool = Tr
       `small_m_config`, A and B swapped (unless `swap_ab` is False: the ordinary kernel's pick), its two K
       slices (where `split_k` makes two) summed in 2-CTA clusters (CLUSTER_K=2), launched as a programmatic
       dependent (PDL: its prologue under the end of the kernel before, as in a model's GEMMs back to back);
+      above 64 rows where the swapped tiles need no K split, DECODE_PAIRS instead (where `pairs`: `resolve_config`
+      asks for them with no overrides and 16-bit inputs; and a 16-bit output: what was timed);
     * K >= DEEP_K with under half a wave of 128x128 tiles: `deep_k_config`'s 128x128 tiles, or 128x256 where
       `wave_tiles` (split along K by `split_k`; no cluster where A has an odd count of tile rows);
     * under about one wave of 128x256 tiles: the first of SMALL_CONFIGS whose tiles fit in one wave;
@@ -543,7 +552,12 @@ def choose_config(M: int, N: int, K: int, num_sms: int, pitch_aligned: bool = Tr
         # two K slices: summed by the two CTAs of a cluster (no second kernel); more slices keep splitk_reduce
         # (clusters of 4 measured 0.57-0.77x cuBLAS at 4096^2: fewer of them fit on the GPU at once)
         # and, with no second kernel, PDL (8 decode GEMMs back to back: +3 to +6% at 4096^2)
-        return cfg.replace(CLUSTER_K=2, PDL=True) if split_k(M, N, K, cfg, num_sms) == 2 else cfg
+        splits = split_k(M, N, K, cfg, num_sms)
+        if splits == 2:
+            return cfg.replace(CLUSTER_K=2, PDL=True)
+        if splits == 1 and M > _SWAP_ALWAYS_M and pairs and out_size <= 2:
+            return DECODE_PAIRS
+        return cfg
     if fills_a_wave(M, N, num_sms):
         if out_size > 2:
             return FP32_OUT_CONFIG
@@ -603,7 +617,7 @@ def resolve_config(M: int, N: int, K: int, num_sms: int, out_size: int, pitch_al
         # (SPLIT_WGS, CONSUMER_WGS, a BLOCK_N for 128-row tiles) mean that family
         swap = not config or bool(config.get("SWAP_AB"))
         base = choose_config(M, N, K, num_sms, pitch_aligned, out_size, swap_ab=swap,
-                             wave_tiles=in_size == 2)
+                             wave_tiles=in_size == 2, pairs=not config and in_size == 2)
         if in_size == 1:
             base = base.replace(BLOCK_K=base.BLOCK_K * 2)
         config = to_config(config, _base_for(config or {}, base))
