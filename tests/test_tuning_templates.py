@@ -1,15 +1,13 @@
 """`gluon tune`'s GEMM and copy templates without a GPU: their legality and refusals, the TTGIR they trace
 against what the launch compiles, and the GPU worker launching the pool's binary without tracing."""
-import importlib.util
 import os
 import sys
 
 import pytest
 
-for _m in ("optuna", "pandas", "pyarrow", "pydantic", "torch"):
-    if importlib.util.find_spec(_m) is None:
-        pytest.skip(f"needs {_m}", allow_module_level=True)
-import torch  # noqa: E402
+for _m in ("optuna", "pandas", "pyarrow", "pydantic"):
+    pytest.importorskip(_m)
+torch = pytest.importorskip("torch")
 
 from gluon.ir import GluonError  # noqa: E402
 
