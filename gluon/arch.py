@@ -69,6 +69,19 @@ CDNA3 = Arch("cdna3", "amd", "hip", "gfx942", 64, 64 * 1024, 64 * 1024, 512 * 64
 ALL_ARCHS = (SM80, SM90, SM100, CDNA3)
 
 
+NV_THREADS_PER_SM = 2048          # resident threads an SM of every NVIDIA arch here holds
+NV_RESERVED_SHARED = 1024         # shared memory the toolchain reserves per CTA (sm80 on)
+
+
+def resident_ctas(arch: Arch, threads: int, registers: int, shared: int) -> int:
+    """CTAs of a kernel one SM of `arch` (NVIDIA) holds at once, by its registers a thread (allocated in 8s), its
+    dynamic `shared` bytes (plus the reserved KiB each; an SM has the block maximum plus one reserved KiB) and
+    its threads."""
+    by_regs = arch.regs_per_block // (-(-registers // 8) * 8 * threads)
+    by_shared = (arch.smem_per_block_max + NV_RESERVED_SHARED) // (shared + NV_RESERVED_SHARED)
+    return min(by_regs, by_shared, NV_THREADS_PER_SM // threads)
+
+
 # the names people use for an arch besides sm90 / cuda:90 / 90 / gfx942
 _FAMILIES = {"ampere": "sm80", "a100": "sm80", "hopper": "sm90", "h100": "sm90", "h200": "sm90",
              "blackwell": "sm100", "b200": "sm100", "mi300": "cdna3", "mi300x": "cdna3"}

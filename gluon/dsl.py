@@ -10,7 +10,7 @@ from .arch import SM90, Arch, arch_by_name  # noqa: F401
 from .language.amd.cdna3 import mfma  # noqa: F401
 from .language.atomics import (atomic_add, atomic_and, atomic_cas, atomic_max, atomic_min, atomic_or,  # noqa: F401
                                atomic_xchg, atomic_xor)
-from .language.control import Loop, for_range, helper, range, static_range, warp_role  # noqa: F401
+from .language.control import Loop, for_range, helper, range, set_ctas_per_sm, static_range, warp_role  # noqa: F401
 from .language.core import (  # noqa: F401
     Tensor, abs, arange, broadcast_to, cast, cdiv, ceil, constexpr, convert_layout, cos, exp, exp2, expand_dims,
     floor, fma, full, log, log2, max, maximum, min, minimum, multiple_of, num_programs, pointer, program_id, rsqrt,

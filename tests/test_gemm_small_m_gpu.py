@@ -6,6 +6,7 @@ pytestmark = pytest.mark.gpu
 torch = pytest.importorskip("torch")
 
 from gluon.kernels.gemm_sm90 import DEFAULT_CONFIG, launch  # noqa: E402
+from gluon.kernels.gemm_sm90.config import DECODE_PAIRS  # noqa: E402
 from gluon.kernels.gemm_sm90 import host as gemm_host  # noqa: E402
 
 FIXUP = DEFAULT_CONFIG.replace(BLOCK_M=64, BLOCK_N=64, CONSUMER_WGS=1, STAGES=8, SPLITK_FIXUP=True)
@@ -139,6 +140,21 @@ def test_unswapped_64_row_tiles_in_pairs_sharing_b_match_fp64(M, N, K, bn, b_kma
     cfg = DEFAULT_CONFIG.replace(BLOCK_M=64, BLOCK_N=bn, BLOCK_K=64, STAGES=12 if bn == 64 else 8, CONSUMER_WGS=1,
                                  CLUSTER_M=2, SPLIT_WGS=False, K_ZIGZAG=False, PDL=True)
     _agree_bit_for_bit(M, N, K, dtype, b_kmajor, [(cfg, 1), (cfg, 1), (cfg.replace(CLUSTER_M=1), 1)])
+
+
+@pytest.mark.parametrize("M,N,K,cm,swap,b_kmajor", [
+    (128, 14336, 4096, 1, False, False), (96, 14336, 4096, 2, False, True), (77, 30000, 1000, 1, False, True),
+    (200, 9000, 777, 2, False, False), (64, 8192, 4096, 1, True, True), (16, 40000, 1000, 1, True, False)])
+def test_two_ctas_an_sm_match_fp64(M, N, K, cm, swap, b_kmajor):
+    """CTAS_PER_SM=2 (half the register file a CTA, a persistent grid of two CTAs an SM): 64x128 tiles over 4 stages,
+    unswapped in and out of pairs and swapped, more tiles than 2 x SMs (several a CTA) and fewer, sizes off the tiles:
+    poisoned outputs within 1e-2 of fp64, twice, bit for bit the same config at one CTA an SM."""
+    if swap:
+        cfg = _swap(M, 128, 64, STAGES=4)
+    else:
+        cfg = DECODE_PAIRS.replace(STAGES=4, CLUSTER_M=cm)
+    two = cfg.replace(CTAS_PER_SM=2)
+    _agree_bit_for_bit(M, N, K, torch.bfloat16, b_kmajor, [(two, 1), (two, 1), (cfg, 1)])
 
 
 @pytest.mark.parametrize("M,N,K,b_kmajor", [(1000, 3000, 777, False), (7, 4097, 1000, True), (333, 200, 136, False)])

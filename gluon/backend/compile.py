@@ -32,6 +32,7 @@ import re
 from typing import Mapping
 
 from ..abi import KernelABI, LoweredKernel
+from ..arch import NV_RESERVED_SHARED, arch_by_name, resident_ctas
 from ..cache import KernelCache, default_cache
 from ..types import GluonError
 from ..version import __version__
@@ -104,10 +105,29 @@ def compile_kernel(lowered: LoweredKernel, *, options: dict | None = None, cache
     """Compile what the lowering returned (or load it from ``cache``); the binary carries its ABI. A
     compiler error at a TTGIR line is reported at the user's line of the op that line was lowered from."""
     try:
-        return compile_ttgir(lowered.ttgir, lowered.abi.target, abi=lowered.abi, options=options, cache=cache,
-                             isolate=isolate)
+        binary = compile_ttgir(lowered.ttgir, lowered.abi.target, abi=lowered.abi, options=options, cache=cache,
+                               isolate=isolate)
     except CompileError as e:
         raise at_source_line(e, lowered) from None
+    _check_residency(binary, lowered.abi)
+    return binary
+
+
+def _check_residency(binary: Binary, abi: KernelABI) -> None:
+    """A kernel that asked for several CTAs an SM (`set_ctas_per_sm`) gets a binary whose registers and shared
+    memory allow them: else a GluonError at the kernel, naming what is over."""
+    want = abi.ctas_per_sm
+    if want <= 1 or binary.backend != "cuda":
+        return
+    arch = arch_by_name(f"sm{abi.target[1]}")
+    threads = binary.num_warps * abi.target[2]
+    got = resident_ctas(arch, threads, binary.registers, binary.shared_bytes)
+    if got < want:
+        most = (arch.smem_per_block_max + NV_RESERVED_SHARED) // want - NV_RESERVED_SHARED
+        raise GluonError(f"{abi.loc + ': ' if abi.loc else ''}kernel {abi.name} asks for {want} CTAs an SM (set_ctas_per_sm) but its binary lets "
+                         f"{got} reside: {binary.shared_bytes} bytes of shared memory a CTA ({want} fit in {most} "
+                         f"each), {binary.registers} registers a thread x {threads} threads; use fewer stages or "
+                         "smaller tiles")
 
 
 def at_source_line(e: CompileError, lowered: LoweredKernel) -> CompileError:

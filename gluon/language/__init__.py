@@ -17,7 +17,7 @@ from . import amd, nvidia  # noqa: F401
 from .atomics import (atomic_add, atomic_and, atomic_cas, atomic_max, atomic_min, atomic_or,  # noqa: F401
                       atomic_xchg, atomic_xor)
 from .amd.cdna3 import mfma  # noqa: F401
-from .control import Loop, for_range, helper, range, static_range, warp_role  # noqa: F401
+from .control import Loop, for_range, helper, range, set_ctas_per_sm, static_range, warp_role  # noqa: F401
 from .core import (  # noqa: F401
     Tensor, abs, arange, broadcast_to, cast, cdiv, ceil, constexpr, convert_layout, cos, exp, exp2, expand_dims,
     floor, fma, full, log, log2, max, maximum, min, minimum, multiple_of, num_programs, pointer, program_id, rsqrt,

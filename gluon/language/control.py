@@ -402,6 +402,26 @@ class helper:
 # ---------------------------------------------------------------------------------- warp roles
 
 
+CTAS_PER_SM = (1, 2, 3, 4)
+
+
+def set_ctas_per_sm(n: int) -> None:
+    """Launch this kernel so that `n` of its CTAs fit on an SM at once: each thread starts with the register
+    file's share for `n` CTAs (64K registers over `n` times the CTA's threads, warp roles' padding included,
+    rounded down to 8: Triton's `ttg.maxnreg`), which the warp roles' `registers` budgets (setmaxnreg) then share
+    out. The compile step checks that the binary's registers and shared memory let `n` CTAs reside (GluonError
+    otherwise). A persistent kernel asking for 2 sizes its grid at two CTAs an SM: small tiles, one each, all
+    resident (plain Triton's form), with the warp roles a persistent kernel has."""
+    t = _tr()
+    if isinstance(n, bool) or n not in CTAS_PER_SM:
+        raise ir.GluonError(f"set_ctas_per_sm({n!r}): takes 1, 2, 3 or 4 (CTAs of this kernel an SM holds at once)",
+                            _user_loc())
+    if t.arch.vendor != "nvidia":
+        raise ir.GluonError(f"set_ctas_per_sm({n}) sets an NVIDIA kernel's launch registers; kernel "
+                            f"'{t.kernel.name}' is for {t.arch.name}", _user_loc())
+    t.kernel.attrs["ctas_per_sm"] = int(n)
+
+
 class warp_role:
     """`with warp_role(WarpRole.PRODUCER, warp_range=(0, 3), registers=40):` — code for those warps only.
 

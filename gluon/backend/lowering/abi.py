@@ -43,4 +43,5 @@ def kernel_abi(kernel: Kernel, multicast: set[int]) -> KernelABI:
                      num_ctas=int(kernel.attrs.get("num_ctas", 1)),
                      ptx_passes=tuple(n for n in OPT_IN_PTX_PASSES if kernel.attrs.get(n)),
                      loc=str(kernel.loc) if kernel.loc else None,
-                     launch_pdl=bool(kernel.attrs.get("launch_pdl", False)))
+                     launch_pdl=bool(kernel.attrs.get("launch_pdl", False)),
+                     ctas_per_sm=int(kernel.attrs.get("ctas_per_sm", 1)))

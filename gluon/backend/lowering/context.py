@@ -133,6 +133,7 @@ class KernelLowering:
         self.num_warps = kernel.num_warps
         self.cur_warps = kernel.num_warps     # warps running the code being lowered (partitions: theirs)
         self.in_partition = False
+        self.worker_warps = 0                 # warps of the largest warp-specialized section's worker roles
         self.num_ctas = int(kernel.attrs.get("num_ctas", 1))
         self.multicast: dict[int, bool] = {}   # descriptor parameter (value id) -> whether its TMA loads multicast
         self.arg_names: dict[int, str] = {}     # kernel parameter value id -> its TTGIR argument name
@@ -156,8 +157,10 @@ class KernelLowering:
 
         name = k.name if _BARE_ID.match(k.name) else mlir_string(k.name)
         out = self.aliases.header()
+        maxnreg = self.launch_registers()
         out.append(f'module attributes {{"ttg.num-ctas" = 1 : i32, "ttg.num-warps" = {self.num_warps} : i32, '
-                   f'ttg.target = "{self.target}", "ttg.threads-per-warp" = {self.warp_size} : i32}} {{')
+                   f'ttg.target = "{self.target}", "ttg.threads-per-warp" = {self.warp_size} : i32'
+                   + (f', "ttg.maxnreg" = {maxnreg} : i32' if maxnreg else '') + '} {')
         out.append(f"  tt.func public @{name}({params}) attributes {{noinline = false}} {{")
         locs = [None] * sum(t.count("\n") + 1 for t in out)
         for text, loc in zip(self.lines, self.line_locs):       # an emitted entry may hold several lines
@@ -168,16 +171,30 @@ class KernelLowering:
         return LoweredKernel("\n".join(out) + "\n", kernel_abi(k, {vid for vid, m in self.multicast.items() if m}),
                              tuple(locs + [None, None]))
 
+    def launch_registers(self) -> int | None:
+        """Registers a thread starts with where the kernel asked for several CTAs an SM (`set_ctas_per_sm`): the
+        register file over that many CTAs of all its warps (Triton pads the worker roles to whole warpgroups),
+        rounded down to 8; None otherwise (Triton's default: the whole register file for one CTA)."""
+        n = int(self.k.attrs.get("ctas_per_sm", 1))
+        if n <= 1:
+            return None
+        warps = self.num_warps + -(-self.worker_warps // 4) * 4
+        return min(self.arch.max_regs_per_thread, self.arch.regs_per_block // (n * warps * self.warp_size) // 8 * 8)
+
     def _scan(self) -> None:
         """Kernel-wide facts: module num-warps (warp_specialize default role), MFMA K sizes."""
         ws_warps = set()
         for op in self.k.walk():
             if op.kind == "warp_specialize":
                 roles = op.attrs.get("roles") or []
+                workers = 0
                 for r in roles:
+                    first, last = r["warps"]
                     if r.get("default"):
-                        first, last = r["warps"]
                         ws_warps.add(last - first + 1)
+                    else:
+                        workers += last - first + 1
+                self.worker_warps = max(self.worker_warps, workers)
             if op.kind == "wgmma" and len(op.operands) >= 3:
                 a, acc = op.operands[0].type, op.operands[2].type
                 lay = getattr(acc, "layout", None)

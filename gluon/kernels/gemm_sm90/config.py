@@ -19,7 +19,7 @@ from ..config_checks import cached_hash, flag, overridden, positive_int, state_w
 EPILOGUES = ("tma", "ring", "coalesced", "direct")
 AUTO = "auto"
 _INTS = ("BLOCK_M", "BLOCK_N", "BLOCK_K", "STAGES", "GROUP_M", "CONSUMER_WGS", "PRODUCER_REGS", "CONSUMER_REGS",
-         "CLUSTER_M", "CLUSTER_K", "SPLITK_GRID")
+         "CLUSTER_M", "CLUSTER_K", "SPLITK_GRID", "CTAS_PER_SM")
 CLUSTER_K_SIZES = (1, 2, 4, 8)      # a portable cluster holds at most 8 CTAs
 SPLITK_GRID_SIZES = (1, 2, 4, 8, 16)
 _BOOLS = ("SPLIT_WGS", "K_ZIGZAG", "TMA_PREFETCH", "SPLITK_FIXUP", "SWAP_AB", "MMA_TURNS", "SCALES_AHEAD", "PDL")
@@ -95,6 +95,11 @@ class GemmConfig:
                                 before it (its prologue overlaps that one's end; it waits, `griddep_wait`, before
                                 its first global access) and lets the next launch at its start; the split-K second
                                 pass (`splitk_reduce`) likewise waits for this kernel's partials in the kernel
+    CTAS_PER_SM                 1 or 2: with 2 the kernel launches with half the register file a CTA
+                                (`set_ctas_per_sm`; setmaxnreg shares it out among the roles) and the persistent
+                                grid holds two CTAs an SM, so small tiles run one a CTA, all resident at once (plain
+                                Triton's form at decode); the shared memory of a CTA must fit twice (the compile
+                                step checks: about 113 KiB each)
     """
 
     BLOCK_M: int = 128
@@ -120,6 +125,7 @@ class GemmConfig:
     MMA_TURNS: bool = False
     SCALES_AHEAD: bool = False
     PDL: bool = False
+    CTAS_PER_SM: int = 1
 
     __hash__ = cached_hash
     __getstate__ = state_without_hash
@@ -169,6 +175,9 @@ class GemmConfig:
             _check_cluster_k(self)
         if self.SPLITK_GRID > 1:
             _check_splitk_grid(self)
+        if self.CTAS_PER_SM > 2:
+            raise GluonError(f"GemmConfig CTAS_PER_SM={self.CTAS_PER_SM}: takes 1 or 2 (two CTAs an SM need tiles "
+                             "whose ring fits in half of its shared memory; more leave too few registers)")
         if self.MMA_TURNS and (not self.SPLIT_WGS or self.CONSUMER_WGS not in (2, 3)):
             raise GluonError(f"GemmConfig MMA_TURNS=True takes two or three consumer warpgroups each its own role "
                              f"(CONSUMER_WGS=2 or 3, SPLIT_WGS=True), not CONSUMER_WGS={self.CONSUMER_WGS}, "
@@ -223,10 +232,10 @@ class GemmConfig:
 
     def describe(self) -> str:
         """"KEY=VALUE, ..." of every field, but K_ZIGZAG, TMA_PREFETCH, SPLITK_FIXUP and SWAP_AB only when on and
-        CLUSTER_K and SPLITK_GRID only above 1."""
+        CLUSTER_K, SPLITK_GRID and CTAS_PER_SM only above 1."""
         return ", ".join(f"{k}={v}" for k, v in self.to_dict().items()
                          if (v is not False or k not in ("K_ZIGZAG", "TMA_PREFETCH", "SPLITK_FIXUP", "SWAP_AB"))
-                         and (k not in ("CLUSTER_K", "SPLITK_GRID") or v > 1))
+                         and (k not in ("CLUSTER_K", "SPLITK_GRID", "CTAS_PER_SM") or v > 1))
 
 
 FIELDS: tuple[str, ...] = tuple(f.name for f in fields(GemmConfig))
@@ -418,9 +427,10 @@ def num_warps(config: GemmConfig) -> int:
 
 def grid(M: int, N: int, config: GemmConfig, num_sms: int, splits: int = 1) -> tuple[int]:
     """Persistent grid, in clusters (Triton's launcher starts a cluster's CTAs per grid entry): one per
-    unit of work up to one per SM. With CLUSTER_K a unit is a tile, its K slices the cluster's CTAs."""
+    unit of work up to one per SM (CTAS_PER_SM per SM). With CLUSTER_K a unit is a tile, its K slices the
+    cluster's CTAs."""
     work = units(M, N, config, 1 if config.CLUSTER_K > 1 else splits)
-    return (max(1, min(work, num_sms // config.cluster_size)),)
+    return (max(1, min(work, num_sms * config.CTAS_PER_SM // config.cluster_size)),)
 
 
 def balanced_splits(t: int, k_tiles: int, num_sms: int, min_k: int = 8, max_splits: int = 16) -> int:

@@ -223,6 +223,8 @@ def gemm_sm90(A, B, C, W, CNT, SA, SB, SPLITS, CFG: gl.constexpr, B_KMAJOR: gl.c
         SPLITS = CK                             # the launch passes CK; the kernel counts on it
     if GK > 1:
         SPLITS = GK
+    if CFG.CTAS_PER_SM > 1:  # launched with the registers of CTAS_PER_SM CTAs an SM (the compile step checks)
+        gl.set_ctas_per_sm(CFG.CTAS_PER_SM)
     if CFG.TMA_PREFETCH:    # the A, B and C descriptors into the descriptor cache at kernel start
         gl.set_tma_prefetch()
     if CFG.LEAN_PROLOGUE:   # no CTA barrier between the barrier inits and the EARLY_LOADS (backend/ptx/prologue.py)

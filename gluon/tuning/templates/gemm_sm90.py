@@ -5,8 +5,8 @@ CONSUMER_WARPS -> CONSUMER_WGS = warps // 4; PRODUCER_WARPS must be 1 (one produ
 "auto" or 0 keeps the default (the second warpgroup's budget, with SPLIT_WGS); SPLIT_K ("auto"/0 = the split_k
 heuristic, else forced) is the launch's `splits`; the rest are GemmConfig fields (BLOCK_M, BLOCK_N, BLOCK_K, STAGES,
 GROUP_M, SWIZZLE, EPILOGUE, PRODUCER_REGS, SPLIT_WGS, CLUSTER_M, CLUSTER_K, EARLY_LOADS, LEAN_PROLOGUE, K_ZIGZAG,
-SWAP_AB, SPLITK_FIXUP, MMA_TURNS, SCALES_AHEAD, PDL, SPLITK_GRID) on top of DEFAULT_CONFIG, with the "auto" values
-resolved as `launch` resolves them. GemmConfig checks the knobs, the compiler passes the rest (shared memory,
+SWAP_AB, SPLITK_FIXUP, MMA_TURNS, SCALES_AHEAD, PDL, SPLITK_GRID, CTAS_PER_SM) on top of DEFAULT_CONFIG, with the
+"auto" values resolved as `launch` resolves them. GemmConfig checks the knobs, the compiler passes the rest (shared memory,
 registers, warp roles, layouts). fp16/bf16: output dtype = input dtype, B is [K, N] row-major, against torch.matmul.
 fp8 (fp8e4m3, fp8e5m2): B is [N, K] (K-major, as WGMMA reads 8-bit operands), per-tensor fp32 scales, a bf16 output,
 against torch._scaled_mm (cuBLASLt).
@@ -52,7 +52,7 @@ class _GemmSM90Tuning(TuningTemplate):
     params = ("BLOCK_M", "BLOCK_N", "BLOCK_K", "STAGES", "GROUP_M", "SWIZZLE", "EPILOGUE", "CONSUMER_WARPS",
               "CONSUMER_REGS", "PRODUCER_WARPS", "PRODUCER_REGS", "CONSUMER_WGS", "SPLIT_K", "SPLIT_WGS", "CLUSTER_M",
               "CLUSTER_K", "EARLY_LOADS", "LEAN_PROLOGUE", "K_ZIGZAG", "SWAP_AB", "SPLITK_FIXUP", "MMA_TURNS",
-              "SCALES_AHEAD", "PDL", "SPLITK_GRID")
+              "SCALES_AHEAD", "PDL", "SPLITK_GRID", "CTAS_PER_SM")
 
     SCALE = "tensor"                # the fp8 problems' scale kind (gemm_sm90_fp8_scales.py has the others)
 
@@ -263,7 +263,7 @@ class _GemmSM90Tuning(TuningTemplate):
         tm, tn, tk = -(-M // BM), -(-N // BN), -(-K // BK)
         S = self.splits(config, shape, num_sms)
         pad = (M * N * K) / (tm * BM * tn * BN * tk * BK)
-        waves = waves_efficiency(tiles(M, N, cfg) * S, num_sms)
+        waves = waves_efficiency(tiles(M, N, cfg) * S, num_sms * cfg.CTAS_PER_SM)
         peak = peak_flops * (2 if _fp8(dtype) else 1)           # fp8 tensor cores: twice the 16-bit rate
         compute = self.flops(shape) / peak / (pad * waves)
         es = element_size(dtype)
