@@ -11,8 +11,8 @@ from gluon.abi import KernelABI
 from gluon.arch import resident_ctas
 from gluon.ir import GluonError
 from gluon.jit import lower, run_passes
-from gluon.kernels.gemm_sm90 import compile_variant, grid
-from gluon.kernels.gemm_sm90.config import DECODE_PAIRS, GemmConfig
+from gluon.kernels.gemm_sm90 import compile_variant, grid, split_k
+from gluon.kernels.gemm_sm90.config import DECODE_PAIRS, DEEP_K_CONFIG, GemmConfig
 from gluon.language import warp_role
 from gluon.types import TensorRef, WarpRole
 
@@ -98,3 +98,33 @@ def test_the_gemm_config_takes_one_or_two_ctas_an_sm_and_the_grid_follows():
     assert grid(128, 14336, cfg.replace(CTAS_PER_SM=2), 132) == (224,)  # ... all at once, two an SM
     assert grid(128, 14336, cfg.replace(CLUSTER_M=2, CTAS_PER_SM=2), 132) == (112,)   # clusters of two
     assert "CTAS_PER_SM=2" in cfg.replace(CTAS_PER_SM=2).describe() and "CTAS_PER_SM" not in cfg.describe()
+
+
+def test_k_slices_fill_the_slots_of_two_ctas_an_sm():
+    """700x760x40000 on 128x128 tiles (36 of them): 3 K slices fill 108 of 132 SMs at one CTA an SM; at two, 7
+    slices fill 252 of 264 slots."""
+    one = DEEP_K_CONFIG.replace(CLUSTER_M=1, STAGES=3, EPILOGUE="direct")
+    assert split_k(700, 760, 40000, one, 132) == 3
+    assert split_k(700, 760, 40000, one.replace(CTAS_PER_SM=2), 132) == 7
+
+
+@pytest.mark.parametrize("M,N,K,over", [(100, 700, 300, dict(SWAP_AB=False)), (16, 900, 200, dict(SWAP_AB=True))])
+def test_two_ctas_an_sm_in_the_interpreter(interpret_env, monkeypatch, M, N, K, over):
+    """On 4 SMs the grid of 8 persistent programs walks the tiles (several each) to the same values as 4: within
+    1e-2 of fp64, every element written, bit for bit."""
+    torch = pytest.importorskip("torch")
+    from gluon.kernels.gemm_sm90 import host, launch
+    monkeypatch.setattr(host, "device_sms", lambda d: 4)
+    monkeypatch.setattr(host, "_PLANS", {})
+    g = torch.Generator().manual_seed(M + N)
+    a, b = torch.randn(M, K, generator=g).to(torch.bfloat16), torch.randn(N, K, generator=g).to(torch.bfloat16)
+    base = dict(BLOCK_M=64, BLOCK_N=128, BLOCK_K=64, STAGES=4, CONSUMER_WGS=1, CLUSTER_M=1, CLUSTER_K=1, **over)
+    outs = []
+    for n in (2, 1):
+        c = torch.full((M, N), float("nan"), dtype=torch.bfloat16)
+        launch(a, b, c, dict(base, CTAS_PER_SM=n), b_kmajor=True, splits=1)
+        outs.append(c)
+    ref = a.double() @ b.double().T
+    assert not outs[0].isnan().any()
+    assert ((outs[0].double() - ref).norm() / ref.norm()).item() < 1e-2
+    assert torch.equal(outs[0], outs[1])

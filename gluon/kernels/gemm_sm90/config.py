@@ -453,7 +453,7 @@ def balanced_splits(t: int, k_tiles: int, num_sms: int, min_k: int = 8, max_spli
 def split_k(M: int, N: int, K: int, config: GemmConfig, num_sms: int) -> int:
     """How many K slices: with SWAP_AB, `balanced_splits`; else 1 while the tiles fill the GPU, or else
     enough units for about one wave, each slice at least 16 k-steps, and every slice non-empty. A wave counts
-    CTAs: in 2-CTA clusters along M an odd count of tile rows leaves a CTA of the last pair without rows, which
+    CTAs (CTAS_PER_SM an SM): in 2-CTA clusters along M an odd count of tile rows leaves a CTA of the last pair without rows, which
     still takes an SM."""
     if config.CLUSTER_K > 1:        # the cluster's CTAs are the slices
         return config.CLUSTER_K
@@ -461,12 +461,13 @@ def split_k(M: int, N: int, K: int, config: GemmConfig, num_sms: int) -> int:
         return config.SPLITK_GRID
     t = tiles(M, N, config)
     k_tiles = _cdiv(K, config.BLOCK_K)
+    slots = num_sms * config.CTAS_PER_SM    # CTAs resident at once
     if config.SWAP_AB:              # a few tiles less than a wave already stream B at full bandwidth
-        return 1 if t * 4 >= num_sms * 3 else balanced_splits(t, k_tiles, num_sms)
-    if t * 2 > num_sms or k_tiles < 32:
+        return 1 if t * 4 >= slots * 3 else balanced_splits(t, k_tiles, slots)
+    if t * 2 > slots or k_tiles < 32:
         return 1      # small K: the fp32 workspace round trip would cost more than the idle SMs
     ctas = units(M, N, config) * config.CLUSTER_M
-    want = min(num_sms // ctas, k_tiles // 16, 16)
+    want = min(slots // ctas, k_tiles // 16, 16)
     if want <= 1:
         return 1
     per = _cdiv(k_tiles, want)
