@@ -65,6 +65,10 @@ def test_the_decode_spec_searches_the_small_m_family():
     held = {TUNING.knobs(c) for c in decode.space.grid()}
     assert DECODE_PAIRS.replace(EPILOGUE="direct", GROUP_M=16) in held
     assert not any(c.CLUSTER_M == 2 and (c.SWAP_AB or c.CLUSTER_K > 1) for c in held)
+    # and two CTAs an SM, only where two rings fit
+    assert p["CTAS_PER_SM"] == Choice((1, 2))
+    assert DECODE_PAIRS.replace(EPILOGUE="direct", STAGES=4, CTAS_PER_SM=2) in held
+    assert not any(c.CTAS_PER_SM == 2 and c.STAGES * (c.BLOCK_M + c.BLOCK_N) * c.BLOCK_K * 2 > 110592 for c in held)
 
 
 def test_the_waves_spec_holds_what_choose_config_takes_there():
