@@ -83,7 +83,8 @@ def test_choose_config_picks_tiles_by_problem_size():
     assert tile(8192, 8192, 8192) == (128, 256, 2)
     assert tile(2048, 2048, 2048) == (128, 256, 2)      # 128 tiles of 128x256: a wave, give or take 10%
     assert tile(4000, 3000, 5000) == (128, 256, 2)
-    # 32 big tiles; 128 swapped 128x64 tiles would fill one wave without a K split, so DECODE_PAIRS' 64x128
+    # 32 big tiles; 128 swapped 128x64 tiles would fill one wave without a K split, so DECODE_PAIRS' 64x128 (128 of
+    # them: fewer than the SMs, so in pairs)
     assert tile(128, 8192, 8192) == (64, 128, 1) and choose_config(128, 8192, 8192, 132).CLUSTER_M == 2
     assert tile(128, 8192, 8192 * 4) == (64, 128, 1)
     assert choose_config(128, 8192, 8192, 132, swap_ab=False).CLUSTER_M == 1       # the ordinary pick
@@ -426,10 +427,16 @@ def test_small_m_config_swaps_a_and_b(M, N, K, want):
 
 
 def test_m_up_to_128_swaps_or_pairs_unless_the_tiles_fill_a_wave():
-    from gluon.kernels.gemm_sm90.config import DECODE_PAIRS
+    from gluon.kernels.gemm_sm90.config import DECODE_PAIRS, DECODE_RESIDENT
     assert choose_config(128, 4096, 4096, 132).SWAP_AB               # two K slices: summed in the cluster
     assert choose_config(96, 14336, 4096, 132, pairs=False).SWAP_AB
-    assert choose_config(96, 14336, 4096, 132) == DECODE_PAIRS       # no K split above 64 rows: 64x128 pairs
+    # no K split above 64 rows: 64x128 tiles, all resident at two CTAs an SM where they outnumber the SMs ...
+    assert choose_config(96, 14336, 4096, 132) == DECODE_RESIDENT    # 224 tiles
+    assert choose_config(128, 11008, 4096, 132) == DECODE_RESIDENT   # 172
+    assert DECODE_RESIDENT.CTAS_PER_SM == 2 and DECODE_RESIDENT.CLUSTER_M == 1 and DECODE_RESIDENT.STAGES == 4
+    # ... else in 2-CTA pairs sharing B
+    assert choose_config(96, 18944, 3584, 132) == DECODE_PAIRS       # 296 tiles: more than two an SM
+    assert choose_config(128, 8192, 28672, 132) == DECODE_PAIRS      # 128 tiles: fewer than the SMs
     assert choose_config(64, 14336, 4096, 132).SWAP_AB               # ... not at 64 (0.94 against 0.99x cuBLAS)
     assert choose_config(96, 14336, 4096, 132, out_size=4).SWAP_AB   # an fp32 output: not timed
     assert not choose_config(96, 28672, 4096, 132).SWAP_AB           # 112 tiles of 128x256 already
@@ -518,7 +525,7 @@ def test_fp8_refuses_a_row_major_b_and_bad_scales():
 
 def test_overrides_without_swap_ab_apply_to_the_ordinary_kernels_pick():
     """A dict such as {"SPLIT_WGS": True} at a small M means the unswapped family (as before SWAP_AB existed);
-    no dict gets the pick (DECODE_PAIRS here), and {"SWAP_AB": True, ...} overrides the swapped pick."""
+    no dict gets the pick (DECODE_PAIRS here: 128 tiles of 64x128), and {"SWAP_AB": True, ...} overrides the swapped pick."""
     assert resolve_config(128, 8192, 8192, 132, 2).CLUSTER_M == 2
     assert resolve_config(128, 8192, 8192, 132, 2, True, {"SWAP_AB": True}).BLOCK_M == 128
     cfg = resolve_config(128, 8192, 8192, 132, 2, True, {"SPLIT_WGS": True})
