@@ -525,7 +525,8 @@ def test_fp8_refuses_a_row_major_b_and_bad_scales():
 
 def test_overrides_without_swap_ab_apply_to_the_ordinary_kernels_pick():
     """A dict such as {"SPLIT_WGS": True} at a small M means the unswapped family (as before SWAP_AB existed);
-    no dict gets the pick (DECODE_PAIRS here: 128 tiles of 64x128), and {"SWAP_AB": True, ...} overrides the swapped pick."""
+    no dict gets the pick (DECODE_PAIRS here: 128 tiles of 64x128), and {"SWAP_AB": True, ...} overrides the swapped
+    pick."""
     assert resolve_config(128, 8192, 8192, 132, 2).CLUSTER_M == 2
     assert resolve_config(128, 8192, 8192, 132, 2, True, {"SWAP_AB": True}).BLOCK_M == 128
     cfg = resolve_config(128, 8192, 8192, 132, 2, True, {"SPLIT_WGS": True})

@@ -157,7 +157,8 @@ def test_two_ctas_an_sm_match_fp64(M, N, K, cm, swap, b_kmajor):
     _agree_bit_for_bit(M, N, K, torch.bfloat16, b_kmajor, [(two, 1), (two, 1), (cfg, 1)])
 
 
-@pytest.mark.parametrize("M,N,K,cm,splits", [(640, 640, 32768, 1, 10), (700, 760, 40000, 2, 7), (300, 1000, 5000, 1, 3)])
+@pytest.mark.parametrize("M,N,K,cm,splits", [(640, 640, 32768, 1, 10), (700, 760, 40000, 2, 7),
+                                             (300, 1000, 5000, 1, 3)])
 def test_two_ctas_an_sm_over_k_slices_match_fp64(M, N, K, cm, splits):
     """Deep K on 128x128 tiles over 3 stages at two CTAs an SM, its K slices' partials summed by splitk_reduce (in
     and out of pairs, sizes off the tiles): within 1e-2 of fp64 on poisoned outputs, bit for bit at one CTA an SM."""

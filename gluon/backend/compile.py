@@ -124,7 +124,8 @@ def _check_residency(binary: Binary, abi: KernelABI) -> None:
     got = resident_ctas(arch, threads, binary.registers, binary.shared_bytes)
     if got < want:
         most = (arch.smem_per_block_max + NV_RESERVED_SHARED) // want - NV_RESERVED_SHARED
-        raise GluonError(f"{abi.loc + ': ' if abi.loc else ''}kernel {abi.name} asks for {want} CTAs an SM (set_ctas_per_sm) but its binary lets "
+        where = f"{abi.loc}: " if abi.loc else ""
+        raise GluonError(f"{where}kernel {abi.name} asks for {want} CTAs an SM (set_ctas_per_sm) but its binary lets "
                          f"{got} reside: {binary.shared_bytes} bytes of shared memory a CTA ({want} fit in {most} "
                          f"each), {binary.registers} registers a thread x {threads} threads; use fewer stages or "
                          "smaller tiles")

@@ -453,8 +453,8 @@ def balanced_splits(t: int, k_tiles: int, num_sms: int, min_k: int = 8, max_spli
 def split_k(M: int, N: int, K: int, config: GemmConfig, num_sms: int) -> int:
     """How many K slices: with SWAP_AB, `balanced_splits`; else 1 while the tiles fill the GPU, or else
     enough units for about one wave, each slice at least 16 k-steps, and every slice non-empty. A wave counts
-    CTAs (CTAS_PER_SM an SM): in 2-CTA clusters along M an odd count of tile rows leaves a CTA of the last pair without rows, which
-    still takes an SM."""
+    CTAs (CTAS_PER_SM an SM): in 2-CTA clusters along M an odd count of tile rows leaves a CTA of the last pair
+    without rows, which still takes an SM."""
     if config.CLUSTER_K > 1:        # the cluster's CTAs are the slices
         return config.CLUSTER_K
     if config.SPLITK_GRID > 1:      # the slices that meet at a tile's counter
