@@ -118,6 +118,8 @@ def test_overlap_issues_s_before_waiting_for_pv():
     (dict(PIN_SOFTMAX=True, OVERLAP=False, PINGPONG=False), "PIN_SOFTMAX=True takes OVERLAP=True and P_SMEM=False"),
     (dict(PIN_SOFTMAX=True, P_SMEM=True), "PIN_SOFTMAX=True takes OVERLAP=True and P_SMEM=False"),
     (dict(HOLD_TURNS=True, PINGPONG=False), "HOLD_TURNS=True takes PINGPONG=True and OVERLAP=True"),
+    (dict(CTAS_PER_SM=2), "CTAS_PER_SM=2 with CONSUMER_WGS=2: takes 1, or 2 with CONSUMER_WGS=1"),
+    (dict(CTAS_PER_SM=3, CONSUMER_WGS=1, BLOCK_M=64), "CTAS_PER_SM=3 with CONSUMER_WGS=1: takes 1, or 2"),
 ])
 def test_config_checks(kw, msg):
     with pytest.raises(GluonError, match=msg.replace("*", r"\*").replace("(", r"\(")):
@@ -142,6 +144,22 @@ def test_persistent_work_units_grid_and_q_buffers():
         grid(1024, 256, p, True)
     assert q_buffers(p) == 2 and q_buffers(AttentionConfig(PERSISTENT=True, OVERLAP=False)) == 1
     assert smem_bytes(p, 128) == 2 * 128 * 128 * 2 + 2 * 2 * 128 * 128 * 2
+
+
+@pytest.mark.parametrize("kw", [dict(OVERLAP=False), dict(OVERLAP=False, STAGES=3), dict(OVERLAP=True),
+                                dict(OVERLAP=False, PERSISTENT=True)])
+@pytest.mark.parametrize("causal", [False, True])
+def test_d64_on_one_warpgroup_at_two_ctas_an_sm_compiles_without_spills(kw, causal):
+    """64 query rows a CTA, two CTAs an SM: 128 registers a thread at launch (the consumer's setmaxnreg within the
+    CTA's half of the register file), shared memory that fits twice, no spills; a persistent grid of two an SM."""
+    from gluon.arch import SM90, resident_ctas
+    from gluon.kernels.attention_sm90.config import grid
+    cfg = dict(BLOCK_M=64, CONSUMER_WGS=1, CTAS_PER_SM=2, **kw)
+    ck = compile_variant(64, DType.bf16, causal, **cfg)
+    b = ck.binary
+    assert ck.spills == 0 and b.registers == 128 and ck.abi.ctas_per_sm == 2
+    assert resident_ctas(SM90, b.num_warps * 32, b.registers, b.shared_bytes) == 2
+    assert grid(4096, 128, AttentionConfig(**dict(cfg, PERSISTENT=True)), causal, sms=132) == (264, 1)
 
 
 @pytest.mark.parametrize("kw", [dict(OVERLAP=False, PINGPONG=False), dict(PINGPONG=False)])

@@ -15,7 +15,7 @@ from gluon.ir import GluonError
 from ..config_checks import cached_hash, flag, overridden, positive_int, state_without_hash
 
 HEAD_DIMS = (64, 128, 256)
-_INTS = ("BLOCK_M", "BLOCK_N", "STAGES", "CONSUMER_WGS", "CONSUMER_REGS", "PRODUCER_REGS")
+_INTS = ("BLOCK_M", "BLOCK_N", "STAGES", "CONSUMER_WGS", "CONSUMER_REGS", "PRODUCER_REGS", "CTAS_PER_SM")
 _BOOLS = ("OVERLAP", "PINGPONG", "REVERSE_M", "PERSISTENT", "P_SMEM", "PIN_SOFTMAX", "HOLD_TURNS")
 
 
@@ -56,6 +56,11 @@ class AttentionConfig:
                     share the tensor cores and finish together, so a turn handed on at the issue orders only
                     the issues (bench/turns_model.py). Two or three warpgroups (three fit with P_SMEM or
                     64-key blocks). The serial loop's turns are held always
+    CTAS_PER_SM     1 or 2: CTAs of the kernel an SM holds at once (`gl.set_ctas_per_sm`: each launches with
+                    half the register file, its setmaxnreg within it; the compile step checks the shared memory
+                    fits; a persistent grid takes two an SM). Two take one consumer warpgroup a CTA, so the
+                    warpgroups of an SM belong to different CTAs, which wait for their own K blocks: their softmaxes
+                    need not line up as one CTA's do
     """
 
     BLOCK_M: int = 128
@@ -71,6 +76,7 @@ class AttentionConfig:
     P_SMEM: bool = False
     PIN_SOFTMAX: bool = False
     HOLD_TURNS: bool = False
+    CTAS_PER_SM: int = 1
 
     __hash__ = cached_hash
     __getstate__ = state_without_hash
@@ -100,6 +106,10 @@ class AttentionConfig:
         if self.PIN_SOFTMAX and not (self.OVERLAP and not self.P_SMEM):
             raise GluonError("AttentionConfig PIN_SOFTMAX=True takes OVERLAP=True and P_SMEM=False (it keeps the "
                              "overlapped softmax above the wait for P V's register operand)")
+        if self.CTAS_PER_SM > 2 or (self.CTAS_PER_SM == 2 and self.CONSUMER_WGS != 1):
+            raise GluonError(f"AttentionConfig CTAS_PER_SM={self.CTAS_PER_SM} with CONSUMER_WGS={self.CONSUMER_WGS}: "
+                             "takes 1, or 2 with CONSUMER_WGS=1 (BLOCK_M=64); more warps an SM leave 80 registers a "
+                             "thread at launch, too few for ptxas to compile the WGMMAs")
         for name in ("CONSUMER_REGS", "PRODUCER_REGS"):
             v = getattr(self, name)
             if v % 8 or not 24 <= v <= 256:
@@ -176,12 +186,12 @@ def work_units(sq: int, batch_heads: int, cfg: AttentionConfig, causal: bool) ->
 
 
 def grid(sq: int, batch_heads: int, cfg: AttentionConfig, causal: bool = False, sms: int = 0) -> tuple[int, int]:
-    """One CTA per (query block, batch x head); persistent: one per SM (`sms` of them), at most one per unit
-    of work."""
+    """One CTA per (query block, batch x head); persistent: CTAS_PER_SM per SM (`sms` of them), at most one per
+    unit of work."""
     if cfg.PERSISTENT:
         if sms < 1:
             raise GluonError(f"grid: a PERSISTENT config launches one CTA per SM; pass the SM count (sms={sms})")
-        return (max(1, min(sms, work_units(sq, batch_heads, cfg, causal))), 1)
+        return (max(1, min(sms * cfg.CTAS_PER_SM, work_units(sq, batch_heads, cfg, causal))), 1)
     return (-(-sq // cfg.BLOCK_M), batch_heads)
 
 

@@ -114,6 +114,8 @@ def attention_sm90(Q, K, V, O, L, Sq, Skv, H, GROUP, qk_scale, CFG: gl.constexpr
     # with two, their S GEMM in the masked loop read a wrong Q when the unmasked loop ran no step (Skv < BLOCK_N;
     # seen on the H200, cause not found; the OVERLAP loops, whose first S GEMM comes before them, are right)
     QB = q_buffers(CFG)
+    if CFG.CTAS_PER_SM > 1:                     # launched with that share of the register file (the compile checks)
+        gl.set_ctas_per_sm(CFG.CTAS_PER_SM)
     TPU = 2 if CFG.PERSISTENT and CAUSAL else 1     # tiles per unit of work: causal pairs long + short
     sw = SwizzleMode.B128
     q_s = smem(Q.dtype, Layout.swizzled(RM, D, sw), name="q_tile", stages=WGS * QB)

@@ -24,7 +24,7 @@ config is one kernel, whatever the defaults are):
 CONSUMER_WARPS -> CONSUMER_WGS = warps // 4 (whole warpgroups); PRODUCER_WARPS
 must be 1 (one TMA producer warp); BLOCK_M left out is 64 * CONSUMER_WGS; the rest are AttentionConfig
 fields (BLOCK_M, BLOCK_N, STAGES, CONSUMER_WGS, CONSUMER_REGS, PRODUCER_REGS, OVERLAP, PINGPONG,
-REVERSE_M, PERSISTENT, PIN_SOFTMAX, HOLD_TURNS). AttentionConfig's own checks (BLOCK_M =
+REVERSE_M, PERSISTENT, PIN_SOFTMAX, HOLD_TURNS, CTAS_PER_SM). AttentionConfig's own checks (BLOCK_M =
 64 * CONSUMER_WGS, BLOCK_N 64/128/256, setmaxnreg budgets) and the compiler passes (shared memory of the
 Q tiles and the K/V ring, the register file over the warp roles) prune the rest, with their messages.
 
@@ -67,7 +67,7 @@ class _AttentionSM90Tuning(TuningTemplate):
     archs = ("sm90",)
     params = ("BLOCK_M", "BLOCK_N", "STAGES", "CONSUMER_WARPS", "CONSUMER_WGS", "CONSUMER_REGS", "PRODUCER_WARPS",
               "PRODUCER_REGS", "OVERLAP", "PINGPONG", "REVERSE_M", "PERSISTENT", "PIN_SOFTMAX",
-              "HOLD_TURNS")
+              "HOLD_TURNS", "CTAS_PER_SM")
 
     def __init__(self):
         self._configs: dict[tuple, AttentionConfig] = {}        # (config items, head dim) -> AttentionConfig
@@ -270,14 +270,14 @@ class _AttentionSM90Tuning(TuningTemplate):
 
     def model_s(self, config, shape, dtype, peak_flops=H200_PEAK_FLOPS, peak_bw=H200_PEAK_BW, num_sms=H200_SMS):
         """For ranking dry-run configs only: the compute roofline penalized by the padding of S to BLOCK_M and
-        BLOCK_N and the idle part of the last wave (one CTA per SM), against the K/V traffic from L2 (each
+        BLOCK_N and the idle part of the last wave (CTAS_PER_SM CTAs an SM), against the K/V traffic from L2 (each
         query block reads all of its head's keys and values) and the DRAM bytes."""
         B, H, S, D, C = (int(d) for d in shape)
         cfg = self.kernel_config(config, D)
         BM, BN = cfg.BLOCK_M, cfg.BLOCK_N
         tm, tn = -(-S // BM), -(-S // BN)
         pad = (S * S) / (tm * BM * tn * BN)
-        waves = waves_efficiency(tm * B * H, num_sms)
+        waves = waves_efficiency(tm * B * H, num_sms * cfg.CTAS_PER_SM)
         compute = self.flops(shape) / peak_flops / (pad * waves)
         es = element_size(dtype)
         kv = B * H * tm * tn * BN * D * 2 * es * (0.5 if C else 1.0)
