@@ -128,3 +128,11 @@ def test_two_ctas_an_sm_in_the_interpreter(interpret_env, monkeypatch, M, N, K, 
     assert not outs[0].isnan().any()
     assert ((outs[0].double() - ref).norm() / ref.norm()).item() < 1e-2
     assert torch.equal(outs[0], outs[1])
+
+
+def test_too_few_launch_registers_for_ptxas_are_one_line_naming_the_request():
+    """128x256 tiles on two warpgroups (128 accumulator registers a thread) at two CTAs an SM launch with 80: ptxas
+    refuses (C7602), and the error says which request set them, not the compiler's log."""
+    with pytest.raises(GluonError, match=r"kernel\.py:\d+: kernel gemm_sm90 asks for 2 CTAs an SM \(set_ctas_per_sm\), "
+                                         r"which launches its threads with 80 registers; ptxas needs \d+ or more"):
+        compile_variant(DType.bf16, STAGES=2, CTAS_PER_SM=2)

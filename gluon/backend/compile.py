@@ -108,9 +108,24 @@ def compile_kernel(lowered: LoweredKernel, *, options: dict | None = None, cache
         binary = compile_ttgir(lowered.ttgir, lowered.abi.target, abi=lowered.abi, options=options, cache=cache,
                                isolate=isolate)
     except CompileError as e:
+        few = _too_few_launch_registers(e, lowered.abi)
+        if few is not None:
+            raise few from None
         raise at_source_line(e, lowered) from None
     _check_residency(binary, lowered.abi)
     return binary
+
+
+def _too_few_launch_registers(e: CompileError, abi: KernelABI) -> GluonError | None:
+    """ptxas's "Insufficient registers (R) ... register target of T or higher" (C7602) for a kernel that asked for
+    several CTAs an SM (`set_ctas_per_sm`, which set R): one line saying so, instead of the compiler's log."""
+    m = re.search(r"C7602\) Insufficient registers \((\d+)\).*?register target of (\d+)", str(e) + e.diagnostics)
+    if abi.ctas_per_sm <= 1 or m is None:
+        return None
+    where = f"{abi.loc}: " if abi.loc else ""
+    return GluonError(f"{where}kernel {abi.name} asks for {abi.ctas_per_sm} CTAs an SM (set_ctas_per_sm), which "
+                      f"launches its threads with {m.group(1)} registers; ptxas needs {m.group(2)} or more for this "
+                      "kernel: ask for fewer CTAs an SM, or give the kernel fewer warps")
 
 
 def _check_residency(binary: Binary, abi: KernelABI) -> None:
