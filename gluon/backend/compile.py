@@ -122,10 +122,14 @@ def _too_few_launch_registers(e: CompileError, abi: KernelABI) -> GluonError | N
     m = re.search(r"C7602\) Insufficient registers \((\d+)\).*?register target of (\d+)", str(e) + e.diagnostics)
     if abi.ctas_per_sm <= 1 or m is None:
         return None
+    return GluonError(f"{_asked(abi)}, which launches its threads with {m.group(1)} registers; ptxas needs "
+                      f"{m.group(2)} or more for this kernel: ask for fewer CTAs an SM, or give the kernel fewer warps")
+
+
+def _asked(abi: KernelABI) -> str:
+    """The lead of the errors about `set_ctas_per_sm`: where the kernel is, and what it asked for."""
     where = f"{abi.loc}: " if abi.loc else ""
-    return GluonError(f"{where}kernel {abi.name} asks for {abi.ctas_per_sm} CTAs an SM (set_ctas_per_sm), which "
-                      f"launches its threads with {m.group(1)} registers; ptxas needs {m.group(2)} or more for this "
-                      "kernel: ask for fewer CTAs an SM, or give the kernel fewer warps")
+    return f"{where}kernel {abi.name} asks for {abi.ctas_per_sm} CTAs an SM (set_ctas_per_sm)"
 
 
 def _check_residency(binary: Binary, abi: KernelABI) -> None:
@@ -139,11 +143,9 @@ def _check_residency(binary: Binary, abi: KernelABI) -> None:
     got = resident_ctas(arch, threads, binary.registers, binary.shared_bytes)
     if got < want:
         most = (arch.smem_per_block_max + NV_RESERVED_SHARED) // want - NV_RESERVED_SHARED
-        where = f"{abi.loc}: " if abi.loc else ""
-        raise GluonError(f"{where}kernel {abi.name} asks for {want} CTAs an SM (set_ctas_per_sm) but its binary lets "
-                         f"{got} reside: {binary.shared_bytes} bytes of shared memory a CTA ({want} fit in {most} "
-                         f"each), {binary.registers} registers a thread x {threads} threads; use fewer stages or "
-                         "smaller tiles")
+        raise GluonError(f"{_asked(abi)} but its binary lets {got} reside: {binary.shared_bytes} bytes of shared "
+                         f"memory a CTA ({want} fit in {most} each), {binary.registers} registers a thread x {threads} "
+                         "threads; use fewer stages or smaller tiles")
 
 
 def at_source_line(e: CompileError, lowered: LoweredKernel) -> CompileError:
