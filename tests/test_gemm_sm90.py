@@ -427,14 +427,17 @@ def test_small_m_config_swaps_a_and_b(M, N, K, want):
 
 
 def test_m_up_to_128_swaps_or_pairs_unless_the_tiles_fill_a_wave():
-    from gluon.kernels.gemm_sm90.config import DECODE_PAIRS, DECODE_RESIDENT
+    from gluon.kernels.gemm_sm90.config import DECODE_PAIRS, DECODE_WIDE
     assert choose_config(128, 4096, 4096, 132).SWAP_AB               # two K slices: summed in the cluster
     assert choose_config(96, 14336, 4096, 132, pairs=False).SWAP_AB
-    # no K split above 64 rows: 64x128 tiles, all resident at two CTAs an SM where they outnumber the SMs ...
-    assert choose_config(96, 14336, 4096, 132) == DECODE_RESIDENT    # 224 tiles
-    assert choose_config(128, 11008, 4096, 132) == DECODE_RESIDENT   # 172
-    assert DECODE_RESIDENT.CTAS_PER_SM == 2 and DECODE_RESIDENT.CLUSTER_M == 1 and DECODE_RESIDENT.STAGES == 4
+    # no K split above 64 rows: 128x128 tiles where they make half a wave to one ...
+    assert choose_config(96, 14336, 4096, 132) == DECODE_WIDE        # 112 tiles
+    assert choose_config(128, 11008, 4096, 132) == DECODE_WIDE       # 86
+    assert choose_config(128, 16896, 4096, 132) == DECODE_WIDE       # 132
+    assert (DECODE_WIDE.BLOCK_M, DECODE_WIDE.BLOCK_N, DECODE_WIDE.CONSUMER_WGS, DECODE_WIDE.CLUSTER_M) == (128, 128, 1, 1)
     # ... else in 2-CTA pairs sharing B
+    assert choose_config(128, 16897, 4096, 132) == DECODE_PAIRS      # 133 tiles: over a wave
+    assert choose_config(128, 8448, 4096, 132) == DECODE_PAIRS       # 66: half a wave
     assert choose_config(96, 18944, 3584, 132) == DECODE_PAIRS       # 296 tiles: more than two an SM
     assert choose_config(128, 8192, 28672, 132) == DECODE_PAIRS      # 128 tiles: fewer than the SMs
     assert choose_config(64, 14336, 4096, 132).SWAP_AB               # ... not at 64 (0.94 against 0.99x cuBLAS)

@@ -6,7 +6,7 @@ pytestmark = pytest.mark.gpu
 torch = pytest.importorskip("torch")
 
 from gluon.kernels.gemm_sm90 import DEFAULT_CONFIG, launch  # noqa: E402
-from gluon.kernels.gemm_sm90.config import DECODE_PAIRS  # noqa: E402
+from gluon.kernels.gemm_sm90.config import DECODE_PAIRS, DECODE_WIDE, choose_config  # noqa: E402
 from gluon.kernels.gemm_sm90 import host as gemm_host  # noqa: E402
 
 FIXUP = DEFAULT_CONFIG.replace(BLOCK_M=64, BLOCK_N=64, CONSUMER_WGS=1, STAGES=8, SPLITK_FIXUP=True)
@@ -66,6 +66,27 @@ def test_small_m_default_config_matches_fp64(M, N, K):
         torch.cuda.synchronize()
         assert not torch.isnan(c).any()
         assert _rel_err(c, a, b, False) < 1e-2
+
+
+@pytest.mark.parametrize("M,N,K,b_kmajor", [(128, 11008, 4096, False), (100, 10000, 1000, True),
+                                             (80, 16000, 777, False), (72, 8500, 3000, True)])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_decode_wide_default_matches_fp64(M, N, K, b_kmajor, dtype):
+    """Above 64 rows where 128x128 tiles make half a wave to one, launch's pick (DECODE_WIDE) on poisoned outputs,
+    sizes on and off the tiles (K = 777: rows off 16 bytes), both B layouts: within 1e-2 of fp64, every element
+    written, the same bits twice."""
+    assert choose_config(M, N, K, 132) == DECODE_WIDE
+    for seed in range(2):
+        a, b = _operands(M, N, K, dtype, b_kmajor, seed)
+        outs = []
+        for _ in range(2):
+            c = torch.full((M, N), float("nan"), device="cuda", dtype=dtype)
+            launch(a, b, c, b_kmajor=b_kmajor)
+            outs.append(c)
+        torch.cuda.synchronize()
+        assert not torch.isnan(outs[0]).any(), "some output elements were not written"
+        assert _rel_err(outs[0], a, b, b_kmajor) < 1e-2
+        assert torch.equal(outs[0], outs[1])
 
 
 def _swap(M, BN=64, BK=64, STAGES=8):

@@ -57,18 +57,19 @@ def test_the_decode_spec_searches_the_small_m_family():
     assert p["SPLIT_K"] == Choice(("auto", 1, 2, 4)) and p["EPILOGUE"] == Fixed("direct")
     assert any("BLOCK_M * BLOCK_N <= 4096 * CONSUMER_WARPS" in c for c in decode.constraints)
     assert p["CONSUMER_WARPS"] == Choice((4, 8))          # under the swap: one warpgroup, or two sharing A
-    # and what `launch` picks above 64 rows where the swap needs no K split: 64x128 tiles, resident two an SM or in
-    # 2-CTA pairs
-    from gluon.kernels.gemm_sm90.config import DECODE_PAIRS, DECODE_RESIDENT, choose_config
+    # and what `launch` picks above 64 rows where the swap needs no K split: 128x128 tiles, or 64x128 tiles in 2-CTA
+    # pairs
+    from gluon.kernels.gemm_sm90.config import DECODE_PAIRS, DECODE_WIDE, choose_config
     from gluon.tuning.templates.gemm_sm90 import TUNING
-    assert p["CLUSTER_M"] == Choice((1, 2)) and choose_config(128, 14336, 4096, 132) == DECODE_RESIDENT
+    assert p["CLUSTER_M"] == Choice((1, 2)) and choose_config(128, 14336, 4096, 132) == DECODE_WIDE
     assert (128, 14336, 4096) in decode.shapes
     held = {TUNING.knobs(c) for c in decode.space.grid()}
     assert DECODE_PAIRS.replace(EPILOGUE="direct", GROUP_M=16) in held
+    assert DECODE_WIDE.replace(EPILOGUE="direct", GROUP_M=16) in held
     assert not any(c.CLUSTER_M == 2 and (c.SWAP_AB or c.CLUSTER_K > 1) for c in held)
     # and two CTAs an SM, only where two rings fit
     assert p["CTAS_PER_SM"] == Choice((1, 2))
-    assert DECODE_RESIDENT.replace(EPILOGUE="direct", GROUP_M=16) in held
+    assert DECODE_PAIRS.replace(EPILOGUE="direct", GROUP_M=16, STAGES=4, CLUSTER_M=1, CTAS_PER_SM=2) in held
     assert not any(c.CTAS_PER_SM == 2 and c.STAGES * (c.BLOCK_M + c.BLOCK_N) * c.BLOCK_K * 2 > 110592 for c in held)
 
 

@@ -503,11 +503,12 @@ def deep_k_config(M: int, N: int, K: int, num_sms: int, out_size: int = 2, wide:
 # the swapped pick at 8 such shapes, both B layouts (N 11008 to 18944; docs/PERF.md, thirtieth session)
 DECODE_PAIRS = DEFAULT_CONFIG.replace(BLOCK_M=64, BLOCK_N=128, BLOCK_K=64, STAGES=8, CONSUMER_WGS=1, CLUSTER_M=2,
                                       PDL=True)
-# ... where its 64x128 tiles number more than the SMs but fit two an SM: the same tiles over 4 stages, no cluster, two
-# CTAs an SM, so every tile is resident at once (plain Triton's form there; the pairs' persistent programs took 1.7
-# tiles each): B [K, N] 1.02-1.06x DECODE_PAIRS at 8 shapes (N 11008 to 16384, M 72 to 128), B [N, K] 1.00-1.02x at 6
-# of them; with more tiles than two an SM, 96x18944x3584, 0.91-0.94x (docs/PERF.md, thirty-first session)
-DECODE_RESIDENT = DECODE_PAIRS.replace(STAGES=4, CLUSTER_M=1, CTAS_PER_SM=2)
+# ... where 128x128 tiles (A's rows in one tile row) make half a wave to one: those, on one warpgroup over 6 stages,
+# no cluster, each B tile read by one CTA. On the H200, against the 64x128 tiles at two CTAs an SM that the thirty-first
+# session had there (1.02-1.06x the pairs on an H100): 1.01-1.15x at 8 shapes of 86 to 128 such tiles, both B layouts
+# (128x11008x4096 B [K, N] 0.906 -> 0.995x cuBLAS, 1.008 -> 1.111x plain Triton); over a wave (96x18944x3584: 148)
+# the pairs stay, 0.88 against 0.80 (docs/PERF.md, thirty-second session)
+DECODE_WIDE = DEFAULT_CONFIG.replace(BLOCK_N=128, STAGES=6, CONSUMER_WGS=1, PDL=True)
 
 
 SMALL_M = 128                       # up to this many rows of A, choose_config swaps A and B ...
@@ -549,8 +550,8 @@ def choose_config(M: int, N: int, K: int, num_sms: int, pitch_aligned: bool = Tr
       slices (where `split_k` makes two) summed in 2-CTA clusters (CLUSTER_K=2), launched as a programmatic
       dependent (PDL: its prologue under the end of the kernel before, as in a model's GEMMs back to back);
       above 64 rows where the swapped tiles need no K split, DECODE_PAIRS instead (where `pairs`: `resolve_config`
-      asks for them with no overrides and 16-bit inputs; and a 16-bit output: what was timed), or DECODE_RESIDENT
-      where its tiles outnumber the SMs but fit two an SM;
+      asks for them with no overrides and 16-bit inputs; and a 16-bit output: what was timed), or DECODE_WIDE's
+      128x128 tiles where they make half a wave to one;
     * K >= DEEP_K with under half a wave of 128x128 tiles: `deep_k_config`'s 128x128 tiles, or 128x256 where
       `wave_tiles` (split along K by `split_k`; no cluster where A has an odd count of tile rows);
     * under about one wave of 128x256 tiles: the first of SMALL_CONFIGS whose tiles fit in one wave;
@@ -573,8 +574,8 @@ def choose_config(M: int, N: int, K: int, num_sms: int, pitch_aligned: bool = Tr
         if splits == 2:
             return cfg.replace(CLUSTER_K=2, PDL=True)
         if splits == 1 and M > _SWAP_ALWAYS_M and pairs and out_size <= 2:
-            resident = num_sms < tiles(M, N, DECODE_RESIDENT) <= num_sms * DECODE_RESIDENT.CTAS_PER_SM
-            return DECODE_RESIDENT if resident else DECODE_PAIRS
+            wide = num_sms < 2 * tiles(M, N, DECODE_WIDE) and tiles(M, N, DECODE_WIDE) <= num_sms
+            return DECODE_WIDE if wide else DECODE_PAIRS
         return cfg
     if fills_a_wave(M, N, num_sms):
         if out_size > 2:
