@@ -73,6 +73,29 @@ def test_the_decode_spec_searches_the_small_m_family():
     assert not any(c.CTAS_PER_SM == 2 and c.STAGES * (c.BLOCK_M + c.BLOCK_N) * c.BLOCK_K * 2 > 110592 for c in held)
 
 
+def test_a_gemm_study_is_seeded_with_launchs_pick_at_each_bucket():
+    """The decode spec's buckets need different configs (M = 1 .. 128): a fresh study measures `launch`'s pick at
+    each of them first (the template's `pick`, in the spec's names), so `gluon build --best` serves no bucket
+    slower than the pick. Each pick maps back to the very config and split count `launch` runs."""
+    from gluon.kernels.gemm_sm90.config import resolve_config, split_k
+    from gluon.tuning.template import template_seeds
+    from gluon.tuning.templates.gemm_sm90 import TUNING
+    decode = load_spec(SPECS / "gemm_sm90_decode.toml")
+    seeds = template_seeds(TUNING, decode.shapes, decode.dtypes)
+    fixed = decode.space.fixed()
+    for M, N, K in decode.shapes:
+        for dtype in decode.dtypes:
+            pick = TUNING.pick((M, N, K), dtype, num_sms=132)
+            assert pick in seeds
+            want = resolve_config(M, N, K, 132, 2)
+            assert TUNING.kernel_config(pick, dtype) == want
+            assert TUNING.splits(pick, (M, N, K), 132) == split_k(M, N, K, want, 132)
+            held = {k: fixed.get(k, pick.get(k)) for k in decode.space.params}
+            assert decode.space.check(held) is None, (M, N, K)
+    assert TUNING.pick((128, 14336, 4096), "bf16")["BLOCK_M"] == 128      # DECODE_WIDE
+    assert TUNING.pick((1, 4096, 4096), "bf16")["SWAP_AB"] is True
+
+
 def test_the_waves_spec_holds_what_choose_config_takes_there():
     """Its shapes are the few-wave picks', and its space holds wave_config's tiles (so `gluon build --best`
     can serve at least what `launch` runs) and 128x256 with SPLIT_WGS and K_ZIGZAG."""

@@ -630,6 +630,24 @@ def test_seeds_that_differ_only_outside_the_space_are_queued_once(tmp_path, env,
     assert seeded == [{"X": 4}, {"X": 5}]
 
 
+def test_seeds_get_the_studys_problems_and_take_the_specs_fixed_values(tmp_path, env, monkeypatch):
+    """A template whose pick depends on the problem gets the study's shapes and dtypes; a parameter the spec fixes
+    takes the spec's value in the seed (the pick within the spec's space), not the template's."""
+    got = []
+
+    def seeds(shapes=(), dtypes=()):
+        got.append((shapes, dtypes))
+        return [{"X": sh[0] // 500, "Y": 7} for sh in shapes] + [{"Y": 1}]     # the last sets no X: skipped
+    monkeypatch.setattr(FAKE, "seed_configs", seeds, raising=False)
+    path = fake_spec(tmp_path, x=(1, 40), sampler="random", trials=3, shapes=((1000,), (2000,)))
+    path.write_text(path.read_text().replace("[tuning]", "Y = 3\n[tuning]"))
+    s = run_tune(path, tmp_path)
+    assert [(tuple(map(tuple, sh)), d) for sh, d in got] == [(((1000,), (2000,)), ("fp32",))]
+    seeded = [t.params for t in _study(tmp_path, s).get_trials() if t.user_attrs.get("seeded")]
+    assert seeded == [{"X": 2}, {"X": 4}]             # Y = 7 would be outside the space: the spec's 3 instead
+    assert [c["X"] for c in calls(env.log)][:4] == [2, 2, 4, 4]            # a call per shape
+
+
 def test_seeds_false_leaves_the_hand_picked_configs_out(tmp_path, env, monkeypatch):
     monkeypatch.setattr(FAKE, "seed_configs", lambda: [{"X": 4}], raising=False)
     s = run_tune(fake_spec(tmp_path, x=(1, 40), sampler="random", trials=3), tmp_path, seeds=False)

@@ -26,6 +26,7 @@ from .retime import _Retiming
 from .sampler import make_sampler
 from .settings import _t
 from .storage import open_storage, storage_claims, study_name_for
+from .template import template_seeds
 from .trials import _ACTIVE_RUNS, _HOST, _owner_alive, _TrialLoop
 from .tune_summary import TuneSummary
 
@@ -159,15 +160,18 @@ class _Study:
 
     def _enqueue_seeds(self) -> None:
         """A fresh study starts from the template's hand-picked configs (those the space allows), so
-        the search begins at what is known to be good instead of at random samples."""
+        the search begins at what is known to be good instead of at random samples. A parameter the spec
+        fixes takes the spec's value (the pick within the spec's space); a seed that leaves out a parameter the
+        spec searches is skipped."""
         if not self.seeds or self.trials():
             return
         dists = self.space.distributions()
+        fixed = self.space.fixed()
         queued = []
-        for cfg in self.tn.template.seed_configs():
-            if set(self.space.params) - set(cfg):
-                continue                                 # the spec has a parameter the seed does not set
-            full = {k: cfg[k] for k in self.space.params}
+        for cfg in template_seeds(self.tn.template, self.shapes, self.dtypes):
+            if set(self.space.params) - set(cfg) - set(fixed):
+                continue                                 # the spec searches a parameter the seed does not set
+            full = {k: fixed[k] if k in fixed else cfg[k] for k in self.space.params}
             if self.space.check(full) is None and full not in queued:    # seeds that differ only outside
                 queued.append(full)                                       # the spec's space are one config
                 self.study.enqueue_trial({k: v for k, v in full.items() if k in dists}, user_attrs={"seeded": True})

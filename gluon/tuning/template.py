@@ -190,8 +190,10 @@ class TuningTemplate:
     def make_inputs(self, shape, dtype: str, device, seed: int) -> dict:
         raise NotImplementedError
 
-    def seed_configs(self) -> list[dict]:
-        """Hand-picked configs (in the spec's parameter names) a fresh study measures first."""
+    def seed_configs(self, shapes=(), dtypes=()) -> list[dict]:
+        """Hand-picked configs (in the spec's parameter names) a fresh study measures first; `shapes` and
+        `dtypes` are the study's, for a template whose pick depends on the problem (`template_seeds` calls a
+        template written without them with none)."""
         return []
 
     # -- what gluon.load's callables use ---------------------------------------------------------------
@@ -357,3 +359,16 @@ def load_template_ref(ref: str, base_dir: str | Path | None = None):
     _LOADED[key] = obj
     return obj
 
+
+
+def template_seeds(template, shapes, dtypes) -> list[dict]:
+    """`template.seed_configs` for a study of `shapes` x `dtypes`: given them where it takes them, else called
+    with none (a template written before they were passed)."""
+    fn = template.seed_configs
+    try:
+        params = inspect.signature(fn).parameters.values()
+    except (TypeError, ValueError):
+        params = ()
+    if any(p.name == "shapes" or p.kind is p.VAR_KEYWORD for p in params):
+        return list(fn(shapes=tuple(shapes), dtypes=tuple(dtypes)))
+    return list(fn())

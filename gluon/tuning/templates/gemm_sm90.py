@@ -19,8 +19,8 @@ from pathlib import Path
 import gluon.kernels.gemm_sm90 as _kernel_package
 from gluon.dtypes import DType
 from gluon.ir import GluonError
-from gluon.kernels.gemm_sm90 import (DEFAULT_CONFIG, GemmConfig, gemm_sm90, launch, num_warps, promises_n16, split_k,
-                                     stand_ins, tiles)
+from gluon.kernels.gemm_sm90 import (DEFAULT_CONFIG, GemmConfig, gemm_sm90, launch, num_warps, promises_n16,
+                                     resolve_config, split_k, stand_ins, tiles)
 from gluon.tuning.template import (H200_PEAK_BW, H200_PEAK_FLOPS, H200_SMS, TuningTemplate, dtype_name, element_size,
                                    gluon_dtype, torch_dtype, waves_efficiency)
 
@@ -171,19 +171,32 @@ class _GemmSM90Tuning(TuningTemplate):
             return (a.double() * inputs["scale_a"].double()) @ (b.double() * inputs["scale_b"].double()).T
         return a.double() @ b.double()
 
-    def seed_configs(self):
+    def seed_configs(self, shapes=(), dtypes=()):
         """What choose_config runs where programs have several tiles (DEFAULT_CONFIG with SPLIT_WGS and
         K_ZIGZAG: 1.01-1.04x cuBLAS at 4096^3-8192^3 on the H200, docs/PERF.md), then without K_ZIGZAG,
         then the cooperative form, in the spec's names; then the same with fp8's k-step (128 one-byte
         elements, what `launch` runs for fp8 inputs). A spec's study takes those in its space (a 16-bit spec
-        the first three, an fp8 one the last three)."""
+        the first three, an fp8 one the last three). Then what `launch` runs at each of `shapes` x `dtypes`
+        (`pick`), so every bucket of a spec whose problems differ (decode's M = 1 .. 128) has its pick measured
+        and `gluon build --best` serves none slower than it."""
         d = DEFAULT_CONFIG
         cfg = dict(BLOCK_M=d.BLOCK_M, BLOCK_N=d.BLOCK_N, BLOCK_K=d.BLOCK_K, STAGES=d.STAGES, GROUP_M=d.GROUP_M,
                    PRODUCER_REGS=d.PRODUCER_REGS, SWIZZLE=d.SWIZZLE, EPILOGUE="tma", SPLIT_WGS=d.SPLIT_WGS,
                    CONSUMER_REGS=d.CONSUMER_REGS, CLUSTER_M=d.CLUSTER_M, CONSUMER_WARPS=4 * d.CONSUMER_WGS,
                    PRODUCER_WARPS=1, K_ZIGZAG=False)
         sixteen = [dict(cfg, SPLIT_WGS=True, K_ZIGZAG=True), dict(cfg, SPLIT_WGS=True), cfg]
-        return sixteen + [dict(c, BLOCK_K=2 * c["BLOCK_K"]) for c in sixteen]
+        picks = [self.pick(shape, dtype) for shape in shapes for dtype in dtypes if dtype in self.dtypes]
+        return sixteen + [dict(c, BLOCK_K=2 * c["BLOCK_K"]) for c in sixteen] + picks
+
+    def pick(self, shape, dtype: str, num_sms: int = H200_SMS) -> dict:
+        """`launch`'s config for contiguous operands of `shape` and `dtype` (choose_config's, "auto" values
+        resolved; the split count left to "auto", which splits as `launch` does), in the spec's names."""
+        M, N, K = shape
+        es = element_size(dtype)
+        aligned = K * es % 128 == 0 and (K if _fp8(dtype) else N) * es % 128 == 0
+        cfg = resolve_config(M, N, K, num_sms, _out_size(dtype), aligned, None, es)
+        out = {k: v for k, v in cfg.to_dict().items() if k in self.params}
+        return dict(out, CONSUMER_WARPS=4 * cfg.CONSUMER_WGS, PRODUCER_WARPS=1, SPLIT_K="auto")
 
     def shape_of(self, a, b, out=None, scale_a=None, scale_b=None):
         import torch

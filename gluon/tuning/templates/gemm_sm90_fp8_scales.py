@@ -73,8 +73,8 @@ class _ScaledFP8Tuning(_GemmSM90Tuning):
     def scale_shapes(self, M: int, N: int, K: int) -> tuple[tuple, tuple]:
         raise NotImplementedError
 
-    def seed_configs(self):
-        """The GEMM's seeds with fp8's k-step (its last three)."""
+    def seed_configs(self, shapes=(), dtypes=()):
+        """The GEMM's seeds with fp8's k-step (its last three; the scaled launches' picks are not `pick`'s)."""
         return super().seed_configs()[3:]
 
     def fp8_scales(self, M, N, K, device, g):
