@@ -434,7 +434,8 @@ def test_m_up_to_128_swaps_or_pairs_unless_the_tiles_fill_a_wave():
     assert choose_config(96, 14336, 4096, 132) == DECODE_WIDE        # 112 tiles
     assert choose_config(128, 11008, 4096, 132) == DECODE_WIDE       # 86
     assert choose_config(128, 16896, 4096, 132) == DECODE_WIDE       # 132
-    assert (DECODE_WIDE.BLOCK_M, DECODE_WIDE.BLOCK_N, DECODE_WIDE.CONSUMER_WGS, DECODE_WIDE.CLUSTER_M) == (128, 128, 1, 1)
+    w = DECODE_WIDE
+    assert (w.BLOCK_M, w.BLOCK_N, w.CONSUMER_WGS, w.CLUSTER_M, w.CTAS_PER_SM) == (128, 128, 1, 1, 1)
     # ... else in 2-CTA pairs sharing B
     assert choose_config(128, 16897, 4096, 132) == DECODE_PAIRS      # 133 tiles: over a wave
     assert choose_config(128, 8448, 4096, 132) == DECODE_PAIRS       # 66: half a wave

@@ -360,7 +360,6 @@ def load_template_ref(ref: str, base_dir: str | Path | None = None):
     return obj
 
 
-
 def template_seeds(template, shapes, dtypes) -> list[dict]:
     """`template.seed_configs` for a study of `shapes` x `dtypes`: given them where it takes them, else called
     with none (a template written before they were passed)."""
