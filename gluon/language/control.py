@@ -410,8 +410,8 @@ def set_ctas_per_sm(n: int) -> None:
     file's share for `n` CTAs (64K registers over `n` times the CTA's threads, warp roles' padding included,
     rounded down to 8: Triton's `ttg.maxnreg`), which the warp roles' `registers` budgets (setmaxnreg) then share
     out. The compile step checks that the binary's registers and shared memory let `n` CTAs reside (GluonError
-    otherwise). A persistent kernel asking for 2 sizes its grid at two CTAs an SM: small tiles, one each, all
-    resident (plain Triton's form), with the warp roles a persistent kernel has."""
+    otherwise). The grid stays the caller's: a persistent kernel sizes it to match (the GEMM's CTAS_PER_SM: two
+    CTAs an SM, small tiles one each, all resident at once, plain Triton's form)."""
     t = _tr()
     if isinstance(n, bool) or n not in CTAS_PER_SM:
         raise ir.GluonError(f"set_ctas_per_sm({n!r}): takes 1, 2, 3 or 4 (CTAs of this kernel an SM holds at once)",
