@@ -22,10 +22,12 @@ def _case(M, N, K, dtype, seed):
 
 _TURNS = dict(MMA_TURNS=True, SPLIT_WGS=True)
 _THREE = dict(BLOCK_M=192, CONSUMER_WGS=3, CONSUMER_REGS=152, SPLIT_WGS=True)
+_PARTS = dict(BLOCK_M=256, BLOCK_N=128, CONSUMER_WGS=2, SPLIT_WGS=True)    # 128 rows a warpgroup, in two parts
 
 
 @pytest.mark.parametrize("M,N,K,kw", [(4096, 4096, 4096, {}), (1000, 3000, 784, {}), (333, 1000, 4224, {}),
-                                       (128, 512, 8192, dict(splits=4)), (8192, 1024, 2048, dict(config=dict(BLOCK_N=64))),
+                                       (128, 512, 8192, dict(splits=4)),
+                                       (8192, 1024, 2048, dict(config=dict(BLOCK_N=64))),
                                        (64, 4096, 4096, {}), (2048, 2048, 144, {}),
                                        # the pick's 192 x 128 tiles (block_scaled_tall), M off them
                                        (2200, 4096, 1024, {}),
@@ -36,7 +38,13 @@ _THREE = dict(BLOCK_M=192, CONSUMER_WGS=3, CONSUMER_REGS=152, SPLIT_WGS=True)
                                        # three warpgroups of 64 rows (192 x 128 tiles)
                                        (4096, 4096, 4096, dict(config=_THREE)), (1000, 3000, 784, dict(config=_THREE)),
                                        (4096, 4096, 4096, dict(config=dict(_THREE, MMA_TURNS=True))),
-                                       (1000, 3000, 784, dict(config=dict(_THREE, MMA_TURNS=True)))])
+                                       (1000, 3000, 784, dict(config=dict(_THREE, MMA_TURNS=True))),
+                                       # 128 rows a warpgroup in two 64-row parts: 256x128 tiles on two, 128x128 on
+                                       # one (the deep-K pick's 2-CTA clusters), K slices
+                                       (4096, 4096, 4096, dict(config=_PARTS)), (1000, 3000, 784, dict(config=_PARTS)),
+                                       (300, 512, 8192, dict(splits=4, config=dict(_PARTS, EPILOGUE="direct"))),
+                                       (512, 1024, 16384, dict(config=dict(BLOCK_M=128, BLOCK_N=128,
+                                                                           CONSUMER_WGS=1)))])
 @pytest.mark.parametrize("dtype", [torch.float8_e4m3fn, torch.float8_e5m2])
 def test_block_scaled_fp8_gemm_matches_fp64(M, N, K, kw, dtype):
     for seed in range(2):

@@ -49,7 +49,10 @@ def test_tensor_and_rowcol_scales_match_the_dequantized_product(interpret_env, m
     import gluon.kernels.gemm_sm90.host as host
     torch.manual_seed(8)
     a, b = _fp8(M, K), _fp8(N, K)
-    sa, sb = (torch.rand(1) + 0.5, torch.rand(1) + 0.5) if kind == "tensor" else (torch.rand(M) + 0.5, torch.rand(N) + 0.5)
+    if kind == "tensor":
+        sa, sb = torch.rand(1) + 0.5, torch.rand(1) + 0.5
+    else:
+        sa, sb = torch.rand(M) + 0.5, torch.rand(N) + 0.5
     c = torch.full((M, N), NAN).bfloat16()
     monkeypatch.setattr(host, "device_sms", lambda d: 2)
     launch(a, b, c, config, b_kmajor=True, scale_a=sa, scale_b=sb)
@@ -131,6 +134,72 @@ def test_block_scales_on_three_warpgroups(interpret_env, monkeypatch, turns):
 
 
 @pytest.mark.parametrize("M,N,K,splits,kw", [
+    (600, 256, 512, None, dict(BLOCK_M=256, CONSUMER_WGS=2, SPLIT_WGS=True, K_ZIGZAG=True)),  # odd units top down
+    (300, 136, 520, 2, dict(BLOCK_M=256, CONSUMER_WGS=2, SPLIT_WGS=True, EPILOGUE="direct")),  # K slices, rows off
+    (300, 136, 520, 2, dict(BLOCK_M=256, CONSUMER_WGS=2, SPLIT_WGS=True, EPILOGUE="direct", SPLITK_FIXUP=True)),
+    (200, 256, 384, None, dict(BLOCK_M=128, CONSUMER_WGS=1, EPILOGUE="coalesced")),           # one warpgroup
+    (200, 256, 384, None, dict(BLOCK_M=128, CONSUMER_WGS=1, EPILOGUE="ring", STAGES=4)),
+])
+@pytest.mark.parametrize("m_major", [False, True])
+def test_block_scales_on_128_rows_a_warpgroup_in_two_parts(interpret_env, monkeypatch, M, N, K, splits, kw, m_major):
+    """128 rows a warpgroup (256x128 tiles on two, 128x128 on one): the rows in two 64-row parts, each part's
+    WGMMA, promotion and epilogue in turn; scales that differ by block and row, rows and K off the tiles, a grid
+    of 2 (several units a program), K slices summed by the second pass and by the in-kernel fixup, each epilogue."""
+    from gluon.kernels.gemm_sm90 import GemmConfig
+    _check_on_two_programs(monkeypatch, M, N, K, GemmConfig(**dict(dict(BLOCK_N=128, BLOCK_K=128, STAGES=3), **kw)),
+                           splits, m_major, seed=13)
+
+
+def _check_on_two_programs(monkeypatch, M, N, K, cfg, splits, m_major: bool, seed: int):
+    """A block-scaled launch of `cfg` on a grid of 2 (programs run several units), scales that differ by block and
+    row (scale_a M-major with `m_major`), against the dequantized product."""
+    import gluon.kernels.gemm_sm90.host as host
+    torch.manual_seed(seed)
+    a, b = _fp8(M, K), _fp8(N, K)
+    KB, NB = -(-K // 128), -(-N // 128)
+    sa, sb = torch.rand(M, KB) * 2 + 0.25, torch.rand(NB, KB) * 2 + 0.25
+    c = torch.full((M, N), NAN).bfloat16()
+    monkeypatch.setattr(host, "device_sms", lambda d: 2)
+    launch(a, b, c, b_kmajor=True, scale_a=sa.T.contiguous().T if m_major else sa, scale_b=sb, config=cfg,
+           splits=splits)
+    ref = dequantized(a, b, sa, sb)
+    torch.testing.assert_close(c.double(), ref, rtol=1e-2, atol=1e-2 * ref.abs().max().item())
+
+
+def test_two_parts_refuse_what_they_do_not_run(interpret_env):
+    a, b, c = _fp8(300, 256), _fp8(256, 256), torch.empty(300, 256).bfloat16()
+    sa, sb = torch.ones(300, 2), torch.ones(2, 2)
+    for extra, what in [(dict(MMA_TURNS=True), "MMA_TURNS"), (dict(SCALES_AHEAD=True), "SCALES_AHEAD")]:
+        cfg = dict(BLOCK_M=256, BLOCK_N=128, CONSUMER_WGS=2, SPLIT_WGS=True, **extra)
+        with pytest.raises(GluonError, match=f"two parts of 64.*{what}=True"):
+            launch(a, b, c, b_kmajor=True, scale_a=sa, scale_b=sb, config=cfg)
+
+
+@pytest.mark.parametrize("kw", [dict(BLOCK_M=256, CONSUMER_WGS=2, SPLIT_WGS=True), dict(BLOCK_M=128, CONSUMER_WGS=1)])
+def test_two_parts_promote_before_the_second_wgmma_and_do_not_spill(kw):
+    """The second part's WGMMA starts from zeros that depend on the first part's promoted sum, so ptxas issues it
+    after the promotion's FFMAs, in the first product's registers: no spills (with independent zeros it was issued
+    under the promotion, two products beside the two sums, and spilled 800 bytes)."""
+    from gluon.dtypes import DType
+    from gluon.kernels.gemm_sm90 import host
+    from gluon.kernels.gemm_sm90.config import num_warps, resolve_config
+    from gluon.kernels.gemm_sm90.kernel import gemm_sm90
+    shape = (4096, 4096, 4096)
+    cfg = resolve_config(*shape, 132, 2, True, host._block_scaled_overrides(*shape, 132, 2, True, kw), 1)
+    ck = gemm_sm90.compile(*host.stand_ins(DType.f8e4m3, DType.bf16), num_warps=num_warps(cfg), CFG=cfg,
+                           B_KMAJOR=True, SCALE="block")
+    assert ck.spills == 0
+    ops = [" ".join(ln.split(";")[0].split()[1:]) for ln in ck.sass().splitlines() if ";" in ln]
+    firsts = [i for i, op in enumerate(ops) if op.startswith("QGMMA") and not ops[i - 1].startswith("QGMMA")
+              and "!UPT" in op]                         # each k-step's first part: its product from zero
+    assert len(firsts) >= cfg.CONSUMER_WGS
+    for i in firsts:
+        wait = next(k for k in range(i, len(ops)) if ops[k].startswith("WARPGROUP.DEPBAR.LE gsb0, 0x0"))
+        second = next(k for k in range(wait, len(ops)) if ops[k].startswith("QGMMA"))
+        assert sum(op.startswith("FFMA") for op in ops[wait:second]) >= 64     # the whole promotion in between
+
+
+@pytest.mark.parametrize("M,N,K,splits,kw", [
     (512, 256, 512, None, dict(K_ZIGZAG=True)),                     # four units a program, odd ones top down
     (200, 136, 520, 2, dict(K_ZIGZAG=False, EPILOGUE="direct")),    # K slices, the last one short
     (200, 136, 1000, 3, dict(K_ZIGZAG=True, EPILOGUE="direct")),    # zigzag slices of 3 and 2 k-steps
@@ -143,18 +212,8 @@ def test_block_scales_loaded_a_k_step_ahead(interpret_env, monkeypatch, M, N, K,
     the load past the slice's end masked off). Scales that differ by block, so a scale one k-step off shows;
     a grid of 2, so programs run several units and both K orders."""
     from gluon.kernels.gemm_sm90 import GemmConfig
-    import gluon.kernels.gemm_sm90.host as host
-    torch.manual_seed(12)
-    a, b = _fp8(M, K), _fp8(N, K)
-    KB, NB = -(-K // 128), -(-N // 128)
-    sa, sb = torch.rand(M, KB) * 2 + 0.25, torch.rand(NB, KB) * 2 + 0.25
-    c = torch.full((M, N), NAN).bfloat16()
     cfg = GemmConfig(BLOCK_N=128, BLOCK_K=128, SPLIT_WGS=True, STAGES=3, SCALES_AHEAD=True, **kw)
-    monkeypatch.setattr(host, "device_sms", lambda d: 2)
-    launch(a, b, c, b_kmajor=True, scale_a=sa.T.contiguous().T if m_major else sa, scale_b=sb, config=cfg,
-           splits=splits)
-    ref = dequantized(a, b, sa, sb)
-    torch.testing.assert_close(c.double(), ref, rtol=1e-2, atol=1e-2 * ref.abs().max().item())
+    _check_on_two_programs(monkeypatch, M, N, K, cfg, splits, m_major, seed=12)
 
 
 def test_scales_ahead_outside_block_scales_is_refused(interpret_env):

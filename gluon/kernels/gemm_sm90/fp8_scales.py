@@ -123,3 +123,38 @@ def block_scaled_k_loop(acc, a_s, b_s, ready, empty, cnt, k_lo, k_hi, k_top, SA,
         acc = acc + part * (sa_k * sb_k if held is None else held)[:, None]
         cnt = cnt + 1
     return acc, cnt
+
+
+@gl.helper
+def block_scaled_two_parts(acc, acc2, a_parts, b_s, ready, empty, cnt, k_lo, k_hi, k_top, SA, SB, off_m, off_n, M,
+                           KB, STAGES: int, CL: int, B_KMAJOR: bool, ZIG: bool, SA_M_MAJOR: bool):
+    """`block_scaled_k_loop` over a role's rows in two parts, acc's above acc2's, where one product of all of
+    them beside the sum would not fit the registers (128 rows on a warpgroup: 128 values a thread, the product
+    128 more). `a_parts` is the role's A ring seen as two parts a stage (`Shared.reinterpret`); each k-step's two
+    WGMMAs run one after the other, each waited for and promoted before the next is issued (the other
+    warpgroup's WGMMAs run under the promotions), and the stage is released once both have read it. Neither
+    turns nor scales ahead. (acc, acc2, cnt) after the slice."""
+    rows = off_m + gl.arange(0, acc.shape[0], layout=SliceLayout(1, acc.layout))
+    row_ok = rows < M
+    rows2 = rows + acc.shape[0]
+    row2_ok = rows2 < M
+    sb_row = SB + (off_n // 128) * KB
+    never = M < 0
+    for kk in range(k_lo, k_hi):
+        s = cnt % STAGES
+        ready[s].wait((cnt // STAGES) & 1)
+        b_op = b_s[s].T if B_KMAJOR else b_s[s]
+        part = wgmma(a_parts[2 * s], b_op, acc, wait=False, use_acc=False)
+        sa_k, sb_k = _block_scales(SA, sb_row, rows, row_ok, kk, k_hi, k_top, M, KB, ZIG, SA_M_MAJOR, False)
+        part = wgmma_wait(part, a_parts[2 * s], b_s[s], pendings=0)
+        acc = acc + part * (sa_k * sb_k)[:, None]
+        # the second product starts from zeros that depend on the promoted sum (`never` is False, which the
+        # compilers cannot know): ptxas issues it after the promotion, in the first product's registers; issued
+        # under the promotion (as it does with independent zeros) it keeps two products beside the sums and spills
+        part = wgmma(a_parts[2 * s + 1], b_op, gl.where(never, acc, 0.0), wait=False)
+        sa_k, sb_k = _block_scales(SA, sb_row, rows2, row2_ok, kk, k_hi, k_top, M, KB, ZIG, SA_M_MAJOR, False)
+        part = wgmma_wait(part, a_parts[2 * s + 1], b_s[s], pendings=0)
+        empty[s].arrive(cluster=CL > 1)
+        acc2 = acc2 + part * (sa_k * sb_k)[:, None]
+        cnt = cnt + 1
+    return acc, acc2, cnt

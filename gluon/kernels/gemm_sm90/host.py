@@ -433,7 +433,8 @@ def _block_scaled_overrides(M: int, N: int, K: int, sms: int, out_size: int, pit
     128 x 128 B block per tile (BLOCK_N 128, or the pick's if below), a 128-deep k-step, no SWAP_AB, 192 rows
     on three warpgroups where `block_scaled_tall` says (the caller setting none of its fields), and a
     warpgroup per 64 rows where one would hold more than 64 accumulator values a thread (the k-step's product
-    sits beside the sum: the deep-K pick's 128x128 tile on one warpgroup spilled 384 bytes)."""
+    sits beside the sum: the deep-K pick's 128x128 tile on one warpgroup spilled 384 bytes; a caller who sets
+    CONSUMER_WGS gets 128 rows a warpgroup run in two 64-row parts, `fp8_scales.block_scaled_two_parts`)."""
     given = dict(config or {})
     pick = choose_config(M, N, K, sms, pitch_aligned, out_size, swap_ab=False, wave_tiles=False)
     given.setdefault("SWAP_AB", False)

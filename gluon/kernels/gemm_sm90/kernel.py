@@ -39,7 +39,8 @@ from gluon.types import Layout, SliceLayout, SwizzleMode, WarpRole
 
 from ..turns import turns_close, turns_open
 from .config import kernel_config
-from .fp8_scales import apply_scales, block_scaled_k_loop, load_scales, stage_scales, staged_scales
+from .fp8_scales import (apply_scales, block_scaled_k_loop, block_scaled_two_parts, load_scales, stage_scales,
+                         staged_scales)
 
 
 def _tile_coords(tile, num_pid_m, num_pid_n, GROUP_M: int):
@@ -198,7 +199,8 @@ def gemm_sm90(A, B, C, W, CNT, SA, SB, SPLITS, CFG: gl.constexpr, B_KMAJOR: gl.c
     partial stores and the in-kernel sums' loads then vectorize). SCALE (fp8 inputs): "tensor" multiplies the product by
     SA[0] * SB[0], "rowcol" by SA[row] * SB[col] (fp32 scales), before the output's rounding; "block" scales
     each 128-deep k-step's product by SA[row, k-block] * SB[col // 128, k-block] into the fp32 sum
-    (`fp8_scales.block_scaled_k_loop`; BLOCK_K 128, BLOCK_N 64 or 128, no SWAP_AB). CLUSTER_K or SPLITK_GRID
+    (`fp8_scales.block_scaled_k_loop`; BLOCK_K 128, BLOCK_N 64 or 128, no SWAP_AB; 128 rows a warpgroup at
+    BLOCK_N 128 run in two 64-row parts, `block_scaled_two_parts`). CLUSTER_K or SPLITK_GRID
     > 1: SPLITS must be it."""
     kernel_config(CFG)
     if CFG.MMA_TURNS and SCALE != "block":
@@ -240,6 +242,17 @@ def gemm_sm90(A, B, C, W, CNT, SA, SB, SPLITS, CFG: gl.constexpr, B_KMAJOR: gl.c
     ROLES = CFG.CONSUMER_WGS if CFG.SPLIT_WGS else 1
     RW = 4 * CFG.CONSUMER_WGS // ROLES          # warps per consumer role
     RM = CFG.BLOCK_M // ROLES                   # accumulator rows per consumer role
+    # fp8 block scales: a role's rows in two parts where the k-step's product beside the sum would not fit the
+    # registers (over 64 values a thread: 128 rows a warpgroup), each part's WGMMA, promotion and epilogue in turn
+    PARTS = 2 if SCALE == "block" and RM * CFG.BLOCK_N > 64 * 128 * (RW // 4) else 1
+    PR = RM // PARTS                            # accumulator rows per part
+    if PARTS > 1 and (PR * CFG.BLOCK_N > 64 * 128 * (RW // 4) or PR % (16 * RW) or CFG.MMA_TURNS
+                      or CFG.SCALES_AHEAD):
+        raise GluonError(f"fp8 block scales with {RM} rows a consumer role ({RW // 4} warpgroup(s)): the rows run in "
+                         f"two parts of {PR}, which takes at most {64 * (RW // 4)} rows a part at BLOCK_N 128 and "
+                         f"neither MMA_TURNS nor SCALES_AHEAD; got BLOCK_N={CFG.BLOCK_N}, MMA_TURNS={CFG.MMA_TURNS}, "
+                         f"SCALES_AHEAD={CFG.SCALES_AHEAD} (or give each 64 rows a warpgroup: CONSUMER_WGS="
+                         f"{CFG.BLOCK_M // 64}, SPLIT_WGS=True)")
     a_rings = [smem(A.dtype, Layout.swizzled(RM, CFG.BLOCK_K, sw), name=f"a_ring{g}" if ROLES > 1 else "a_ring",
                     stages=CFG.STAGES) for g in range(ROLES)]
     if B_KMAJOR:
@@ -268,28 +281,28 @@ def gemm_sm90(A, B, C, W, CNT, SA, SB, SPLITS, CFG: gl.constexpr, B_KMAJOR: gl.c
     EPILOGUE = CFG.EPILOGUE
     c_tiles = []
     if EPILOGUE in ("tma", "coalesced"):
-        c_tiles = [smem(C.dtype, Layout.swizzled(RM, CFG.BLOCK_N, SwizzleMode.B128),
+        c_tiles = [smem(C.dtype, Layout.swizzled(PR, CFG.BLOCK_N, SwizzleMode.B128),
                         name=f"c_tile{g}" if ROLES > 1 else "c_tile") for g in range(ROLES)]
     elif EPILOGUE == "ring":
         # the output tile staged in the role's own A ring (no staging region: a 4th stage fits instead);
         # the producer loads nothing into the rings of a program's next unit before `c_free` says the
         # TMA stores have read them, so it pays only where each program has one unit
         ring_bytes = CFG.STAGES * a_rings[0].nbytes
-        c_bytes = RM * CFG.BLOCK_N * C.dtype.bits // 8
+        c_bytes = PR * CFG.BLOCK_N * C.dtype.bits // 8
         if ring_bytes % c_bytes:
             fits = next(n for n in range(1, 64) if n * a_rings[0].nbytes % c_bytes == 0)
-            raise GluonError(f"EPILOGUE='ring': the {RM}x{CFG.BLOCK_N} {C.dtype.name} output tile ({c_bytes} bytes) "
+            raise GluonError(f"EPILOGUE='ring': the {PR}x{CFG.BLOCK_N} {C.dtype.name} output tile ({c_bytes} bytes) "
                              f"must fit a whole number of times in the A ring ({CFG.STAGES} stages of "
                              f"{RM}x{CFG.BLOCK_K} {A.dtype.name} = {ring_bytes} bytes); use STAGES={fits} or "
                              "EPILOGUE='tma'")
-        c_tiles = [a_rings[g].reinterpret((RM, CFG.BLOCK_N), stages=ring_bytes // c_bytes, dtype=C.dtype)
+        c_tiles = [a_rings[g].reinterpret((PR, CFG.BLOCK_N), stages=ring_bytes // c_bytes, dtype=C.dtype)
                    for g in range(ROLES)]
         c_free = [mbarrier(count=1, name=f"c_free{g}" if ROLES > 1 else "c_free") for g in range(ROLES)]
     stage_bytes = ROLES * a_rings[0].nbytes + b_s.nbytes
     # rowcol scales: loaded before the K loop into registers where a thread's column scales are at most 32,
     # else (64x256 warpgroup tiles: 64 more registers would spill) copied by cp.async into a pair of shared
     # buffers a role (a tile's while the previous tile's are read)
-    ACC = (CFG.BLOCK_N, RM) if CFG.SWAP_AB else (RM, CFG.BLOCK_N)
+    ACC = (CFG.BLOCK_N, RM) if CFG.SWAP_AB else (PR, CFG.BLOCK_N)
     AHEAD = SCALE == "tensor" or (SCALE == "rowcol" and ACC[1] <= 128 and not CFG.SPLIT_WGS)
     STAGED = SCALE == "rowcol" and not AHEAD
     if STAGED:
@@ -339,6 +352,8 @@ def gemm_sm90(A, B, C, W, CNT, SA, SB, SPLITS, CFG: gl.constexpr, B_KMAJOR: gl.c
             if CM > 1:      # the other CTAs' barriers are initialised (CLUSTER_K's CTAs reach none of them)
                 gl.cluster_sync(memory=False)
             a_s = a_rings[g]
+            if PARTS > 1:                   # stage s's part p is a_parts[2 * s + p]
+                a_parts = a_s.reinterpret((PR, CFG.BLOCK_K), stages=2 * CFG.STAGES)
             # SWAP_AB: the warpgroup computes C^T's tile (ACC), B's BLOCK_N rows on WGMMA's M and A's few rows on its N
             acc_layout = Layout.wgmma((RW, 1), instr_n=ACC[1], operand_dtype=A.dtype)
             if EPILOGUE == "coalesced":     # 16 bytes per thread, a warp's threads along one row
@@ -362,6 +377,8 @@ def gemm_sm90(A, B, C, W, CNT, SA, SB, SPLITS, CFG: gl.constexpr, B_KMAJOR: gl.c
                 else:
                     k_top = -1
                 acc = gl.zeros(ACC, gl.float32, layout=acc_layout)
+                if PARTS > 1:
+                    acc2 = gl.zeros(ACC, gl.float32, layout=acc_layout)
                 off_m = pid_m * CFG.BLOCK_M + g * RM
                 off_n = pid_n * CFG.BLOCK_N
                 # the scales asked for before the K loop (AHEAD, STAGED): their latency is then hidden (one tile
@@ -369,7 +386,11 @@ def gemm_sm90(A, B, C, W, CNT, SA, SB, SPLITS, CFG: gl.constexpr, B_KMAJOR: gl.c
                 scales = load_scales(acc, SA, SB, off_m, off_n, M, N, SCALE, CFG.SWAP_AB) if AHEAD else None
                 if STAGED:
                     stage_scales(sr_bufs[g][sbuf], sc_bufs[g][sbuf], SA, SB, off_m, off_n, M, N, CFG.SWAP_AB, RW)
-                if SCALE == "block":                # each 128-deep k-step's product scaled into fp32 (below)
+                if PARTS > 1:
+                    acc, acc2, cnt = block_scaled_two_parts(acc, acc2, a_parts, b_s, ready, empty, cnt, k_lo, k_hi,
+                                                            k_top, SA, SB, off_m, off_n, M, gl.cdiv(K, 128),
+                                                            CFG.STAGES, CM, B_KMAJOR, ZIG, SA_M_MAJOR)
+                elif SCALE == "block":              # each 128-deep k-step's product scaled into fp32 (below)
                     acc, cnt = block_scaled_k_loop(acc, a_s, b_s, ready, empty, cnt, k_lo, k_hi, k_top, SA, SB,
                                                    off_m, off_n, M, gl.cdiv(K, 128), CFG.STAGES, CM, B_KMAJOR, ZIG,
                                                    CFG.MMA_TURNS, g, ROLES, SA_M_MAJOR, CFG.SCALES_AHEAD,
@@ -394,31 +415,33 @@ def gemm_sm90(A, B, C, W, CNT, SA, SB, SPLITS, CFG: gl.constexpr, B_KMAJOR: gl.c
                         scales = staged_scales(acc, sr_bufs[g][sbuf], sc_bufs[g][sbuf], g, RW)
                         sbuf = 1 - sbuf
                     acc = apply_scales(acc, scales, SCALE)
-                rows, cols, mask = _tile_indices(off_m, off_n, RM, CFG.BLOCK_N, acc_layout, M, N)  # (unused: SWAP_AB)
-                if CFG.SWAP_AB:                     # C^T's tile, from registers (or its split-K partial)
-                    _store_swapped(C, W, acc, off_m, off_n, split, M, N, SPLITS)
-                elif SPLITS > 1:                    # split-K: fp32 partial tile into the workspace
-                    if CFG.SPLITK_FIXUP:            # ... and the last slice of each element sums them
-                        _splitk_fixup(C, W, CNT, acc, off_m, off_n, split, M, N, SPLITS, RM)
-                    else:
-                        gl.store(W + ((split * M + rows[:, None]) * N + cols[None, :]), acc, mask=mask)
-                elif EPILOGUE == "direct":
-                    gl.store(C + (rows[:, None] * N + cols[None, :]), acc.to(C.dtype), mask=mask)
-                elif EPILOGUE == "coalesced":       # staged in shared memory, read back row-contiguous and
-                    c_s = c_tiles[g]                # written with 16-byte stores by every consumer thread
-                    c_s.store(acc.to(C.dtype))
-                    out = c_s.load(layout=out_layout)
-                    orows, ocols, omask = _tile_indices(off_m, off_n, RM, CFG.BLOCK_N, out_layout, M, N)
-                    gl.store(C + (orows[:, None] * N + ocols[None, :]), out, mask=omask)
-                else:                               # staged in shared memory, written by a TMA store
-                    c_s = c_tiles[g][0] if c_tiles[g].stages > 1 else c_tiles[g]
-                    if EPILOGUE == "tma":
-                        tma_store_wait(0)           # the previous tile's store has read c_tile
-                    c_s.store(acc.to(C.dtype))
-                    fence_async_shared()
-                    tma_store(C, (off_m, off_n), c_s)
-                    if EPILOGUE == "ring":
-                        tma_store_wait(0)           # read: the producer may refill the ring
+                for p in static_range(PARTS):       # a part's rows at a time (PARTS: fp8 block scales)
+                    tile, om = (acc, off_m) if p == 0 else (acc2, off_m + PR)
+                    rows, cols, mask = _tile_indices(om, off_n, PR, CFG.BLOCK_N, acc_layout, M, N)  # (unused: SWAP_AB)
+                    if CFG.SWAP_AB:                     # C^T's tile, from registers (or its split-K partial)
+                        _store_swapped(C, W, tile, om, off_n, split, M, N, SPLITS)
+                    elif SPLITS > 1:                    # split-K: fp32 partial tile into the workspace
+                        if CFG.SPLITK_FIXUP:            # ... and the last slice of each element sums them
+                            _splitk_fixup(C, W, CNT, tile, om, off_n, split, M, N, SPLITS, PR)
+                        else:
+                            gl.store(W + ((split * M + rows[:, None]) * N + cols[None, :]), tile, mask=mask)
+                    elif EPILOGUE == "direct":
+                        gl.store(C + (rows[:, None] * N + cols[None, :]), tile.to(C.dtype), mask=mask)
+                    elif EPILOGUE == "coalesced":       # staged in shared memory, read back row-contiguous and
+                        c_s = c_tiles[g]                # written with 16-byte stores by every consumer thread
+                        c_s.store(tile.to(C.dtype))
+                        out = c_s.load(layout=out_layout)
+                        orows, ocols, omask = _tile_indices(om, off_n, PR, CFG.BLOCK_N, out_layout, M, N)
+                        gl.store(C + (orows[:, None] * N + ocols[None, :]), out, mask=omask)
+                    else:                               # staged in shared memory, written by a TMA store
+                        c_s = c_tiles[g][0] if c_tiles[g].stages > 1 else c_tiles[g]
+                        if EPILOGUE == "tma":
+                            tma_store_wait(0)           # the previous tile's store has read c_tile
+                        c_s.store(tile.to(C.dtype))
+                        fence_async_shared()
+                        tma_store(C, (om, off_n), c_s)
+                        if EPILOGUE == "ring":
+                            tma_store_wait(0)           # read: the producer may refill the ring
                 if CK > 1:                          # every slice's partial stored: the cluster sums its tile
                     gl.cluster_sync()
                     SLAB = CFG.BLOCK_N // CK
