@@ -175,7 +175,20 @@ def test_two_parts_refuse_what_they_do_not_run(interpret_env):
             launch(a, b, c, b_kmajor=True, scale_a=sa, scale_b=sb, config=cfg)
 
 
-@pytest.mark.parametrize("kw", [dict(BLOCK_M=256, CONSUMER_WGS=2, SPLIT_WGS=True), dict(BLOCK_M=128, CONSUMER_WGS=1)])
+@pytest.mark.parametrize("shape", [(4096, 4096, 4096), (1000, 3000, 784)])
+def test_a_callers_256_rows_take_a_warpgroup_per_128(shape):
+    """BLOCK_M=256 alone: two warpgroups of 128 rows each run in two parts (four of 64 rows do not fit the
+    registers), each warpgroup its own role or both cooperative, as the pick's SPLIT_WGS says; the picks keep theirs."""
+    from gluon.kernels.gemm_sm90 import host
+    from gluon.kernels.gemm_sm90.config import resolve_config
+    given = host._block_scaled_overrides(*shape, 132, 2, True, dict(BLOCK_M=256))
+    assert resolve_config(*shape, 132, 2, True, given, 1).CONSUMER_WGS == 2
+    given = host._block_scaled_overrides(*shape, 132, 2, True, dict(BLOCK_M=128))
+    assert resolve_config(*shape, 132, 2, True, given, 1).CONSUMER_WGS == 2
+
+
+@pytest.mark.parametrize("kw", [dict(BLOCK_M=256, CONSUMER_WGS=2, SPLIT_WGS=True), dict(BLOCK_M=128, CONSUMER_WGS=1),
+                                dict(BLOCK_M=256, CONSUMER_WGS=2, SPLIT_WGS=False)])
 def test_two_parts_promote_before_the_second_wgmma_and_do_not_spill(kw):
     """The second part's WGMMA starts from zeros that depend on the first part's promoted sum, so ptxas issues it
     after the promotion's FFMAs, in the first product's registers: no spills (with independent zeros it was issued
@@ -192,7 +205,7 @@ def test_two_parts_promote_before_the_second_wgmma_and_do_not_spill(kw):
     ops = [" ".join(ln.split(";")[0].split()[1:]) for ln in ck.sass().splitlines() if ";" in ln]
     firsts = [i for i, op in enumerate(ops) if op.startswith("QGMMA") and not ops[i - 1].startswith("QGMMA")
               and "!UPT" in op]                         # each k-step's first part: its product from zero
-    assert len(firsts) >= cfg.CONSUMER_WGS
+    assert len(firsts) >= (cfg.CONSUMER_WGS if cfg.SPLIT_WGS else 1)      # each role's k-loop
     for i in firsts:
         wait = next(k for k in range(i, len(ops)) if ops[k].startswith("WARPGROUP.DEPBAR.LE gsb0, 0x0"))
         second = next(k for k in range(wait, len(ops)) if ops[k].startswith("QGMMA"))

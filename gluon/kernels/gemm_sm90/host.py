@@ -433,8 +433,10 @@ def _block_scaled_overrides(M: int, N: int, K: int, sms: int, out_size: int, pit
     128 x 128 B block per tile (BLOCK_N 128, or the pick's if below), a 128-deep k-step, no SWAP_AB, 192 rows
     on three warpgroups where `block_scaled_tall` says (the caller setting none of its fields), and a
     warpgroup per 64 rows where one would hold more than 64 accumulator values a thread (the k-step's product
-    sits beside the sum: the deep-K pick's 128x128 tile on one warpgroup spilled 384 bytes; a caller who sets
-    CONSUMER_WGS gets 128 rows a warpgroup run in two 64-row parts, `fp8_scales.block_scaled_two_parts`)."""
+    sits beside the sum: the deep-K pick's 128x128 tile on one warpgroup spilled 384 bytes before the rows could
+    run in parts), or per 128 rows from 256 rows up (more than three warpgroups do not fit the registers; each
+    takes its 128 rows in two 64-row parts, `fp8_scales.block_scaled_two_parts`, as one does wherever the caller
+    sets CONSUMER_WGS so)."""
     given = dict(config or {})
     pick = choose_config(M, N, K, sms, pitch_aligned, out_size, swap_ab=False, wave_tiles=False)
     given.setdefault("SWAP_AB", False)
@@ -446,7 +448,7 @@ def _block_scaled_overrides(M: int, N: int, K: int, sms: int, out_size: int, pit
         given.update(BLOCK_SCALED_TALL)
     bm, wgs = given.get("BLOCK_M", pick.BLOCK_M), given.get("CONSUMER_WGS", pick.CONSUMER_WGS)
     if "CONSUMER_WGS" not in given and bm * bn > 64 * 128 * wgs and bm % 64 == 0:
-        given["CONSUMER_WGS"] = bm // 64
+        given["CONSUMER_WGS"] = bm // 128 if bm >= 256 and bm % 128 == 0 else bm // 64
     return given
 
 
