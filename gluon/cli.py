@@ -134,6 +134,17 @@ def _arch_name(value: str) -> str:
         raise argparse.ArgumentTypeError(str(e)) from None
 
 
+def _positive_seconds(value: str) -> float:
+    """--time-limit: a number of seconds above zero."""
+    try:
+        v = float(value)
+    except ValueError:
+        v = float("nan")
+    if not v > 0 or v == float("inf"):
+        raise argparse.ArgumentTypeError(f"{value!r} is not a number of seconds above zero (e.g. 600)")
+    return v
+
+
 # what each backend's compile produces, for --emit
 _EMITS = {"cuda": ("ptx", "sass"), "hip": ("amdgcn",)}
 
@@ -268,7 +279,7 @@ def _tune(args) -> int:
     try:
         summary = tune(spec, gpus=gpus, dry_run=True if args.dry_run else None, trials=args.trials,
                        results_root=args.results, tuning_root=args.tuning, storage=args.storage,
-                       progress=not args.json)
+                       progress=not args.json, time_limit_s=args.time_limit)
     except (TuneError, SpecError) as e:     # a storage that cannot be opened, a spec the template refuses
         return _usage(str(e))
     except KeyboardInterrupt:
@@ -371,6 +382,9 @@ def main(argv: list[str] | None = None) -> int:
     s = sub.add_parser("tune", help="search the spec's space on the GPU: verify, time, record (dry run without one)")
     s.add_argument("spec")
     s.add_argument("--trials", type=int, default=None, help="override the spec's tuning.trials")
+    s.add_argument("--time-limit", type=_positive_seconds, default=None, metavar="SECONDS",
+                   help="override the spec's tuning.time_limit_s: the search and the re-timing of the best "
+                        "end within it")
     s.add_argument("--gpus", help="comma list of GPU indices, one worker each (default: all visible)")
     s.add_argument("--dry-run", action="store_true", help="validate, prune, compile a sample, rank by a model")
     s.add_argument("--results", default="results", help="results folder (parquet rows)")

@@ -33,6 +33,15 @@ def test_check_reports_every_config(capsys):
     assert len(rows) == 30 and all(r["status"] == "legal" for r in rows)
 
 
+@pytest.mark.parametrize("value", ["0", "-5", "abc", "inf"])
+def test_tune_time_limit_takes_seconds_above_zero(value, capsys):
+    with pytest.raises(SystemExit) as e:
+        main(["tune", COPY_SPEC, "--time-limit", value])
+    assert e.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert "--time-limit" in err and "seconds above zero" in err and "Traceback" not in err
+
+
 def test_check_bad_spec_is_a_clear_error_without_traceback(tmp_path, capsys):
     bad = tmp_path / "bad.toml"
     bad.write_text('[kernel]\nname = "x"\ntemplate = "examples/copy_kernel.py:TUNING"\narch = "sm90"\n'

@@ -395,6 +395,49 @@ def test_a_time_limit_stops_the_search(tmp_path, env):
     assert len(calls(env.log, "retime")) == 1                    # the best (also the one case's fastest)
 
 
+def test_the_retiming_takes_shorter_rounds_where_the_full_ones_would_not_fit_the_time_limit():
+    from gluon.tuning.study import retime_round_within, search_deadline_s
+    assert retime_round_within(600, 3, 4, 3, 1000, 100, 1) == 1000      # the GEMM spec's 4 cases fit at 1000 ms
+    # the decode spec's 24 cases: 96 jobs of 1000 ms rounds would take about 700 s of the default 600; shorter
+    # rounds make them fit the half the search leaves
+    r = retime_round_within(600, 3, 24, 3, 1000, 100, 1)
+    assert 100 < r < 1000 and 96 * (3 * 2 * (r / 1000 + 0.05) + 1.0) <= 300
+    assert search_deadline_s(600, 3, 24, 3, r, 1) == pytest.approx(300, abs=1)
+    assert retime_round_within(60, 3, 4, 3, 1000, 100, 1) == 100        # never below the search's rounds
+    assert retime_round_within(None, 3, 24, 3, 1000, 100, 1) == 1000
+    assert retime_round_within(600, 0, 24, 3, 1000, 100, 1) == 1000
+
+
+def test_no_retiming_job_starts_past_the_time_limit():
+    import queue
+    import threading
+    from types import SimpleNamespace
+
+    from gluon.tuning.retime import _Retiming
+    from gluon.tuning.tune_summary import TuneSummary
+
+    class NoJobs:
+        def run(self, *a, **k):
+            raise AssertionError("a re-timing job started past the time limit")
+    st = SimpleNamespace(stop=threading.Event(), time_limit=1.0, t0=time.monotonic() - 5, lock=threading.Lock(),
+                         summary=TuneSummary(spec_name="fake", dry_run=False, results_root="r"), jobs=NoJobs())
+    todo = queue.Queue()
+    for i in range(3):
+        todo.put((SimpleNamespace(number=i, user_attrs={"config_id": str(i), "config": {"X": i}}), [((1000,), "fp32")]))
+    _Retiming(st)._run_on(None, todo, [((1000,), "fp32")], [])
+    assert st.summary.retime_skipped == 3 and todo.empty()
+
+
+def test_a_time_limit_given_to_tune_overrides_the_specs(tmp_path, env):
+    """tune(time_limit_s=...) (`gluon tune --time-limit`): the spec's 600 s give way to 2 s; the re-timing, which
+    at 1000 ms rounds would not fit the second half, runs the search's 100 ms rounds."""
+    env.setenv("FAKE_TUNE_DELAY", "0.3")
+    s = run_tune(fake_spec(tmp_path, x=(1, 50), retime_top=1), tmp_path, time_limit_s=2.0)
+    assert s.stopped == "time_limit" and 1 <= len(calls(env.log)) < 20
+    retimes = calls(env.log, "retime")
+    assert len(retimes) == 1 and retimes[0]["rep_ms"] == 100
+
+
 def test_wrong_results_are_never_the_best(tmp_path, env):
     env.setenv("FAKE_TUNE_FAULTS", "wrong:6,unwritten:5")               # the fastest two are wrong
     s = run_tune(fake_spec(tmp_path, x=(1, 6), retime_top=2), tmp_path)

@@ -118,7 +118,7 @@ class _Jobs:
                                                  shape, dtype, retime),
                "rtol": float(_t(spec, "rtol", 1e-2)), "atol": float(_t(spec, "atol", 0.0)),
                "repeats": int(_t(spec, "repeats", 3)),
-               "rep_ms": int(_t(spec, "retime_round_ms", 1000) if retime else _t(spec, "round_ms", 100)),
+               "rep_ms": int(st.retime_round_ms if retime else _t(spec, "round_ms", 100)),
                "baseline": _t(spec, "baseline", "torch") not in (False, "none", ""),
                "purpose": "retime" if retime else "trial", "device_index": worker.device_index, "kernel": kernel}
         res = worker.run(job, st.trial_timeout)

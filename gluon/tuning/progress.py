@@ -35,6 +35,9 @@ class _Progress:
         lines = [f"{st.spec.name}: {s.trials}/{st.budget} trials in study {st.name} (stopped: {s.stopped}); "
                  f"this run measured {s.measured} jobs, reused {s.reused}, duplicates {s.duplicates}, "
                  f"{s.rows_written} rows"]
+        if s.retime_skipped:
+            lines.append(f"re-timing stopped at the time limit ({st.time_limit:g} s): {s.retime_skipped} of its "
+                         f"configs keep their first timings")
         if s.best_config_id:
             lines.append(f"best: {s.best_config_id} = {s.best_value:.4g} (trial {s.best_trial})")
         return "\n".join(lines)

@@ -8,6 +8,7 @@ there only if it was re-timed there."""
 from __future__ import annotations
 
 import queue
+import time
 
 from .jobs import objective_value
 from .template import shape_str
@@ -96,14 +97,23 @@ class _Retiming:
             jobs = [(t, cases) for t, cases in jobs if t.user_attrs.get("config_id") not in have]
         return jobs
 
+    def _past_time_limit(self) -> bool:
+        st = self.st
+        return bool(st.time_limit) and time.monotonic() - st.t0 > float(st.time_limit)
+
     def _run_on(self, worker, todo: queue.Queue, every_case: list, results: list) -> None:
-        """One GPU's thread: re-time queued (trial, cases) until none is left (or the run stops)."""
+        """One GPU's thread: re-time queued (trial, cases) until none is left (or the run stops, or the time
+        limit has passed: what is left keeps its first timings, counted in `retime_skipped`)."""
         st = self.st
         while not st.stop.is_set():
             try:
                 t, cases = todo.get_nowait()
             except queue.Empty:
                 return
+            if self._past_time_limit():
+                with st.lock:
+                    st.summary.retime_skipped += 1
+                continue
             cfg = self.config_of(t)
             rows = []
             for shape, dtype in cases:

@@ -31,20 +31,45 @@ from .trials import _ACTIVE_RUNS, _HOST, _owner_alive, _TrialLoop
 from .tune_summary import TuneSummary
 
 
+def _retime_jobs(retime_top: int, cases: int, workers: int) -> int:
+    """Jobs a GPU runs when re-timing: the `retime_top` configs on every case and up to one case winner a case."""
+    return math.ceil((retime_top + 1) * cases / max(1, workers))
+
+
+def _retime_job_s(repeats: int, round_ms: int) -> float:
+    """A re-timing job's estimated length: `repeats` rounds of both sides, and a second for inputs and the check."""
+    return repeats * 2 * (round_ms / 1000 + 0.05) + 1.0
+
+
+def retime_round_within(time_limit, retime_top: int, cases: int, repeats: int, retime_round_ms: int,
+                        round_ms: int, workers: int) -> int:
+    """The re-timing's round length: `retime_round_ms`, or shorter (not below the search's `round_ms`) where the
+    re-timing would take more than half of `time_limit` (the decode spec's 24 cases x 4 configs at 1000 ms rounds:
+    about 700 s against the default 600 s limit)."""
+    if not time_limit or retime_top <= 0:
+        return retime_round_ms
+    jobs = _retime_jobs(retime_top, cases, workers)
+    half = float(time_limit) / 2
+    if jobs * _retime_job_s(repeats, retime_round_ms) <= half:
+        return retime_round_ms
+    fits = int(((half / jobs - 1.0) / (2 * repeats) - 0.05) * 1000)
+    return max(round_ms, min(retime_round_ms, fits))
+
+
 def search_deadline_s(time_limit, retime_top: int, cases: int, repeats: int, retime_round_ms: int,
                       workers: int) -> float | None:
     """Seconds after the start at which the search stops proposing, so that the re-timing that follows
     ends within `time_limit`: the limit less the re-timing's estimated length (its `retime_top` configs
     on every case plus up to one case winner per case, each job `repeats` rounds of both sides of
     `retime_round_ms`, and a second for inputs and the check, spread over the workers); never less than
-    half the limit. None without a limit."""
+    half the limit (`retime_round_ms` shortens the rounds so the re-timing fits the other half). None
+    without a limit."""
     if not time_limit:
         return None
     limit = float(time_limit)
     if retime_top <= 0:
         return limit
-    jobs = math.ceil((retime_top + 1) * cases / max(1, workers))
-    reserve = jobs * (repeats * 2 * (retime_round_ms / 1000 + 0.05) + 1.0)
+    reserve = _retime_jobs(retime_top, cases, workers) * _retime_job_s(repeats, retime_round_ms)
     return max(limit - reserve, limit / 2)
 
 
@@ -52,7 +77,7 @@ class _Study:
     """One Optuna study: its state, the start (recover, seeds), the run, and the summary."""
 
     def __init__(self, tuner, workers, pool, env, shapes, dtypes, *, storage, tuning_root, trials,
-                 retime_top, lookahead: bool = True, seeds: bool = True):
+                 retime_top, lookahead: bool = True, seeds: bool = True, time_limit_s: float | None = None):
         import optuna
         self.tn = tuner                                 # the _Tuner: spec, template, legality, store, rows
         self.spec = tuner.spec
@@ -76,9 +101,14 @@ class _Study:
         self.trial_timeout = float(_t(self.spec, "trial_timeout_s", 600))
         self.lookahead = bool(lookahead)
         self.seeds = bool(seeds)
-        self.search_deadline = search_deadline_s(_t(self.spec, "time_limit_s", None), self.retime_top,
-                                                 len(shapes) * len(dtypes), int(_t(self.spec, "repeats", 3)),
-                                                 int(_t(self.spec, "retime_round_ms", 1000)), len(workers))
+        # the time limit: the search, then the re-timing, its rounds shortened where they would not fit
+        self.time_limit = time_limit_s if time_limit_s is not None else _t(self.spec, "time_limit_s", None)
+        cases, repeats = len(shapes) * len(dtypes), int(_t(self.spec, "repeats", 3))
+        self.retime_round_ms = retime_round_within(self.time_limit, self.retime_top, cases, repeats,
+                                                   int(_t(self.spec, "retime_round_ms", 1000)),
+                                                   int(_t(self.spec, "round_ms", 100)), len(workers))
+        self.search_deadline = search_deadline_s(self.time_limit, self.retime_top, cases, repeats,
+                                                 self.retime_round_ms, len(workers))
         self.run_id = uuid.uuid4().hex[:12]
         self.owner = {"host": _HOST, "pid": os.getpid(), "run": self.run_id}
         _ACTIVE_RUNS.add(self.run_id)

@@ -70,7 +70,10 @@ re-enqueued by the next run), rows already written stay, KeyboardInterrupt is re
 retimed=True; the summary's best is chosen on the retimed values. So is, on its own (shape, dtype) only,
 each case's fastest config when it is not among them: `gluon build --best` serves every case the best
 of its re-timed configs (results.summary), and a config that wins one shape but not the geometric mean
-must be re-timed there to be chosen.
+must be re-timed there to be chosen. Under a time limit (`time_limit_s`, the spec's or `time_limit_s=`) the
+search leaves the re-timing at least half of it, the re-timing's rounds shortened to fit that half
+(`study.retime_round_within`, not below the search's rounds), and no re-timing job starts once the limit has
+passed (those left keep their first timings: `TuneSummary.retime_skipped`).
 
 **Dry run** (`dry_run=True`, or None without a CUDA GPU): no study and no GPU worker. Every config of the
 space (or `dry_run_limit` random ones of a larger space) gets a legality verdict; up to
@@ -134,9 +137,9 @@ def tune(spec, *, gpus=None, dry_run=None, storage=None, progress=True, results_
          trials: int | None = None, tuning_root="tuning", measure_fn: str = DEFAULT_MEASURE,
          compile_workers: int | None = None, dry_run_compiles: int = 10, dry_run_limit: int = 4096,
          retime_top: int | None = None, worker_context: str = "spawn", lookahead: bool = True,
-         seeds: bool = True) -> TuneSummary:
+         seeds: bool = True, time_limit_s: float | None = None) -> TuneSummary:
     """Tune `spec` (see the module docstring). `measure_fn` ("module:function") replaces the GPU
-    measurement (tests); `trials` / `retime_top` override the spec's values; `compile_workers` sizes
+    measurement (tests); `trials` / `retime_top` / `time_limit_s` override the spec's values; `compile_workers` sizes
     the compile pool (0: compile in this process, no timeout); `worker_context` is the multiprocessing
     start method of the GPU workers ("spawn", or "forkserver" for fast restarts); `lookahead` compiles
     each GPU's next trial while the current one is measured; `seeds=False` leaves the template's
@@ -159,7 +162,8 @@ def tune(spec, *, gpus=None, dry_run=None, storage=None, progress=True, results_
             n = 0
         gpus = list(range(max(1, n)))
     return t.run(list(gpus), storage=storage, tuning_root=tuning_root, trials=trials, measure_fn=measure_fn,
-                 retime_top=retime_top, worker_context=worker_context, lookahead=lookahead, seeds=seeds)
+                 retime_top=retime_top, worker_context=worker_context, lookahead=lookahead, seeds=seeds,
+                 time_limit_s=time_limit_s)
 
 
 class _Tuner:
@@ -331,7 +335,7 @@ class _Tuner:
     # ------------------------------------------------------------------------------------- studies
 
     def run(self, gpus, *, storage, tuning_root, trials, measure_fn, retime_top, worker_context,
-            lookahead: bool = True, seeds: bool = True) -> TuneSummary:
+            lookahead: bool = True, seeds: bool = True, time_limit_s: float | None = None) -> TuneSummary:
         import optuna
         optuna.logging.set_verbosity(optuna.logging.WARNING)
         make_sampler(self.spec)                          # a sampler that cannot work fails before any worker
@@ -351,7 +355,8 @@ class _Tuner:
             summaries = []
             for shapes, dtypes in groups:
                 st = _Study(self, workers, pool, env, shapes, dtypes, storage=storage, tuning_root=tuning_root,
-                            trials=trials, retime_top=retime_top, lookahead=lookahead, seeds=seeds)
+                            trials=trials, retime_top=retime_top, lookahead=lookahead, seeds=seeds,
+                            time_limit_s=time_limit_s)
                 summaries.append(st.run())
             if len(summaries) == 1:
                 return summaries[0]
