@@ -643,6 +643,17 @@ def test_per_shape_scoring_runs_one_study_per_shape(tmp_path, env):
     assert len(calls(env.log)) == 6 and s.measured == 6
 
 
+def test_per_shape_studies_share_the_time_limit(tmp_path, env):
+    """Each (shape, dtype) study gets the time left over the studies left, so the run keeps to the limit."""
+    env.setenv("FAKE_TUNE_DELAY", "0.3")
+    path = fake_spec(tmp_path, x=(1, 50), scoring="per_shape", shapes=((1000,), (2000,)))
+    s = run_tune(path, tmp_path, time_limit_s=2.0)
+    first, second = s.studies
+    assert first.time_limit_s == pytest.approx(1.0, abs=0.05)
+    assert first.stopped == second.stopped == "time_limit"
+    assert second.time_limit_s <= 2.0 - first.time_limit_s + 0.05
+
+
 def test_unavailable_sampler_is_a_spec_error(tmp_path, env):
     from gluon.tuning.spec import SpecError
     try:

@@ -117,7 +117,8 @@ class _Study:
         self.events: queue.Queue = queue.Queue()
         self.stopped = ""
         self.summary = TuneSummary(spec_name=self.spec.name, dry_run=False, results_root=tuner.results_root,
-                                   study_name=self.name, storage=self.storage_desc, device=self.device)
+                                   study_name=self.name, storage=self.storage_desc, device=self.device,
+                                   time_limit_s=float(self.time_limit) if self.time_limit else None)
         self.index = self._load_index()
         try:
             self.space_size = int(self.space.size())

@@ -25,6 +25,7 @@ class TuneSummary:
     best_trial: int | None = None
     retimed: list = field(default_factory=list)    # [{config_id, config, trial, value, first_value}]
     retime_skipped: int = 0         # re-timing jobs not run: the time limit came first
+    time_limit_s: float | None = None  # the limit this study ran under (per_shape: its share of the spec's)
     ranking: list = field(default_factory=list)    # dry run: [{config_id, config, score, model_ms}]
     rows_written: int = 0
     stopped: str = ""               # trials | exhausted | time_limit | idle | interrupted | dry_run

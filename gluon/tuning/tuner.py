@@ -73,7 +73,8 @@ of its re-timed configs (results.summary), and a config that wins one shape but 
 must be re-timed there to be chosen. Under a time limit (`time_limit_s`, the spec's or `time_limit_s=`) the
 search leaves the re-timing at least half of it, the re-timing's rounds shortened to fit that half
 (`study.retime_round_within`, not below the search's rounds), and no re-timing job starts once the limit has
-passed (those left keep their first timings: `TuneSummary.retime_skipped`).
+passed (those left keep their first timings: `TuneSummary.retime_skipped`). With `scoring = "per_shape"` the
+studies share the limit: each gets the time left over the studies left.
 
 **Dry run** (`dry_run=True`, or None without a CUDA GPU): no study and no GPU worker. Every config of the
 space (or `dry_run_limit` random ones of a larger space) gets a legality verdict; up to
@@ -353,10 +354,17 @@ class _Tuner:
             groups = ([(self.shapes, self.dtypes)] if scoring != "per_shape"
                       else [([s], [d]) for s in self.shapes for d in self.dtypes])
             summaries = []
-            for shapes, dtypes in groups:
+            limit = time_limit_s if time_limit_s is not None else _t(self.spec, "time_limit_s", None)
+            t_start = time.monotonic()
+            for i, (shapes, dtypes) in enumerate(groups):
+                if limit and len(groups) > 1:       # per_shape: the studies left share the time left
+                    left = float(limit) - (time.monotonic() - t_start)
+                    share = max(left, 0.001) / (len(groups) - i)
+                else:
+                    share = limit
                 st = _Study(self, workers, pool, env, shapes, dtypes, storage=storage, tuning_root=tuning_root,
                             trials=trials, retime_top=retime_top, lookahead=lookahead, seeds=seeds,
-                            time_limit_s=time_limit_s)
+                            time_limit_s=share)
                 summaries.append(st.run())
             if len(summaries) == 1:
                 return summaries[0]
