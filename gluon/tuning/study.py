@@ -102,7 +102,7 @@ class _Study:
         self.lookahead = bool(lookahead)
         self.seeds = bool(seeds)
         # the time limit: the search, then the re-timing, its rounds shortened where they would not fit
-        self.time_limit = time_limit_s if time_limit_s is not None else _t(self.spec, "time_limit_s", None)
+        self.time_limit = time_limit_s                  # the tuner's: the spec's, the caller's, or a per_shape share
         cases, repeats = len(shapes) * len(dtypes), int(_t(self.spec, "repeats", 3))
         self.retime_round_ms = retime_round_within(self.time_limit, self.retime_top, cases, repeats,
                                                    int(_t(self.spec, "retime_round_ms", 1000)),

@@ -244,10 +244,10 @@ def gemm_sm90(A, B, C, W, CNT, SA, SB, SPLITS, CFG: gl.constexpr, B_KMAJOR: gl.c
     RM = CFG.BLOCK_M // ROLES                   # accumulator rows per consumer role
     # fp8 block scales: a role's rows in two parts where the k-step's product beside the sum would not fit the
     # registers (over 64 values a thread: 128 rows a warpgroup), each part's WGMMA, promotion and epilogue in turn
-    PARTS = 2 if SCALE == "block" and RM * CFG.BLOCK_N > 64 * 128 * (RW // 4) else 1
+    HOLDS = 64 * 128 * (RW // 4)                # accumulator elements a role holds beside a product of as many
+    PARTS = 2 if SCALE == "block" and RM * CFG.BLOCK_N > HOLDS else 1
     PR = RM // PARTS                            # accumulator rows per part
-    if PARTS > 1 and (PR * CFG.BLOCK_N > 64 * 128 * (RW // 4) or PR % (16 * RW) or CFG.MMA_TURNS
-                      or CFG.SCALES_AHEAD):
+    if PARTS > 1 and (PR * CFG.BLOCK_N > HOLDS or PR % (16 * RW) or CFG.MMA_TURNS or CFG.SCALES_AHEAD):
         raise GluonError(f"fp8 block scales with {RM} rows a consumer role ({RW // 4} warpgroup(s)): the rows run in "
                          f"two parts of {PR}, which takes at most {64 * (RW // 4)} rows a part at BLOCK_N 128 and "
                          f"neither MMA_TURNS nor SCALES_AHEAD; got BLOCK_N={CFG.BLOCK_N}, MMA_TURNS={CFG.MMA_TURNS}, "
