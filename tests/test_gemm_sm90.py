@@ -57,6 +57,25 @@ def test_too_many_stages_lists_every_region():
         assert region in msg
 
 
+@pytest.mark.parametrize("shape,given,in_size,want", [
+    ((512, 512, 65536), dict(BLOCK_N=256, CONSUMER_WGS=2), 2, 3),    # the deep-K pick's 6 stages, 128x256 tiles
+    ((300, 512, 8192), dict(BLOCK_M=256, BLOCK_N=128, CONSUMER_WGS=2, SPLIT_WGS=True, BLOCK_K=128, SWAP_AB=False,
+                            EPILOGUE="direct"), 1, 4)])       # fp8: 256x128 tiles over 128-deep k-steps
+def test_a_callers_tiles_get_the_stages_that_fit(shape, given, in_size, want):
+    """Overrides that grow the tiles but leave STAGES open get as many stages as fit (the pick's would not), and
+    those stages pass the allocator; STAGES given is kept (and refused by the allocator, by region)."""
+    cfg = resolve_config(*shape, 132, 2, True, given, in_size)
+    assert cfg.STAGES == want
+    dt = DType.f8e4m3 if in_size == 1 else DType.bf16
+    run_passes(gemm_sm90.trace(*stand_ins(dt, DType.bf16), num_warps=num_warps(cfg), CFG=cfg, B_KMAJOR=True,
+                               **(dict(SCALE="block") if in_size == 1 else {})))
+    cfg = resolve_config(*shape, 132, 2, True, dict(given, STAGES=6), in_size)
+    assert cfg.STAGES == 6
+    with pytest.raises(GluonError, match="more than the 227.0 KiB"):
+        run_passes(gemm_sm90.trace(*stand_ins(dt, DType.bf16), num_warps=num_warps(cfg), CFG=cfg, B_KMAJOR=True,
+                                   **(dict(SCALE="block") if in_size == 1 else {})))
+
+
 def test_big_accumulator_on_one_warpgroup_says_what_fits():
     with pytest.raises(GluonError) as e:
         _passes(CONSUMER_WGS=1)
@@ -420,10 +439,27 @@ def test_cpu_operands_get_one_line_naming_the_operand():
     (33, 8192, 28672, (64, 64, 128, 6, 1)),     # 128 tiles
 ])
 def test_small_m_config_swaps_a_and_b(M, N, K, want):
-    cfg = choose_config(M, N, K, 132)
+    cfg = choose_config(M, N, K, 132, pairs=False)      # the swapped family (DECODE_ROWS aside, as with overrides)
     assert cfg.SWAP_AB and cfg.CONSUMER_WGS == 1 and cfg.EPILOGUE == "direct"
     assert (cfg.BLOCK_M, cfg.BLOCK_N, cfg.BLOCK_K, cfg.STAGES, split_k(M, N, K, cfg, 132)) == want
     assert not choose_config(129, N, K, 132).SWAP_AB
+
+
+def test_m_from_32_to_64_takes_unswapped_64x128_tiles_where_they_make_most_of_a_wave():
+    from gluon.kernels.gemm_sm90.config import DECODE_ROWS
+    r = DECODE_ROWS
+    assert (r.BLOCK_M, r.BLOCK_N, r.BLOCK_K, r.STAGES, r.SWAP_AB, r.PDL) == (64, 128, 128, 4, False, True)
+    assert choose_config(32, 11008, 4096, 132) == DECODE_ROWS       # 86 tiles (the swapped pick: 172 of 64 rows of B)
+    assert choose_config(32, 14336, 4096, 132).SWAP_AB              # the swapped pick's 112 of 128 rows of B stay
+    for M in (33, 48, 64):
+        assert choose_config(M, 11008, 4096, 132) == DECODE_ROWS    # 86 tiles
+        assert choose_config(M, 16896, 4096, 132) == DECODE_ROWS    # 132
+        assert choose_config(M, 16897, 4096, 132).SWAP_AB           # 133: over a wave
+        assert choose_config(M, 10880, 4096, 132).SWAP_AB           # 85: under 0.65 of one
+        assert choose_config(M, 14336, 4096, 132, pairs=False).SWAP_AB       # overrides: the swapped family
+        assert choose_config(M, 14336, 4096, 132, out_size=4).SWAP_AB        # an fp32 output: not timed
+    assert choose_config(31, 14336, 4096, 132).SWAP_AB and choose_config(16, 14336, 4096, 132).SWAP_AB
+    assert resolve_config(64, 14336, 4096, 132, 2, True, None, in_size=1).SWAP_AB      # fp8: not timed
 
 
 def test_m_up_to_128_swaps_or_pairs_unless_the_tiles_fill_a_wave():
@@ -441,7 +477,7 @@ def test_m_up_to_128_swaps_or_pairs_unless_the_tiles_fill_a_wave():
     assert choose_config(128, 8448, 4096, 132) == DECODE_PAIRS       # 66: half a wave
     assert choose_config(96, 18944, 3584, 132) == DECODE_PAIRS       # 296 tiles: more than two an SM
     assert choose_config(128, 8192, 28672, 132) == DECODE_PAIRS      # 128 tiles: fewer than the SMs
-    assert choose_config(64, 14336, 4096, 132).SWAP_AB               # ... not at 64 (0.94 against 0.99x cuBLAS)
+    assert choose_config(64, 14336, 4096, 132) != DECODE_WIDE         # ... not at 64 (0.94 against 0.99x cuBLAS)
     assert choose_config(96, 14336, 4096, 132, out_size=4).SWAP_AB   # an fp32 output: not timed
     assert not choose_config(96, 28672, 4096, 132).SWAP_AB           # 112 tiles of 128x256 already
     cfg = choose_config(128, 14336, 4096, 132, pairs=False)

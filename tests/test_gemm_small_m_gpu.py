@@ -6,7 +6,7 @@ pytestmark = pytest.mark.gpu
 torch = pytest.importorskip("torch")
 
 from gluon.kernels.gemm_sm90 import DEFAULT_CONFIG, launch  # noqa: E402
-from gluon.kernels.gemm_sm90.config import DECODE_PAIRS, DECODE_WIDE, choose_config  # noqa: E402
+from gluon.kernels.gemm_sm90.config import DECODE_PAIRS, DECODE_ROWS, DECODE_WIDE, choose_config  # noqa: E402
 from gluon.kernels.gemm_sm90 import host as gemm_host  # noqa: E402
 
 FIXUP = DEFAULT_CONFIG.replace(BLOCK_M=64, BLOCK_N=64, CONSUMER_WGS=1, STAGES=8, SPLITK_FIXUP=True)
@@ -76,6 +76,17 @@ def test_decode_wide_default_matches_fp64(M, N, K, b_kmajor, dtype):
     sizes on and off the tiles (K = 777: rows off 16 bytes), both B layouts: within 1e-2 of fp64, every element
     written, the same bits twice."""
     assert choose_config(M, N, K, 132) == DECODE_WIDE
+    _agree_bit_for_bit(M, N, K, dtype, b_kmajor, [(None, None), (None, None)])     # no config: launch's pick
+
+
+@pytest.mark.parametrize("M,N,K,b_kmajor", [(64, 11008, 4096, False), (48, 12000, 1000, True),
+                                             (40, 16000, 777, False), (33, 14000, 3000, True)])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_decode_rows_default_matches_fp64(M, N, K, b_kmajor, dtype):
+    """From 32 to 64 rows where 64x128 tiles make most of a wave, launch's pick (DECODE_ROWS: A's rows off the
+    64-row tile) on poisoned outputs, sizes on and off the tiles, both B layouts: within 1e-2 of fp64, every
+    element written, the same bits twice."""
+    assert choose_config(M, N, K, 132) == DECODE_ROWS
     _agree_bit_for_bit(M, N, K, dtype, b_kmajor, [(None, None), (None, None)])     # no config: launch's pick
 
 

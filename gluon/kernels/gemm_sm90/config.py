@@ -509,6 +509,12 @@ DECODE_PAIRS = DEFAULT_CONFIG.replace(BLOCK_M=64, BLOCK_N=128, BLOCK_K=64, STAGE
 # (128x11008x4096 B [K, N] 0.906 -> 0.995x cuBLAS, 1.008 -> 1.111x plain Triton); over a wave (96x18944x3584: 148)
 # the pairs stay, 0.88 against 0.80 (docs/PERF.md, thirty-second session)
 DECODE_WIDE = DEFAULT_CONFIG.replace(BLOCK_N=128, STAGES=6, CONSUMER_WGS=1, PDL=True)
+# M in [32, 64] where 64x128 tiles make 0.65 to one wave: those, unswapped, 128-deep k-steps over 4 stages (plain
+# Triton's tile, deeper), B streamed once by one CTA a tile; against the swapped pick on an H100 (64 rows of A on
+# WGMMA's N, or 64-row B tiles over more than a wave): 1.006-1.087x at 12 cases of 86 to 128 such tiles, both B
+# layouts (64x11008x4096 0.898 -> 0.978x cuBLAS with B [K, N]). At M = 32 the swapped pick's 32x128 tiles where they
+# make a wave stay (32x14336x4096: 0.992 against 0.969; docs/PERF.md, thirty-fourth session)
+DECODE_ROWS = DEFAULT_CONFIG.replace(BLOCK_M=64, BLOCK_N=128, BLOCK_K=128, STAGES=4, CONSUMER_WGS=1, PDL=True)
 
 
 SMALL_M = 128                       # up to this many rows of A, choose_config swaps A and B ...
@@ -551,7 +557,9 @@ def choose_config(M: int, N: int, K: int, num_sms: int, pitch_aligned: bool = Tr
       dependent (PDL: its prologue under the end of the kernel before, as in a model's GEMMs back to back);
       above 64 rows where the swapped tiles need no K split, DECODE_PAIRS instead (where `pairs`: `resolve_config`
       asks for them with no overrides and 16-bit inputs; and a 16-bit output: what was timed), or DECODE_WIDE's
-      128x128 tiles where they make half a wave to one;
+      128x128 tiles where they make half a wave to one; from 32 to 64 rows with no K split, DECODE_ROWS's 64x128
+      tiles unswapped where they make 0.65 to one wave and the swapped tiles are 64 wide on either side (the same
+      conditions);
     * K >= DEEP_K with under half a wave of 128x128 tiles: `deep_k_config`'s 128x128 tiles, or 128x256 where
       `wave_tiles` (split along K by `split_k`; no cluster where A has an odd count of tile rows);
     * under about one wave of 128x256 tiles: the first of SMALL_CONFIGS whose tiles fit in one wave;
@@ -573,6 +581,8 @@ def choose_config(M: int, N: int, K: int, num_sms: int, pitch_aligned: bool = Tr
         splits = split_k(M, N, K, cfg, num_sms)
         if splits == 2:
             return cfg.replace(CLUSTER_K=2, PDL=True)
+        if splits == 1 and pairs and out_size <= 2 and _rows_fit(M, N, cfg, num_sms):
+            return DECODE_ROWS
         if splits == 1 and M > _SWAP_ALWAYS_M and pairs and out_size <= 2:
             wide = num_sms < 2 * tiles(M, N, DECODE_WIDE) and tiles(M, N, DECODE_WIDE) <= num_sms
             return DECODE_WIDE if wide else DECODE_PAIRS
@@ -594,6 +604,14 @@ def choose_config(M: int, N: int, K: int, num_sms: int, pitch_aligned: bool = Tr
         if tiles(M, N, cfg) <= num_sms:
             return cfg
     return DEFAULT_CONFIG
+
+
+def _rows_fit(M: int, N: int, swapped: GemmConfig, num_sms: int) -> bool:
+    """Whether DECODE_ROWS takes the place of the `swapped` pick: 32 to 64 rows, its tiles 0.65 to one wave (what
+    was timed: 86 to 128 tiles on 132 SMs), the swapped tiles 64 wide on either side (A's rows padded to 64, or
+    64-row B tiles)."""
+    t = tiles(M, N, DECODE_ROWS)
+    return 32 <= M <= 64 and 64 in (swapped.BLOCK_M, swapped.BLOCK_N) and num_sms * 13 <= t * 20 <= num_sms * 20
 
 
 def block_scaled_tall(M: int, N: int, num_sms: int) -> bool:
@@ -630,7 +648,8 @@ def resolve_config(M: int, N: int, K: int, num_sms: int, out_size: int, pitch_al
     of what a switch the dict turns on does not run with and the dict leaves open (`_base_for`); its "auto"
     values resolved for an output of `out_size`-byte elements. For 1-byte (fp8) inputs choose_config's k-step
     holds twice the elements: the same bytes per stage, and no few-wave or deep-K 128x256 tiles (`wave_tiles`:
-    measured for 16-bit inputs only)."""
+    measured for 16-bit inputs only). A dict that leaves STAGES open gets as many as fit where the pick's would
+    not beside its tiles (`_stages_that_fit`)."""
     if not isinstance(config, GemmConfig):
         # a dict of overrides that does not ask for SWAP_AB overrides the ordinary kernel's pick: its fields
         # (SPLIT_WGS, CONSUMER_WGS, a BLOCK_N for 128-row tiles) mean that family
@@ -639,8 +658,26 @@ def resolve_config(M: int, N: int, K: int, num_sms: int, out_size: int, pitch_al
                              wave_tiles=in_size == 2, pairs=not config and in_size == 2)
         if in_size == 1:
             base = base.replace(BLOCK_K=base.BLOCK_K * 2)
-        config = to_config(config, _base_for(config or {}, base))
+        given = config or {}
+        config = to_config(given, _base_for(given, base))
+        if "STAGES" not in given:
+            return _stages_that_fit(config.resolve(out_size), in_size, out_size)
     return config.resolve(out_size)
+
+
+_SMEM_LIMIT = 227 * 1024            # what a block may use on sm90
+
+
+def _stages_that_fit(cfg: GemmConfig, in_size: int, out_size: int) -> GemmConfig:
+    """`cfg` with as many stages as fit `_SMEM_BUDGET` where the caller's overrides (tiles, a k-step) left the
+    pick's stages past what a block may use for certain (the rings alone, with the output's staging tile at its
+    smallest); any config that could compile keeps its stages."""
+    stage = (cfg.BLOCK_M + cfg.BLOCK_N) * cfg.BLOCK_K * in_size
+    staging = cfg.BLOCK_M * cfg.BLOCK_N * out_size // 2 if cfg.EPILOGUE in ("tma", "coalesced") else 0
+    limit = _SMEM_LIMIT // cfg.CTAS_PER_SM
+    if cfg.STAGES * stage + staging <= limit:
+        return cfg
+    return cfg.replace(STAGES=max(2, (_SMEM_BUDGET // cfg.CTAS_PER_SM - staging) // stage))
 
 
 def _base_for(given: Mapping, base: GemmConfig) -> GemmConfig:
