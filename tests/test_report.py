@@ -145,3 +145,33 @@ def test_importance_falls_back_to_the_rows_and_the_cli(results, capsys):
     assert pts[3] is None and pts[2] == pytest.approx(vals[2])
     assert main(["report", "nope", "--results", str(results / "results"), "--out", str(out)]) == 1
     assert "no results" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("device,dtype,tflops,gbps,want_sheet,want_bound,want_fraction", [
+    # 140 TFLOP/s at 2170 GB/s (the decode GEMM on an H100): memory-bound, against the H100's 3.35 TB/s
+    ("NVIDIA H100 80GB HBM3", "bf16", 140.0, 2170.0, "H100 SXM", "memory-bound", 2170 / 3350),
+    ("NVIDIA H200", "bf16", 140.0, 2170.0, "H200 SXM", "memory-bound", 2170 / 4800),
+    # fp8 at 1383 TFLOP/s: compute-bound, a fraction of the fp8 rate (1979), not over 1 of the 16-bit one
+    ("NVIDIA H100 80GB HBM3", "fp8e4m3", 1383.0, 2000.0, "H100 SXM", "compute-bound", 1383 / 1978),
+    ("NVIDIA H100 PCIe", "fp16", 600.0, 1000.0, "H100 PCIe", "compute-bound", 600 / 756),
+    ("NVIDIA A100-SXM4-80GB", "fp16", 600.0, 1000.0, "H200 SXM", "compute-bound", 600 / 989),    # not in the table
+])
+def test_verdicts_use_the_datasheet_of_the_gpu_that_measured_the_row(device, dtype, tflops, gbps, want_sheet,
+                                                                     want_bound, want_fraction):
+    from gluon.tuning.datasheets import datasheet
+    from gluon.tuning.report import verdict
+    row = dict(dry_run=False, median_ms=1.0, tflops=tflops, gbps=gbps, dtype=dtype, device=device, shape="1x1x1")
+    v = verdict(row, None)
+    assert v["datasheet"] == want_sheet and v["bound"] == want_bound
+    assert v["fraction"] == pytest.approx(want_fraction, rel=2e-3)
+    assert datasheet(device)[1] == (want_sheet != "H200 SXM" or "H200" in device)
+
+
+def test_the_report_names_the_datasheets_it_used(results):
+    from gluon.tuning.report import write_report
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        write_report(results / "results", results / "out2", specs_dir=os.path.join(REPO, "specs"),
+                     tuning_root=results / "tuning")
+    md = (results / "out2" / "report.md").read_text()
+    assert "Datasheets used: H200 SXM (989 TFLOP/s 16-bit, 4.80 TB/s; 3 rows)" in md

@@ -19,9 +19,10 @@ a temporary file in the same folder, then os.replace):
   markdown says which.
 * `report.md`: a table of the best config per (spec, arch, shape, dtype) (`results.summary`) with a
   bottleneck verdict: compute- or memory-bound, by comparing the arithmetic intensity (flops / bytes,
-  from the spec's template when it loads, else from the row's tflops / gbps columns) with the H200's
-  machine balance (989e12 flop/s / 4.8e12 B/s = 206 flop/byte), and the fraction of the datasheet peak
-  reached (TFLOP/s / 989 or GB/s / 4800). Dry-run rows are marked "dry run: model, not measured"
+  from the spec's template when it loads, else from the row's tflops / gbps columns) with the machine
+  balance of the GPU that measured the row (`datasheets.datasheet`: the H200 SXM's 989e12 flop/s / 4.8e12 B/s
+  = 206 flop/byte, the H100 SXM's 989e12 / 3.35e12, fp8 inputs at twice the flop/s; unknown GPUs and dry runs
+  the H200's), and the fraction of that datasheet peak reached. Dry-run rows are marked "dry run: model, not measured"
   (their times and fractions come from the ranking model).
 """
 from __future__ import annotations
@@ -34,9 +35,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .results import finite_or_none as _num
-from .template import H200_PEAK_BW, H200_PEAK_FLOPS
-
-BALANCE = H200_PEAK_FLOPS / H200_PEAK_BW          # flop per byte where compute and bandwidth limits meet
+from .datasheets import BY_NAME, H200_SXM, datasheet
 DRY = "dry run: model, not measured"
 MAX_STUDY_PANELS = 6
 
@@ -161,8 +160,9 @@ def _templates(df, specs_dir):
 
 
 def verdict(row, template) -> dict:
-    """Bottleneck of one best row: arithmetic intensity vs the H200's machine balance, and the fraction of
-    the datasheet peak reached (from the model's time for dry-run rows)."""
+    """Bottleneck of one best row: arithmetic intensity vs the machine balance of the GPU that measured it (the
+    H200 SXM's for dry runs and GPUs `datasheets` does not know), and the fraction of that datasheet peak
+    reached (from the model's time for dry-run rows)."""
     dry = _bool(row.get("dry_run"))
     ms = _num(row.get("model_ms")) if dry else _num(row.get("median_ms"))
     secs = ms / 1e3 if ms and ms > 0 else None
@@ -188,16 +188,18 @@ def verdict(row, template) -> dict:
             ai = tflops * 1e12 / (gbps * 1e9)
         elif gbps and not tflops:                       # a byte count without flops: a data-movement kernel
             ai = 0.0
+    sheet = H200_SXM if dry else datasheet(row.get("device"))[0]
     if ai is None:
         return {"bound": "unknown", "intensity": None, "fraction": None, "tflops": tflops, "gbps": gbps,
-                "source": "no flop/byte counts"}
-    bound = "compute-bound" if ai >= BALANCE else "memory-bound"
+                "source": "no flop/byte counts", "datasheet": sheet.name}
+    dtype = row.get("dtype")
+    bound = "compute-bound" if ai >= sheet.balance(dtype) else "memory-bound"
     if bound == "compute-bound":
-        fraction = tflops * 1e12 / H200_PEAK_FLOPS if tflops else None
+        fraction = tflops * 1e12 / sheet.flops(dtype) if tflops else None
     else:
-        fraction = gbps * 1e9 / H200_PEAK_BW if gbps else None
+        fraction = gbps * 1e9 / sheet.bytes_per_s if gbps else None
     return {"bound": bound, "intensity": ai, "fraction": fraction, "tflops": tflops, "gbps": gbps,
-            "source": source}
+            "source": source, "datasheet": sheet.name}
 
 
 # ----------------------------------------------------------------------------------------- trial values
@@ -523,11 +525,11 @@ def _markdown(results_root, df, table, sections) -> str:
         f"Generated {now} from `{results_root}/`: {len(df)} rows ({n_dry} from dry runs) of "
         f"{df['spec_name'].nunique()} spec(s).", "",
         "**Bottleneck.** A kernel is *compute-bound* when its arithmetic intensity (flops / bytes moved: the "
-        "spec's template counts, else the row's TFLOP/s over its GB/s) reaches the H200's machine balance, "
-        f"{H200_PEAK_FLOPS / 1e12:.0f} TFLOP/s / {H200_PEAK_BW / 1e12:.1f} TB/s = {BALANCE:.0f} flop/byte, and "
-        "*memory-bound* below it. The last column is the **fraction of the datasheet peak** reached: TFLOP/s / "
-        f"{H200_PEAK_FLOPS / 1e12:.0f} (compute-bound) or GB/s / {H200_PEAK_BW / 1e9:.0f} (memory-bound), "
-        "against the H200 SXM datasheet numbers, not a measured peak.", "",
+        "spec's template counts, else the row's TFLOP/s over its GB/s) reaches the machine balance of the GPU "
+        "that measured it (its datasheet's dense tensor-core TFLOP/s over its TB/s; fp8 inputs at twice the "
+        "16-bit rate), and *memory-bound* below it. The last column is the **fraction of the datasheet peak** "
+        "reached: TFLOP/s over the peak (compute-bound) or GB/s over the bandwidth (memory-bound), a datasheet "
+        f"number, not a measured peak. Datasheets used: {_sheets_used(table)}.", "",
         f"Rows from a dry run (no GPU) say **{DRY}**: their times and fractions are the ranking model's.", "",
         "## Best config per (spec, arch, shape, dtype)", "",
         "| spec | arch | shape | dtype | config | measured | median ms | baseline ms | ratio | TFLOP/s | GB/s | "
@@ -546,6 +548,19 @@ def _markdown(results_root, df, table, sections) -> str:
     lines.append("")
     lines += sections
     return "\n".join(lines) + "\n"
+
+
+def _sheets_used(table) -> str:
+    """"H100 SXM (989 TFLOP/s 16-bit, 3.35 TB/s; 24 rows), ..." for the sheets the table's verdicts used."""
+    counts: dict[str, int] = {}
+    for e, _ in table:
+        if e.get("datasheet"):
+            counts[e["datasheet"]] = counts.get(e["datasheet"], 0) + 1
+    if not counts:
+        return "none (no row has flop/byte counts)"
+    used = ", ".join(f"{n} ({BY_NAME[n].flops_16bit / 1e12:.0f} TFLOP/s 16-bit, {BY_NAME[n].bytes_per_s / 1e12:.2f} "
+                     f"TB/s; {c} row{'s' if c > 1 else ''})" for n, c in sorted(counts.items()))
+    return used + " (GPUs not in the table, and dry runs: the H200 SXM's)"
 
 
 def _section(name, rows, points, p1, p2, p3, method, studies_imp, tmpl) -> str:
