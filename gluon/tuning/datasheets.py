@@ -43,11 +43,8 @@ _SHEETS = (
 BY_NAME = {sheet.name: sheet for _, sheet in _SHEETS}
 
 
-def datasheet(device: str | None) -> tuple[Datasheet, bool]:
-    """The sheet for a row's `device` name ("NVIDIA H100 80GB HBM3", ...) and whether the table knew it (else
-    the H200 SXM's)."""
+def datasheet(device: str | None) -> Datasheet:
+    """The sheet for a row's `device` name ("NVIDIA H100 80GB HBM3", ...); the H200 SXM's for one the table does
+    not know."""
     name = str(device or "")
-    for key, sheet in _SHEETS:
-        if key in name:
-            return sheet, True
-    return H200_SXM, False
+    return next((sheet for key, sheet in _SHEETS if key in name), H200_SXM)

@@ -20,10 +20,10 @@ a temporary file in the same folder, then os.replace):
 * `report.md`: a table of the best config per (spec, arch, shape, dtype) (`results.summary`) with a
   bottleneck verdict: compute- or memory-bound, by comparing the arithmetic intensity (flops / bytes,
   from the spec's template when it loads, else from the row's tflops / gbps columns) with the machine
-  balance of the GPU that measured the row (`datasheets.datasheet`: the H200 SXM's 989e12 flop/s / 4.8e12 B/s
-  = 206 flop/byte, the H100 SXM's 989e12 / 3.35e12, fp8 inputs at twice the flop/s; unknown GPUs and dry runs
-  the H200's), and the fraction of that datasheet peak reached. Dry-run rows are marked "dry run: model, not measured"
-  (their times and fractions come from the ranking model).
+  balance of the GPU that measured the row (`datasheets.datasheet`: the H200 SXM's 989e12 flop/s / 4.8e12
+  B/s = 206 flop/byte, the H100 SXM's 989e12 / 3.35e12, fp8 inputs at twice the flop/s; unknown GPUs and dry
+  runs the H200's), and the fraction of that datasheet peak reached. Dry-run rows are marked "dry run: model,
+  not measured" (their times and fractions come from the ranking model).
 """
 from __future__ import annotations
 
@@ -188,10 +188,10 @@ def verdict(row, template) -> dict:
             ai = tflops * 1e12 / (gbps * 1e9)
         elif gbps and not tflops:                       # a byte count without flops: a data-movement kernel
             ai = 0.0
-    sheet = H200_SXM if dry else datasheet(row.get("device"))[0]
     if ai is None:
         return {"bound": "unknown", "intensity": None, "fraction": None, "tflops": tflops, "gbps": gbps,
-                "source": "no flop/byte counts", "datasheet": sheet.name}
+                "source": "no flop/byte counts", "datasheet": None}
+    sheet = H200_SXM if dry else datasheet(row.get("device"))
     dtype = row.get("dtype")
     bound = "compute-bound" if ai >= sheet.balance(dtype) else "memory-bound"
     if bound == "compute-bound":

@@ -611,7 +611,7 @@ def _rows_fit(M: int, N: int, swapped: GemmConfig, num_sms: int) -> bool:
     was timed: 86 to 128 tiles on 132 SMs), the swapped tiles 64 wide on either side (A's rows padded to 64, or
     64-row B tiles)."""
     t = tiles(M, N, DECODE_ROWS)
-    return 32 <= M <= 64 and 64 in (swapped.BLOCK_M, swapped.BLOCK_N) and num_sms * 13 <= t * 20 <= num_sms * 20
+    return 32 <= M <= 64 and 64 in (swapped.BLOCK_M, swapped.BLOCK_N) and num_sms * 13 <= t * 20 and t <= num_sms
 
 
 def block_scaled_tall(M: int, N: int, num_sms: int) -> bool:
