@@ -96,6 +96,25 @@ def test_attention_runs_the_chosen_config(monkeypatch, interpret_env):
     assert seen[2] == to_config({"STAGES": 2}, choose_config(128, 1000, True))
 
 
+@pytest.mark.parametrize("D,kw", [(64, {}), (64, dict(PINGPONG=True)), (256, {}),
+                                  (128, dict(OVERLAP=False, PINGPONG=False))])
+@pytest.mark.parametrize("causal", [False, True])
+def test_row_sums_on_the_tensor_cores_take_the_softmax_fadds(D, kw, causal):
+    """ROWSUM_MMA: each block's P also multiplies a tile of ones (HGMMA 64x8: as many k-steps as P V's), whose
+    accumulator holds the row sums, so the softmax's per-score FADDs are gone; P's register operand serves both
+    GEMMs without a trip through shared memory (no more STS/LDS than the ones tile's fill), no spills (with
+    P_SMEM the causal D64 kernel spills 68 bytes at 160 registers: not here)."""
+    base = sass_instructions(compile_variant(D, DType.bf16, causal, **kw).sass())
+    ck = compile_variant(D, DType.bf16, causal, ROWSUM_MMA=True, **kw)
+    ops = sass_instructions(ck.sass())
+    bn = to_config(kw, default_config(D)).BLOCK_N
+    pv = ops[f"HGMMA.64x{D}x16.F32.BF16"] // (2 if D == bn else 1)     # (with D = BLOCK_N S's HGMMAs read the same)
+    assert ops["HGMMA.64x8x16.F32.BF16"] == pv >= 8
+    assert base["FADD"] >= 64 and ops["FADD"] <= base["FADD"] // 8
+    assert ops["LDS"] <= base["LDS"] and ops["STS"] <= base["STS"] + 8
+    assert ck.spills == 0
+
+
 def test_overlap_issues_s_before_waiting_for_pv():
     """With OVERLAP the loop keeps one WGMMA group in flight while it waits (wait_group 1)."""
     ptx = compile_variant(128, OVERLAP=True).binary.asm["ptx"]
@@ -120,6 +139,7 @@ def test_overlap_issues_s_before_waiting_for_pv():
     (dict(HOLD_TURNS=True, PINGPONG=False), "HOLD_TURNS=True takes PINGPONG=True and OVERLAP=True"),
     (dict(CTAS_PER_SM=2), "CTAS_PER_SM=2 with CONSUMER_WGS=2: takes 1, or 2 with CONSUMER_WGS=1"),
     (dict(CTAS_PER_SM=3, CONSUMER_WGS=1, BLOCK_M=64), "CTAS_PER_SM=3 with CONSUMER_WGS=1: takes 1, or 2"),
+    (dict(ROWSUM_MMA=True, OVERLAP=True), "ROWSUM_MMA=True takes OVERLAP=False"),
 ])
 def test_config_checks(kw, msg):
     with pytest.raises(GluonError, match=msg.replace("*", r"\*").replace("(", r"\(")):

@@ -15,8 +15,9 @@ from gluon.ir import GluonError
 from ..config_checks import cached_hash, flag, overridden, positive_int, state_without_hash
 
 HEAD_DIMS = (64, 128, 256)
+ROWSUM_COLS = 8             # ROWSUM_MMA's ones tile and row-sum accumulator: WGMMA's narrowest N
 _INTS = ("BLOCK_M", "BLOCK_N", "STAGES", "CONSUMER_WGS", "CONSUMER_REGS", "PRODUCER_REGS", "CTAS_PER_SM")
-_BOOLS = ("OVERLAP", "PINGPONG", "REVERSE_M", "PERSISTENT", "P_SMEM", "PIN_SOFTMAX", "HOLD_TURNS")
+_BOOLS = ("OVERLAP", "PINGPONG", "REVERSE_M", "PERSISTENT", "P_SMEM", "PIN_SOFTMAX", "HOLD_TURNS", "ROWSUM_MMA")
 
 
 @dataclass(frozen=True)
@@ -61,6 +62,13 @@ class AttentionConfig:
                     fits; a persistent grid takes two an SM). Two take one consumer warpgroup a CTA, so the
                     warpgroups of an SM belong to different CTAs, which wait for their own K blocks: their softmaxes
                     need not line up as one CTA's do
+    ROWSUM_MMA      the serial loop (OVERLAP=False) sums each row of P on the tensor cores: one more WGMMA a block,
+                    P (its A operand, as for P V) times a shared 8-column tile of ones, into an 8-column fp32
+                    accumulator rescaled with O; the softmax then runs no per-score FADD (at D64 the softmax's
+                    FP32 instructions, about four a score beside each exp2, are what it is short of). l sums the
+                    P that P V multiplies (rounded to the input dtype) instead of its fp32 values, so the LSE
+                    carries that rounding (l within 2^-9 relative with bf16). With P_SMEM the causal D64 kernel
+                    spills 68 bytes at 160 registers
     """
 
     BLOCK_M: int = 128
@@ -77,6 +85,7 @@ class AttentionConfig:
     PIN_SOFTMAX: bool = False
     HOLD_TURNS: bool = False
     CTAS_PER_SM: int = 1
+    ROWSUM_MMA: bool = False
 
     __hash__ = cached_hash
     __getstate__ = state_without_hash
@@ -106,6 +115,9 @@ class AttentionConfig:
         if self.PIN_SOFTMAX and not (self.OVERLAP and not self.P_SMEM):
             raise GluonError("AttentionConfig PIN_SOFTMAX=True takes OVERLAP=True and P_SMEM=False (it keeps the "
                              "overlapped softmax above the wait for P V's register operand)")
+        if self.ROWSUM_MMA and self.OVERLAP:
+            raise GluonError("AttentionConfig ROWSUM_MMA=True takes OVERLAP=False (the serial loop sums P on the tensor "
+                             "cores)")
         if self.CTAS_PER_SM > 2 or (self.CTAS_PER_SM == 2 and self.CONSUMER_WGS != 1):
             raise GluonError(f"AttentionConfig CTAS_PER_SM={self.CTAS_PER_SM} with CONSUMER_WGS={self.CONSUMER_WGS}: "
                              "takes 1, or 2 with CONSUMER_WGS=1 (BLOCK_M=64); more warps an SM leave 80 registers a "
@@ -204,9 +216,10 @@ def p_buffers(cfg: AttentionConfig) -> int:
 
 
 def smem_bytes(cfg: AttentionConfig, head_dim: int, elem_bytes: int = 2) -> int:
-    """Shared memory of the Q tiles, the K/V ring, the P tiles, PIN_SOFTMAX's row sums and HOLD_TURNS's row
-    maxima (barriers aside)."""
+    """Shared memory of the Q tiles, the K/V ring, the P tiles, PIN_SOFTMAX's row sums, HOLD_TURNS's row maxima
+    and ROWSUM_MMA's tiles of ones (barriers aside)."""
     q = q_buffers(cfg) * cfg.BLOCK_M * head_dim * elem_bytes
     kv = 2 * cfg.STAGES * cfg.BLOCK_N * head_dim * elem_bytes
     p = p_buffers(cfg) * cfg.BLOCK_M * cfg.BLOCK_N * elem_bytes
-    return q + kv + p + 4 * cfg.BLOCK_M * (cfg.PIN_SOFTMAX + cfg.HOLD_TURNS)
+    ones = cfg.ROWSUM_MMA * cfg.CONSUMER_WGS * ROWSUM_COLS * cfg.BLOCK_N * elem_bytes
+    return q + kv + p + ones + 4 * cfg.BLOCK_M * (cfg.PIN_SOFTMAX + cfg.HOLD_TURNS)

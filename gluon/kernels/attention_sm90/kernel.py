@@ -39,7 +39,7 @@ from gluon.language.nvidia.hopper import fence_async_shared, mbarrier, tma_load,
 from gluon.types import DotOperandLayout, Layout, SliceLayout, SwizzleMode, WarpRole
 
 from ..turns import turn_begin, turn_end, turn_end_after, turns_close, turns_open
-from .config import p_buffers, q_buffers
+from .config import ROWSUM_COLS, p_buffers, q_buffers
 
 _NEG_INF = float("-inf")
 _EPILOGUE = 12              # PERSISTENT: warpgroup g's threads meet on named barrier _EPILOGUE + g after the epilogue
@@ -87,16 +87,17 @@ def _masked(s, rows, n0, Skv, off, BLOCK_N: int, s_layout, CAUSAL: bool):
     return gl.where(keep, s, _NEG_INF)
 
 
-def _softmax(s, m_i, l_i, qk_scale, MASKED: bool):
+def _softmax(s, m_i, l_i, qk_scale, MASKED: bool, SUM: bool = True):
     """One online-softmax step on the fp32 scores `s`: the new row max, P = exp2((s - m) * c), the
-    factor exp2((m_old - m_new) * c) that rescales O and l, and the new row sum. In a masked block a
-    row may have seen no key yet (max -inf): it keeps m = -inf and P = 0 without a NaN."""
+    factor exp2((m_old - m_new) * c) that rescales O and l, and the new row sum (`l_i` as it is without
+    SUM: ROWSUM_MMA's tensor cores sum P). In a masked block a row may have seen no key yet (max -inf): it
+    keeps m = -inf and P = 0 without a NaN."""
     m_new = gl.maximum(m_i, gl.max(s, 1))
     m_use = gl.where(m_new == _NEG_INF, 0.0, m_new) if MASKED else m_new
     m_c = m_use * qk_scale
     p = gl.exp2(gl.fma(s, qk_scale, -m_c[:, None]))
     alpha = gl.exp2(m_i * qk_scale - m_c)
-    return m_new, p, alpha, l_i * alpha + gl.sum(p, 1)
+    return m_new, p, alpha, (l_i * alpha + gl.sum(p, 1)) if SUM else l_i
 
 
 @kernel(arch=SM90, num_warps=9)
@@ -127,6 +128,7 @@ def attention_sm90(Q, K, V, O, L, Sq, Skv, H, GROUP, qk_scale, CFG: gl.constexpr
                  stages=WGS) if CFG.PIN_SOFTMAX else None
     hold_s = smem(gl.float32, Layout.shared(1, 1, 1, order=(0,)), shape=(RM,), name="row_maxima",
                   stages=WGS) if CFG.HOLD_TURNS else None
+    ones_s = smem(Q.dtype, Layout.swizzled(ROWSUM_COLS, BN, sw), name="ones", stages=WGS) if CFG.ROWSUM_MMA else None
     q_ready = mbarrier(count=1, name="q_ready", stages=QB)
     if CFG.PERSISTENT:
         q_empty = mbarrier(count=WGS, name="q_empty", stages=QB)   # the consumers are done with a Q buffer
@@ -158,6 +160,8 @@ def attention_sm90(Q, K, V, O, L, Sq, Skv, H, GROUP, qk_scale, CFG: gl.constexpr
             p_layout = DotOperandLayout(0, o_layout, 2)
             pin_g = _stage(pin_s, g, WGS) if CFG.PIN_SOFTMAX else None   # this warpgroup's row sums (PIN_SOFTMAX)
             hold_g = _stage(hold_s, g, WGS) if CFG.HOLD_TURNS else None  # ... and row maxima (HOLD_TURNS)
+            ones_g = _ones_tile(ones_s, g, WGS, Q.dtype) if CFG.ROWSUM_MMA else None  # ROWSUM_MMA's B operand
+            l_layout = Layout.wgmma((4, 1), instr_n=ROWSUM_COLS, operand_dtype=Q.dtype)
             cnt = gl.full((), 0, gl.int32)      # key blocks this CTA has taken from the ring so far
             tc = gl.full((), 0, gl.int32)       # tiles so far: which Q buffer, which phase
             for u in range(u_first, u_end, u_step):
@@ -171,7 +175,10 @@ def attention_sm90(Q, K, V, O, L, Sq, Skv, H, GROUP, qk_scale, CFG: gl.constexpr
                     rows = m0 + g * RM + gl.arange(0, RM, layout=SliceLayout(1, s_layout))
                     acc = gl.zeros((RM, D), gl.float32, layout=o_layout)
                     m_i = gl.full((RM,), _NEG_INF, gl.float32, layout=SliceLayout(1, s_layout))
-                    l_i = gl.zeros((RM,), gl.float32, layout=SliceLayout(1, s_layout))
+                    if CFG.ROWSUM_MMA:              # every column of the accumulator sums the row
+                        l_i = gl.zeros((RM, ROWSUM_COLS), gl.float32, layout=l_layout)
+                    else:
+                        l_i = gl.zeros((RM,), gl.float32, layout=SliceLayout(1, s_layout))
                     # this warpgroup's key blocks: the CTA's first n_g (its later ones lie right of its rows'
                     # diagonal: waited for and released, not computed), the first f_g of them unmasked
                     n_g, f_g = _block_range(m0 + g * RM, Sq, Skv, RM, BN, CAUSAL)
@@ -226,18 +233,20 @@ def attention_sm90(Q, K, V, O, L, Sq, Skv, H, GROUP, qk_scale, CFG: gl.constexpr
                             acc, m_i, l_i = _serial_step(j, cnt, q_g, k_s, v_s, k_ready, v_ready, k_empty, v_empty,
                                                          acc, m_i, l_i, rows, Skv, off, qk_scale, ST, BN, s_layout,
                                                          p_layout, CAUSAL, Q.dtype, False, _p_tile(p_s, g, 0, PB, WGS),
-                                                         g, PP, WGS)
+                                                         g, PP, WGS, ones_g)
                         for jm in range(f_g, n_g):
                             acc, m_i, l_i = _serial_step(jm, cnt, q_g, k_s, v_s, k_ready, v_ready, k_empty, v_empty,
                                                          acc, m_i, l_i, rows, Skv, off, qk_scale, ST, BN, s_layout,
                                                          p_layout, CAUSAL, Q.dtype, True, _p_tile(p_s, g, 0, PB, WGS),
-                                                         g, PP, WGS)
+                                                         g, PP, WGS, ones_g)
                     # blocks only later warpgroups' rows see (causal), or every block of a warpgroup past Sq
                     for jr in range(n_g, n_blocks):
                         _release(cnt + jr, k_ready, v_ready, k_empty, v_empty, ST)
                         turn_begin(g, PP)                  # (a turn without GEMMs: all take as many turns)
                         turn_end(g, PP, WGS)
                     turns_close(g, PP)
+                    if CFG.ROWSUM_MMA:              # the row sums, out of the accumulator's equal columns
+                        l_i = gl.convert_layout(gl.max(l_i, 1), SliceLayout(1, s_layout))
                     _epilogue(acc, m_i, l_i, q_g, O, L, rows, m0 + g * RM, q_row, q_col, ldo, Sq, bh, qk_scale, RM,
                               D, o_layout, WRITE_LSE)
                     if CFG.PERSISTENT:
@@ -307,13 +316,14 @@ def _unit_tile(u, h, num_m, per_head, TPU: int, REVERSE_M: bool):
 
 def _serial_step(j, base, q_g, k_s, v_s, k_ready, v_ready, k_empty, v_empty, acc, m_i, l_i, rows, Skv, off,
                  qk_scale, ST: int, BN: int, s_layout, p_layout, CAUSAL: bool, dtype, MASKED: bool, p_buf, g: int,
-                 PINGPONG: bool, WGS: int):
+                 PINGPONG: bool, WGS: int, ones=None):
     """Key block j (the ring's block base + j) without overlap: S, softmax, rescale O, O += P V, each
     waited for in turn (P through `p_buf` in shared memory when it is not None). With PINGPONG warpgroup g
     of WGS runs its P V GEMM in its turn (round robin), the turn passed on once that GEMM is done: the
     warpgroups' P V GEMMs run one at a time, so their softmaxes fall apart instead of running all at once
     (warpgroups that issue together share the tensor cores and finish together; a turn passed at the issue
-    changes nothing then)."""
+    changes nothing then). With `ones` (ROWSUM_MMA: a shared tile of ones) `l_i` is an accumulator whose every
+    column sums P's rows: rescaled with O, and l += P ones issued with P V."""
     s_i = (base + j) % ST
     ph = ((base + j) // ST) & 1
     k_ready[s_i].wait(ph)
@@ -321,13 +331,20 @@ def _serial_step(j, base, q_g, k_s, v_s, k_ready, v_ready, k_empty, v_empty, acc
     k_empty[s_i].arrive()
     if MASKED:
         s = _masked(s, rows, j * BN, Skv, off, BN, s_layout, CAUSAL)
-    m_i, p, alpha, l_i = _softmax(s, m_i, l_i, qk_scale, MASKED)
+    m_i, p, alpha, l_i = _softmax(s, m_i, l_i, qk_scale, MASKED, ones is None)
     acc = _rescale(acc, alpha)
     p_op = _p_operand(p, dtype, p_layout, p_buf)
+    if ones is not None:
+        l_i = _rescale(l_i, alpha)
+        p_l = p_op if p_buf is not None else gl.convert_layout(p_op, DotOperandLayout(0, l_i.layout, 2))
     v_ready[s_i].wait(ph)
     turn_begin(g, PINGPONG)
     acc = wgmma(p_op, v_s[s_i], acc, wait=False)
+    if ones is not None:
+        l_i = wgmma(p_l, ones.T, l_i, wait=False)
     acc = wgmma_wait(acc, p_op, v_s[s_i], pendings=0)
+    if ones is not None:
+        l_i = wgmma_wait(l_i, ones, pendings=0)
     turn_end(g, PINGPONG, WGS)
     v_empty[s_i].arrive()
     return acc, m_i, l_i
@@ -375,6 +392,18 @@ def _s_done(s, q_g, k_tile, m_i, hold, g: int, PINGPONG: bool, WGS: int, pending
         turn_end(g, PINGPONG, WGS)
         return wgmma_wait(s, q_g, k_tile, pendings=pendings), m_i
     return turn_end_after(g, WGS, lambda: wgmma_wait(s, q_g, k_tile, pendings=pendings), hold, m_i)
+
+
+def _ones_tile(ones_s, g: int, WGS: int, dtype):
+    """Warpgroup g's ROWSUM_MMA tile of ones ([ROWSUM_COLS, BLOCK_N]; its transpose is the row sums' B
+    operand), written by the warpgroup and fenced for the tensor cores' (async proxy) reads."""
+    ones = _stage(ones_s, g, WGS)
+    cols, keys = ones.shape
+    tpw = min(32, keys // 8)                # a warp's threads along a row, 8 elements each
+    fill = Layout.blocked([1, 8], [32 // tpw, tpw], [4, 1], [1, 0])
+    ones.store(gl.full((cols, keys), 1.0, dtype, layout=fill))
+    fence_async_shared()
+    return ones
 
 
 def _p_tile(p_s, g: int, j, PB: int, WGS: int):
