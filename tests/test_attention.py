@@ -97,13 +97,14 @@ def test_attention_runs_the_chosen_config(monkeypatch, interpret_env):
 
 
 @pytest.mark.parametrize("D,kw", [(64, {}), (64, dict(PINGPONG=True)), (256, {}),
-                                  (128, dict(OVERLAP=False, PINGPONG=False))])
+                                  (128, dict(OVERLAP=False, PINGPONG=False)), (128, dict(PERSISTENT=False)),
+                                  (64, dict(OVERLAP=True, BLOCK_N=64))])
 @pytest.mark.parametrize("causal", [False, True])
 def test_row_sums_on_the_tensor_cores_take_the_softmax_fadds(D, kw, causal):
     """ROWSUM_MMA: each block's P also multiplies a tile of ones (HGMMA 64x8: as many k-steps as P V's), whose
     accumulator holds the row sums, so the softmax's per-score FADDs are gone; P's register operand serves both
     GEMMs without a trip through shared memory (no more STS/LDS than the ones tile's fill), no spills (with
-    P_SMEM the causal D64 kernel spills 68 bytes at 160 registers: not here)."""
+    P_SMEM the causal D64 kernel spills 68 bytes at 160 registers, and the persistent D128 ones 8-104: not here)."""
     base = sass_instructions(compile_variant(D, DType.bf16, causal, **kw).sass())
     ck = compile_variant(D, DType.bf16, causal, ROWSUM_MMA=True, **kw)
     ops = sass_instructions(ck.sass())
@@ -139,7 +140,7 @@ def test_overlap_issues_s_before_waiting_for_pv():
     (dict(HOLD_TURNS=True, PINGPONG=False), "HOLD_TURNS=True takes PINGPONG=True and OVERLAP=True"),
     (dict(CTAS_PER_SM=2), "CTAS_PER_SM=2 with CONSUMER_WGS=2: takes 1, or 2 with CONSUMER_WGS=1"),
     (dict(CTAS_PER_SM=3, CONSUMER_WGS=1, BLOCK_M=64), "CTAS_PER_SM=3 with CONSUMER_WGS=1: takes 1, or 2"),
-    (dict(ROWSUM_MMA=True, OVERLAP=True), "ROWSUM_MMA=True takes OVERLAP=False"),
+    (dict(ROWSUM_MMA=True, PIN_SOFTMAX=True), "ROWSUM_MMA=True takes PIN_SOFTMAX=False"),
 ])
 def test_config_checks(kw, msg):
     with pytest.raises(GluonError, match=msg.replace("*", r"\*").replace("(", r"\(")):

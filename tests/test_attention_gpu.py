@@ -180,9 +180,12 @@ def test_serial_and_held_turns(D, config):
 @pytest.mark.parametrize("D,config", [
     (64, dict(ROWSUM_MMA=True)), (64, dict(ROWSUM_MMA=True, PINGPONG=True)), (64, dict(ROWSUM_MMA=True, P_SMEM=True)),
     (64, dict(ROWSUM_MMA=True, BLOCK_N=64)), (256, dict(ROWSUM_MMA=True)),
-    (128, dict(ROWSUM_MMA=True, OVERLAP=False, PINGPONG=False, PIN_SOFTMAX=False))])
+    (128, dict(ROWSUM_MMA=True, OVERLAP=False, PINGPONG=False, PIN_SOFTMAX=False)),
+    (128, dict(ROWSUM_MMA=True, PERSISTENT=False, PIN_SOFTMAX=False)),
+    (64, dict(ROWSUM_MMA=True, OVERLAP=True, BLOCK_N=64)), (64, dict(ROWSUM_MMA=True, OVERLAP=True, P_SMEM=True))])
 def test_row_sums_on_the_tensor_cores(D, config):
-    """ROWSUM_MMA: the row sums l from P times a tile of ones on the tensor cores; sizes off the tiles, Sq != Skv,
+    """ROWSUM_MMA: the row sums l from P times a tile of ones on the tensor cores, serial and overlapped (l += P_{j-1}
+    ones with P_{j-1} V_{j-1}); sizes off the tiles, Sq != Skv,
     repeated calls bit-identical, and the LSE within the rounding of P it sums (2^-9 relative in l with bf16)."""
     _check_variant(D, config)
     for causal in (False, True):

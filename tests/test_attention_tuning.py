@@ -71,8 +71,8 @@ def test_the_shipped_spec_validates():
     # at 240 | 8 at 232) x (serial | overlapped | overlapped with ping-pong, each overlapped one pinned or not)
     # + 12 warps at 160 x (serial | overlapped), and pinned too with 64-key blocks: 1500; the serial loop's turns
     # (8 or 12 warps) +360, the overlapped ping-pong's held turns (not pinned; 12 warps with 64-key blocks) +300;
-    # each of the 720 serial ones with its row sums on the tensor cores (ROWSUM_MMA) +720
-    assert spec.space.raw_size() == 23040 and spec.space.size() == 2880
+    # each of the 1620 not pinned with its row sums on the tensor cores (ROWSUM_MMA) +1620
+    assert spec.space.raw_size() == 23040 and spec.space.size() == 3780
     configs = list(spec.space.grid())
     assert {(c["CONSUMER_WARPS"], c["CONSUMER_REGS"]) for c in configs} == {(8, 240), (8, 232), (12, 160)}
     assert {c["PRODUCER_REGS"] for c in configs} == {24, 32, 40, 48, 56}

@@ -464,9 +464,14 @@ def test_the_shipped_gemm_256_cubed_interprets_right_and_fast(over):
                                   # ... over three warpgroups (P through shared memory, or 64-key blocks)
                                   dict(PINGPONG=True, OVERLAP=True, HOLD_TURNS=True, P_SMEM=True),
                                   dict(PINGPONG=True, OVERLAP=True, HOLD_TURNS=True, BLOCK_N=64),
-                                  # the serial loop's row sums on the tensor cores (P times a tile of ones)
+                                  # the row sums on the tensor cores (P times a tile of ones), serial and overlapped
                                   dict(ROWSUM_MMA=True), dict(ROWSUM_MMA=True, PINGPONG=True),
-                                  dict(ROWSUM_MMA=True, P_SMEM=True), dict(ROWSUM_MMA=True, BLOCK_N=64)])
+                                  dict(ROWSUM_MMA=True, P_SMEM=True), dict(ROWSUM_MMA=True, BLOCK_N=64),
+                                  dict(ROWSUM_MMA=True, OVERLAP=True, P_SMEM=True),
+                                  dict(ROWSUM_MMA=True, PINGPONG=True, OVERLAP=True, BLOCK_M=128, CONSUMER_WGS=2,
+                                       PERSISTENT=True),
+                                  dict(ROWSUM_MMA=True, PINGPONG=True, OVERLAP=True, BLOCK_M=128, CONSUMER_WGS=2,
+                                       HOLD_TURNS=True)])
 @pytest.mark.parametrize("S", [256, 100])
 def test_the_shipped_attention_interprets_right(causal, over, S):
     """The D64 kernel's variants against torch; at S 256 and 100 the last 192-row query block's last warpgroups

@@ -62,13 +62,14 @@ class AttentionConfig:
                     fits; a persistent grid takes two an SM). Two take one consumer warpgroup a CTA, so the
                     warpgroups of an SM belong to different CTAs, which wait for their own K blocks: their softmaxes
                     need not line up as one CTA's do
-    ROWSUM_MMA      the serial loop (OVERLAP=False) sums each row of P on the tensor cores: one more WGMMA a block,
-                    P (its A operand, as for P V) times a shared 8-column tile of ones, into an 8-column fp32
-                    accumulator rescaled with O; the softmax then runs no per-score FADD (at D64 the softmax's
-                    FP32 instructions, about four a score beside each exp2, are what it is short of). l sums the
+    ROWSUM_MMA      each row of P summed on the tensor cores: one more WGMMA a block, issued with P V, P (its A
+                    operand, as for P V) times a shared 8-column tile of ones, into an 8-column fp32 accumulator
+                    rescaled with O; the softmax then runs no per-score FADD (at D64 the softmax's FP32
+                    instructions, about four a score beside each exp2, are what it is short of). Not with
+                    PIN_SOFTMAX (whose pin is the row sums the softmax no longer computes). l sums the
                     P that P V multiplies (rounded to the input dtype) instead of its fp32 values, so the LSE
                     carries that rounding (l within 2^-9 relative with bf16). With P_SMEM the causal D64 kernel
-                    spills 68 bytes at 160 registers
+                    spills 68 bytes at 160 registers, the persistent overlapped D128 kernels 8-104 bytes
     """
 
     BLOCK_M: int = 128
@@ -115,9 +116,9 @@ class AttentionConfig:
         if self.PIN_SOFTMAX and not (self.OVERLAP and not self.P_SMEM):
             raise GluonError("AttentionConfig PIN_SOFTMAX=True takes OVERLAP=True and P_SMEM=False (it keeps the "
                              "overlapped softmax above the wait for P V's register operand)")
-        if self.ROWSUM_MMA and self.OVERLAP:
-            raise GluonError("AttentionConfig ROWSUM_MMA=True takes OVERLAP=False (the serial loop sums P on the tensor "
-                             "cores)")
+        if self.ROWSUM_MMA and self.PIN_SOFTMAX:
+            raise GluonError("AttentionConfig ROWSUM_MMA=True takes PIN_SOFTMAX=False (the pin stores the row sums, "
+                             "which the softmax no longer computes)")
         if self.CTAS_PER_SM > 2 or (self.CTAS_PER_SM == 2 and self.CONSUMER_WGS != 1):
             raise GluonError(f"AttentionConfig CTAS_PER_SM={self.CTAS_PER_SM} with CONSUMER_WGS={self.CONSUMER_WGS}: "
                              "takes 1, or 2 with CONSUMER_WGS=1 (BLOCK_M=64); more warps an SM leave 80 registers a "

@@ -201,7 +201,7 @@ def attention_sm90(Q, K, V, O, L, Sq, Skv, H, GROUP, qk_scale, CFG: gl.constexpr
                             s, m_i = _s_done(s, q_g, k_s[c0], m_i, hold_g, g, PP, WGS, 0)
                             k_empty[c0].arrive()
                             s = _masked(s, rows, 0, Skv, off, BN, s_layout, CAUSAL)
-                            m_i, p, alpha, l_i = _softmax(s, m_i, l_i, qk_scale, True)
+                            m_i, p, alpha, l_i = _softmax(s, m_i, l_i, qk_scale, True, ones_g is None)
                             p_op = _p_operand(p, Q.dtype, p_layout, _p_tile(p_s, g, 0, PB, WGS))
                             if CFG.P_SMEM:      # the loops carry no P: block j's is in _p_tile(.., j, ..)
                                 p_op = gl.full((), 0, gl.int32)
@@ -209,22 +209,22 @@ def attention_sm90(Q, K, V, O, L, Sq, Skv, H, GROUP, qk_scale, CFG: gl.constexpr
                                 acc, m_i, l_i, p_op = _overlapped_step(
                                     j, cnt, q_g, k_s, v_s, k_ready, v_ready, k_empty, v_empty, acc, m_i, l_i, p_op,
                                     rows, Skv, off, qk_scale, ST, BN, s_layout, p_layout, CAUSAL, Q.dtype, False, g,
-                                    PP, p_s, PB, WGS, pin_g, hold_g)
+                                    PP, p_s, PB, WGS, pin_g, hold_g, ones_g)
                             for jm in range(gl.maximum(f_g, 1), n_g):
                                 acc, m_i, l_i, p_op = _overlapped_step(
                                     jm, cnt, q_g, k_s, v_s, k_ready, v_ready, k_empty, v_empty, acc, m_i, l_i, p_op,
                                     rows, Skv, off, qk_scale, ST, BN, s_layout, p_layout, CAUSAL, Q.dtype, True, g,
-                                    PP, p_s, PB, WGS, pin_g, hold_g)
+                                    PP, p_s, PB, WGS, pin_g, hold_g, ones_g)
                             # the last computed block's P V
                             c_last = cnt + n_g - 1
                             s_last = c_last % ST
                             p_last = _p_tile(p_s, g, n_g - 1, PB, WGS) if CFG.P_SMEM else p_op
                             v_ready[s_last].wait((c_last // ST) & 1)
                             turn_begin(g, PP)
-                            acc = wgmma(p_last, v_s[s_last], acc, wait=False)
+                            acc, l_i = _pv(p_last, v_s[s_last], acc, l_i, ones_g)
                             if hold_g is None:
                                 turn_end(g, PP, WGS)
-                            acc = wgmma_wait(acc, p_last, v_s[s_last], pendings=0)
+                            acc, l_i = _pv_wait(p_last, v_s[s_last], acc, l_i, ones_g, 0)
                             if hold_g is not None:
                                 turn_end(g, PP, WGS)
                             v_empty[s_last].arrive()
@@ -332,19 +332,12 @@ def _serial_step(j, base, q_g, k_s, v_s, k_ready, v_ready, k_empty, v_empty, acc
     if MASKED:
         s = _masked(s, rows, j * BN, Skv, off, BN, s_layout, CAUSAL)
     m_i, p, alpha, l_i = _softmax(s, m_i, l_i, qk_scale, MASKED, ones is None)
-    acc = _rescale(acc, alpha)
+    acc, l_i = _rescale(acc, alpha, l_i, ones)
     p_op = _p_operand(p, dtype, p_layout, p_buf)
-    if ones is not None:
-        l_i = _rescale(l_i, alpha)
-        p_l = p_op if p_buf is not None else gl.convert_layout(p_op, DotOperandLayout(0, l_i.layout, 2))
     v_ready[s_i].wait(ph)
     turn_begin(g, PINGPONG)
-    acc = wgmma(p_op, v_s[s_i], acc, wait=False)
-    if ones is not None:
-        l_i = wgmma(p_l, ones.T, l_i, wait=False)
-    acc = wgmma_wait(acc, p_op, v_s[s_i], pendings=0)
-    if ones is not None:
-        l_i = wgmma_wait(l_i, ones, pendings=0)
+    acc, l_i = _pv(p_op, v_s[s_i], acc, l_i, ones)
+    acc, l_i = _pv_wait(p_op, v_s[s_i], acc, l_i, ones, 0)
     turn_end(g, PINGPONG, WGS)
     v_empty[s_i].arrive()
     return acc, m_i, l_i
@@ -352,7 +345,7 @@ def _serial_step(j, base, q_g, k_s, v_s, k_ready, v_ready, k_empty, v_empty, acc
 
 def _overlapped_step(j, base, q_g, k_s, v_s, k_ready, v_ready, k_empty, v_empty, acc, m_i, l_i, p_op, rows, Skv, off,
                      qk_scale, ST: int, BN: int, s_layout, p_layout, CAUSAL: bool, dtype, MASKED: bool, g: int,
-                     PINGPONG: bool, p_s, PB: int, WGS: int, pin, hold):
+                     PINGPONG: bool, p_s, PB: int, WGS: int, pin, hold, ones=None):
     """Key block j with FlashAttention-3's intra-warpgroup overlap: issue S_j = Q K_j^T and then
     O += P_{j-1} V_{j-1}; wait for S_j only and run its softmax while P V runs; then wait for P V,
     release V_{j-1} and rescale O for block j. Block j is the ring's block base + j. With P in shared memory
@@ -360,7 +353,8 @@ def _overlapped_step(j, base, q_g, k_s, v_s, k_ready, v_ready, k_empty, v_empty,
     With P in registers ptxas schedules the P V wait above the softmax (nothing the softmax computes is
     used before it), so the two do not overlap; `pin` (PIN_SOFTMAX: a shared [rows] fp32 tile, else None)
     takes a store of the row sums before the wait, which ptxas keeps there, and the softmax with it. `hold`
-    (HOLD_TURNS: a shared [rows] fp32 tile, else None): the turn is handed on once S_j is done (`_s_done`)."""
+    (HOLD_TURNS: a shared [rows] fp32 tile, else None): the turn is handed on once S_j is done (`_s_done`). `ones`
+    (ROWSUM_MMA): l_i is the row sums' accumulator, l += P_{j-1} ones issued with P_{j-1} V_{j-1}."""
     c = base + j
     s_i = c % ST
     v_i = (c - 1) % ST
@@ -370,18 +364,19 @@ def _overlapped_step(j, base, q_g, k_s, v_s, k_ready, v_ready, k_empty, v_empty,
     s = wgmma(q_g, k_s[s_i].T, gl.zeros(acc.shape[:1] + (BN,), gl.float32, layout=s_layout), use_acc=False,
               wait=False)
     p_prev = p_op if p_s is None else _p_tile(p_s, g, j - 1, PB, WGS)
-    acc = wgmma(p_prev, v_s[v_i], acc, wait=False)
-    s, m_i = _s_done(s, q_g, k_s[s_i], m_i, hold, g, PINGPONG, WGS, 1)
+    acc, l_i = _pv(p_prev, v_s[v_i], acc, l_i, ones)
+    s, m_i = _s_done(s, q_g, k_s[s_i], m_i, hold, g, PINGPONG, WGS, 1 if ones is None else 2)
     k_empty[s_i].arrive()
     if MASKED:
         s = _masked(s, rows, j * BN, Skv, off, BN, s_layout, CAUSAL)
-    m_i, p, alpha, l_i = _softmax(s, m_i, l_i, qk_scale, MASKED)
+    m_i, p, alpha, l_new = _softmax(s, m_i, l_i, qk_scale, MASKED, ones is None)
     p_next = _p_operand(p, dtype, p_layout, None if p_s is None else _p_tile(p_s, g, j, PB, WGS))
     if pin is not None:         # the row sums (of every P) to shared memory: ptxas keeps the softmax above the wait
-        pin.store(l_i)
-    acc = wgmma_wait(acc, p_prev, v_s[v_i], pendings=0)
+        pin.store(l_new)
+    acc, l_i = _pv_wait(p_prev, v_s[v_i], acc, l_i, ones, 0)
     v_empty[v_i].arrive()
-    return _rescale(acc, alpha), m_i, l_i, p_op if p_s is not None else p_next
+    acc, l_i = _rescale(acc, alpha, l_new if ones is None else l_i, ones)
+    return acc, m_i, l_i, p_op if p_s is not None else p_next
 
 
 def _s_done(s, q_g, k_tile, m_i, hold, g: int, PINGPONG: bool, WGS: int, pendings: int):
@@ -434,10 +429,33 @@ def _release(c, k_ready, v_ready, k_empty, v_empty, ST: int):
     v_empty[s_i].arrive()
 
 
-def _rescale(acc, alpha):
-    """O * alpha per row (alpha is a row vector of the S layout; the O accumulator's rows are laid out
-    the same way, so the conversion moves no data)."""
-    return acc * gl.convert_layout(alpha, SliceLayout(1, acc.layout))[:, None]
+def _rescale(acc, alpha, l_i, ones):
+    """(O, l) after a new row max: O * alpha per row (alpha is a row vector of the S layout; the O accumulator's
+    rows are laid out the same way, so the conversion moves no data); l as it is (the softmax rescaled it), or
+    with `ones` (ROWSUM_MMA: l is an accumulator tile) times alpha too."""
+    acc = acc * gl.convert_layout(alpha, SliceLayout(1, acc.layout))[:, None]
+    if ones is not None:
+        l_i = l_i * gl.convert_layout(alpha, SliceLayout(1, l_i.layout))[:, None]
+    return acc, l_i
+
+
+def _pv(p_op, v_tile, acc, l_i, ones):
+    """Issue O += P V, and with `ones` (ROWSUM_MMA) l += P ones (P's register operand in the row sums'
+    dot-operand layout: the same registers), both left in flight."""
+    acc = wgmma(p_op, v_tile, acc, wait=False)
+    if ones is not None:
+        p_l = p_op if not isinstance(p_op, gl.Tensor) else gl.convert_layout(
+            p_op, DotOperandLayout(0, l_i.layout, 2))
+        l_i = wgmma(p_l, ones.T, l_i, wait=False)
+    return acc, l_i
+
+
+def _pv_wait(p_op, v_tile, acc, l_i, ones, pendings: int):
+    """(O, l) once `_pv`'s GEMMs are done (at most `pendings` groups left in flight)."""
+    acc = wgmma_wait(acc, p_op, v_tile, pendings=pendings)
+    if ones is not None:
+        l_i = wgmma_wait(l_i, ones, pendings=pendings)
+    return acc, l_i
 
 
 def _epilogue(acc, m_i, l_i, q_g, O, L, rows, r0, q_row, q_col, ldo, Sq, bh, qk_scale, RM: int, D: int, o_layout,
