@@ -192,6 +192,17 @@ def test_row_sums_on_the_tensor_cores(D, config):
         _run(2, 4, 4, 1000, 1000, D, causal, "bfloat16", config=config, lse=True, lse_tol=2.5e-3)
 
 
+@pytest.mark.parametrize("D,config", [(64, dict(TREE_MAX=True)), (128, dict(TREE_MAX=True)),
+                                      (64, dict(TREE_MAX=True, ROWSUM_MMA=True)), (256, dict(TREE_MAX=True))])
+def test_tree_max(D, config):
+    """TREE_MAX: each row's max over four column quarters' chains; sizes off the tiles (masked blocks: -inf scores),
+    Sq != Skv, repeated calls bit-identical, and the LSE as the default's tolerance allows."""
+    _check_variant(D, config)
+    for causal in (False, True):
+        _run(2, 4, 4, 1000, 1000, D, causal, "bfloat16", config=config, lse=True,
+             lse_tol=2.5e-3 if config.get("ROWSUM_MMA") else 1e-3)
+
+
 def test_scale_argument():
     _run(1, 4, 4, 640, 640, 128, False, "bfloat16", config=None)
     import torch

@@ -471,7 +471,10 @@ def test_the_shipped_gemm_256_cubed_interprets_right_and_fast(over):
                                   dict(ROWSUM_MMA=True, PINGPONG=True, OVERLAP=True, BLOCK_M=128, CONSUMER_WGS=2,
                                        PERSISTENT=True),
                                   dict(ROWSUM_MMA=True, PINGPONG=True, OVERLAP=True, BLOCK_M=128, CONSUMER_WGS=2,
-                                       HOLD_TURNS=True)])
+                                       HOLD_TURNS=True),
+                                  # each row's max over four column quarters' chains
+                                  dict(TREE_MAX=True), dict(TREE_MAX=True, BLOCK_N=64, ROWSUM_MMA=True),
+                                  dict(TREE_MAX=True, OVERLAP=True, P_SMEM=True)])
 @pytest.mark.parametrize("S", [256, 100])
 def test_the_shipped_attention_interprets_right(causal, over, S):
     """The D64 kernel's variants against torch; at S 256 and 100 the last 192-row query block's last warpgroups

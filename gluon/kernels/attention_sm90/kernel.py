@@ -87,12 +87,23 @@ def _masked(s, rows, n0, Skv, off, BLOCK_N: int, s_layout, CAUSAL: bool):
     return gl.where(keep, s, _NEG_INF)
 
 
-def _softmax(s, m_i, l_i, qk_scale, MASKED: bool, SUM: bool = True):
-    """One online-softmax step on the fp32 scores `s`: the new row max, P = exp2((s - m) * c), the
+def _row_max(s, TREE: bool):
+    """Each row's max of the scores `s`. With TREE the columns are first halved twice (`split_cols`: the same
+    registers) and the quarters' elementwise max taken, so a thread's values reduce in four independent chains
+    a quarter as long (ptxas keeps a reduction's order: one chain of 32 dependent FMNMX at 128 keys otherwise)."""
+    if TREE:
+        for _ in static_range(2):
+            left, right = gl.split_cols(s)
+            s = gl.maximum(left, right)
+    return gl.max(s, 1)
+
+
+def _softmax(s, m_i, l_i, qk_scale, MASKED: bool, SUM: bool = True, TREE: bool = False):
+    """One online-softmax step on the fp32 scores `s`: the new row max (`_row_max`), P = exp2((s - m) * c), the
     factor exp2((m_old - m_new) * c) that rescales O and l, and the new row sum (`l_i` as it is without
     SUM: ROWSUM_MMA's tensor cores sum P). In a masked block a row may have seen no key yet (max -inf): it
     keeps m = -inf and P = 0 without a NaN."""
-    m_new = gl.maximum(m_i, gl.max(s, 1))
+    m_new = gl.maximum(m_i, gl.convert_layout(_row_max(s, TREE), m_i.layout))
     m_use = gl.where(m_new == _NEG_INF, 0.0, m_new) if MASKED else m_new
     m_c = m_use * qk_scale
     p = gl.exp2(gl.fma(s, qk_scale, -m_c[:, None]))
@@ -201,7 +212,7 @@ def attention_sm90(Q, K, V, O, L, Sq, Skv, H, GROUP, qk_scale, CFG: gl.constexpr
                             s, m_i = _s_done(s, q_g, k_s[c0], m_i, hold_g, g, PP, WGS, 0)
                             k_empty[c0].arrive()
                             s = _masked(s, rows, 0, Skv, off, BN, s_layout, CAUSAL)
-                            m_i, p, alpha, l_i = _softmax(s, m_i, l_i, qk_scale, True, ones_g is None)
+                            m_i, p, alpha, l_i = _softmax(s, m_i, l_i, qk_scale, True, ones_g is None, CFG.TREE_MAX)
                             p_op = _p_operand(p, Q.dtype, p_layout, _p_tile(p_s, g, 0, PB, WGS))
                             if CFG.P_SMEM:      # the loops carry no P: block j's is in _p_tile(.., j, ..)
                                 p_op = gl.full((), 0, gl.int32)
@@ -209,12 +220,12 @@ def attention_sm90(Q, K, V, O, L, Sq, Skv, H, GROUP, qk_scale, CFG: gl.constexpr
                                 acc, m_i, l_i, p_op = _overlapped_step(
                                     j, cnt, q_g, k_s, v_s, k_ready, v_ready, k_empty, v_empty, acc, m_i, l_i, p_op,
                                     rows, Skv, off, qk_scale, ST, BN, s_layout, p_layout, CAUSAL, Q.dtype, False, g,
-                                    PP, p_s, PB, WGS, pin_g, hold_g, ones_g)
+                                    PP, p_s, PB, WGS, pin_g, hold_g, ones_g, CFG.TREE_MAX)
                             for jm in range(gl.maximum(f_g, 1), n_g):
                                 acc, m_i, l_i, p_op = _overlapped_step(
                                     jm, cnt, q_g, k_s, v_s, k_ready, v_ready, k_empty, v_empty, acc, m_i, l_i, p_op,
                                     rows, Skv, off, qk_scale, ST, BN, s_layout, p_layout, CAUSAL, Q.dtype, True, g,
-                                    PP, p_s, PB, WGS, pin_g, hold_g, ones_g)
+                                    PP, p_s, PB, WGS, pin_g, hold_g, ones_g, CFG.TREE_MAX)
                             # the last computed block's P V
                             c_last = cnt + n_g - 1
                             s_last = c_last % ST
@@ -233,12 +244,12 @@ def attention_sm90(Q, K, V, O, L, Sq, Skv, H, GROUP, qk_scale, CFG: gl.constexpr
                             acc, m_i, l_i = _serial_step(j, cnt, q_g, k_s, v_s, k_ready, v_ready, k_empty, v_empty,
                                                          acc, m_i, l_i, rows, Skv, off, qk_scale, ST, BN, s_layout,
                                                          p_layout, CAUSAL, Q.dtype, False, _p_tile(p_s, g, 0, PB, WGS),
-                                                         g, PP, WGS, ones_g)
+                                                         g, PP, WGS, ones_g, CFG.TREE_MAX)
                         for jm in range(f_g, n_g):
                             acc, m_i, l_i = _serial_step(jm, cnt, q_g, k_s, v_s, k_ready, v_ready, k_empty, v_empty,
                                                          acc, m_i, l_i, rows, Skv, off, qk_scale, ST, BN, s_layout,
                                                          p_layout, CAUSAL, Q.dtype, True, _p_tile(p_s, g, 0, PB, WGS),
-                                                         g, PP, WGS, ones_g)
+                                                         g, PP, WGS, ones_g, CFG.TREE_MAX)
                     # blocks only later warpgroups' rows see (causal), or every block of a warpgroup past Sq
                     for jr in range(n_g, n_blocks):
                         _release(cnt + jr, k_ready, v_ready, k_empty, v_empty, ST)
@@ -316,7 +327,7 @@ def _unit_tile(u, h, num_m, per_head, TPU: int, REVERSE_M: bool):
 
 def _serial_step(j, base, q_g, k_s, v_s, k_ready, v_ready, k_empty, v_empty, acc, m_i, l_i, rows, Skv, off,
                  qk_scale, ST: int, BN: int, s_layout, p_layout, CAUSAL: bool, dtype, MASKED: bool, p_buf, g: int,
-                 PINGPONG: bool, WGS: int, ones=None):
+                 PINGPONG: bool, WGS: int, ones=None, TREE: bool = False):
     """Key block j (the ring's block base + j) without overlap: S, softmax, rescale O, O += P V, each
     waited for in turn (P through `p_buf` in shared memory when it is not None). With PINGPONG warpgroup g
     of WGS runs its P V GEMM in its turn (round robin), the turn passed on once that GEMM is done: the
@@ -331,7 +342,7 @@ def _serial_step(j, base, q_g, k_s, v_s, k_ready, v_ready, k_empty, v_empty, acc
     k_empty[s_i].arrive()
     if MASKED:
         s = _masked(s, rows, j * BN, Skv, off, BN, s_layout, CAUSAL)
-    m_i, p, alpha, l_i = _softmax(s, m_i, l_i, qk_scale, MASKED, ones is None)
+    m_i, p, alpha, l_i = _softmax(s, m_i, l_i, qk_scale, MASKED, ones is None, TREE)
     acc, l_i = _rescale(acc, alpha, l_i, ones)
     p_op = _p_operand(p, dtype, p_layout, p_buf)
     v_ready[s_i].wait(ph)
@@ -345,7 +356,7 @@ def _serial_step(j, base, q_g, k_s, v_s, k_ready, v_ready, k_empty, v_empty, acc
 
 def _overlapped_step(j, base, q_g, k_s, v_s, k_ready, v_ready, k_empty, v_empty, acc, m_i, l_i, p_op, rows, Skv, off,
                      qk_scale, ST: int, BN: int, s_layout, p_layout, CAUSAL: bool, dtype, MASKED: bool, g: int,
-                     PINGPONG: bool, p_s, PB: int, WGS: int, pin, hold, ones=None):
+                     PINGPONG: bool, p_s, PB: int, WGS: int, pin, hold, ones=None, TREE: bool = False):
     """Key block j with FlashAttention-3's intra-warpgroup overlap: issue S_j = Q K_j^T and then
     O += P_{j-1} V_{j-1}; wait for S_j only and run its softmax while P V runs; then wait for P V,
     release V_{j-1} and rescale O for block j. Block j is the ring's block base + j. With P in shared memory
@@ -369,7 +380,7 @@ def _overlapped_step(j, base, q_g, k_s, v_s, k_ready, v_ready, k_empty, v_empty,
     k_empty[s_i].arrive()
     if MASKED:
         s = _masked(s, rows, j * BN, Skv, off, BN, s_layout, CAUSAL)
-    m_i, p, alpha, l_new = _softmax(s, m_i, l_i, qk_scale, MASKED, ones is None)
+    m_i, p, alpha, l_new = _softmax(s, m_i, l_i, qk_scale, MASKED, ones is None, TREE)
     p_next = _p_operand(p, dtype, p_layout, None if p_s is None else _p_tile(p_s, g, j, PB, WGS))
     if pin is not None:         # the row sums (of every P) to shared memory: ptxas keeps the softmax above the wait
         pin.store(l_new)
