@@ -235,7 +235,7 @@ def attention_sm90(Q, K, V, O, L, Sq, Skv, H, GROUP, qk_scale, CFG: gl.constexpr
                             acc, l_i = _pv(p_last, v_s[s_last], acc, l_i, ones_g)
                             if hold_g is None:
                                 turn_end(g, PP, WGS)
-                            acc, l_i = _pv_wait(p_last, v_s[s_last], acc, l_i, ones_g, 0)
+                            acc, l_i = _pv_wait(p_last, v_s[s_last], acc, l_i, ones_g)
                             if hold_g is not None:
                                 turn_end(g, PP, WGS)
                             v_empty[s_last].arrive()
@@ -348,7 +348,7 @@ def _serial_step(j, base, q_g, k_s, v_s, k_ready, v_ready, k_empty, v_empty, acc
     v_ready[s_i].wait(ph)
     turn_begin(g, PINGPONG)
     acc, l_i = _pv(p_op, v_s[s_i], acc, l_i, ones)
-    acc, l_i = _pv_wait(p_op, v_s[s_i], acc, l_i, ones, 0)
+    acc, l_i = _pv_wait(p_op, v_s[s_i], acc, l_i, ones)
     turn_end(g, PINGPONG, WGS)
     v_empty[s_i].arrive()
     return acc, m_i, l_i
@@ -384,7 +384,7 @@ def _overlapped_step(j, base, q_g, k_s, v_s, k_ready, v_ready, k_empty, v_empty,
     p_next = _p_operand(p, dtype, p_layout, None if p_s is None else _p_tile(p_s, g, j, PB, WGS))
     if pin is not None:         # the row sums (of every P) to shared memory: ptxas keeps the softmax above the wait
         pin.store(l_new)
-    acc, l_i = _pv_wait(p_prev, v_s[v_i], acc, l_i, ones, 0)
+    acc, l_i = _pv_wait(p_prev, v_s[v_i], acc, l_i, ones)
     v_empty[v_i].arrive()
     acc, l_i = _rescale(acc, alpha, l_new if ones is None else l_i, ones)
     return acc, m_i, l_i, p_op if p_s is not None else p_next
@@ -461,11 +461,11 @@ def _pv(p_op, v_tile, acc, l_i, ones):
     return acc, l_i
 
 
-def _pv_wait(p_op, v_tile, acc, l_i, ones, pendings: int):
-    """(O, l) once `_pv`'s GEMMs are done (at most `pendings` groups left in flight)."""
-    acc = wgmma_wait(acc, p_op, v_tile, pendings=pendings)
+def _pv_wait(p_op, v_tile, acc, l_i, ones):
+    """(O, l) once `_pv`'s GEMMs (and every one issued before them) are done."""
+    acc = wgmma_wait(acc, p_op, v_tile, pendings=0)
     if ones is not None:
-        l_i = wgmma_wait(l_i, ones, pendings=pendings)
+        l_i = wgmma_wait(l_i, ones, pendings=0)
     return acc, l_i
 
 
