@@ -192,7 +192,8 @@ def test_a_callers_256_rows_take_a_warpgroup_per_128(shape):
 def test_two_parts_promote_before_the_second_wgmma_and_do_not_spill(kw):
     """The second part's WGMMA starts from zeros that depend on the first part's promoted sum, so ptxas issues it
     after the promotion's FFMAs, in the first product's registers: no spills (with independent zeros it was issued
-    under the promotion, two products beside the two sums, and spilled 800 bytes)."""
+    under the promotion, two products beside the two sums, and spilled 800 bytes). The second part's scales are
+    loaded with the first's, under its WGMMA (ptxas issued them after the second WGMMA before)."""
     from gluon.dtypes import DType
     from gluon.kernels.gemm_sm90 import host
     from gluon.kernels.gemm_sm90.config import num_warps, resolve_config
@@ -210,6 +211,9 @@ def test_two_parts_promote_before_the_second_wgmma_and_do_not_spill(kw):
         wait = next(k for k in range(i, len(ops)) if ops[k].startswith("WARPGROUP.DEPBAR.LE gsb0, 0x0"))
         second = next(k for k in range(wait, len(ops)) if ops[k].startswith("QGMMA"))
         assert sum(op.startswith("FFMA") for op in ops[wait:second]) >= 64     # the whole promotion in between
+        # both parts' A scales and B's are asked for under the first part's WGMMA, none after its wait
+        wait2 = next(k for k in range(second, len(ops)) if ops[k].startswith("WARPGROUP.DEPBAR.LE gsb0, 0x0"))
+        assert sum("LDG" in op for op in ops[i:wait]) >= 5 and not any("LDG" in op for op in ops[wait:wait2])
 
 
 @pytest.mark.parametrize("M,N,K,splits,kw", [

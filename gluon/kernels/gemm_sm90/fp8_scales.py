@@ -65,12 +65,23 @@ def _block_scales(SA, sb_row, rows, row_ok, kk, k_hi, k_top, M, KB, ZIG: bool, S
     """The raw scales of k-step kk (A's per row of the tile, B's for the tile's 128 columns): block
     k_top - kk where the unit's K slice runs top down (ZIG), else kk. AHEAD: kk may be past the slice
     (k_hi), whose loads are masked off (zeros, never used)."""
-    kb = gl.where(k_top >= 0, k_top - kk, kk) if ZIG else kk
-    a_addr = SA + (kb * M + rows if SA_M_MAJOR else rows * KB + kb)
+    kb = _k_block(kk, k_top, ZIG)
     if AHEAD:
         live = kk < k_hi
-        return gl.load(a_addr, mask=row_ok & live, other=0.0), gl.load(sb_row + kb, mask=live, other=0.0)
-    return gl.load(a_addr, mask=row_ok, other=0.0), gl.load(sb_row + kb)
+        return _a_scales(SA, rows, row_ok & live, kb, M, KB, SA_M_MAJOR), gl.load(sb_row + kb, mask=live, other=0.0)
+    return _a_scales(SA, rows, row_ok, kb, M, KB, SA_M_MAJOR), gl.load(sb_row + kb)
+
+
+@gl.helper
+def _k_block(kk, k_top, ZIG: bool):
+    """The 128-deep block of K that k-step kk reads: k_top - kk where the unit's slice runs top down (ZIG)."""
+    return gl.where(k_top >= 0, k_top - kk, kk) if ZIG else kk
+
+
+@gl.helper
+def _a_scales(SA, rows, ok, kb, M, KB, SA_M_MAJOR: bool):
+    """A's scales of `rows` for block kb of K (0 where not `ok`)."""
+    return gl.load(SA + (kb * M + rows if SA_M_MAJOR else rows * KB + kb), mask=ok, other=0.0)
 
 
 @gl.helper
@@ -146,15 +157,18 @@ def block_scaled_two_parts(acc, acc2, a_parts, b_s, ready, empty, cnt, k_lo, k_h
         b_op = b_s[s].T if B_KMAJOR else b_s[s]
         part = wgmma(a_parts[2 * s], b_op, acc, wait=False, use_acc=False)
         sa_k, sb_k = _block_scales(SA, sb_row, rows, row_ok, kk, k_hi, k_top, M, KB, ZIG, SA_M_MAJOR, False)
+        # the second part's A scales asked for now too, their L2 latency under this WGMMA (one exposed load a
+        # k-step, as with one part): the first promotion's factor depends on them (`never`), or ptxas issues the
+        # loads after the second WGMMA
+        sa_k2 = _a_scales(SA, rows2, row2_ok, _k_block(kk, k_top, ZIG), M, KB, SA_M_MAJOR)
         part = wgmma_wait(part, a_parts[2 * s], b_s[s], pendings=0)
-        acc = acc + part * (sa_k * sb_k)[:, None]
+        acc = acc + part * (gl.where(never, sa_k2, sa_k) * sb_k)[:, None]
         # the second product starts from zeros that depend on the promoted sum (`never` is False, which the
         # compilers cannot know): ptxas issues it after the promotion, in the first product's registers; issued
         # under the promotion (as it does with independent zeros) it keeps two products beside the sums and spills
         part = wgmma(a_parts[2 * s + 1], b_op, gl.where(never, acc, 0.0), wait=False)
-        sa_k, sb_k = _block_scales(SA, sb_row, rows2, row2_ok, kk, k_hi, k_top, M, KB, ZIG, SA_M_MAJOR, False)
         part = wgmma_wait(part, a_parts[2 * s + 1], b_s[s], pendings=0)
         empty[s].arrive(cluster=CL > 1)
-        acc2 = acc2 + part * (sa_k * sb_k)[:, None]
+        acc2 = acc2 + part * (sa_k2 * sb_k)[:, None]
         cnt = cnt + 1
     return acc, acc2, cnt
