@@ -137,6 +137,18 @@ def test_tree_max_shortens_the_way_from_s_to_its_exponentials(D, kw):
     assert ck.spills == 0
 
 
+@pytest.mark.parametrize("kw", [{}, dict(TREE_MAX=True)])
+@pytest.mark.parametrize("causal", [False, True])
+def test_joint_wait_fits_three_overlapped_warpgroups_at_d64(kw, causal):
+    """JOINT_WAIT: the overlapped loop waits for S_j and P_(j-1) V_(j-1) together (no wait that leaves a group in
+    flight), so P_(j-1)'s registers are free for the softmax: three D64 warpgroups of 160 registers without spills,
+    where the overlapped softmax spills."""
+    assert compile_variant(64, DType.bf16, causal, OVERLAP=True, **kw).spills > 0
+    ck = compile_variant(64, DType.bf16, causal, OVERLAP=True, JOINT_WAIT=True, **kw)
+    assert ck.spills == 0
+    assert "wgmma.wait_group.sync.aligned 1;" not in ck.binary.asm["ptx"]
+
+
 def test_overlap_issues_s_before_waiting_for_pv():
     """With OVERLAP the loop keeps one WGMMA group in flight while it waits (wait_group 1)."""
     ptx = compile_variant(128, OVERLAP=True).binary.asm["ptx"]
@@ -162,6 +174,7 @@ def test_overlap_issues_s_before_waiting_for_pv():
     (dict(CTAS_PER_SM=2), "CTAS_PER_SM=2 with CONSUMER_WGS=2: takes 1, or 2 with CONSUMER_WGS=1"),
     (dict(CTAS_PER_SM=3, CONSUMER_WGS=1, BLOCK_M=64), "CTAS_PER_SM=3 with CONSUMER_WGS=1: takes 1, or 2"),
     (dict(ROWSUM_MMA=True, PIN_SOFTMAX=True), "ROWSUM_MMA=True takes PIN_SOFTMAX=False"),
+    (dict(JOINT_WAIT=True, OVERLAP=False), "JOINT_WAIT=True takes OVERLAP=True and PIN_SOFTMAX=False"),
 ])
 def test_config_checks(kw, msg):
     with pytest.raises(GluonError, match=msg.replace("*", r"\*").replace("(", r"\(")):

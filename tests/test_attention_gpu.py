@@ -203,6 +203,15 @@ def test_tree_max(D, config):
              lse_tol=2.5e-3 if config.get("ROWSUM_MMA") else 1e-3)
 
 
+@pytest.mark.parametrize("D,config", [(64, dict(OVERLAP=True, JOINT_WAIT=True)),
+                                      (64, dict(OVERLAP=True, JOINT_WAIT=True, TREE_MAX=True, PERSISTENT=True)),
+                                      (128, dict(JOINT_WAIT=True, PIN_SOFTMAX=False))])
+def test_joint_wait(D, config):
+    """JOINT_WAIT: the overlapped loop's S and P V GEMMs waited for together, the softmax after both; sizes off the
+    tiles, Sq != Skv, repeated calls bit-identical."""
+    _check_variant(D, config)
+
+
 def test_scale_argument():
     _run(1, 4, 4, 640, 640, 128, False, "bfloat16", config=None)
     import torch

@@ -8,7 +8,7 @@ from gluon.kernels.attention_sm90.config import choose_config, to_config
 
 KEY_LENGTHS = (1111, 700, 2048)         # test_configs' and _check_variant's
 TESTS = ("test_configs", "test_p_through_shared_memory", "test_pinned_softmax", "test_serial_and_held_turns",
-         "test_row_sums_on_the_tensor_cores", "test_tree_max")
+         "test_row_sums_on_the_tensor_cores", "test_tree_max", "test_joint_wait")
 
 
 def _cases():

@@ -18,7 +18,7 @@ HEAD_DIMS = (64, 128, 256)
 ROWSUM_COLS = 8             # ROWSUM_MMA's ones tile and row-sum accumulator: WGMMA's narrowest N
 _INTS = ("BLOCK_M", "BLOCK_N", "STAGES", "CONSUMER_WGS", "CONSUMER_REGS", "PRODUCER_REGS", "CTAS_PER_SM")
 _BOOLS = ("OVERLAP", "PINGPONG", "REVERSE_M", "PERSISTENT", "P_SMEM", "PIN_SOFTMAX", "HOLD_TURNS", "ROWSUM_MMA",
-          "TREE_MAX")
+          "TREE_MAX", "JOINT_WAIT")
 
 
 @dataclass(frozen=True)
@@ -75,6 +75,11 @@ class AttentionConfig:
                     max first, `split_cols`: the same registers), not one chain of dependent FMNMX over a thread's
                     values (ptxas keeps a reduction's order): at D64 the stall cycles from S's wait to the first
                     exp2 drop from about 161 to 112 (SASS). Exact: a max does not round
+    JOINT_WAIT      OVERLAP's loop with S_j and P_(j-1) V_(j-1) waited for together: the warpgroup issues both
+                    GEMMs back to back and waits once a block, and runs the softmax after both (not under P V), so
+                    P_(j-1)'s registers are free for it: three D64 warpgroups of 160 registers compile without
+                    spills (the overlapped softmax spills 16-48 bytes there); the other warpgroups' GEMMs run under
+                    each one's softmax. Not with PIN_SOFTMAX (which keeps the softmax above the P V wait)
     """
 
     BLOCK_M: int = 128
@@ -93,6 +98,7 @@ class AttentionConfig:
     CTAS_PER_SM: int = 1
     ROWSUM_MMA: bool = False
     TREE_MAX: bool = False
+    JOINT_WAIT: bool = False
 
     __hash__ = cached_hash
     __getstate__ = state_without_hash
@@ -122,6 +128,9 @@ class AttentionConfig:
         if self.PIN_SOFTMAX and not (self.OVERLAP and not self.P_SMEM):
             raise GluonError("AttentionConfig PIN_SOFTMAX=True takes OVERLAP=True and P_SMEM=False (it keeps the "
                              "overlapped softmax above the wait for P V's register operand)")
+        if self.JOINT_WAIT and not (self.OVERLAP and not self.PIN_SOFTMAX):
+            raise GluonError("AttentionConfig JOINT_WAIT=True takes OVERLAP=True and PIN_SOFTMAX=False (it waits for "
+                             "the overlapped loop's two GEMMs together)")
         if self.ROWSUM_MMA and self.PIN_SOFTMAX:
             raise GluonError("AttentionConfig ROWSUM_MMA=True takes PIN_SOFTMAX=False (the pin stores the row sums, "
                              "which the softmax no longer computes)")

@@ -220,12 +220,12 @@ def attention_sm90(Q, K, V, O, L, Sq, Skv, H, GROUP, qk_scale, CFG: gl.constexpr
                                 acc, m_i, l_i, p_op = _overlapped_step(
                                     j, cnt, q_g, k_s, v_s, k_ready, v_ready, k_empty, v_empty, acc, m_i, l_i, p_op,
                                     rows, Skv, off, qk_scale, ST, BN, s_layout, p_layout, CAUSAL, Q.dtype, False, g,
-                                    PP, p_s, PB, WGS, pin_g, hold_g, ones_g, CFG.TREE_MAX)
+                                    PP, p_s, PB, WGS, pin_g, hold_g, ones_g, CFG.TREE_MAX, CFG.JOINT_WAIT)
                             for jm in range(gl.maximum(f_g, 1), n_g):
                                 acc, m_i, l_i, p_op = _overlapped_step(
                                     jm, cnt, q_g, k_s, v_s, k_ready, v_ready, k_empty, v_empty, acc, m_i, l_i, p_op,
                                     rows, Skv, off, qk_scale, ST, BN, s_layout, p_layout, CAUSAL, Q.dtype, True, g,
-                                    PP, p_s, PB, WGS, pin_g, hold_g, ones_g, CFG.TREE_MAX)
+                                    PP, p_s, PB, WGS, pin_g, hold_g, ones_g, CFG.TREE_MAX, CFG.JOINT_WAIT)
                             # the last computed block's P V
                             c_last = cnt + n_g - 1
                             s_last = c_last % ST
@@ -356,7 +356,8 @@ def _serial_step(j, base, q_g, k_s, v_s, k_ready, v_ready, k_empty, v_empty, acc
 
 def _overlapped_step(j, base, q_g, k_s, v_s, k_ready, v_ready, k_empty, v_empty, acc, m_i, l_i, p_op, rows, Skv, off,
                      qk_scale, ST: int, BN: int, s_layout, p_layout, CAUSAL: bool, dtype, MASKED: bool, g: int,
-                     PINGPONG: bool, p_s, PB: int, WGS: int, pin, hold, ones=None, TREE: bool = False):
+                     PINGPONG: bool, p_s, PB: int, WGS: int, pin, hold, ones=None, TREE: bool = False,
+                     JOINT: bool = False):
     """Key block j with FlashAttention-3's intra-warpgroup overlap: issue S_j = Q K_j^T and then
     O += P_{j-1} V_{j-1}; wait for S_j only and run its softmax while P V runs; then wait for P V,
     release V_{j-1} and rescale O for block j. Block j is the ring's block base + j. With P in shared memory
@@ -365,7 +366,8 @@ def _overlapped_step(j, base, q_g, k_s, v_s, k_ready, v_ready, k_empty, v_empty,
     used before it), so the two do not overlap; `pin` (PIN_SOFTMAX: a shared [rows] fp32 tile, else None)
     takes a store of the row sums before the wait, which ptxas keeps there, and the softmax with it. `hold`
     (HOLD_TURNS: a shared [rows] fp32 tile, else None): the turn is handed on once S_j is done (`_s_done`). `ones`
-    (ROWSUM_MMA): l_i is the row sums' accumulator, l += P_{j-1} ones issued with P_{j-1} V_{j-1}."""
+    (ROWSUM_MMA): l_i is the row sums' accumulator, l += P_{j-1} ones issued with P_{j-1} V_{j-1}. JOINT
+    (JOINT_WAIT): S_j is waited for with P V, the softmax after both."""
     c = base + j
     s_i = c % ST
     v_i = (c - 1) % ST
@@ -376,7 +378,7 @@ def _overlapped_step(j, base, q_g, k_s, v_s, k_ready, v_ready, k_empty, v_empty,
               wait=False)
     p_prev = p_op if p_s is None else _p_tile(p_s, g, j - 1, PB, WGS)
     acc, l_i = _pv(p_prev, v_s[v_i], acc, l_i, ones)
-    s, m_i = _s_done(s, q_g, k_s[s_i], m_i, hold, g, PINGPONG, WGS, 1 if ones is None else 2)
+    s, m_i = _s_done(s, q_g, k_s[s_i], m_i, hold, g, PINGPONG, WGS, 0 if JOINT else (1 if ones is None else 2))
     k_empty[s_i].arrive()
     if MASKED:
         s = _masked(s, rows, j * BN, Skv, off, BN, s_layout, CAUSAL)
