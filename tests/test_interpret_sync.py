@@ -476,8 +476,8 @@ def test_the_shipped_gemm_256_cubed_interprets_right_and_fast(over):
                                   dict(TREE_MAX=True), dict(TREE_MAX=True, BLOCK_N=64, ROWSUM_MMA=True),
                                   dict(TREE_MAX=True, OVERLAP=True, P_SMEM=True),
                                   # the overlapped loop's two GEMMs waited for together
-                                  dict(OVERLAP=True, JOINT_WAIT=True), dict(OVERLAP=True, JOINT_WAIT=True, TREE_MAX=True,
-                                                                            ROWSUM_MMA=True, PERSISTENT=True),
+                                  dict(OVERLAP=True, JOINT_WAIT=True),
+                                  dict(OVERLAP=True, JOINT_WAIT=True, TREE_MAX=True, ROWSUM_MMA=True, PERSISTENT=True),
                                   dict(PINGPONG=True, OVERLAP=True, BLOCK_M=128, CONSUMER_WGS=2, HOLD_TURNS=True,
                                        JOINT_WAIT=True)])
 @pytest.mark.parametrize("S", [256, 100])
