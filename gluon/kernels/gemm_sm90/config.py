@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, fields, replace
 from typing import Mapping
 
+from gluon.arch import SM90
 from gluon.ir import GluonError
 from gluon.types import SwizzleMode
 
@@ -665,16 +666,13 @@ def resolve_config(M: int, N: int, K: int, num_sms: int, out_size: int, pitch_al
     return config.resolve(out_size)
 
 
-_SMEM_LIMIT = 227 * 1024            # what a block may use on sm90
-
-
 def _stages_that_fit(cfg: GemmConfig, in_size: int, out_size: int) -> GemmConfig:
     """`cfg` with as many stages as fit `_SMEM_BUDGET` where the caller's overrides (tiles, a k-step) left the
     pick's stages past what a block may use for certain (the rings alone, with the output's staging tile at its
     smallest); any config that could compile keeps its stages."""
     stage = (cfg.BLOCK_M + cfg.BLOCK_N) * cfg.BLOCK_K * in_size
     staging = cfg.BLOCK_M * cfg.BLOCK_N * out_size // 2 if cfg.EPILOGUE in ("tma", "coalesced") else 0
-    limit = _SMEM_LIMIT // cfg.CTAS_PER_SM
+    limit = SM90.smem_per_block_max // cfg.CTAS_PER_SM
     if cfg.STAGES * stage + staging <= limit:
         return cfg
     return cfg.replace(STAGES=max(2, (_SMEM_BUDGET // cfg.CTAS_PER_SM - staging) // stage))

@@ -156,11 +156,12 @@ def block_scaled_two_parts(acc, acc2, a_parts, b_s, ready, empty, cnt, k_lo, k_h
         ready[s].wait((cnt // STAGES) & 1)
         b_op = b_s[s].T if B_KMAJOR else b_s[s]
         part = wgmma(a_parts[2 * s], b_op, acc, wait=False, use_acc=False)
-        sa_k, sb_k = _block_scales(SA, sb_row, rows, row_ok, kk, k_hi, k_top, M, KB, ZIG, SA_M_MAJOR, False)
-        # the second part's A scales asked for now too, their L2 latency under this WGMMA (one exposed load a
-        # k-step, as with one part): the first promotion's factor depends on them (`never`), or ptxas issues the
-        # loads after the second WGMMA
-        sa_k2 = _a_scales(SA, rows2, row2_ok, _k_block(kk, k_top, ZIG), M, KB, SA_M_MAJOR)
+        # both parts' A scales asked for now, their L2 latency under this WGMMA (one exposed load a k-step, as with
+        # one part): the first promotion's factor depends on the second's (`never`), or ptxas issues those loads
+        # after the second WGMMA
+        kb = _k_block(kk, k_top, ZIG)
+        sa_k, sb_k = _a_scales(SA, rows, row_ok, kb, M, KB, SA_M_MAJOR), gl.load(sb_row + kb)
+        sa_k2 = _a_scales(SA, rows2, row2_ok, kb, M, KB, SA_M_MAJOR)
         part = wgmma_wait(part, a_parts[2 * s], b_s[s], pendings=0)
         acc = acc + part * (gl.where(never, sa_k2, sa_k) * sb_k)[:, None]
         # the second product starts from zeros that depend on the promoted sum (`never` is False, which the
