@@ -462,6 +462,29 @@ def test_m_from_32_to_64_takes_unswapped_64x128_tiles_where_they_make_most_of_a_
     assert resolve_config(64, 14336, 4096, 132, 2, True, None, in_size=1).SWAP_AB      # fp8: not timed
 
 
+def test_m_from_33_to_64_takes_the_swapped_64x256_tiles_unswapped():
+    from gluon.kernels.gemm_sm90.config import DECODE_ROWS_WIDE
+    w = DECODE_ROWS_WIDE
+    assert (w.BLOCK_M, w.BLOCK_N, w.BLOCK_K, w.STAGES, w.SWAP_AB, w.PDL) == (64, 256, 64, 4, False, True)
+    assert (w.CLUSTER_M, w.CLUSTER_K, w.CONSUMER_WGS) == (1, 1, 1)
+    for M in (33, 48, 64):
+        swapped = choose_config(M, 28672, 4096, 132, pairs=False)
+        assert swapped.SWAP_AB and (swapped.BLOCK_M, swapped.BLOCK_N) == (64, 256)       # 112 tiles of 256 rows of B
+        assert choose_config(M, 28672, 4096, 132) == DECODE_ROWS_WIDE
+        assert choose_config(M, 33792, 4096, 132) == DECODE_ROWS_WIDE                  # 132 tiles
+        assert choose_config(M, 33793, 4096, 132).SWAP_AB                               # 133: the swapped 64-row tiles
+        assert choose_config(M, 25088, 4096, 132).SWAP_AB                               # 98: under 3/4 of a wave
+        assert choose_config(M, 28672, 4096, 132, out_size=4).SWAP_AB                   # an fp32 output: not timed
+    assert choose_config(32, 28672, 4096, 132).SWAP_AB                                  # 32x256 swapped tiles stay
+    assert choose_config(96, 28672, 4096, 132) != DECODE_ROWS_WIDE
+    assert resolve_config(64, 28672, 4096, 132, 2, True, None, in_size=1).SWAP_AB      # fp8: not timed
+    wide = resolve_config(64, 28672, 4096, 132, 2, True, None)
+    assert wide == DECODE_ROWS_WIDE.resolve(2)
+    for b_kmajor in (False, True):                      # its shared memory and registers pass the compiler's checks
+        run_passes(gemm_sm90.trace(*stand_ins(DType.bf16, DType.bf16), num_warps=num_warps(wide), CFG=wide,
+                                   B_KMAJOR=b_kmajor))
+
+
 def test_m_up_to_128_swaps_or_pairs_unless_the_tiles_fill_a_wave():
     from gluon.kernels.gemm_sm90.config import DECODE_PAIRS, DECODE_WIDE
     assert choose_config(128, 4096, 4096, 132).SWAP_AB               # two K slices: summed in the cluster

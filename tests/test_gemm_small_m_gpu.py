@@ -6,7 +6,8 @@ pytestmark = pytest.mark.gpu
 torch = pytest.importorskip("torch")
 
 from gluon.kernels.gemm_sm90 import DEFAULT_CONFIG, launch  # noqa: E402
-from gluon.kernels.gemm_sm90.config import DECODE_PAIRS, DECODE_ROWS, DECODE_WIDE, choose_config  # noqa: E402
+from gluon.kernels.gemm_sm90.config import (DECODE_PAIRS, DECODE_ROWS, DECODE_ROWS_WIDE, DECODE_WIDE,  # noqa: E402
+                                            choose_config)
 from gluon.kernels.gemm_sm90 import host as gemm_host  # noqa: E402
 
 FIXUP = DEFAULT_CONFIG.replace(BLOCK_M=64, BLOCK_N=64, CONSUMER_WGS=1, STAGES=8, SPLITK_FIXUP=True)
@@ -87,6 +88,17 @@ def test_decode_rows_default_matches_fp64(M, N, K, b_kmajor, dtype):
     64-row tile) on poisoned outputs, sizes on and off the tiles, both B layouts: within 1e-2 of fp64, every
     element written, the same bits twice."""
     assert choose_config(M, N, K, 132) == DECODE_ROWS
+    _agree_bit_for_bit(M, N, K, dtype, b_kmajor, [(None, None), (None, None)])     # no config: launch's pick
+
+
+@pytest.mark.parametrize("M,N,K,b_kmajor", [(64, 28672, 4096, False), (48, 30000, 1000, True),
+                                             (40, 27000, 777, False), (33, 26000, 3000, True)])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_decode_rows_wide_default_matches_fp64(M, N, K, b_kmajor, dtype):
+    """From 33 to 64 rows where the swapped pick is 64x256 tiles, launch's pick (DECODE_ROWS_WIDE: the same tiles
+    unswapped, A's rows off the 64-row tile) on poisoned outputs, sizes on and off the tiles, both B layouts:
+    within 1e-2 of fp64, every element written, the same bits twice."""
+    assert choose_config(M, N, K, 132) == DECODE_ROWS_WIDE
     _agree_bit_for_bit(M, N, K, dtype, b_kmajor, [(None, None), (None, None)])     # no config: launch's pick
 
 

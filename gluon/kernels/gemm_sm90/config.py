@@ -516,6 +516,11 @@ DECODE_WIDE = DEFAULT_CONFIG.replace(BLOCK_N=128, STAGES=6, CONSUMER_WGS=1, PDL=
 # layouts (64x11008x4096 0.898 -> 0.978x cuBLAS with B [K, N]). At M = 32 the swapped pick's 32x128 tiles where they
 # make a wave stay (32x14336x4096: 0.992 against 0.969; docs/PERF.md, thirty-fourth session)
 DECODE_ROWS = DEFAULT_CONFIG.replace(BLOCK_M=64, BLOCK_N=128, BLOCK_K=128, STAGES=4, CONSUMER_WGS=1, PDL=True)
+# ... and where the swapped pick is 64x256 tiles (A's rows padded to 64, 3/4 to one wave of 256-row B tiles: N = 28672),
+# the same tiles unswapped (plain Triton's there), 64-deep k-steps over 4 stages: 1.010-1.021x the swapped pick at
+# 48 / 64 x 28672 x 4096, both B layouts, on an H100 (64x28672x4096 0.969 -> 0.986x cuBLAS B [N, K], 0.981 -> 1.002
+# B [K, N]; docs/PERF.md, thirty-third and thirty-fifth sessions)
+DECODE_ROWS_WIDE = DEFAULT_CONFIG.replace(BLOCK_M=64, BLOCK_N=256, BLOCK_K=64, STAGES=4, CONSUMER_WGS=1, PDL=True)
 
 
 SMALL_M = 128                       # up to this many rows of A, choose_config swaps A and B ...
@@ -560,7 +565,7 @@ def choose_config(M: int, N: int, K: int, num_sms: int, pitch_aligned: bool = Tr
       asks for them with no overrides and 16-bit inputs; and a 16-bit output: what was timed), or DECODE_WIDE's
       128x128 tiles where they make half a wave to one; from 32 to 64 rows with no K split, DECODE_ROWS's 64x128
       tiles unswapped where they make 0.65 to one wave and the swapped tiles are 64 wide on either side (the same
-      conditions);
+      conditions), and DECODE_ROWS_WIDE's 64x256 tiles unswapped where the swapped pick is those tiles;
     * K >= DEEP_K with under half a wave of 128x128 tiles: `deep_k_config`'s 128x128 tiles, or 128x256 where
       `wave_tiles` (split along K by `split_k`; no cluster where A has an odd count of tile rows);
     * under about one wave of 128x256 tiles: the first of SMALL_CONFIGS whose tiles fit in one wave;
@@ -584,6 +589,8 @@ def choose_config(M: int, N: int, K: int, num_sms: int, pitch_aligned: bool = Tr
             return cfg.replace(CLUSTER_K=2, PDL=True)
         if splits == 1 and pairs and out_size <= 2 and _rows_fit(M, N, cfg, num_sms):
             return DECODE_ROWS
+        if splits == 1 and pairs and out_size <= 2 and (cfg.BLOCK_M, cfg.BLOCK_N) == (64, 256):
+            return DECODE_ROWS_WIDE
         if splits == 1 and M > _SWAP_ALWAYS_M and pairs and out_size <= 2:
             wide = num_sms < 2 * tiles(M, N, DECODE_WIDE) and tiles(M, N, DECODE_WIDE) <= num_sms
             return DECODE_WIDE if wide else DECODE_PAIRS
