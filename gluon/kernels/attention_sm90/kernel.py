@@ -29,6 +29,9 @@ those columns are masked to -inf, so they weigh 0. The causal mask is aligned bo
 FlashAttention: query row i sees key j iff j <= i + (Skv - Sq); a row that sees no key gets O = 0 and
 LSE = -inf.
 """
+from dataclasses import dataclass
+from typing import Any
+
 import gluon.language as gl
 from gluon.arch import SM90
 from gluon.jit import kernel
@@ -109,6 +112,41 @@ def _softmax(s, m_i, l_i, qk_scale, MASKED: bool, SUM: bool = True, TREE: bool =
     p = gl.exp2(gl.fma(s, qk_scale, -m_c[:, None]))
     alpha = gl.exp2(m_i * qk_scale - m_c)
     return m_new, p, alpha, (l_i * alpha + gl.sum(p, 1)) if SUM else l_i
+
+
+@dataclass(frozen=True)
+class _Loop:
+    """What one warpgroup's key-block loop over one tile reads and never changes: its Q tile, the K/V ring and its
+    barriers, the ring's block before this tile's first (`base`), the rows (for the masks), the softmax's scale,
+    and the config's switches as the steps use them (made per tile at trace time; it holds no IR of its own)."""
+    q_g: Any                    # this warpgroup's Q tile
+    k_s: Any                    # the K and V rings and their ready / empty barriers
+    v_s: Any
+    k_ready: Any
+    v_ready: Any
+    k_empty: Any
+    v_empty: Any
+    base: Any                   # the ring's blocks taken before this tile's
+    rows: Any                   # this warpgroup's query rows
+    Skv: Any
+    off: Any                    # Skv - Sq: the causal diagonal's offset
+    qk_scale: Any
+    ST: int                     # ring stages
+    BN: int                     # keys a block
+    s_layout: Any
+    p_layout: Any
+    CAUSAL: bool
+    dtype: Any                  # P's (the inputs') dtype
+    g: int                      # this warpgroup, of WGS
+    WGS: int
+    PINGPONG: bool
+    p_s: Any                    # P_SMEM: the P tiles (PB per warpgroup), else None
+    PB: int
+    pin: Any                    # PIN_SOFTMAX: this warpgroup's shared row sums, else None
+    hold: Any                   # HOLD_TURNS: this warpgroup's shared row maxima, else None
+    ones: Any                   # ROWSUM_MMA: this warpgroup's tile of ones, else None
+    TREE: bool                  # TREE_MAX
+    JOINT: bool                 # JOINT_WAIT
 
 
 @kernel(arch=SM90, num_warps=9)
@@ -199,6 +237,9 @@ def attention_sm90(Q, K, V, O, L, Sq, Skv, H, GROUP, qk_scale, CFG: gl.constexpr
                         # compute, every block released (the overlap's first block is computed whatever n_g says)
                         n_g = gl.where(m0 + g * RM >= Sq, 0, n_g)
                         f_g = gl.minimum(f_g, n_g)
+                    lp = _Loop(q_g, k_s, v_s, k_ready, v_ready, k_empty, v_empty, cnt, rows, Skv, off, qk_scale, ST, BN,
+                               s_layout, p_layout, CAUSAL, Q.dtype, g, WGS, PP, p_s, PB, pin_g, hold_g, ones_g,
+                               CFG.TREE_MAX, CFG.JOINT_WAIT)
                     turns_open(g, PP, WGS)
                     _stage(q_ready, qb, QB).wait((tc // QB) & 1)
                     if CFG.OVERLAP:
@@ -217,15 +258,9 @@ def attention_sm90(Q, K, V, O, L, Sq, Skv, H, GROUP, qk_scale, CFG: gl.constexpr
                             if CFG.P_SMEM:      # the loops carry no P: block j's is in _p_tile(.., j, ..)
                                 p_op = gl.full((), 0, gl.int32)
                             for j in range(1, f_g):
-                                acc, m_i, l_i, p_op = _overlapped_step(
-                                    j, cnt, q_g, k_s, v_s, k_ready, v_ready, k_empty, v_empty, acc, m_i, l_i, p_op,
-                                    rows, Skv, off, qk_scale, ST, BN, s_layout, p_layout, CAUSAL, Q.dtype, False, g,
-                                    PP, p_s, PB, WGS, pin_g, hold_g, ones_g, CFG.TREE_MAX, CFG.JOINT_WAIT)
+                                acc, m_i, l_i, p_op = _overlapped_step(lp, j, acc, m_i, l_i, p_op, False)
                             for jm in range(gl.maximum(f_g, 1), n_g):
-                                acc, m_i, l_i, p_op = _overlapped_step(
-                                    jm, cnt, q_g, k_s, v_s, k_ready, v_ready, k_empty, v_empty, acc, m_i, l_i, p_op,
-                                    rows, Skv, off, qk_scale, ST, BN, s_layout, p_layout, CAUSAL, Q.dtype, True, g,
-                                    PP, p_s, PB, WGS, pin_g, hold_g, ones_g, CFG.TREE_MAX, CFG.JOINT_WAIT)
+                                acc, m_i, l_i, p_op = _overlapped_step(lp, jm, acc, m_i, l_i, p_op, True)
                             # the last computed block's P V
                             c_last = cnt + n_g - 1
                             s_last = c_last % ST
@@ -241,15 +276,9 @@ def attention_sm90(Q, K, V, O, L, Sq, Skv, H, GROUP, qk_scale, CFG: gl.constexpr
                             v_empty[s_last].arrive()
                     else:
                         for j in range(0, f_g):
-                            acc, m_i, l_i = _serial_step(j, cnt, q_g, k_s, v_s, k_ready, v_ready, k_empty, v_empty,
-                                                         acc, m_i, l_i, rows, Skv, off, qk_scale, ST, BN, s_layout,
-                                                         p_layout, CAUSAL, Q.dtype, False, _p_tile(p_s, g, 0, PB, WGS),
-                                                         g, PP, WGS, ones_g, CFG.TREE_MAX)
+                            acc, m_i, l_i = _serial_step(lp, j, acc, m_i, l_i, False)
                         for jm in range(f_g, n_g):
-                            acc, m_i, l_i = _serial_step(jm, cnt, q_g, k_s, v_s, k_ready, v_ready, k_empty, v_empty,
-                                                         acc, m_i, l_i, rows, Skv, off, qk_scale, ST, BN, s_layout,
-                                                         p_layout, CAUSAL, Q.dtype, True, _p_tile(p_s, g, 0, PB, WGS),
-                                                         g, PP, WGS, ones_g, CFG.TREE_MAX)
+                            acc, m_i, l_i = _serial_step(lp, jm, acc, m_i, l_i, True)
                     # blocks only later warpgroups' rows see (causal), or every block of a warpgroup past Sq
                     for jr in range(n_g, n_blocks):
                         _release(cnt + jr, k_ready, v_ready, k_empty, v_empty, ST)
@@ -325,69 +354,67 @@ def _unit_tile(u, h, num_m, per_head, TPU: int, REVERSE_M: bool):
     return (num_m - 1 - k if REVERSE_M else k), bh
 
 
-def _serial_step(j, base, q_g, k_s, v_s, k_ready, v_ready, k_empty, v_empty, acc, m_i, l_i, rows, Skv, off,
-                 qk_scale, ST: int, BN: int, s_layout, p_layout, CAUSAL: bool, dtype, MASKED: bool, p_buf, g: int,
-                 PINGPONG: bool, WGS: int, ones=None, TREE: bool = False):
-    """Key block j (the ring's block base + j) without overlap: S, softmax, rescale O, O += P V, each
-    waited for in turn (P through `p_buf` in shared memory when it is not None). With PINGPONG warpgroup g
-    of WGS runs its P V GEMM in its turn (round robin), the turn passed on once that GEMM is done: the
+def _serial_step(lp: _Loop, j, acc, m_i, l_i, MASKED: bool):
+    """Key block j (the ring's block lp.base + j) without overlap: S, softmax, rescale O, O += P V, each
+    waited for in turn (P through the warpgroup's P tile in shared memory with P_SMEM). With PINGPONG warpgroup
+    g of WGS runs its P V GEMM in its turn (round robin), the turn passed on once that GEMM is done: the
     warpgroups' P V GEMMs run one at a time, so their softmaxes fall apart instead of running all at once
     (warpgroups that issue together share the tensor cores and finish together; a turn passed at the issue
-    changes nothing then). With `ones` (ROWSUM_MMA: a shared tile of ones) `l_i` is an accumulator whose every
+    changes nothing then). With `lp.ones` (ROWSUM_MMA: a shared tile of ones) `l_i` is an accumulator whose every
     column sums P's rows: rescaled with O, and l += P ones issued with P V."""
-    s_i = (base + j) % ST
-    ph = ((base + j) // ST) & 1
-    k_ready[s_i].wait(ph)
-    s = wgmma(q_g, k_s[s_i].T, gl.zeros(acc.shape[:1] + (BN,), gl.float32, layout=s_layout), use_acc=False)
-    k_empty[s_i].arrive()
+    p_buf = _p_tile(lp.p_s, lp.g, 0, lp.PB, lp.WGS)
+    s_i = (lp.base + j) % lp.ST
+    ph = ((lp.base + j) // lp.ST) & 1
+    lp.k_ready[s_i].wait(ph)
+    s = wgmma(lp.q_g, lp.k_s[s_i].T, gl.zeros(acc.shape[:1] + (lp.BN,), gl.float32, layout=lp.s_layout), use_acc=False)
+    lp.k_empty[s_i].arrive()
     if MASKED:
-        s = _masked(s, rows, j * BN, Skv, off, BN, s_layout, CAUSAL)
-    m_i, p, alpha, l_i = _softmax(s, m_i, l_i, qk_scale, MASKED, ones is None, TREE)
-    acc, l_i = _rescale(acc, alpha, l_i, ones)
-    p_op = _p_operand(p, dtype, p_layout, p_buf)
-    v_ready[s_i].wait(ph)
-    turn_begin(g, PINGPONG)
-    acc, l_i = _pv(p_op, v_s[s_i], acc, l_i, ones)
-    acc, l_i = _pv_wait(p_op, v_s[s_i], acc, l_i, ones)
-    turn_end(g, PINGPONG, WGS)
-    v_empty[s_i].arrive()
+        s = _masked(s, lp.rows, j * lp.BN, lp.Skv, lp.off, lp.BN, lp.s_layout, lp.CAUSAL)
+    m_i, p, alpha, l_i = _softmax(s, m_i, l_i, lp.qk_scale, MASKED, lp.ones is None, lp.TREE)
+    acc, l_i = _rescale(acc, alpha, l_i, lp.ones)
+    p_op = _p_operand(p, lp.dtype, lp.p_layout, p_buf)
+    lp.v_ready[s_i].wait(ph)
+    turn_begin(lp.g, lp.PINGPONG)
+    acc, l_i = _pv(p_op, lp.v_s[s_i], acc, l_i, lp.ones)
+    acc, l_i = _pv_wait(p_op, lp.v_s[s_i], acc, l_i, lp.ones)
+    turn_end(lp.g, lp.PINGPONG, lp.WGS)
+    lp.v_empty[s_i].arrive()
     return acc, m_i, l_i
 
 
-def _overlapped_step(j, base, q_g, k_s, v_s, k_ready, v_ready, k_empty, v_empty, acc, m_i, l_i, p_op, rows, Skv, off,
-                     qk_scale, ST: int, BN: int, s_layout, p_layout, CAUSAL: bool, dtype, MASKED: bool, g: int,
-                     PINGPONG: bool, p_s, PB: int, WGS: int, pin, hold, ones=None, TREE: bool = False,
-                     JOINT: bool = False):
+def _overlapped_step(lp: _Loop, j, acc, m_i, l_i, p_op, MASKED: bool):
     """Key block j with FlashAttention-3's intra-warpgroup overlap: issue S_j = Q K_j^T and then
     O += P_{j-1} V_{j-1}; wait for S_j only and run its softmax while P V runs; then wait for P V,
-    release V_{j-1} and rescale O for block j. Block j is the ring's block base + j. With P in shared memory
-    (`p_s`), P_{j-1} is read from its tile and P_j stored to the other one; `p_op` is then a placeholder.
+    release V_{j-1} and rescale O for block j. Block j is the ring's block lp.base + j. With P in shared memory
+    (`lp.p_s`), P_{j-1} is read from its tile and P_j stored to the other one; `p_op` is then a placeholder.
     With P in registers ptxas schedules the P V wait above the softmax (nothing the softmax computes is
-    used before it), so the two do not overlap; `pin` (PIN_SOFTMAX: a shared [rows] fp32 tile, else None)
-    takes a store of the row sums before the wait, which ptxas keeps there, and the softmax with it. `hold`
-    (HOLD_TURNS: a shared [rows] fp32 tile, else None): the turn is handed on once S_j is done (`_s_done`). `ones`
-    (ROWSUM_MMA): l_i is the row sums' accumulator, l += P_{j-1} ones issued with P_{j-1} V_{j-1}. JOINT
-    (JOINT_WAIT): S_j is waited for with P V, the softmax after both."""
-    c = base + j
+    used before it), so the two do not overlap; `lp.pin` (PIN_SOFTMAX: a shared [rows] fp32 tile, else None)
+    takes a store of the row sums before the wait, which ptxas keeps there, and the softmax with it. `lp.hold`
+    (HOLD_TURNS: a shared [rows] fp32 tile, else None): the turn is handed on once S_j is done (`_s_done`).
+    `lp.ones` (ROWSUM_MMA): l_i is the row sums' accumulator, l += P_{j-1} ones issued with P_{j-1} V_{j-1}.
+    `lp.JOINT` (JOINT_WAIT): S_j is waited for with P V, the softmax after both."""
+    ST, p_s, ones = lp.ST, lp.p_s, lp.ones
+    c = lp.base + j
     s_i = c % ST
     v_i = (c - 1) % ST
-    k_ready[s_i].wait((c // ST) & 1)
-    v_ready[v_i].wait(((c - 1) // ST) & 1)
-    turn_begin(g, PINGPONG)
-    s = wgmma(q_g, k_s[s_i].T, gl.zeros(acc.shape[:1] + (BN,), gl.float32, layout=s_layout), use_acc=False,
-              wait=False)
-    p_prev = p_op if p_s is None else _p_tile(p_s, g, j - 1, PB, WGS)
-    acc, l_i = _pv(p_prev, v_s[v_i], acc, l_i, ones)
-    s, m_i = _s_done(s, q_g, k_s[s_i], m_i, hold, g, PINGPONG, WGS, 0 if JOINT else (1 if ones is None else 2))
-    k_empty[s_i].arrive()
+    lp.k_ready[s_i].wait((c // ST) & 1)
+    lp.v_ready[v_i].wait(((c - 1) // ST) & 1)
+    turn_begin(lp.g, lp.PINGPONG)
+    s = wgmma(lp.q_g, lp.k_s[s_i].T, gl.zeros(acc.shape[:1] + (lp.BN,), gl.float32, layout=lp.s_layout),
+              use_acc=False, wait=False)
+    p_prev = p_op if p_s is None else _p_tile(p_s, lp.g, j - 1, lp.PB, lp.WGS)
+    acc, l_i = _pv(p_prev, lp.v_s[v_i], acc, l_i, ones)
+    pendings = 0 if lp.JOINT else (1 if ones is None else 2)
+    s, m_i = _s_done(s, lp.q_g, lp.k_s[s_i], m_i, lp.hold, lp.g, lp.PINGPONG, lp.WGS, pendings)
+    lp.k_empty[s_i].arrive()
     if MASKED:
-        s = _masked(s, rows, j * BN, Skv, off, BN, s_layout, CAUSAL)
-    m_i, p, alpha, l_new = _softmax(s, m_i, l_i, qk_scale, MASKED, ones is None, TREE)
-    p_next = _p_operand(p, dtype, p_layout, None if p_s is None else _p_tile(p_s, g, j, PB, WGS))
-    if pin is not None:         # the row sums (of every P) to shared memory: ptxas keeps the softmax above the wait
-        pin.store(l_new)
-    acc, l_i = _pv_wait(p_prev, v_s[v_i], acc, l_i, ones)
-    v_empty[v_i].arrive()
+        s = _masked(s, lp.rows, j * lp.BN, lp.Skv, lp.off, lp.BN, lp.s_layout, lp.CAUSAL)
+    m_i, p, alpha, l_new = _softmax(s, m_i, l_i, lp.qk_scale, MASKED, ones is None, lp.TREE)
+    p_next = _p_operand(p, lp.dtype, lp.p_layout, None if p_s is None else _p_tile(p_s, lp.g, j, lp.PB, lp.WGS))
+    if lp.pin is not None:      # the row sums (of every P) to shared memory: ptxas keeps the softmax above the wait
+        lp.pin.store(l_new)
+    acc, l_i = _pv_wait(p_prev, lp.v_s[v_i], acc, l_i, ones)
+    lp.v_empty[v_i].arrive()
     acc, l_i = _rescale(acc, alpha, l_new if ones is None else l_i, ones)
     return acc, m_i, l_i, p_op if p_s is not None else p_next
 
