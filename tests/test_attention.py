@@ -175,6 +175,9 @@ def test_overlap_issues_s_before_waiting_for_pv():
     (dict(CTAS_PER_SM=3, CONSUMER_WGS=1, BLOCK_M=64), "CTAS_PER_SM=3 with CONSUMER_WGS=1: takes 1, or 2"),
     (dict(ROWSUM_MMA=True, PIN_SOFTMAX=True), "ROWSUM_MMA=True takes PIN_SOFTMAX=False"),
     (dict(JOINT_WAIT=True, OVERLAP=False), "JOINT_WAIT=True takes OVERLAP=True and PIN_SOFTMAX=False"),
+    (dict(PREFETCH_Q=True), "PREFETCH_Q=True takes PERSISTENT=True and OVERLAP=False"),
+    (dict(PREFETCH_Q=True, OVERLAP=False), "PREFETCH_Q=True takes PERSISTENT=True and OVERLAP=False"),
+    (dict(PREFETCH_Q=True, PERSISTENT=True), "PREFETCH_Q=True takes PERSISTENT=True and OVERLAP=False"),
 ])
 def test_config_checks(kw, msg):
     with pytest.raises(GluonError, match=msg.replace("*", r"\*").replace("(", r"\(")):
@@ -198,6 +201,7 @@ def test_persistent_work_units_grid_and_q_buffers():
     with pytest.raises(GluonError, match="SM count"):
         grid(1024, 256, p, True)
     assert q_buffers(p) == 2 and q_buffers(AttentionConfig(PERSISTENT=True, OVERLAP=False)) == 1
+    assert q_buffers(AttentionConfig(PERSISTENT=True, OVERLAP=False, PREFETCH_Q=True)) == 2
     assert smem_bytes(p, 128) == 2 * 128 * 128 * 2 + 2 * 2 * 128 * 128 * 2
 
 
@@ -225,6 +229,22 @@ def test_persistent_variants_compile_without_spills(kw):
     assert ck.spills == 0 and ck.shared_bytes <= 227 * 1024
     ptx = ck.binary.asm["ptx"]
     assert "bar.sync 12, 128;" in ptx and "bar.sync 13, 128;" in ptx
+
+
+@pytest.mark.parametrize("kw", [{}, dict(STAGES=3), dict(PINGPONG=True)])
+@pytest.mark.parametrize("causal", [False, True])
+def test_d64_persistent_with_the_next_q_prefetched_compiles_without_spills(kw, causal):
+    """PREFETCH_Q on D64's default (three serial warpgroups, persistent): a second Q tile a warpgroup (the shared-
+    memory pass counts it), no spills, the epilogue's hand-back of its Q buffer on the warpgroup's own barrier."""
+    from gluon.kernels.attention_sm90.config import smem_bytes
+    cfg = dict(PERSISTENT=True, PREFETCH_Q=True, **kw)
+    ck = compile_variant(64, DType.bf16, causal, **cfg)
+    one = compile_variant(64, DType.bf16, causal, PERSISTENT=True, **kw)
+    assert ck.spills == 0 and ck.shared_bytes <= 227 * 1024
+    tile = smem_bytes(to_config(cfg, default_config(64)), 64) - smem_bytes(
+        to_config(dict(PERSISTENT=True, **kw), default_config(64)), 64)
+    assert tile == 192 * 64 * 2 and 0 <= ck.shared_bytes - one.shared_bytes - tile < 64     # (and two barriers)
+    assert "bar.sync 12, 128;" in ck.binary.asm["ptx"] and "bar.sync 14, 128;" in ck.binary.asm["ptx"]
 
 
 @pytest.mark.parametrize("causal", [False, True])

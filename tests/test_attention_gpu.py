@@ -212,6 +212,20 @@ def test_joint_wait(D, config):
     _check_variant(D, config)
 
 
+@pytest.mark.parametrize("D,config", [(64, dict(PERSISTENT=True, OVERLAP=False, PREFETCH_Q=True)),
+                                      (64, dict(PERSISTENT=True, OVERLAP=False, PREFETCH_Q=True, STAGES=3)),
+                                      (128, dict(PERSISTENT=True, OVERLAP=False, PINGPONG=False, PREFETCH_Q=True))])
+def test_prefetched_q(D, config):
+    """PREFETCH_Q: the serial persistent kernel with the next tile's Q in a second buffer. A serial kernel with two
+    buffers once read a wrong Q when Skv < BLOCK_N (the unmasked loop runs no step): those sizes first, one CTA
+    walking many tiles (more units than SMs), then sizes off the tiles, Sq != Skv, repeated calls bit-identical."""
+    for causal in (False, True):
+        for skv in (1, 17, 100, 127):
+            _run(3, 64, 64, skv, skv, D, causal, "float16", config=config)
+            _run(2, 48, 16, 200, skv, D, causal, "bfloat16", config=config, lse=True)
+    _check_variant(D, config)
+
+
 def test_scale_argument():
     _run(1, 4, 4, 640, 640, 128, False, "bfloat16", config=None)
     import torch

@@ -479,7 +479,12 @@ def test_the_shipped_gemm_256_cubed_interprets_right_and_fast(over):
                                   dict(OVERLAP=True, JOINT_WAIT=True),
                                   dict(OVERLAP=True, JOINT_WAIT=True, TREE_MAX=True, ROWSUM_MMA=True, PERSISTENT=True),
                                   dict(PINGPONG=True, OVERLAP=True, BLOCK_M=128, CONSUMER_WGS=2, HOLD_TURNS=True,
-                                       JOINT_WAIT=True)])
+                                       JOINT_WAIT=True),
+                                  # the serial persistent kernel with the next tile's Q in a second buffer (one CTA
+                                  # walks every tile: the buffers alternate; S 100: the unmasked loop runs no step)
+                                  dict(PERSISTENT=True, PREFETCH_Q=True),
+                                  dict(PERSISTENT=True, PREFETCH_Q=True, PINGPONG=True, ROWSUM_MMA=True),
+                                  dict(PERSISTENT=True, PREFETCH_Q=True, BLOCK_N=64, STAGES=3, P_SMEM=True)])
 @pytest.mark.parametrize("S", [256, 100])
 def test_the_shipped_attention_interprets_right(causal, over, S):
     """The D64 kernel's variants against torch; at S 256 and 100 the last 192-row query block's last warpgroups

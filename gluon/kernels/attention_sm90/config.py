@@ -18,7 +18,7 @@ HEAD_DIMS = (64, 128, 256)
 ROWSUM_COLS = 8             # ROWSUM_MMA's ones tile and row-sum accumulator: WGMMA's narrowest N
 _INTS = ("BLOCK_M", "BLOCK_N", "STAGES", "CONSUMER_WGS", "CONSUMER_REGS", "PRODUCER_REGS", "CTAS_PER_SM")
 _BOOLS = ("OVERLAP", "PINGPONG", "REVERSE_M", "PERSISTENT", "P_SMEM", "PIN_SOFTMAX", "HOLD_TURNS", "ROWSUM_MMA",
-          "TREE_MAX", "JOINT_WAIT")
+          "TREE_MAX", "JOINT_WAIT", "PREFETCH_Q")
 
 
 @dataclass(frozen=True)
@@ -80,6 +80,13 @@ class AttentionConfig:
                     P_(j-1)'s registers are free for it: three D64 warpgroups of 160 registers compile without
                     spills (the overlapped softmax spills 16-48 bytes there); the other warpgroups' GEMMs run under
                     each one's softmax. Not with PIN_SOFTMAX (which keeps the softmax above the P V wait)
+    PREFETCH_Q      PERSISTENT without OVERLAP: a second Q buffer, so the producer loads the next tile's Q (and then
+                    its first K/V blocks) while the consumers run this one, as the overlapped persistent kernel does
+                    always; with one buffer the next Q waits for this tile's epilogue and the next K/V behind it, a
+                    load latency and the epilogue exposed every tile (about 2.7 us a tile at D64 S4096 by the
+                    default's causal and unmasked times). A serial kernel with two buffers read a wrong Q on the
+                    H200 when it ran (twelfth session, the code of then; not reproduced by the interpreter): the
+                    GPU tests at Skv < BLOCK_N decide
     """
 
     BLOCK_M: int = 128
@@ -99,6 +106,7 @@ class AttentionConfig:
     ROWSUM_MMA: bool = False
     TREE_MAX: bool = False
     JOINT_WAIT: bool = False
+    PREFETCH_Q: bool = False
 
     __hash__ = cached_hash
     __getstate__ = state_without_hash
@@ -131,6 +139,9 @@ class AttentionConfig:
         if self.JOINT_WAIT and not (self.OVERLAP and not self.PIN_SOFTMAX):
             raise GluonError("AttentionConfig JOINT_WAIT=True takes OVERLAP=True and PIN_SOFTMAX=False (it waits for "
                              "the overlapped loop's two GEMMs together)")
+        if self.PREFETCH_Q and not (self.PERSISTENT and not self.OVERLAP):
+            raise GluonError("AttentionConfig PREFETCH_Q=True takes PERSISTENT=True and OVERLAP=False (a persistent "
+                             "overlapped kernel has the second Q buffer already)")
         if self.ROWSUM_MMA and self.PIN_SOFTMAX:
             raise GluonError("AttentionConfig ROWSUM_MMA=True takes PIN_SOFTMAX=False (the pin stores the row sums, "
                              "which the softmax no longer computes)")
@@ -201,9 +212,9 @@ def num_warps(cfg: AttentionConfig) -> int:
 
 
 def q_buffers(cfg: AttentionConfig) -> int:
-    """Q tiles per consumer warpgroup: two when persistent with OVERLAP (the next tile's Q loads while this
-    one runs; kernel.py says why a serial one keeps one)."""
-    return 2 if cfg.PERSISTENT and cfg.OVERLAP else 1
+    """Q tiles per consumer warpgroup: two when persistent with OVERLAP or PREFETCH_Q (the next tile's Q loads while
+    this one runs; kernel.py says why a serial one keeps one otherwise)."""
+    return 2 if cfg.PERSISTENT and (cfg.OVERLAP or cfg.PREFETCH_Q) else 1
 
 
 def work_units(sq: int, batch_heads: int, cfg: AttentionConfig, causal: bool) -> int:

@@ -160,9 +160,10 @@ def attention_sm90(Q, K, V, O, L, Sq, Skv, H, GROUP, qk_scale, CFG: gl.constexpr
     RM = CFG.BLOCK_M // WGS                     # query rows per consumer warpgroup
     BN = CFG.BLOCK_N
     ST = CFG.STAGES
-    # Q buffers: the next tile's Q loads while this one runs. Serial (not OVERLAP) persistent kernels keep one:
-    # with two, their S GEMM in the masked loop read a wrong Q when the unmasked loop ran no step (Skv < BLOCK_N;
-    # seen on the H200, cause not found; the OVERLAP loops, whose first S GEMM comes before them, are right)
+    # Q buffers: the next tile's Q loads while this one runs. Serial (not OVERLAP) persistent kernels keep one
+    # unless PREFETCH_Q: with two, their S GEMM in the masked loop read a wrong Q when the unmasked loop ran no step
+    # (Skv < BLOCK_N; seen on the H200 with the code of the twelfth session, cause not found; the OVERLAP loops,
+    # whose first S GEMM comes before them, are right; the interpreter runs both right)
     QB = q_buffers(CFG)
     if CFG.CTAS_PER_SM > 1:                     # launched with that share of the register file (the compile checks)
         gl.set_ctas_per_sm(CFG.CTAS_PER_SM)
