@@ -238,9 +238,11 @@ def attention_sm90(Q, K, V, O, L, Sq, Skv, H, GROUP, qk_scale, CFG: gl.constexpr
                         # compute, every block released (the overlap's first block is computed whatever n_g says)
                         n_g = gl.where(m0 + g * RM >= Sq, 0, n_g)
                         f_g = gl.minimum(f_g, n_g)
-                    lp = _Loop(q_g, k_s, v_s, k_ready, v_ready, k_empty, v_empty, cnt, rows, Skv, off, qk_scale, ST, BN,
-                               s_layout, p_layout, CAUSAL, Q.dtype, g, WGS, PP, p_s, PB, pin_g, hold_g, ones_g,
-                               CFG.TREE_MAX, CFG.JOINT_WAIT)
+                    lp = _Loop(q_g=q_g, k_s=k_s, v_s=v_s, k_ready=k_ready, v_ready=v_ready, k_empty=k_empty,
+                               v_empty=v_empty, base=cnt, rows=rows, Skv=Skv, off=off, qk_scale=qk_scale, ST=ST, BN=BN,
+                               s_layout=s_layout, p_layout=p_layout, CAUSAL=CAUSAL, dtype=Q.dtype, g=g, WGS=WGS,
+                               PINGPONG=PP, p_s=p_s, PB=PB, pin=pin_g, hold=hold_g, ones=ones_g, TREE=CFG.TREE_MAX,
+                               JOINT=CFG.JOINT_WAIT)
                     turns_open(g, PP, WGS)
                     _stage(q_ready, qb, QB).wait((tc // QB) & 1)
                     if CFG.OVERLAP:
