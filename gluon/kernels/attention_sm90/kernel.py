@@ -36,9 +36,10 @@ import gluon.language as gl
 from gluon.arch import SM90
 from gluon.jit import kernel
 from gluon.language.control import static_range, warp_role
-from gluon.language.memory import smem
+from gluon.language.core import Tensor
+from gluon.language.memory import Shared, smem
 from gluon.language.nvidia.ampere import named_barrier_sync
-from gluon.language.nvidia.hopper import fence_async_shared, mbarrier, tma_load, wgmma, wgmma_wait
+from gluon.language.nvidia.hopper import Barrier, fence_async_shared, mbarrier, tma_load, wgmma, wgmma_wait
 from gluon.types import DotOperandLayout, Layout, SliceLayout, SwizzleMode, WarpRole
 
 from ..turns import turn_begin, turn_end, turn_end_after, turns_close, turns_open
@@ -119,32 +120,32 @@ class _Loop:
     """What one warpgroup's key-block loop over one tile reads and never changes: its Q tile, the K/V ring and its
     barriers, the ring's block before this tile's first (`base`), the rows (for the masks), the softmax's scale,
     and the config's switches as the steps use them (made per tile at trace time; it holds no IR of its own)."""
-    q_g: Any                    # this warpgroup's Q tile
-    k_s: Any                    # the K and V rings and their ready / empty barriers
-    v_s: Any
-    k_ready: Any
-    v_ready: Any
-    k_empty: Any
-    v_empty: Any
-    base: Any                   # the ring's blocks taken before this tile's
-    rows: Any                   # this warpgroup's query rows
-    Skv: Any
-    off: Any                    # Skv - Sq: the causal diagonal's offset
-    qk_scale: Any
+    q_g: Shared                 # this warpgroup's Q tile
+    k_s: Shared                 # the K and V rings and their ready / empty barriers
+    v_s: Shared
+    k_ready: Barrier
+    v_ready: Barrier
+    k_empty: Barrier
+    v_empty: Barrier
+    base: Tensor                # the ring's blocks taken before this tile's
+    rows: Tensor                # this warpgroup's query rows
+    Skv: Any                    # a size argument (traced scalar)
+    off: Tensor                 # Skv - Sq: the causal diagonal's offset
+    qk_scale: Any               # the scale argument (traced scalar)
     ST: int                     # ring stages
     BN: int                     # keys a block
-    s_layout: Any
-    p_layout: Any
+    s_layout: Layout
+    p_layout: DotOperandLayout
     CAUSAL: bool
     dtype: Any                  # P's (the inputs') dtype
     g: int                      # this warpgroup, of WGS
     WGS: int
     PINGPONG: bool
-    p_s: Any                    # P_SMEM: the P tiles (PB per warpgroup), else None
+    p_s: Shared | None          # P_SMEM: the P tiles (PB per warpgroup)
     PB: int
-    pin: Any                    # PIN_SOFTMAX: this warpgroup's shared row sums, else None
-    hold: Any                   # HOLD_TURNS: this warpgroup's shared row maxima, else None
-    ones: Any                   # ROWSUM_MMA: this warpgroup's tile of ones, else None
+    pin: Shared | None          # PIN_SOFTMAX: this warpgroup's shared row sums
+    hold: Shared | None         # HOLD_TURNS: this warpgroup's shared row maxima
+    ones: Shared | None         # ROWSUM_MMA: this warpgroup's tile of ones
     TREE: bool                  # TREE_MAX
     JOINT: bool                 # JOINT_WAIT
 
