@@ -178,6 +178,8 @@ def test_overlap_issues_s_before_waiting_for_pv():
     (dict(PREFETCH_Q=True), "PREFETCH_Q=True takes PERSISTENT=True and OVERLAP=False"),
     (dict(PREFETCH_Q=True, OVERLAP=False), "PREFETCH_Q=True takes PERSISTENT=True and OVERLAP=False"),
     (dict(PREFETCH_Q=True, PERSISTENT=True), "PREFETCH_Q=True takes PERSISTENT=True and OVERLAP=False"),
+    (dict(EARLY_Q_RELEASE=True, OVERLAP=False), "EARLY_Q_RELEASE=True takes PERSISTENT=True, OVERLAP=False and"),
+    (dict(EARLY_Q_RELEASE=True, PERSISTENT=True, OVERLAP=False, PREFETCH_Q=True), "PREFETCH_Q=False (it hands"),
 ])
 def test_config_checks(kw, msg):
     with pytest.raises(GluonError, match=msg.replace("*", r"\*").replace("(", r"\(")):
@@ -244,6 +246,22 @@ def test_d64_persistent_with_the_next_q_prefetched_compiles_without_spills(kw, c
     tile = smem_bytes(to_config(cfg, default_config(64)), 64) - smem_bytes(
         to_config(dict(PERSISTENT=True, **kw), default_config(64)), 64)
     assert tile == 192 * 64 * 2 and 0 <= ck.shared_bytes - one.shared_bytes - tile < 64     # (and two barriers)
+    assert "bar.sync 12, 128;" in ck.binary.asm["ptx"] and "bar.sync 14, 128;" in ck.binary.asm["ptx"]
+
+
+@pytest.mark.parametrize("kw", [{}, dict(STAGES=3), dict(ROWSUM_MMA=True)])
+@pytest.mark.parametrize("causal", [False, True])
+def test_d64_persistent_with_the_q_tile_handed_back_early_compiles_without_spills(kw, causal):
+    """EARLY_Q_RELEASE on D64's default made persistent: an O tile a warpgroup beside the one Q buffer (the shared-
+    memory pass counts it), no spills, the Q buffer handed back on the warpgroup's own barrier."""
+    from gluon.kernels.attention_sm90.config import smem_bytes
+    cfg = dict(PERSISTENT=True, EARLY_Q_RELEASE=True, **kw)
+    ck = compile_variant(64, DType.bf16, causal, **cfg)
+    one = compile_variant(64, DType.bf16, causal, PERSISTENT=True, **kw)
+    assert ck.spills == 0 and ck.shared_bytes <= 227 * 1024
+    tile = smem_bytes(to_config(cfg, default_config(64)), 64) - smem_bytes(
+        to_config(dict(PERSISTENT=True, **kw), default_config(64)), 64)
+    assert tile == 192 * 64 * 2 and 0 <= ck.shared_bytes - one.shared_bytes - tile < 64
     assert "bar.sync 12, 128;" in ck.binary.asm["ptx"] and "bar.sync 14, 128;" in ck.binary.asm["ptx"]
 
 

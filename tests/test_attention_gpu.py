@@ -214,11 +214,14 @@ def test_joint_wait(D, config):
 
 @pytest.mark.parametrize("D,config", [(64, dict(PERSISTENT=True, OVERLAP=False, PREFETCH_Q=True)),
                                       (64, dict(PERSISTENT=True, OVERLAP=False, PREFETCH_Q=True, STAGES=3)),
-                                      (128, dict(PERSISTENT=True, OVERLAP=False, PINGPONG=False, PREFETCH_Q=True))])
+                                      (128, dict(PERSISTENT=True, OVERLAP=False, PINGPONG=False, PREFETCH_Q=True)),
+                                      (64, dict(PERSISTENT=True, OVERLAP=False, EARLY_Q_RELEASE=True)),
+                                      (64, dict(PERSISTENT=True, OVERLAP=False, EARLY_Q_RELEASE=True, PINGPONG=True))])
 def test_prefetched_q(D, config):
-    """PREFETCH_Q: the serial persistent kernel with the next tile's Q in a second buffer. A serial kernel with two
-    buffers once read a wrong Q when Skv < BLOCK_N (the unmasked loop runs no step): those sizes first, one CTA
-    walking many tiles (more units than SMs), then sizes off the tiles, Sq != Skv, repeated calls bit-identical."""
+    """PREFETCH_Q: the serial persistent kernel with the next tile's Q in a second buffer (a serial kernel with two
+    buffers once read a wrong Q when Skv < BLOCK_N, the unmasked loop running no step), or EARLY_Q_RELEASE: its one
+    Q buffer handed back before the epilogue (O staged in its own tile). Those sizes first, one CTA walking many
+    tiles (more units than SMs), then sizes off the tiles, Sq != Skv, repeated calls bit-identical."""
     for causal in (False, True):
         for skv in (1, 17, 100, 127):
             _run(3, 64, 64, skv, skv, D, causal, "float16", config=config)

@@ -484,7 +484,10 @@ def test_the_shipped_gemm_256_cubed_interprets_right_and_fast(over):
                                   # walks every tile: the buffers alternate; S 100: the unmasked loop runs no step)
                                   dict(PERSISTENT=True, PREFETCH_Q=True),
                                   dict(PERSISTENT=True, PREFETCH_Q=True, PINGPONG=True, ROWSUM_MMA=True),
-                                  dict(PERSISTENT=True, PREFETCH_Q=True, BLOCK_N=64, STAGES=3, P_SMEM=True)])
+                                  dict(PERSISTENT=True, PREFETCH_Q=True, BLOCK_N=64, STAGES=3, P_SMEM=True),
+                                  # ... or with one Q buffer handed back before the epilogue (O in its own tile)
+                                  dict(PERSISTENT=True, EARLY_Q_RELEASE=True),
+                                  dict(PERSISTENT=True, EARLY_Q_RELEASE=True, PINGPONG=True, ROWSUM_MMA=True)])
 @pytest.mark.parametrize("S", [256, 100])
 def test_the_shipped_attention_interprets_right(causal, over, S):
     """The D64 kernel's variants against torch; at S 256 and 100 the last 192-row query block's last warpgroups

@@ -18,7 +18,7 @@ HEAD_DIMS = (64, 128, 256)
 ROWSUM_COLS = 8             # ROWSUM_MMA's ones tile and row-sum accumulator: WGMMA's narrowest N
 _INTS = ("BLOCK_M", "BLOCK_N", "STAGES", "CONSUMER_WGS", "CONSUMER_REGS", "PRODUCER_REGS", "CTAS_PER_SM")
 _BOOLS = ("OVERLAP", "PINGPONG", "REVERSE_M", "PERSISTENT", "P_SMEM", "PIN_SOFTMAX", "HOLD_TURNS", "ROWSUM_MMA",
-          "TREE_MAX", "JOINT_WAIT", "PREFETCH_Q")
+          "TREE_MAX", "JOINT_WAIT", "PREFETCH_Q", "EARLY_Q_RELEASE")
 
 
 @dataclass(frozen=True)
@@ -87,6 +87,10 @@ class AttentionConfig:
                     default's causal and unmasked times). A serial kernel with two buffers read a wrong Q on the
                     H200 when it ran (twelfth session, the code of then; not reproduced by the interpreter): the
                     GPU tests at Skv < BLOCK_N decide
+    EARLY_Q_RELEASE PERSISTENT without OVERLAP, one Q buffer (PREFETCH_Q's alternative): the epilogue stages O in
+                    a tile of its own, so a warpgroup hands its Q buffer back as soon as its last S GEMM is done, and
+                    the producer loads the next tile's Q while the consumers run the epilogue (and, causal, release
+                    the blocks right of their rows); 8 KiB a warpgroup at D64 instead of PREFETCH_Q's second Q tile
     """
 
     BLOCK_M: int = 128
@@ -107,6 +111,7 @@ class AttentionConfig:
     TREE_MAX: bool = False
     JOINT_WAIT: bool = False
     PREFETCH_Q: bool = False
+    EARLY_Q_RELEASE: bool = False
 
     __hash__ = cached_hash
     __getstate__ = state_without_hash
@@ -142,6 +147,9 @@ class AttentionConfig:
         if self.PREFETCH_Q and not (self.PERSISTENT and not self.OVERLAP):
             raise GluonError("AttentionConfig PREFETCH_Q=True takes PERSISTENT=True and OVERLAP=False (a persistent "
                              "overlapped kernel has the second Q buffer already)")
+        if self.EARLY_Q_RELEASE and not (self.PERSISTENT and not self.OVERLAP and not self.PREFETCH_Q):
+            raise GluonError("AttentionConfig EARLY_Q_RELEASE=True takes PERSISTENT=True, OVERLAP=False and "
+                             "PREFETCH_Q=False (it hands a persistent kernel's one Q buffer back before the epilogue)")
         if self.ROWSUM_MMA and self.PIN_SOFTMAX:
             raise GluonError("AttentionConfig ROWSUM_MMA=True takes PIN_SOFTMAX=False (the pin stores the row sums, "
                              "which the softmax no longer computes)")
@@ -243,9 +251,9 @@ def p_buffers(cfg: AttentionConfig) -> int:
 
 
 def smem_bytes(cfg: AttentionConfig, head_dim: int, elem_bytes: int = 2) -> int:
-    """Shared memory of the Q tiles, the K/V ring, the P tiles, PIN_SOFTMAX's row sums, HOLD_TURNS's row maxima
-    and ROWSUM_MMA's tiles of ones (barriers aside)."""
-    q = q_buffers(cfg) * cfg.BLOCK_M * head_dim * elem_bytes
+    """Shared memory of the Q tiles (and EARLY_Q_RELEASE's O tiles), the K/V ring, the P tiles, PIN_SOFTMAX's row
+    sums, HOLD_TURNS's row maxima and ROWSUM_MMA's tiles of ones (barriers aside)."""
+    q = (q_buffers(cfg) + cfg.EARLY_Q_RELEASE) * cfg.BLOCK_M * head_dim * elem_bytes
     kv = 2 * cfg.STAGES * cfg.BLOCK_N * head_dim * elem_bytes
     p = p_buffers(cfg) * cfg.BLOCK_M * cfg.BLOCK_N * elem_bytes
     ones = cfg.ROWSUM_MMA * cfg.CONSUMER_WGS * ROWSUM_COLS * cfg.BLOCK_N * elem_bytes

@@ -5,7 +5,8 @@ for every unit of work pid, pid + #CTAs, ... (a tile, or with a causal mask a pa
 blocks whose key blocks sum to about the same), under one `AttentionConfig` (config.py says what each
 knob does). Both roles walk the same units; the ring position and the Q buffer's phase carry over from
 one tile to the next, so the producer loads the next tile's Q (into the other buffer) and K/V while the
-consumers finish this one; a consumer warpgroup hands its Q buffer back (`q_empty`) after its epilogue.
+consumers finish this one; a consumer warpgroup hands its Q buffer back (`q_empty`) after its epilogue (with
+EARLY_Q_RELEASE before it).
 Roles:
 
 * producer: one warp (warp 4 * CONSUMER_WGS) with PRODUCER_REGS registers. It loads this CTA's Q rows
@@ -171,6 +172,8 @@ def attention_sm90(Q, K, V, O, L, Sq, Skv, H, GROUP, qk_scale, CFG: gl.constexpr
     TPU = 2 if CFG.PERSISTENT and CAUSAL else 1     # tiles per unit of work: causal pairs long + short
     sw = SwizzleMode.B128
     q_s = smem(Q.dtype, Layout.swizzled(RM, D, sw), name="q_tile", stages=WGS * QB)
+    # EARLY_Q_RELEASE: O staged in a tile of its own, so the Q tile goes back before the epilogue
+    o_s = smem(Q.dtype, Layout.swizzled(RM, D, sw), name="o_tile", stages=WGS) if CFG.EARLY_Q_RELEASE else None
     k_s = smem(K.dtype, Layout.swizzled(BN, D, sw), name="k_ring", stages=ST)
     v_s = smem(V.dtype, Layout.swizzled(BN, D, sw), name="v_ring", stages=ST)
     PB = max(p_buffers(CFG), 1)                 # P_SMEM: P tiles per warpgroup (overlapped: P_j while P_(j-1) is read)
@@ -283,6 +286,12 @@ def attention_sm90(Q, K, V, O, L, Sq, Skv, H, GROUP, qk_scale, CFG: gl.constexpr
                             acc, m_i, l_i = _serial_step(lp, j, acc, m_i, l_i, False)
                         for jm in range(f_g, n_g):
                             acc, m_i, l_i = _serial_step(lp, jm, acc, m_i, l_i, True)
+                    if CFG.EARLY_Q_RELEASE:
+                        # every thread of the warpgroup is past its last S GEMM (waited for): the producer may
+                        # load the next tile's Q; the barrier also orders the last tile's reads of the O tile
+                        # before this tile's epilogue writes it
+                        named_barrier_sync(_EPILOGUE + g, 128)
+                        _stage(q_empty, qb, QB).arrive()
                     # blocks only later warpgroups' rows see (causal), or every block of a warpgroup past Sq
                     for jr in range(n_g, n_blocks):
                         _release(cnt + jr, k_ready, v_ready, k_empty, v_empty, ST)
@@ -291,9 +300,10 @@ def attention_sm90(Q, K, V, O, L, Sq, Skv, H, GROUP, qk_scale, CFG: gl.constexpr
                     turns_close(g, PP)
                     if CFG.ROWSUM_MMA:              # the row sums, out of the accumulator's equal columns
                         l_i = gl.convert_layout(gl.max(l_i, 1), SliceLayout(1, s_layout))
-                    _epilogue(acc, m_i, l_i, q_g, O, L, rows, m0 + g * RM, q_row, q_col, ldo, Sq, bh, qk_scale, RM,
+                    o_g = _stage(o_s, g, WGS) if CFG.EARLY_Q_RELEASE else q_g
+                    _epilogue(acc, m_i, l_i, o_g, O, L, rows, m0 + g * RM, q_row, q_col, ldo, Sq, bh, qk_scale, RM,
                               D, o_layout, WRITE_LSE)
-                    if CFG.PERSISTENT:
+                    if CFG.PERSISTENT and not CFG.EARLY_Q_RELEASE:
                         # every thread of the warpgroup has read O back from the Q tile: the producer may refill it
                         named_barrier_sync(_EPILOGUE + g, 128)
                         fence_async_shared()
@@ -502,17 +512,18 @@ def _pv_wait(p_op, v_tile, acc, l_i, ones):
     return acc, l_i
 
 
-def _epilogue(acc, m_i, l_i, q_g, O, L, rows, r0, q_row, q_col, ldo, Sq, bh, qk_scale, RM: int, D: int, o_layout,
+def _epilogue(acc, m_i, l_i, o_g, O, L, rows, r0, q_row, q_col, ldo, Sq, bh, qk_scale, RM: int, D: int, o_layout,
               WRITE_LSE: bool):
-    """O = acc / l into the rows < Sq of this warpgroup's block, staged in its (now unused) Q tile and
-    written with 16-byte stores; the natural-log LSE m * scale + ln(l) per row when WRITE_LSE."""
+    """O = acc / l into the rows < Sq of this warpgroup's block, staged in `o_g` (its Q tile, now unused, or
+    EARLY_Q_RELEASE's O tile) and written with 16-byte stores; the natural-log LSE m * scale + ln(l) per row when
+    WRITE_LSE."""
     l_o = gl.convert_layout(l_i, SliceLayout(1, o_layout))
     out = acc / gl.where(l_o == 0.0, 1.0, l_o)[:, None]
-    q_g.store(out.to(q_g.dtype))
-    vec = 128 // q_g.dtype.bits
+    o_g.store(out.to(o_g.dtype))
+    vec = 128 // o_g.dtype.bits
     tpw_n = min(32, D // vec)
     st_layout = Layout.blocked([1, vec], [32 // tpw_n, tpw_n], [4, 1], [1, 0])
-    tile = q_g.load(layout=st_layout)
+    tile = o_g.load(layout=st_layout)
     orow = r0 + gl.arange(0, RM, layout=SliceLayout(1, st_layout))
     ocol = gl.arange(0, D, layout=SliceLayout(0, st_layout))
     ptrs = O + ((q_row + orow)[:, None] * ldo + (q_col + ocol)[None, :])

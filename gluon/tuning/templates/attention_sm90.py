@@ -24,7 +24,8 @@ config is one kernel, whatever the defaults are):
 CONSUMER_WARPS -> CONSUMER_WGS = warps // 4 (whole warpgroups); PRODUCER_WARPS
 must be 1 (one TMA producer warp); BLOCK_M left out is 64 * CONSUMER_WGS; the rest are AttentionConfig
 fields (BLOCK_M, BLOCK_N, STAGES, CONSUMER_WGS, CONSUMER_REGS, PRODUCER_REGS, OVERLAP, PINGPONG,
-REVERSE_M, PERSISTENT, PIN_SOFTMAX, HOLD_TURNS, CTAS_PER_SM, ROWSUM_MMA, TREE_MAX, JOINT_WAIT, PREFETCH_Q).
+REVERSE_M, PERSISTENT, PIN_SOFTMAX, HOLD_TURNS, CTAS_PER_SM, ROWSUM_MMA, TREE_MAX, JOINT_WAIT, PREFETCH_Q,
+EARLY_Q_RELEASE).
 AttentionConfig's own checks (BLOCK_M = 64 * CONSUMER_WGS, BLOCK_N 64/128/256, setmaxnreg budgets) and the
 compiler passes (shared memory of the Q tiles and the K/V ring, the register file over the warp roles) prune
 the rest, with their messages.
@@ -68,7 +69,8 @@ class _AttentionSM90Tuning(TuningTemplate):
     archs = ("sm90",)
     params = ("BLOCK_M", "BLOCK_N", "STAGES", "CONSUMER_WARPS", "CONSUMER_WGS", "CONSUMER_REGS", "PRODUCER_WARPS",
               "PRODUCER_REGS", "OVERLAP", "PINGPONG", "REVERSE_M", "PERSISTENT", "PIN_SOFTMAX",
-              "HOLD_TURNS", "CTAS_PER_SM", "ROWSUM_MMA", "TREE_MAX", "JOINT_WAIT", "PREFETCH_Q")
+              "HOLD_TURNS", "CTAS_PER_SM", "ROWSUM_MMA", "TREE_MAX", "JOINT_WAIT", "PREFETCH_Q",
+              "EARLY_Q_RELEASE")
 
     def __init__(self):
         self._configs: dict[tuple, AttentionConfig] = {}        # (config items, head dim) -> AttentionConfig
@@ -203,7 +205,8 @@ class _AttentionSM90Tuning(TuningTemplate):
                      CONSUMER_REGS=d.CONSUMER_REGS, PRODUCER_WARPS=1, PRODUCER_REGS=d.PRODUCER_REGS,
                      OVERLAP=d.OVERLAP, PINGPONG=d.PINGPONG, REVERSE_M=d.REVERSE_M, PERSISTENT=d.PERSISTENT,
                      PIN_SOFTMAX=d.PIN_SOFTMAX, HOLD_TURNS=d.HOLD_TURNS, ROWSUM_MMA=d.ROWSUM_MMA,
-                     TREE_MAX=d.TREE_MAX, JOINT_WAIT=d.JOINT_WAIT, PREFETCH_Q=d.PREFETCH_Q)
+                     TREE_MAX=d.TREE_MAX, JOINT_WAIT=d.JOINT_WAIT, PREFETCH_Q=d.PREFETCH_Q,
+                     EARLY_Q_RELEASE=d.EARLY_Q_RELEASE)
                 for d in (default_config(128), SHORT_CAUSAL_D128, LONG_D128)]
 
     # -- what gluon.load's callable uses -------------------------------------------------------------------
