@@ -233,35 +233,22 @@ def test_persistent_variants_compile_without_spills(kw):
     assert "bar.sync 12, 128;" in ptx and "bar.sync 13, 128;" in ptx
 
 
-@pytest.mark.parametrize("kw", [{}, dict(STAGES=3), dict(PINGPONG=True)])
+@pytest.mark.parametrize("switch,kw", [("PREFETCH_Q", {}), ("PREFETCH_Q", dict(STAGES=3)),
+                                       ("PREFETCH_Q", dict(PINGPONG=True)), ("EARLY_Q_RELEASE", {}),
+                                       ("EARLY_Q_RELEASE", dict(ROWSUM_MMA=True))])
 @pytest.mark.parametrize("causal", [False, True])
-def test_d64_persistent_with_the_next_q_prefetched_compiles_without_spills(kw, causal):
-    """PREFETCH_Q on D64's default (three serial warpgroups, persistent): a second Q tile a warpgroup (the shared-
-    memory pass counts it), no spills, the epilogue's hand-back of its Q buffer on the warpgroup's own barrier."""
+def test_d64_persistent_q_hand_over_switches_compile_without_spills(switch, kw, causal):
+    """PREFETCH_Q (a second Q tile a warpgroup) and EARLY_Q_RELEASE (an O tile a warpgroup beside the one Q buffer) on
+    D64's default made persistent: the shared-memory pass counts the extra tile, no spills, the Q buffer handed back
+    on the warpgroup's own barrier."""
     from gluon.kernels.attention_sm90.config import smem_bytes
-    cfg = dict(PERSISTENT=True, PREFETCH_Q=True, **kw)
+    cfg = dict(PERSISTENT=True, **{switch: True}, **kw)
     ck = compile_variant(64, DType.bf16, causal, **cfg)
     one = compile_variant(64, DType.bf16, causal, PERSISTENT=True, **kw)
     assert ck.spills == 0 and ck.shared_bytes <= 227 * 1024
     tile = smem_bytes(to_config(cfg, default_config(64)), 64) - smem_bytes(
         to_config(dict(PERSISTENT=True, **kw), default_config(64)), 64)
     assert tile == 192 * 64 * 2 and 0 <= ck.shared_bytes - one.shared_bytes - tile < 64     # (and two barriers)
-    assert "bar.sync 12, 128;" in ck.binary.asm["ptx"] and "bar.sync 14, 128;" in ck.binary.asm["ptx"]
-
-
-@pytest.mark.parametrize("kw", [{}, dict(STAGES=3), dict(ROWSUM_MMA=True)])
-@pytest.mark.parametrize("causal", [False, True])
-def test_d64_persistent_with_the_q_tile_handed_back_early_compiles_without_spills(kw, causal):
-    """EARLY_Q_RELEASE on D64's default made persistent: an O tile a warpgroup beside the one Q buffer (the shared-
-    memory pass counts it), no spills, the Q buffer handed back on the warpgroup's own barrier."""
-    from gluon.kernels.attention_sm90.config import smem_bytes
-    cfg = dict(PERSISTENT=True, EARLY_Q_RELEASE=True, **kw)
-    ck = compile_variant(64, DType.bf16, causal, **cfg)
-    one = compile_variant(64, DType.bf16, causal, PERSISTENT=True, **kw)
-    assert ck.spills == 0 and ck.shared_bytes <= 227 * 1024
-    tile = smem_bytes(to_config(cfg, default_config(64)), 64) - smem_bytes(
-        to_config(dict(PERSISTENT=True, **kw), default_config(64)), 64)
-    assert tile == 192 * 64 * 2 and 0 <= ck.shared_bytes - one.shared_bytes - tile < 64
     assert "bar.sync 12, 128;" in ck.binary.asm["ptx"] and "bar.sync 14, 128;" in ck.binary.asm["ptx"]
 
 
