@@ -80,25 +80,18 @@ def test_decode_wide_default_matches_fp64(M, N, K, b_kmajor, dtype):
     _agree_bit_for_bit(M, N, K, dtype, b_kmajor, [(None, None), (None, None)])     # no config: launch's pick
 
 
-@pytest.mark.parametrize("M,N,K,b_kmajor", [(64, 11008, 4096, False), (48, 12000, 1000, True),
-                                             (40, 16000, 777, False), (33, 14000, 3000, True)])
+@pytest.mark.parametrize("M,N,K,b_kmajor,pick", [
+    (64, 11008, 4096, False, DECODE_ROWS), (48, 12000, 1000, True, DECODE_ROWS), (40, 16000, 777, False, DECODE_ROWS),
+    (33, 14000, 3000, True, DECODE_ROWS), (64, 28672, 4096, False, DECODE_ROWS_WIDE),
+    (48, 30000, 1000, True, DECODE_ROWS_WIDE), (40, 27000, 777, False, DECODE_ROWS_WIDE),
+    (33, 26000, 3000, True, DECODE_ROWS_WIDE)], ids=lambda v: "rows_wide" if v is DECODE_ROWS_WIDE else
+                                                   "rows" if v is DECODE_ROWS else None)
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
-def test_decode_rows_default_matches_fp64(M, N, K, b_kmajor, dtype):
-    """From 32 to 64 rows where 64x128 tiles make most of a wave, launch's pick (DECODE_ROWS: A's rows off the
-    64-row tile) on poisoned outputs, sizes on and off the tiles, both B layouts: within 1e-2 of fp64, every
-    element written, the same bits twice."""
-    assert choose_config(M, N, K, 132) == DECODE_ROWS
-    _agree_bit_for_bit(M, N, K, dtype, b_kmajor, [(None, None), (None, None)])     # no config: launch's pick
-
-
-@pytest.mark.parametrize("M,N,K,b_kmajor", [(64, 28672, 4096, False), (48, 30000, 1000, True),
-                                             (40, 27000, 777, False), (33, 26000, 3000, True)])
-@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
-def test_decode_rows_wide_default_matches_fp64(M, N, K, b_kmajor, dtype):
-    """From 33 to 64 rows where the swapped pick is 64x256 tiles, launch's pick (DECODE_ROWS_WIDE: the same tiles
-    unswapped, A's rows off the 64-row tile) on poisoned outputs, sizes on and off the tiles, both B layouts:
-    within 1e-2 of fp64, every element written, the same bits twice."""
-    assert choose_config(M, N, K, 132) == DECODE_ROWS_WIDE
+def test_decode_rows_default_matches_fp64(M, N, K, b_kmajor, pick, dtype):
+    """From 32 to 64 rows, launch's unswapped picks (A's rows off the 64-row tile): DECODE_ROWS where 64x128 tiles
+    make most of a wave, DECODE_ROWS_WIDE where the swapped pick is 64x256 tiles; on poisoned outputs, sizes on and
+    off the tiles, both B layouts: within 1e-2 of fp64, every element written, the same bits twice."""
+    assert choose_config(M, N, K, 132) == pick
     _agree_bit_for_bit(M, N, K, dtype, b_kmajor, [(None, None), (None, None)])     # no config: launch's pick
 
 

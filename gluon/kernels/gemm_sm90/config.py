@@ -587,13 +587,14 @@ def choose_config(M: int, N: int, K: int, num_sms: int, pitch_aligned: bool = Tr
         splits = split_k(M, N, K, cfg, num_sms)
         if splits == 2:
             return cfg.replace(CLUSTER_K=2, PDL=True)
-        if splits == 1 and pairs and out_size <= 2 and _rows_fit(M, N, cfg, num_sms):
-            return DECODE_ROWS
-        if splits == 1 and pairs and out_size <= 2 and (cfg.BLOCK_M, cfg.BLOCK_N) == (64, 256):
-            return DECODE_ROWS_WIDE
-        if splits == 1 and M > _SWAP_ALWAYS_M and pairs and out_size <= 2:
-            wide = num_sms < 2 * tiles(M, N, DECODE_WIDE) and tiles(M, N, DECODE_WIDE) <= num_sms
-            return DECODE_WIDE if wide else DECODE_PAIRS
+        if splits == 1 and pairs and out_size <= 2:         # no K split, 16-bit output, no overrides: timed forms
+            if _rows_fit(M, N, cfg, num_sms):
+                return DECODE_ROWS
+            if (cfg.BLOCK_M, cfg.BLOCK_N) == (64, 256):
+                return DECODE_ROWS_WIDE
+            if M > _SWAP_ALWAYS_M:
+                wide = num_sms < 2 * tiles(M, N, DECODE_WIDE) and tiles(M, N, DECODE_WIDE) <= num_sms
+                return DECODE_WIDE if wide else DECODE_PAIRS
         return cfg
     if fills_a_wave(M, N, num_sms):
         if out_size > 2:
