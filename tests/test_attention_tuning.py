@@ -91,6 +91,10 @@ def test_the_shipped_spec_validates():
     assert (seeds[2]["PINGPONG"], seeds[2]["PIN_SOFTMAX"]) == (False, True)
     for seed in seeds:
         assert {k: seed[k] for k in p} in configs
+    # every AttentionConfig field is a spec parameter by its own name, and a seed maps back to its config
+    from gluon.kernels.attention_sm90.config import FIELDS, SHORT_CAUSAL_D128
+    assert set(FIELDS) <= set(TUNING.params) and "P_SMEM" in TUNING.params
+    assert TUNING.kernel_config(seeds[1], 128) == SHORT_CAUSAL_D128
 
 
 @pytest.mark.parametrize("old, new, parts", [

@@ -23,9 +23,7 @@ defaults (not of the kernel's per-head-dim default, which moves as the kernel is
 config is one kernel, whatever the defaults are):
 CONSUMER_WARPS -> CONSUMER_WGS = warps // 4 (whole warpgroups); PRODUCER_WARPS
 must be 1 (one TMA producer warp); BLOCK_M left out is 64 * CONSUMER_WGS; the rest are AttentionConfig
-fields (BLOCK_M, BLOCK_N, STAGES, CONSUMER_WGS, CONSUMER_REGS, PRODUCER_REGS, OVERLAP, PINGPONG,
-REVERSE_M, PERSISTENT, PIN_SOFTMAX, HOLD_TURNS, CTAS_PER_SM, ROWSUM_MMA, TREE_MAX, JOINT_WAIT, PREFETCH_Q,
-EARLY_Q_RELEASE).
+fields by their own names (`config.FIELDS`: a new switch is a spec parameter without an edit here).
 AttentionConfig's own checks (BLOCK_M = 64 * CONSUMER_WGS, BLOCK_N 64/128/256, setmaxnreg budgets) and the
 compiler passes (shared memory of the Q tiles and the K/V ring, the register file over the warp roles) prune
 the rest, with their messages.
@@ -40,13 +38,14 @@ backends where cuDNN cannot run the case. FLOPs 4 * B * H * S^2 * D, halved for 
 from __future__ import annotations
 
 import hashlib
+from dataclasses import asdict
 from pathlib import Path
 
 import gluon.kernels.attention_sm90 as _kernel_package
 from gluon.ir import GluonError
 from gluon.kernels.attention_sm90 import (HEAD_DIMS, AttentionConfig, attention, attention_sm90, default_config,
                                           num_warps, stand_ins, to_config)
-from gluon.kernels.attention_sm90.config import LONG_D128, SHORT_CAUSAL_D128
+from gluon.kernels.attention_sm90.config import FIELDS, LONG_D128, SHORT_CAUSAL_D128
 from gluon.kernels.attention_sm90.reference import reference as reference_attention
 from gluon.tuning.template import (H200_PEAK_BW, H200_PEAK_FLOPS, H200_SMS, TuningTemplate, dtype_name, element_size,
                                    gluon_dtype, log_distance, torch_dtype, waves_efficiency)
@@ -54,6 +53,12 @@ from gluon.tuning.template import (H200_PEAK_BW, H200_PEAK_FLOPS, H200_SMS, Tuni
 _SPEC_NAMES = ("CONSUMER_WARPS", "PRODUCER_WARPS")
 _KERNEL_DIR = Path(_kernel_package.__file__).parent
 _BASE = AttentionConfig()            # what a spec config does not set (its field defaults)
+
+
+def _spec_config(cfg: AttentionConfig) -> dict:
+    """`cfg` in the spec's names: its fields, with CONSUMER_WARPS for CONSUMER_WGS and the one producer warp."""
+    d = {k: v for k, v in asdict(cfg).items() if k != "CONSUMER_WGS"}
+    return dict(d, CONSUMER_WARPS=4 * cfg.CONSUMER_WGS, PRODUCER_WARPS=1)
 
 
 def _div(n: int) -> tuple[bool, bool]:
@@ -67,10 +72,7 @@ class _AttentionSM90Tuning(TuningTemplate):
     dims = ("B", "H", "S", "D", "CAUSAL")
     dtypes = ("fp16", "bf16")
     archs = ("sm90",)
-    params = ("BLOCK_M", "BLOCK_N", "STAGES", "CONSUMER_WARPS", "CONSUMER_WGS", "CONSUMER_REGS", "PRODUCER_WARPS",
-              "PRODUCER_REGS", "OVERLAP", "PINGPONG", "REVERSE_M", "PERSISTENT", "PIN_SOFTMAX",
-              "HOLD_TURNS", "CTAS_PER_SM", "ROWSUM_MMA", "TREE_MAX", "JOINT_WAIT", "PREFETCH_Q",
-              "EARLY_Q_RELEASE")
+    params = _SPEC_NAMES + FIELDS          # the spec's two warp counts and every AttentionConfig field
 
     def __init__(self):
         self._configs: dict[tuple, AttentionConfig] = {}        # (config items, head dim) -> AttentionConfig
@@ -200,14 +202,8 @@ class _AttentionSM90Tuning(TuningTemplate):
 
     def seed_configs(self):
         """What `attention` runs at D 128: the default, short causal problems' 64-key config and long unmasked
-        ones' config without ping-pong, in the spec's names (the knobs the spec does not search left out)."""
-        return [dict(BLOCK_M=d.BLOCK_M, BLOCK_N=d.BLOCK_N, STAGES=d.STAGES, CONSUMER_WARPS=4 * d.CONSUMER_WGS,
-                     CONSUMER_REGS=d.CONSUMER_REGS, PRODUCER_WARPS=1, PRODUCER_REGS=d.PRODUCER_REGS,
-                     OVERLAP=d.OVERLAP, PINGPONG=d.PINGPONG, REVERSE_M=d.REVERSE_M, PERSISTENT=d.PERSISTENT,
-                     PIN_SOFTMAX=d.PIN_SOFTMAX, HOLD_TURNS=d.HOLD_TURNS, ROWSUM_MMA=d.ROWSUM_MMA,
-                     TREE_MAX=d.TREE_MAX, JOINT_WAIT=d.JOINT_WAIT, PREFETCH_Q=d.PREFETCH_Q,
-                     EARLY_Q_RELEASE=d.EARLY_Q_RELEASE)
-                for d in (default_config(128), SHORT_CAUSAL_D128, LONG_D128)]
+        ones' config without ping-pong, every field in the spec's names (the study keeps those the spec searches)."""
+        return [_spec_config(d) for d in (default_config(128), SHORT_CAUSAL_D128, LONG_D128)]
 
     # -- what gluon.load's callable uses -------------------------------------------------------------------
     @staticmethod
