@@ -207,6 +207,19 @@ def test_persistent_work_units_grid_and_q_buffers():
     assert smem_bytes(p, 128) == 2 * 128 * 128 * 2 + 2 * 2 * 128 * 128 * 2
 
 
+def test_switches_wrong_on_the_gpu_are_named():
+    """`gpu_problem`: why `attention` does not launch a config on the GPU (PREFETCH_Q and EARLY_Q_RELEASE gave a
+    wrong LSE there), None for every other config; the GPU test checks the refusal itself."""
+    from gluon.kernels.attention_sm90.config import DEFAULT_CONFIGS, WRONG_ON_GPU, gpu_problem
+    assert set(WRONG_ON_GPU) == {"PREFETCH_Q", "EARLY_Q_RELEASE"}
+    for cfg in DEFAULT_CONFIGS.values():
+        assert gpu_problem(cfg) is None
+    assert gpu_problem(AttentionConfig(PERSISTENT=True, OVERLAP=False)) is None
+    for name in WRONG_ON_GPU:
+        why = gpu_problem(AttentionConfig(PERSISTENT=True, OVERLAP=False, **{name: True}))
+        assert why.startswith(f"AttentionConfig {name}=True gave a wrong log-sum-exp on an H100") and "docs/" in why
+
+
 @pytest.mark.parametrize("kw", [dict(OVERLAP=False), dict(OVERLAP=False, STAGES=3), dict(OVERLAP=True),
                                 dict(OVERLAP=False, PERSISTENT=True)])
 @pytest.mark.parametrize("causal", [False, True])

@@ -212,21 +212,31 @@ def test_joint_wait(D, config):
     _check_variant(D, config)
 
 
-@pytest.mark.parametrize("D,config", [(64, dict(PERSISTENT=True, OVERLAP=False, PREFETCH_Q=True)),
-                                      (64, dict(PERSISTENT=True, OVERLAP=False, PREFETCH_Q=True, STAGES=3)),
-                                      (128, dict(PERSISTENT=True, OVERLAP=False, PINGPONG=False, PREFETCH_Q=True)),
-                                      (64, dict(PERSISTENT=True, OVERLAP=False, EARLY_Q_RELEASE=True)),
-                                      (64, dict(PERSISTENT=True, OVERLAP=False, EARLY_Q_RELEASE=True, PINGPONG=True))])
-def test_prefetched_q(D, config):
-    """PREFETCH_Q: the serial persistent kernel with the next tile's Q in a second buffer (a serial kernel with two
-    buffers once read a wrong Q when Skv < BLOCK_N, the unmasked loop running no step), or EARLY_Q_RELEASE: its one
-    Q buffer handed back before the epilogue (O staged in its own tile). Those sizes first, one CTA walking many
-    tiles (more units than SMs), then sizes off the tiles, Sq != Skv, repeated calls bit-identical."""
+@pytest.mark.parametrize("D,config", [(64, dict(PERSISTENT=True, OVERLAP=False)), (64, dict(PERSISTENT=True)),
+                                      (128, dict(PERSISTENT=True, OVERLAP=False, PINGPONG=False)),
+                                      (128, dict(PERSISTENT=True))])
+def test_persistent_q_buffers(D, config):
+    """The persistent kernels, serial (one Q buffer) and overlapped (two), with one CTA walking many tiles (more
+    units than SMs) at Skv < BLOCK_N, where the unmasked loop runs no step (a serial kernel with two Q buffers read
+    a wrong Q there); the LSE checked: at Skv = 1 O is V whatever Q is, only the LSE sees a wrong Q. Then sizes off
+    the tiles, Sq != Skv, repeated calls bit-identical."""
     for causal in (False, True):
         for skv in (1, 17, 100, 127):
-            _run(3, 64, 64, skv, skv, D, causal, "float16", config=config)
+            _run(3, 64, 64, skv, skv, D, causal, "float16", config=config, lse=True)
             _run(2, 48, 16, 200, skv, D, causal, "bfloat16", config=config, lse=True)
     _check_variant(D, config)
+
+
+@pytest.mark.parametrize("switch", ["PREFETCH_Q", "EARLY_Q_RELEASE"])
+def test_switches_wrong_on_the_gpu_are_refused_there(switch):
+    """PREFETCH_Q and EARLY_Q_RELEASE gave a wrong LSE here (config.WRONG_ON_GPU): `attention` refuses them with
+    one line naming the switch instead of returning wrong numbers."""
+    import torch
+    from gluon.ir import GluonError
+    from gluon.kernels.attention_sm90 import attention
+    q, k, v = _inputs(1, 2, 2, 200, 200, 64, torch.bfloat16)
+    with pytest.raises(GluonError, match=f"{switch}=True gave a wrong log-sum-exp"):
+        attention(q, k, v, config={"PERSISTENT": True, "OVERLAP": False, switch: True})
 
 
 def test_scale_argument():

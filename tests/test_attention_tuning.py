@@ -110,6 +110,10 @@ def test_the_shipped_spec_validates():
     ("[4, 16, 8192, 128, false], [4, 16, 8192, 128, true],", "[4, 16, 8192, 128, 2], [4, 16, 8192, 128, true],",
      ["kernel.shapes[0]: [4, 16, 8192, 128, 2] does not fit template attention_sm90: CAUSAL=2: write true or false"]),
     ('sampler = "tpe"', 'sampler = "tpr"', ["tuning.sampler: unknown sampler 'tpr'; did you mean 'tpe'?"]),
+    # a switch whose kernels gave wrong results on the GPU (config.WRONG_ON_GPU) is not searched
+    ("PERSISTENT = { values = [true, false] }",
+     "PERSISTENT = { values = [true, false] }\nPREFETCH_Q = { values = [false, true] }",
+     ["PREFETCH_Q=True: gave a wrong log-sum-exp on an H100", "not tuned (write values = [false])"]),
 ])
 def test_a_bad_value_in_the_spec_is_one_clear_line(tmp_path, capsys, old, new, parts):
     from gluon.cli import main

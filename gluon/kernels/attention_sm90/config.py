@@ -165,6 +165,23 @@ class AttentionConfig:
 
 FIELDS = tuple(f.name for f in fields(AttentionConfig))
 
+# switches whose kernels gave wrong results on the GPU: `attention` does not launch them there (the interpreter,
+# the compiler and a launch of the kernel itself still take them, for the investigation); docs/ATTENTION.md
+WRONG_ON_GPU = {
+    "PREFETCH_Q": "a wrong log-sum-exp on an H100 (2026-12-06: Sq 200, Skv 1, more tiles than SMs; O right), as "
+                  "a serial two-buffer kernel read a wrong Q in the twelfth session; cause not found",
+    "EARLY_Q_RELEASE": "a wrong log-sum-exp on an H100 (2026-12-06: Sq 200, Skv 1, more tiles than SMs; O right); "
+                       "cause not found",
+}
+
+
+def gpu_problem(cfg: AttentionConfig) -> str | None:
+    """Why `attention` does not launch `cfg` on a GPU (a switch of WRONG_ON_GPU is on), else None."""
+    for name, why in WRONG_ON_GPU.items():
+        if getattr(cfg, name):
+            return f"AttentionConfig {name}=True gave {why} (docs/ATTENTION.md); not launched on the GPU"
+    return None
+
 # per head dim: what ran best on the H200 (docs/PERF.md): at D128 persistent (two stages: the second Q
 # buffer takes the third's shared memory; 232 / 32 registers: the splits 240 / 24, 240 / 32 and 232 / 40 each
 # spill in some launch's specialization, tests/test_attention.py compiles them), at D64 three warpgroups of

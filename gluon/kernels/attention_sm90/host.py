@@ -20,7 +20,7 @@ from gluon.runtime.cuda import sm_count
 from gluon.types import TensorRef
 
 from ..tensor_checks import device_sms, interpreting, on_the_launch_device
-from .config import HEAD_DIMS, AttentionConfig, choose_config, default_config, grid, num_warps, to_config
+from .config import HEAD_DIMS, AttentionConfig, choose_config, default_config, gpu_problem, grid, num_warps, to_config
 from .kernel import attention_sm90
 
 _LOG2E = 1.4426950408889634
@@ -221,6 +221,9 @@ def attention(q, k, v, causal: bool = False, scale: float | None = None,
     plan = _PLANS.get(key)
     if plan is None:
         cfg = to_config(config, choose_config(D, Skv, bool(causal)))
+        problem = None if interpreting() else gpu_problem(cfg)
+        if problem is not None:
+            _fail(problem)
         kw = dict(CFG=cfg, HEAD_DIM=D, CAUSAL=bool(causal), Q_BSHD=q_bshd, K_BSHD=k_bshd, V_BSHD=v_bshd,
                   WRITE_LSE=bool(return_lse), num_warps=num_warps(cfg))
         sms = (device_sms(q.device) if interpreting() else sm_count(q.device.index)) if cfg.PERSISTENT else 0

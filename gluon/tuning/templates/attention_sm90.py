@@ -45,7 +45,7 @@ import gluon.kernels.attention_sm90 as _kernel_package
 from gluon.ir import GluonError
 from gluon.kernels.attention_sm90 import (HEAD_DIMS, AttentionConfig, attention, attention_sm90, default_config,
                                           num_warps, stand_ins, to_config)
-from gluon.kernels.attention_sm90.config import FIELDS, LONG_D128, SHORT_CAUSAL_D128
+from gluon.kernels.attention_sm90.config import FIELDS, LONG_D128, SHORT_CAUSAL_D128, WRONG_ON_GPU
 from gluon.kernels.attention_sm90.reference import reference as reference_attention
 from gluon.tuning.template import (H200_PEAK_BW, H200_PEAK_FLOPS, H200_SMS, TuningTemplate, dtype_name, element_size,
                                    gluon_dtype, log_distance, torch_dtype, waves_efficiency)
@@ -134,6 +134,8 @@ class _AttentionSM90Tuning(TuningTemplate):
     def value_problem(self, name, value):
         if name == "PRODUCER_WARPS" and value != 1:
             return "attention_sm90 has one TMA producer warp (write warps = 1)"
+        if name in WRONG_ON_GPU and value is True:
+            return f"gave {WRONG_ON_GPU[name]} (docs/ATTENTION.md): not tuned (write values = [false])"
         return None
 
     def trace(self, config, shape, dtype, arch):
