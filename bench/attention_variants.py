@@ -22,6 +22,7 @@ sys.path[0] = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 import math  # noqa: E402
 import statistics  # noqa: E402
+import time  # noqa: E402
 
 from bench import attention as A  # noqa: E402
 from bench.common import bench_ms, environment, need_gpu, parse_config, parser, table, write_json  # noqa: E402
@@ -77,8 +78,12 @@ def measure(case, dn: str, causal: bool, q, k, v, scale: float, impls: dict, arg
     row: dict = {"case": case.name, "dtype": dn, "mask": "causal" if causal else "none", "flops": flops}
     calls = {}
     for name, make in impls.items():
+        t0 = time.perf_counter()
         res = A.check(make, q, k, v, causal, scale, ref, pairs, args.tol)
         row[f"{name}_status"], row[f"{name}_err"] = res["status"], res.get("err")
+        # progress on stderr (the first check of a variant compiles it): a run cut short shows where it was
+        print(f"  {case.name} {row['mask']} {name}: {res['status']} in {time.perf_counter() - t0:.1f} s",
+              file=sys.stderr, flush=True)
         if res["status"] == "ok":
             calls[name] = res["call"]
         else:

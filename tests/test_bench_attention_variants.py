@@ -72,5 +72,8 @@ def test_rows_time_only_correct_variants_and_give_per_round_ratios(tmp_path, mon
     assert sorted(set(seen)) == ["cudnn", "fast", "slow", "triton"] and len(seen) == 8
     assert row["fast_vs_cudnn"] == 1.5 and row["slow_vs_cudnn"] == 0.75 and row["slow_vs_triton"] == 0.9
     assert row["fast_tflops"] == pytest.approx(A.attention_flops(A.Case(1, 2, 16, 16, 64, 2), True) / 1.0 / 1e9)
-    out = capsys.readouterr().out
-    assert "fast/cuDNN" in out and "slow/Triton" in out and "bad: wrong" in out
+    got = capsys.readouterr()
+    assert "fast/cuDNN" in got.out and "slow/Triton" in got.out and "bad: wrong" in got.out
+    # each check (a variant's first compiles it) reports on stderr as it finishes: a run cut short shows where
+    assert [ln.split(":")[0].split()[-1] for ln in got.err.splitlines()] == list(impls)
+    assert "B1 H2 S16 D64 causal bad: wrong in " in got.err
