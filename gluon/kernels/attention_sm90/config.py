@@ -85,12 +85,13 @@ class AttentionConfig:
                     always; with one buffer the next Q waits for this tile's epilogue and the next K/V behind it, a
                     load latency and the epilogue exposed every tile (about 2.7 us a tile at D64 S4096 by the
                     default's causal and unmasked times). A serial kernel with two buffers read a wrong Q on the
-                    H200 when it ran (twelfth session, the code of then; not reproduced by the interpreter): the
-                    GPU tests at Skv < BLOCK_N decide
+                    H200 (twelfth session, the code of then) and this one gives a wrong LSE on an H100 (thirty-sixth
+                    session); the interpreter runs both right: `attention` refuses it on a GPU (WRONG_ON_GPU)
     EARLY_Q_RELEASE PERSISTENT without OVERLAP, one Q buffer (PREFETCH_Q's alternative): the epilogue stages O in
                     a tile of its own, so a warpgroup hands its Q buffer back as soon as its last S GEMM is done, and
                     the producer loads the next tile's Q while the consumers run the epilogue (and, causal, release
-                    the blocks right of their rows); 8 KiB a warpgroup at D64 instead of PREFETCH_Q's second Q tile
+                    the blocks right of their rows); 8 KiB a warpgroup at D64 instead of PREFETCH_Q's second Q tile.
+                    A wrong LSE on an H100 the same way (thirty-sixth session): refused on a GPU too
     """
 
     BLOCK_M: int = 128
