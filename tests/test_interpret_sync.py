@@ -512,6 +512,10 @@ def test_the_shipped_attention_interprets_right(causal, over, S):
                              K_BSHD=kb, V_BSHD=vb, WRITE_LSE=True, num_warps=num_warps(cfg))
     ref = torch.nn.functional.scaled_dot_product_attention(q.float(), k.float(), v.float(), is_causal=causal)
     torch.testing.assert_close(o.float(), ref, rtol=2e-3, atol=2e-3)
+    # the log-sum-exp too: where Q enters without moving O (a wrong Q at one key still gives O = V)
+    from gluon.kernels.attention_sm90.reference import reference
+    _, ref_lse = reference(q, k, v, causal, None, with_lse=True)
+    torch.testing.assert_close(lse.view(B, H, S), ref_lse, rtol=0, atol=2e-3)
 
 
 # ------------------------------------------------------------------------------ schedules
