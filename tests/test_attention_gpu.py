@@ -212,7 +212,8 @@ def test_joint_wait(D, config):
     _check_variant(D, config)
 
 
-@pytest.mark.parametrize("D,config", [(64, dict(PERSISTENT=True, OVERLAP=False)), (64, dict(PERSISTENT=True)),
+@pytest.mark.parametrize("D,config", [(64, dict(PERSISTENT=True, OVERLAP=False)),
+                                      (64, dict(PERSISTENT=True, OVERLAP=True)),
                                       (128, dict(PERSISTENT=True, OVERLAP=False, PINGPONG=False)),
                                       (128, dict(PERSISTENT=True))])
 def test_persistent_q_buffers(D, config):
