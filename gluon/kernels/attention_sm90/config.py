@@ -168,11 +168,10 @@ FIELDS = tuple(f.name for f in fields(AttentionConfig))
 
 # switches whose kernels gave wrong results on the GPU: `attention` does not launch them there (the interpreter,
 # the compiler and a launch of the kernel itself still take them, for the investigation); docs/ATTENTION.md
+_WRONG_LSE = "a wrong log-sum-exp on an H100 (2026-12-06: Sq 200, Skv 1, more tiles than SMs; O right)"
 WRONG_ON_GPU = {
-    "PREFETCH_Q": "a wrong log-sum-exp on an H100 (2026-12-06: Sq 200, Skv 1, more tiles than SMs; O right), as "
-                  "a serial two-buffer kernel read a wrong Q in the twelfth session; cause not found",
-    "EARLY_Q_RELEASE": "a wrong log-sum-exp on an H100 (2026-12-06: Sq 200, Skv 1, more tiles than SMs; O right); "
-                       "cause not found",
+    "PREFETCH_Q": f"{_WRONG_LSE}, as a serial two-buffer kernel read a wrong Q in the twelfth session; cause not found",
+    "EARLY_Q_RELEASE": f"{_WRONG_LSE}; cause not found",
 }
 
 
