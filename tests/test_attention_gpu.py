@@ -215,12 +215,15 @@ def test_joint_wait(D, config):
 @pytest.mark.parametrize("D,config", [(64, dict(PERSISTENT=True, OVERLAP=False)),
                                       (64, dict(PERSISTENT=True, OVERLAP=True)),
                                       (128, dict(PERSISTENT=True, OVERLAP=False, PINGPONG=False)),
-                                      (128, dict(PERSISTENT=True))])
+                                      (128, dict(PERSISTENT=True)),
+                                      (64, dict(PERSISTENT=True, OVERLAP=False, EARLY_Q_RELEASE=True)),
+                                      (64, dict(PERSISTENT=True, OVERLAP=False, EARLY_Q_RELEASE=True, PINGPONG=True))])
 def test_persistent_q_buffers(D, config):
-    """The persistent kernels, serial (one Q buffer) and overlapped (two), with one CTA walking many tiles (more
-    units than SMs) at Skv < BLOCK_N, where the unmasked loop runs no step (a serial kernel with two Q buffers read
-    a wrong Q there); the LSE checked: at Skv = 1 O is V whatever Q is, only the LSE sees a wrong Q. Then sizes off
-    the tiles, Sq != Skv, repeated calls bit-identical."""
+    """The persistent kernels, serial (one Q buffer, handed back after the epilogue or, EARLY_Q_RELEASE, before
+    it) and overlapped (two), with one CTA walking many tiles (more units than SMs) at Skv < BLOCK_N, where the
+    unmasked loop runs no step (a serial kernel with two Q buffers read a wrong Q there); the LSE checked: at Skv = 1
+    O is V whatever Q is, only the LSE sees a wrong Q. Then sizes off the tiles, Sq != Skv, repeated calls
+    bit-identical."""
     for causal in (False, True):
         for skv in (1, 17, 100, 127):
             _run(3, 64, 64, skv, skv, D, causal, "float16", config=config, lse=True)
@@ -228,10 +231,10 @@ def test_persistent_q_buffers(D, config):
     _check_variant(D, config)
 
 
-@pytest.mark.parametrize("switch", ["PREFETCH_Q", "EARLY_Q_RELEASE"])
+@pytest.mark.parametrize("switch", ["PREFETCH_Q"])
 def test_switches_wrong_on_the_gpu_are_refused_there(switch):
-    """PREFETCH_Q and EARLY_Q_RELEASE gave a wrong LSE here (config.WRONG_ON_GPU): `attention` refuses them with
-    one line naming the switch instead of returning wrong numbers."""
+    """PREFETCH_Q gave a wrong LSE here (config.WRONG_ON_GPU): `attention` refuses it with one line naming the
+    switch instead of returning wrong numbers."""
     import torch
     from gluon.ir import GluonError
     from gluon.kernels.attention_sm90 import attention

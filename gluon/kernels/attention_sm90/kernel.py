@@ -164,9 +164,9 @@ def attention_sm90(Q, K, V, O, L, Sq, Skv, H, GROUP, qk_scale, CFG: gl.constexpr
     ST = CFG.STAGES
     # Q buffers: the next tile's Q loads while this one runs. Serial (not OVERLAP) persistent kernels keep one
     # unless PREFETCH_Q: with two, their S GEMM in the masked loop read a wrong Q when the unmasked loop ran no step
-    # (Skv < BLOCK_N; seen on the H200 with the code of the twelfth session, and as a wrong LSE on an H100 in the
-    # thirty-sixth with PREFETCH_Q and EARLY_Q_RELEASE; cause not found; the OVERLAP loops, whose first S GEMM comes
-    # before them, are right; the interpreter runs both right; `attention` refuses both switches on a GPU)
+    # (Skv < BLOCK_N; seen on the H200 with the code of the twelfth session, and as a wrong LSE at nearly every row
+    # on an H100 in the thirty-sixth and thirty-seventh with PREFETCH_Q; cause not found; the OVERLAP loops, whose
+    # first S GEMM comes before them, are right; the interpreter runs it right; `attention` refuses it on a GPU)
     QB = q_buffers(CFG)
     if CFG.CTAS_PER_SM > 1:                     # launched with that share of the register file (the compile checks)
         gl.set_ctas_per_sm(CFG.CTAS_PER_SM)
