@@ -486,21 +486,26 @@ def test_m_from_33_to_64_takes_the_swapped_64x256_tiles_unswapped():
 
 
 def test_m_up_to_128_swaps_or_pairs_unless_the_tiles_fill_a_wave():
-    from gluon.kernels.gemm_sm90.config import DECODE_PAIRS, DECODE_WIDE
+    from gluon.kernels.gemm_sm90.config import DECODE_PAIRS, DECODE_WIDE, DECODE_WIDE_DEEP
     assert choose_config(128, 4096, 4096, 132).SWAP_AB               # two K slices: summed in the cluster
     assert choose_config(96, 14336, 4096, 132, pairs=False).SWAP_AB
-    # no K split above 64 rows: 128x128 tiles where they make half a wave to one ...
-    assert choose_config(96, 14336, 4096, 132) == DECODE_WIDE        # 112 tiles
-    assert choose_config(128, 11008, 4096, 132) == DECODE_WIDE       # 86
-    assert choose_config(128, 16896, 4096, 132) == DECODE_WIDE       # 132
-    w = DECODE_WIDE
-    assert (w.BLOCK_M, w.BLOCK_N, w.CONSUMER_WGS, w.CLUSTER_M, w.CTAS_PER_SM) == (128, 128, 1, 1, 1)
+    # no K split above 64 rows: 128x128 tiles where they make half a wave to one, 128-deep k-steps from 0.7 of one
+    assert choose_config(128, 11008, 4096, 132) == DECODE_WIDE       # 86 tiles
+    assert choose_config(128, 9216, 4096, 132) == DECODE_WIDE        # 72
+    assert choose_config(128, 11776, 4096, 132) == DECODE_WIDE       # 92: under 0.7 of 132
+    assert choose_config(128, 11904, 4096, 132) == DECODE_WIDE_DEEP  # 93
+    assert choose_config(128, 12288, 4096, 132) == DECODE_WIDE_DEEP  # 96
+    assert choose_config(96, 14336, 4096, 132) == DECODE_WIDE_DEEP   # 112
+    assert choose_config(128, 16896, 4096, 132) == DECODE_WIDE_DEEP  # 132
+    for w in (DECODE_WIDE, DECODE_WIDE_DEEP):
+        assert (w.BLOCK_M, w.BLOCK_N, w.CONSUMER_WGS, w.CLUSTER_M, w.CTAS_PER_SM) == (128, 128, 1, 1, 1)
+    assert (DECODE_WIDE.BLOCK_K, DECODE_WIDE.STAGES, DECODE_WIDE_DEEP.BLOCK_K, DECODE_WIDE_DEEP.STAGES) == (64, 6, 128, 3)
     # ... else in 2-CTA pairs sharing B
     assert choose_config(128, 16897, 4096, 132) == DECODE_PAIRS      # 133 tiles: over a wave
     assert choose_config(128, 8448, 4096, 132) == DECODE_PAIRS       # 66: half a wave
     assert choose_config(96, 18944, 3584, 132) == DECODE_PAIRS       # 296 tiles: more than two an SM
     assert choose_config(128, 8192, 28672, 132) == DECODE_PAIRS      # 128 tiles: fewer than the SMs
-    assert choose_config(64, 14336, 4096, 132) != DECODE_WIDE         # ... not at 64 (0.94 against 0.99x cuBLAS)
+    assert choose_config(64, 14336, 4096, 132) not in (DECODE_WIDE, DECODE_WIDE_DEEP)  # not at 64 (0.94 vs 0.99x)
     assert choose_config(96, 14336, 4096, 132, out_size=4).SWAP_AB   # an fp32 output: not timed
     assert not choose_config(96, 28672, 4096, 132).SWAP_AB           # 112 tiles of 128x256 already
     cfg = choose_config(128, 14336, 4096, 132, pairs=False)

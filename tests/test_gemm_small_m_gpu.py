@@ -7,7 +7,7 @@ torch = pytest.importorskip("torch")
 
 from gluon.kernels.gemm_sm90 import DEFAULT_CONFIG, launch  # noqa: E402
 from gluon.kernels.gemm_sm90.config import (DECODE_PAIRS, DECODE_ROWS, DECODE_ROWS_WIDE, DECODE_WIDE,  # noqa: E402
-                                            choose_config)
+                                            DECODE_WIDE_DEEP, choose_config)
 from gluon.kernels.gemm_sm90 import host as gemm_host  # noqa: E402
 
 FIXUP = DEFAULT_CONFIG.replace(BLOCK_M=64, BLOCK_N=64, CONSUMER_WGS=1, STAGES=8, SPLITK_FIXUP=True)
@@ -69,14 +69,18 @@ def test_small_m_default_config_matches_fp64(M, N, K):
         assert _rel_err(c, a, b, False) < 1e-2
 
 
-@pytest.mark.parametrize("M,N,K,b_kmajor", [(128, 11008, 4096, False), (100, 10000, 1000, True),
-                                             (80, 16000, 777, False), (72, 8500, 3000, True)])
+@pytest.mark.parametrize("M,N,K,b_kmajor,pick", [
+    (128, 11008, 4096, False, DECODE_WIDE), (100, 10000, 1000, True, DECODE_WIDE), (72, 8500, 3000, True, DECODE_WIDE),
+    (80, 16000, 777, False, DECODE_WIDE_DEEP), (128, 12288, 4096, True, DECODE_WIDE_DEEP),
+    (96, 14000, 1000, False, DECODE_WIDE_DEEP), (120, 16800, 4000, True, DECODE_WIDE_DEEP)],
+    ids=lambda v: "deep" if v is DECODE_WIDE_DEEP else "wide" if v is DECODE_WIDE else None)
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
-def test_decode_wide_default_matches_fp64(M, N, K, b_kmajor, dtype):
-    """Above 64 rows where 128x128 tiles make half a wave to one, launch's pick (DECODE_WIDE) on poisoned outputs,
-    sizes on and off the tiles (K = 777: rows off 16 bytes), both B layouts: within 1e-2 of fp64, every element
-    written, the same bits twice."""
-    assert choose_config(M, N, K, 132) == DECODE_WIDE
+def test_decode_wide_default_matches_fp64(M, N, K, b_kmajor, pick, dtype):
+    """Above 64 rows where 128x128 tiles make half a wave to one, launch's pick (DECODE_WIDE, or DECODE_WIDE_DEEP's
+    128-deep k-steps from 0.7 of a wave) on poisoned outputs, sizes on and off the tiles (K = 777: rows off 16 bytes;
+    K = 1000, 4000: not a multiple of 128), both B layouts: within 1e-2 of fp64, every element written, the same bits
+    twice."""
+    assert choose_config(M, N, K, 132) == pick
     _agree_bit_for_bit(M, N, K, dtype, b_kmajor, [(None, None), (None, None)])     # no config: launch's pick
 
 

@@ -59,13 +59,14 @@ def test_the_decode_spec_searches_the_small_m_family():
     assert p["CONSUMER_WARPS"] == Choice((4, 8))          # under the swap: one warpgroup, or two sharing A
     # and what `launch` picks above 64 rows where the swap needs no K split: 128x128 tiles, or 64x128 tiles in 2-CTA
     # pairs
-    from gluon.kernels.gemm_sm90.config import DECODE_PAIRS, DECODE_WIDE, choose_config
+    from gluon.kernels.gemm_sm90.config import DECODE_PAIRS, DECODE_WIDE, DECODE_WIDE_DEEP, choose_config
     from gluon.tuning.templates.gemm_sm90 import TUNING
-    assert p["CLUSTER_M"] == Choice((1, 2)) and choose_config(128, 14336, 4096, 132) == DECODE_WIDE
+    assert p["CLUSTER_M"] == Choice((1, 2)) and choose_config(128, 14336, 4096, 132) == DECODE_WIDE_DEEP
     assert (128, 14336, 4096) in decode.shapes
     held = {TUNING.knobs(c) for c in decode.space.grid()}
     assert DECODE_PAIRS.replace(EPILOGUE="direct", GROUP_M=16) in held
     assert DECODE_WIDE.replace(EPILOGUE="direct", GROUP_M=16) in held
+    assert DECODE_WIDE_DEEP.replace(EPILOGUE="direct", GROUP_M=16) in held
     assert not any(c.CLUSTER_M == 2 and (c.SWAP_AB or c.CLUSTER_K > 1) for c in held)
     # and two CTAs an SM, only where two rings fit
     assert p["CTAS_PER_SM"] == Choice((1, 2))
@@ -92,7 +93,7 @@ def test_a_gemm_study_is_seeded_with_launchs_pick_at_each_bucket():
             assert TUNING.splits(pick, (M, N, K), 132) == split_k(M, N, K, want, 132)
             held = {k: fixed.get(k, pick.get(k)) for k in decode.space.params}
             assert decode.space.check(held) is None, (M, N, K)
-    assert TUNING.pick((128, 14336, 4096), "bf16")["BLOCK_M"] == 128      # DECODE_WIDE
+    assert TUNING.pick((128, 14336, 4096), "bf16")["BLOCK_M"] == 128      # DECODE_WIDE_DEEP
     assert TUNING.pick((1, 4096, 4096), "bf16")["SWAP_AB"] is True
 
 

@@ -510,6 +510,11 @@ DECODE_PAIRS = DEFAULT_CONFIG.replace(BLOCK_M=64, BLOCK_N=128, BLOCK_K=64, STAGE
 # (128x11008x4096 B [K, N] 0.906 -> 0.995x cuBLAS, 1.008 -> 1.111x plain Triton); over a wave (96x18944x3584: 148)
 # the pairs stay, 0.88 against 0.80 (docs/PERF.md, thirty-second session)
 DECODE_WIDE = DEFAULT_CONFIG.replace(BLOCK_N=128, STAGES=6, CONSUMER_WGS=1, PDL=True)
+# ... with 128-deep k-steps over 3 stages where those tiles make 0.7 of a wave or more: on an H100, two calls, both B
+# layouts, against the 64-deep six: +0.6 to +3.8% at 96 and 112 tiles (128x12288x4096, 128 and 96 x 14336 x 4096;
+# 128x14336x4096 B [N, K] 0.954 -> 0.990x cuBLAS), -0.6 to +2.4% at 128, -0.9 to -1.8% at 86 (128x11008x4096)
+# (docs/PERF.md, thirty-seventh session)
+DECODE_WIDE_DEEP = DECODE_WIDE.replace(BLOCK_K=128, STAGES=3)
 # M in [32, 64] where 64x128 tiles make 0.65 to one wave: those, unswapped, 128-deep k-steps over 4 stages (plain
 # Triton's tile, deeper), B streamed once by one CTA a tile; against the swapped pick on an H100 (64 rows of A on
 # WGMMA's N, or 64-row B tiles over more than a wave): 1.006-1.087x at 12 cases of 86 to 128 such tiles, both B
@@ -566,6 +571,7 @@ def choose_config(M: int, N: int, K: int, num_sms: int, pitch_aligned: bool = Tr
       128x128 tiles where they make half a wave to one; from 32 to 64 rows with no K split, DECODE_ROWS's 64x128
       tiles unswapped where they make 0.65 to one wave and the swapped tiles are 64 wide on either side (the same
       conditions), and DECODE_ROWS_WIDE's 64x256 tiles unswapped where the swapped pick is those tiles;
+      DECODE_WIDE_DEEP (128-deep k-steps) where DECODE_WIDE's tiles make 0.7 of a wave or more;
     * K >= DEEP_K with under half a wave of 128x128 tiles: `deep_k_config`'s 128x128 tiles, or 128x256 where
       `wave_tiles` (split along K by `split_k`; no cluster where A has an odd count of tile rows);
     * under about one wave of 128x256 tiles: the first of SMALL_CONFIGS whose tiles fit in one wave;
@@ -593,8 +599,10 @@ def choose_config(M: int, N: int, K: int, num_sms: int, pitch_aligned: bool = Tr
             if (cfg.BLOCK_M, cfg.BLOCK_N) == (64, 256):
                 return DECODE_ROWS_WIDE
             if M > _SWAP_ALWAYS_M:
-                wide = num_sms < 2 * tiles(M, N, DECODE_WIDE) and tiles(M, N, DECODE_WIDE) <= num_sms
-                return DECODE_WIDE if wide else DECODE_PAIRS
+                n = tiles(M, N, DECODE_WIDE)
+                if not num_sms < 2 * n <= 2 * num_sms:
+                    return DECODE_PAIRS
+                return DECODE_WIDE_DEEP if 10 * n >= 7 * num_sms else DECODE_WIDE
         return cfg
     if fills_a_wave(M, N, num_sms):
         if out_size > 2:
