@@ -15,8 +15,9 @@ lowering of the ttng ops it emits; each op runs once per role (the role's warps 
   otherwise (tasks.py).
 * `named_barrier_sync` / `named_barrier_arrive`: PTX bar.sync / bar.arrive id, n. A role counts its
   warps' threads at once (a whole role reaches the op together); the generation completes when n
-  threads arrived, releasing the syncers. A role whose threads would pass n, or a thread count other
-  than the generation's, is an error.
+  threads arrived, releasing the syncers. A role whose threads would pass n, a thread count other
+  than the generation's, or a role counting into a generation twice (its partner not yet there: the
+  hardware would complete the generation without it) is an error.
 * `griddep_wait` / `griddep_launch_dependents`: no-ops, as the interpreter runs each launch to its end
   before the next starts (a programmatic dependent's wait always finds the kernel before it done).
 * `cluster_rank` / `cluster_sync`: the interpreter runs one CTA at a time, so it refuses a kernel with
@@ -33,7 +34,7 @@ import numpy as np
 from .hazards import join
 from .ops import InterpretError, rule
 from .shared import BarrierView, MBarrier
-from .tasks import MbarWait, NamedBarrier, NamedWait, block
+from .tasks import MbarWait, NamedBarrier, NamedWait, block, yield_after
 
 
 def _pred(args: list, idx: int) -> bool:
@@ -102,6 +103,7 @@ def _barrier_arrive(it, op, args):
         _room(op, view, bar, n)
         it.cta.observer.on_arrive(bar, it.who)
         bar.arrive(n)
+        yield_after(it, op)
     return []
 
 
@@ -143,13 +145,20 @@ def _count_in(it, op, nb: NamedBarrier, need: int, what: str) -> int:
             f"{what}: the {threads} threads of {it.actor} would make {nb.arrived + threads} of the {need} it counts "
             "(a role counts all its warps' threads; make the count the sum of the threads of the roles that meet "
             "there)", op.loc)
+    if it.actor in nb.members:
+        raise InterpretError(
+            f"{what}: {it.actor} counts into generation {nb.generation} a second time before it completed (the "
+            "hardware counts its threads twice, so the generation completes without the role it was to meet and "
+            "that role waits on the next one)", op.loc)
     gen = nb.generation
     clock = nb.clocks.setdefault(gen, {})
     join(clock, it.cta.observer.release(it.who))
     nb.arrived += threads
+    nb.members.add(it.actor)
     if nb.arrived == need:
         nb.generation += 1
         nb.arrived = 0
+        nb.members.clear()
     return gen
 
 
@@ -170,6 +179,7 @@ def _named_barrier_sync(it, op, args):
 def _named_barrier_arrive(it, op, args):
     nb, need = _named(it, op, args)
     _count_in(it, op, nb, need, f"named barrier {nb.bid} (bar.arrive, {need} threads)")
+    yield_after(it, op)
     return []
 
 

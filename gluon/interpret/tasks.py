@@ -8,7 +8,8 @@ thread per role keeps that code as it is, and the baton (one semaphore per task,
 scheduler at each blocking point) makes the run deterministic. The scheduler runs the roles in their
 order in the section (the order of the `with warp_role(...)` blocks), each until it blocks or ends,
 then the next one (round robin) whose wait is satisfied. Switching only at blocking points keeps it
-cheap: a GEMM's roles switch a few times per ring pass, not per op.
+cheap: a GEMM's roles switch a few times per ring pass, not per op. A seeded schedule also switches after
+each arrive (`yield_after`), so a role that hands work on and keeps going can be overtaken there.
 
 When no live task can go on, that is a deadlock: one `DeadlockError` listing every role with the line it
 waits at and the state of what it waits for. A wait that returns at once never switches, so one task
@@ -41,7 +42,7 @@ SCHEDULE_ENV = "GLUON_INTERPRET_SCHEDULE"
 def check_schedule(schedule) -> str | int:
     """`schedule` as the scheduler takes it: "in_order" (round robin in section order, the default),
     "reverse" (round robin from the last role), or an int seed (a seeded random pick among the roles that
-    can go on, at every switch); None reads GLUON_INTERPRET_SCHEDULE (unset: "in_order")."""
+    can go on, at every switch, and a switch after every arrive); None reads GLUON_INTERPRET_SCHEDULE (unset: "in_order")."""
     if schedule is None:
         schedule = os.environ.get(SCHEDULE_ENV, "").strip() or "in_order"
         if isinstance(schedule, str) and schedule.isdigit():
@@ -79,6 +80,7 @@ class NamedBarrier:
     arrived: int = 0
     generation: int = 0
     clocks: dict = field(default_factory=dict)     # generation -> the clock its participants released
+    members: set = field(default_factory=set)      # the roles counted in the generation in progress
 
 
 @dataclass(eq=False)
@@ -139,6 +141,19 @@ class NamedWait:
 
     def describe(self) -> str:
         return f"{self.what}: {self.bar.arrived} of {self.bar.need} threads have arrived"
+
+
+@dataclass(frozen=True)
+class Passed:
+    """No wait at all: a seeded schedule's switch point after an arrive (`yield_after`)."""
+
+    op: Op
+
+    def ready(self) -> bool:
+        return True
+
+    def describe(self) -> str:
+        return "nothing (a switch point after an arrive)"
 
 
 class DeadlockError(InterpretError):
@@ -287,6 +302,15 @@ class Scheduler:
 _FIX = ("a phase completes once `count` arrivals (arrive, and expect counting one) and every byte it expects "
         "have reached it, and a named barrier once its thread count has arrived: check each barrier's count "
         "against the arrives on it, and the phase parity each wait waits for")
+
+
+def yield_after(it, op: Op) -> None:
+    """Under a seeded schedule, let the scheduler pick any role that can go on (this one included) after an
+    arrive: a role that only arrives never blocks, so without this the roles it hands work to never run between
+    its arrive and its next wait, and a protocol that needs them to (a named barrier's partner counted in before
+    the role arrives again) would never be tried."""
+    if it.task is not None and type(it.cta.schedule) is int:
+        it.task.block(Passed(op))
 
 
 def block(it, wait: Wait) -> None:
