@@ -348,6 +348,8 @@ def turns(v: str = ""):
         with warp_role(WarpRole.CONSUMER, warp_range=(4, 7)):
             if v != "no_first_turn":
                 gl.named_barrier_arrive(8, 256)                             # warpgroup 0 goes first
+            if v == "open_twice":
+                gl.named_barrier_arrive(8, 256)                             # opened again
             for i in range(N):
                 gl.named_barrier_sync(9, 256)                               # warpgroup 1's turn
                 x = gl.load(X)
@@ -369,6 +371,17 @@ def test_a_named_barrier_nobody_arrives_at_is_a_deadlock():
               k, "# warpgroup 0's turn", "deadlock",
               "named barrier 8 (bar.sync, 256 threads): 128 of 256 threads have arrived",
               "named barrier 9 (bar.sync, 256 threads): 128 of 256 threads have arrived")
+
+
+def test_a_role_counted_twice_into_one_generation_is_an_error():
+    """Warpgroup 1 opens the turns twice. Run first ("reverse"), its second arrive counts into the generation its
+    first began: the hardware would complete it without warpgroup 0, which then waits on the next one (the
+    attention kernel's turns, closed and reopened per tile, did that on the GPU)."""
+    k = turns("open_twice")
+    raises_at(lambda: k.interpret((1,), torch.zeros(1, dtype=torch.int32), torch.zeros(8, dtype=torch.int32), N=4,
+                                  schedule="reverse"),
+              k, "# opened again", "named barrier 8 (bar.arrive, 256 threads): role consumer (warps 4..7) counts into "
+              "generation 0 a second time before it completed")
 
 
 # ------------------------------------------------------------------------------ errors, budget, clusters
@@ -516,6 +529,34 @@ def test_the_shipped_attention_interprets_right(causal, over, S):
     from gluon.kernels.attention_sm90.reference import reference
     _, ref_lse = reference(q, k, v, causal, None, with_lse=True)
     torch.testing.assert_close(lse.view(B, H, S), ref_lse, rtol=0, atol=2e-3)
+
+
+@pytest.mark.parametrize("over", [dict(), dict(PINGPONG=True, PERSISTENT=True, OVERLAP=False, CONSUMER_WGS=3,
+                                                BLOCK_M=192, CONSUMER_REGS=160),
+                                  dict(PINGPONG=True, PERSISTENT=True, OVERLAP=False, CONSUMER_WGS=3, BLOCK_M=192,
+                                       CONSUMER_REGS=160, EARLY_Q_RELEASE=True)])
+@pytest.mark.parametrize("schedule", [3, 4, 5])
+def test_persistent_turns_hold_under_other_schedules(over, schedule):
+    """The persistent kernels whose warpgroups take turns (the D128 default; D64's serial form with and without
+    EARLY_Q_RELEASE), one CTA walking 16 tiles, the roles switched at every arrive too (seeded schedules): with
+    the turns closed and reopened per tile, the last warpgroup's reopening arrive reached warpgroup 0's barrier
+    before warpgroup 0 took the closing one under these seeds (and hung the GPU: thirty-seventh session)."""
+    from gluon.kernels.attention_sm90.config import default_config, grid, num_warps, to_config
+    from gluon.kernels.attention_sm90.host import _as_view, _empty_like_rows, _view2d
+    from gluon.kernels.attention_sm90.kernel import attention_sm90
+    B, H, S, D = 1, 8, 200, 128 if not over else 64
+    cfg = to_config(over, default_config(D))
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(B, H, S, D).half() for _ in range(3))
+    (q2, qb, _), (k2, kb, _), (v2, vb, _) = _as_view(q), _as_view(k), _as_view(v)
+    o = _empty_like_rows(q, qb)
+    o2 = _view2d(o)[0]
+    o2.fill_(float("nan"))
+    attention_sm90.interpret(grid(S, B * H, cfg, False, 1), q2, k2, v2, o2, torch.zeros(B * H * S), S, S, H, 1,
+                             1.4426950408889634 / math.sqrt(D), CFG=cfg, HEAD_DIM=D, CAUSAL=False, Q_BSHD=qb,
+                             K_BSHD=kb, V_BSHD=vb, WRITE_LSE=True, num_warps=num_warps(cfg), schedule=schedule)
+    ref = torch.nn.functional.scaled_dot_product_attention(q.float(), k.float(), v.float())
+    torch.testing.assert_close(o.float(), ref, rtol=2e-3, atol=2e-3)
 
 
 # ------------------------------------------------------------------------------ schedules

@@ -219,6 +219,10 @@ def attention_sm90(Q, K, V, O, L, Sq, Skv, H, GROUP, qk_scale, CFG: gl.constexpr
             l_layout = Layout.wgmma((4, 1), instr_n=ROWSUM_COLS, operand_dtype=Q.dtype)
             cnt = gl.full((), 0, gl.int32)      # key blocks this CTA has taken from the ring so far
             tc = gl.full((), 0, gl.int32)       # tiles so far: which Q buffer, which phase
+            # the turns run on from tile to tile (every warpgroup takes as many turns a tile), opened and closed once:
+            # closed and reopened per tile, the last warpgroup's reopening arrive could reach warpgroup 0's barrier
+            # before warpgroup 0 took the closing one (the interpreter's seeded schedules find it; a hang on the GPU)
+            turns_open(g, PP, WGS)
             for u in range(u_first, u_end, u_step):
                 for h in range(0, _unit_tiles(u, num_m, per_head, TPU)):
                     m_blk, bh = _unit_tile(u, h, num_m, per_head, TPU, CFG.REVERSE_M)
@@ -248,7 +252,6 @@ def attention_sm90(Q, K, V, O, L, Sq, Skv, H, GROUP, qk_scale, CFG: gl.constexpr
                                s_layout=s_layout, p_layout=p_layout, CAUSAL=CAUSAL, dtype=Q.dtype, g=g, WGS=WGS,
                                PINGPONG=PP, p_s=p_s, PB=PB, pin=pin_g, hold=hold_g, ones=ones_g, TREE=CFG.TREE_MAX,
                                JOINT=CFG.JOINT_WAIT)
-                    turns_open(g, PP, WGS)
                     _stage(q_ready, qb, QB).wait((tc // QB) & 1)
                     if CFG.OVERLAP:
                         if n_blocks > 0:
@@ -298,7 +301,6 @@ def attention_sm90(Q, K, V, O, L, Sq, Skv, H, GROUP, qk_scale, CFG: gl.constexpr
                         _release(cnt + jr, k_ready, v_ready, k_empty, v_empty, ST)
                         turn_begin(g, PP)                  # (a turn without GEMMs: all take as many turns)
                         turn_end(g, PP, WGS)
-                    turns_close(g, PP)
                     if CFG.ROWSUM_MMA:              # the row sums, out of the accumulator's equal columns
                         l_i = gl.convert_layout(gl.max(l_i, 1), SliceLayout(1, s_layout))
                     o_g = _stage(o_s, g, WGS) if CFG.EARLY_Q_RELEASE else q_g
@@ -311,6 +313,7 @@ def attention_sm90(Q, K, V, O, L, Sq, Skv, H, GROUP, qk_scale, CFG: gl.constexpr
                         _stage(q_empty, qb, QB).arrive()
                     cnt = cnt + n_blocks
                     tc = tc + 1
+            turns_close(g, PP)
 
     with warp_role(WarpRole.PRODUCER, warp_range=(4 * WGS, 4 * WGS), registers=CFG.PRODUCER_REGS):
         cnt = gl.full((), 0, gl.int32)
