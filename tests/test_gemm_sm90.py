@@ -499,7 +499,8 @@ def test_m_up_to_128_swaps_or_pairs_unless_the_tiles_fill_a_wave():
     assert choose_config(128, 16896, 4096, 132) == DECODE_WIDE_DEEP  # 132
     for w in (DECODE_WIDE, DECODE_WIDE_DEEP):
         assert (w.BLOCK_M, w.BLOCK_N, w.CONSUMER_WGS, w.CLUSTER_M, w.CTAS_PER_SM) == (128, 128, 1, 1, 1)
-    assert (DECODE_WIDE.BLOCK_K, DECODE_WIDE.STAGES, DECODE_WIDE_DEEP.BLOCK_K, DECODE_WIDE_DEEP.STAGES) == (64, 6, 128, 3)
+    assert (DECODE_WIDE.BLOCK_K, DECODE_WIDE.STAGES) == (64, 6)
+    assert (DECODE_WIDE_DEEP.BLOCK_K, DECODE_WIDE_DEEP.STAGES) == (128, 3)
     # ... else in 2-CTA pairs sharing B
     assert choose_config(128, 16897, 4096, 132) == DECODE_PAIRS      # 133 tiles: over a wave
     assert choose_config(128, 8448, 4096, 132) == DECODE_PAIRS       # 66: half a wave

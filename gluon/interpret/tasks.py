@@ -42,7 +42,8 @@ SCHEDULE_ENV = "GLUON_INTERPRET_SCHEDULE"
 def check_schedule(schedule) -> str | int:
     """`schedule` as the scheduler takes it: "in_order" (round robin in section order, the default),
     "reverse" (round robin from the last role), or an int seed (a seeded random pick among the roles that
-    can go on, at every switch, and a switch after every arrive); None reads GLUON_INTERPRET_SCHEDULE (unset: "in_order")."""
+    can go on, at every switch, and a switch after every arrive); None reads GLUON_INTERPRET_SCHEDULE (unset:
+    "in_order")."""
     if schedule is None:
         schedule = os.environ.get(SCHEDULE_ENV, "").strip() or "in_order"
         if isinstance(schedule, str) and schedule.isdigit():

@@ -172,8 +172,8 @@ FIELDS = tuple(f.name for f in fields(AttentionConfig))
 # switches whose kernels gave wrong results on the GPU: `attention` does not launch them there (the interpreter,
 # the compiler and a launch of the kernel itself still take them, for the investigation); docs/ATTENTION.md
 WRONG_ON_GPU = {
-    "PREFETCH_Q": "a wrong log-sum-exp on an H100 (2026-12-06: nearly every row at Sq 200, Skv 1; O right), as a serial "
-                  "two-buffer kernel read a wrong Q in the twelfth session; cause not found",
+    "PREFETCH_Q": "a wrong log-sum-exp on an H100 (2026-12-06: nearly every row at Sq 200, Skv 1; O right), as a "
+                  "serial two-buffer kernel read a wrong Q in the twelfth session; cause not found",
 }
 
 
