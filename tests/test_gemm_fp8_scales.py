@@ -95,11 +95,15 @@ def test_block_scales_follow_k_zigzag(interpret_env):
     torch.testing.assert_close(c.double(), ref, rtol=1e-2, atol=1e-2 * ref.abs().max().item())
 
 
+@pytest.mark.parametrize("schedule", ["in_order", "3", "4", "5", "6", "7"])
 @pytest.mark.parametrize("M,N,K,splits", [(512, 256, 512, None), (200, 136, 520, 2)])
-def test_block_scales_with_mma_turns(interpret_env, monkeypatch, M, N, K, splits):
+def test_block_scales_with_mma_turns(interpret_env, monkeypatch, M, N, K, splits, schedule):
     """MMA_TURNS: the two consumer warpgroups take turns issuing their WGMMAs (named barriers); several units a
-    program (a grid of 2) and K slices, so the turns run across units and the last one is taken back."""
+    program (a grid of 2) and K slices, so the turns run across units and the last one is taken back. Under seeded
+    schedules too (the roles also switched after every arrive): turns closed and reopened per unit would count the
+    last warpgroup twice into warpgroup 0's barrier there, as the attention kernel's did."""
     from gluon.kernels.gemm_sm90 import GemmConfig
+    monkeypatch.setenv("GLUON_INTERPRET_SCHEDULE", schedule)
     import gluon.kernels.gemm_sm90.host as host
     torch.manual_seed(10)
     a, b = _fp8(M, K), _fp8(N, K)
@@ -114,11 +118,13 @@ def test_block_scales_with_mma_turns(interpret_env, monkeypatch, M, N, K, splits
     torch.testing.assert_close(c.double(), ref, rtol=1e-2, atol=1e-2 * ref.abs().max().item())
 
 
-@pytest.mark.parametrize("turns", [False, True])
-def test_block_scales_on_three_warpgroups(interpret_env, monkeypatch, turns):
+@pytest.mark.parametrize("turns,schedule", [(False, "in_order"), (True, "in_order")] + [(True, s) for s in "34567"])
+def test_block_scales_on_three_warpgroups(interpret_env, monkeypatch, turns, schedule):
     """192 x 128 tiles, three consumer warpgroups of 64 rows each its own role (152 registers each), with and
-    without turns (round robin over named barriers 8, 9, 10): two units a program, rows off the tile."""
+    without turns (round robin over named barriers 8, 9, 10): two units a program, rows off the tile; the turns
+    under seeded schedules too."""
     from gluon.kernels.gemm_sm90 import GemmConfig
+    monkeypatch.setenv("GLUON_INTERPRET_SCHEDULE", schedule)
     import gluon.kernels.gemm_sm90.host as host
     torch.manual_seed(11)
     M, N, K = 500, 256, 512
