@@ -133,6 +133,15 @@ class Binary:
         return int(res.get("vgpr_spill_count") or 0) + int(res.get("sgpr_spill_count") or 0)
 
     # -- SASS ------------------------------------------------------------------------
+    def descriptor_hazards(self) -> list[str]:
+        """WGMMAs whose shared-memory descriptors are read where some path from the entry has not written them
+        (`sass_flow.unwritten_descriptor_reads`: ptxas 12.8 did that to the attention kernel's second Q buffer);
+        [] for a sound binary and for HIP."""
+        if self.backend != "cuda":
+            return []
+        from .sass_flow import unwritten_descriptor_reads
+        return unwritten_descriptor_reads(self.sass())
+
     def sass(self) -> str:
         """SASS text (CUDA only), disassembled with the cuobjdump in the Triton wheel
         (via ``triton.tools.disasm.get_sass``) on first use, then kept as
