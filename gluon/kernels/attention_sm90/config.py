@@ -85,10 +85,13 @@ class AttentionConfig:
                     always; with one buffer the next Q waits for this tile's epilogue and the next K/V behind it, a
                     load latency and the epilogue exposed every tile (about 2.7 us a tile at D64 S4096 by the
                     default's causal and unmasked times). A serial kernel with two buffers read a wrong Q on the
-                    H200 (twelfth session, the code of then) and this one gives a wrong LSE on an H100 at nearly every
-                    row, even a CTA's first tile (thirty-sixth and thirty-seventh sessions; at times an illegal address
-                    instead; memcheck finds nothing); the interpreter runs it right: `attention` refuses it on a GPU
-                    (WRONG_ON_GPU)
+                    H200 (twelfth session, the code of then) and this one gave a wrong LSE on an H100 at nearly every
+                    row (thirty-sixth and thirty-seventh sessions; at times an illegal address). The cause is in the
+                    SASS: with the buffer chosen per tile, ptxas 12.8 computed the Q tile's k-step descriptors in the
+                    unmasked key loop's preheader only, and the masked loop read them stale when the unmasked one ran
+                    no step (Skv < BLOCK_N, a causal diagonal block). Its serial loop is one loop now, every step
+                    masked (`backend.sass_flow` finds the pattern; this SASS is clean); refused on a GPU until that
+                    is rerun there (WRONG_ON_GPU)
     EARLY_Q_RELEASE PERSISTENT without OVERLAP, one Q buffer (PREFETCH_Q's alternative): the epilogue stages O in
                     a tile of its own, so a warpgroup hands its Q buffer back as soon as its last S GEMM is done, and
                     the producer loads the next tile's Q while the consumers run the epilogue (and, causal, release
@@ -172,8 +175,9 @@ FIELDS = tuple(f.name for f in fields(AttentionConfig))
 # switches whose kernels gave wrong results on the GPU: `attention` does not launch them there (the interpreter,
 # the compiler and a launch of the kernel itself still take them, for the investigation); docs/ATTENTION.md
 WRONG_ON_GPU = {
-    "PREFETCH_Q": "a wrong log-sum-exp on an H100 (2026-12-06: nearly every row at Sq 200, Skv 1; O right), as a "
-                  "serial two-buffer kernel read a wrong Q in the twelfth session; cause not found",
+    "PREFETCH_Q": "a wrong log-sum-exp on an H100 (2026-12-06: nearly every row at Sq 200, Skv 1; O right): ptxas "
+                  "12.8 read the Q tile's descriptors stale in the masked loop when the unmasked one ran no step; "
+                  "the kernel runs one loop there now (its SASS sound), not yet rerun on a GPU",
 }
 
 

@@ -163,10 +163,7 @@ def attention_sm90(Q, K, V, O, L, Sq, Skv, H, GROUP, qk_scale, CFG: gl.constexpr
     BN = CFG.BLOCK_N
     ST = CFG.STAGES
     # Q buffers: the next tile's Q loads while this one runs. Serial (not OVERLAP) persistent kernels keep one
-    # unless PREFETCH_Q: with two, their S GEMM in the masked loop read a wrong Q when the unmasked loop ran no step
-    # (Skv < BLOCK_N; seen on the H200 with the code of the twelfth session, and as a wrong LSE at nearly every row
-    # on an H100 in the thirty-sixth and thirty-seventh with PREFETCH_Q; cause not found; the OVERLAP loops, whose
-    # first S GEMM comes before them, are right; the interpreter runs it right; `attention` refuses it on a GPU)
+    # unless PREFETCH_Q, whose serial loop is then one loop (see there)
     QB = q_buffers(CFG)
     if CFG.CTAS_PER_SM > 1:                     # launched with that share of the register file (the compile checks)
         gl.set_ctas_per_sm(CFG.CTAS_PER_SM)
@@ -285,6 +282,12 @@ def attention_sm90(Q, K, V, O, L, Sq, Skv, H, GROUP, qk_scale, CFG: gl.constexpr
                             if hold_g is not None:
                                 turn_end(g, PP, WGS)
                             v_empty[s_last].arrive()
+                    elif QB > 1:
+                        # one loop, every step masked: with the buffer chosen per tile, ptxas 12.8 computes the Q
+                        # tile's k-step descriptors in the unmasked loop's preheader only and reads them stale in the
+                        # masked loop when the unmasked one ran no step (docs/ATTENTION.md, PREFETCH_Q)
+                        for j in range(0, n_g):
+                            acc, m_i, l_i = _serial_step(lp, j, acc, m_i, l_i, True)
                     else:
                         for j in range(0, f_g):
                             acc, m_i, l_i = _serial_step(lp, j, acc, m_i, l_i, False)
