@@ -228,9 +228,16 @@ def compile_module(module: ir.Module, *, options: dict | None = None, cache=None
 def _warn_advisories(kernel: ir.Kernel, binary) -> None:
     """GL801: ptxas's performance advisories (its C75xx "Potential Performance Loss" lines) as a GluonWarning at the
     kernel's def line: the binary is right but slower than its code says (C7514: every WGMMA waits for the one
-    before, when an async WGMMA's registers are read or moved while it may be in flight)."""
+    before, when an async WGMMA's registers are read or moved while it may be in flight). GL802: a WGMMA descriptor
+    the SASS reads unwritten on some path (`Binary.descriptor_hazards`): the binary is wrong there."""
     for text in binary.advisories:
         warn("GL801", f"kernel {kernel.name}: ptxas: {text}", kernel.loc)
+    if binary.backend == "cuda" and "wgmma" in str(binary.asm.get("ptx", "")):
+        hazards = binary.descriptor_hazards()
+        if hazards:
+            warn("GL802", f"kernel {kernel.name}: the SASS reads a WGMMA's shared-memory descriptor where some path has "
+                 f"not written it ({len(hazards)} places; the first: {hazards[0]}): ptxas dropped its computation, the "
+                 "operand is a stale or unrelated address on that path", kernel.loc)
 
 
 def load_compiled(cache_key: str, abi: KernelABI | dict | None = None, cache=None) -> CompiledKernel:

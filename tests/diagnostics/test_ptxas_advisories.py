@@ -16,6 +16,7 @@ from _diag import gemm_refs
 
 ACC = Layout.wgmma((4, 1), instr_n=128)
 CODE = "GL801"
+STALE = "GL802"
 
 
 def _rows_cols(R, C):
@@ -75,3 +76,28 @@ def test_gl801_the_shipped_kernels_have_no_advisories():
     for ck in (gemm_variant(DType.bf16), attention_variant(128, DType.bf16, True),
                attention_variant(64, DType.bf16, False), attention_variant(128, DType.bf16, False, PIN_SOFTMAX=True)):
         assert ck.binary.advisories == [], ck.binary.advisories
+
+
+def test_gl802_a_descriptor_read_unwritten_on_some_path_warns_at_the_def_line(monkeypatch):
+    """GL802: `Binary.descriptor_hazards` (the SASS check, tests/test_sass_flow.py, which has the miscompile's
+    pattern) non-empty: compile_module warns at the kernel's def line with the first place. The check's finding
+    is stood in for here: no small kernel makes ptxas 12.8 drop a descriptor's computation on demand."""
+    from gluon.backend.binary import Binary
+    where = "line 754: HGMMA.64x128x16.F32.BF16 R24, gdesc[UR20], R24 reads UR20, UR21, written on some paths only"
+    monkeypatch.setattr(Binary, "descriptor_hazards", lambda self: [where])
+    kern = lagged_kernel(False)
+    with warnings.catch_warnings(record=True) as got:
+        warnings.simplefilter("always")
+        compile_kernel_of(kern, *gemm_refs()[:3], gemm_refs()[3])
+    ours = [w for w in got if issubclass(w.category, GluonWarning) and f"[{STALE}] " in str(w.message)]
+    assert len(ours) == 1 and f"(1 places; the first: {where})" in str(ours[0].message)
+    lines, start = inspect.getsourcelines(kern.fn)
+    assert start <= ours[0].lineno < start + 3
+
+
+def test_gl802_the_shipped_kernels_read_every_descriptor_written():
+    from gluon import DType
+    from gluon.kernels.attention_sm90 import compile_variant as attention_variant
+    from gluon.kernels.gemm_sm90.host import compile_variant as gemm_variant
+    for ck in (gemm_variant(DType.bf16), attention_variant(64, DType.bf16, True, PERSISTENT=True, PREFETCH_Q=True)):
+        assert ck.binary.descriptor_hazards() == []
