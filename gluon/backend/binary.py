@@ -10,6 +10,7 @@ import re
 
 from ..abi import KernelABI
 from .machine_code import cuda_resources, hip_resources
+from .sass_flow import unwritten_descriptor_reads
 
 # triton.tools.disasm's line pattern, taking code offsets of any length: its own takes 4 hex digits, so a
 # kernel over 64 KiB of code lost every line past offset 0xfff0
@@ -139,7 +140,6 @@ class Binary:
         [] for a sound binary and for HIP."""
         if self.backend != "cuda":
             return []
-        from .sass_flow import unwritten_descriptor_reads
         return unwritten_descriptor_reads(self.sass())
 
     def sass(self) -> str:
