@@ -232,7 +232,7 @@ def _warn_advisories(kernel: ir.Kernel, binary) -> None:
     the SASS reads unwritten on some path (`Binary.descriptor_hazards`): the binary is wrong there."""
     for text in binary.advisories:
         warn("GL801", f"kernel {kernel.name}: ptxas: {text}", kernel.loc)
-    if binary.backend == "cuda" and "wgmma" in str(binary.asm.get("ptx", "")):
+    if "wgmma" in str(binary.asm.get("ptx", "")):            # (descriptor_hazards is [] off CUDA)
         hazards = binary.descriptor_hazards()
         if hazards:
             warn("GL802", f"kernel {kernel.name}: the SASS reads a WGMMA's shared-memory descriptor where some path has "

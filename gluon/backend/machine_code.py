@@ -110,6 +110,18 @@ def hip_resources(amdgcn: str) -> dict:
 
 
 _OPCODE_RE = re.compile(r"^[A-Z][A-Z0-9_]*(?:\.[A-Za-z0-9_]+)*$")
+_CTRL_RE = re.compile(r"^[-\w]{2}:[-\w]:[-\w]:[-\w]:[0-9a-f]$")     # Triton's control prefix: "--:-:0:-:1"
+
+
+def sass_line(raw: str) -> str:
+    """One line of SASS without raw cuobjdump's `/*offset*/` and encoding comments and Triton's control prefix:
+    `@P0 BRA LBB1;`, a label `LBB1:`, a header, or ''."""
+    ln = re.sub(r"/\*.*?\*/", " ", raw).strip()
+    if "\t" in ln:
+        head, _, rest = ln.partition("\t")
+        if _CTRL_RE.match(head.strip()):
+            ln = rest.strip()
+    return ln
 
 
 def sass_instructions(sass: str) -> collections.Counter:
@@ -126,13 +138,9 @@ def sass_instructions(sass: str) -> collections.Counter:
     """
     counts: collections.Counter = collections.Counter()
     for raw in sass.splitlines():
-        ln = re.sub(r"/\*.*?\*/", " ", raw).strip()  # raw cuobjdump: /*0040*/ ... /* 0x... */
+        ln = sass_line(raw)
         if not ln or ln.endswith(":") or ln.startswith(("Function", ".", "//", "code for", "Fatbin")):
             continue
-        if "\t" in ln:  # Triton's format: "--:-:0:-:1\tLDC R1, c[0x0][0x37c];"
-            head, _, rest = ln.partition("\t")
-            if re.match(r"^[-\w]{2}:[-\w]:[-\w]:[-\w]:[0-9a-f]$", head.strip()):
-                ln = rest.strip()
         toks = ln.replace(";", " ").split()
         while toks and toks[0].startswith("@"):
             toks = toks[1:]

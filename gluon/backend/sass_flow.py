@@ -21,7 +21,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-_CTRL = re.compile(r"^[-\w]{2}:[-\w]:[-\w]:[-\w]:[0-9a-f]$")
+from .machine_code import sass_line
+
 _LABEL = re.compile(r"^([A-Za-z_.$][\w.$]*):$")
 _UR = re.compile(r"^UR(\d+)$")
 _GDESC = re.compile(r"gdesc\[UR(\d+)\]")
@@ -49,7 +50,7 @@ def parse(sass: str) -> list[Block]:
     """The SASS text (Triton's formatted form, `ctrl<TAB>OPCODE ops;`, or raw cuobjdump) as basic blocks."""
     blocks: list[Block] = [Block(None)]
     for n, raw in enumerate(sass.splitlines(), 1):
-        ln = re.sub(r"/\*.*?\*/", " ", raw).strip()
+        ln = sass_line(raw)
         if not ln:
             continue
         m = _LABEL.match(ln)
@@ -59,10 +60,6 @@ def parse(sass: str) -> list[Block]:
             else:
                 blocks[-1].label = m.group(1)
             continue
-        if "\t" in ln:
-            head, _, rest = ln.partition("\t")
-            if _CTRL.match(head.strip()):
-                ln = rest.strip()
         ln = ln.rstrip(";").strip()
         toks = ln.split(None, 1)
         if not toks or not re.match(r"^[A-Z][A-Z0-9_]*", toks[0].lstrip("@!")):
@@ -93,7 +90,8 @@ def parse(sass: str) -> list[Block]:
             b.succs.append(i + 1)
     # an indirect branch (the warp-specialized dispatch's `BRX` through a jump table) goes to the blocks no other
     # block branches or falls through to: the partitions' entries
-    entries = [i for i in range(1, len(blocks)) if not any(i in b.succs for j, b in enumerate(blocks) if j != i)]
+    reached = {s for j, b in enumerate(blocks) for s in b.succs if s != j}
+    entries = [i for i in range(1, len(blocks)) if i not in reached]
     for i in indirect:
         blocks[i].succs.extend(entries)
     return blocks
@@ -115,7 +113,7 @@ def _reads(ins: Instr) -> list[int]:
     """The descriptor registers an HGMMA reads (none for other instructions)."""
     if not ins.opcode.startswith("HGMMA"):
         return []
-    m = next((_GDESC.search(o) for o in ins.operands if _GDESC.search(o)), None)
+    m = next(filter(None, (_GDESC.search(o) for o in ins.operands)), None)
     if m is None:
         return []
     r = int(m.group(1))
@@ -136,17 +134,22 @@ def unwritten_descriptor_reads(sass: str) -> list[str]:
     every = set(range(256))
     out: list[set[int]] = [set() if i == 0 else set(every) for i in range(len(blocks))]
     gen = [set().union(*(_writes(x) for x in b.instrs)) if b.instrs else set() for b in blocks]
+
+    def entering(i: int) -> set[int]:          # written on every path into block i (unreached: vacuously all)
+        if i == 0:
+            return set()
+        return set.intersection(*(out[p] for p in preds[i])) if preds[i] else set(every)
+
     changed = True
     while changed:
         changed = False
-        for i, b in enumerate(blocks):
-            into = set() if i == 0 else (set.intersection(*(out[p] for p in preds[i])) if preds[i] else set(every))
-            new = into | gen[i]
+        for i in range(len(blocks)):
+            new = entering(i) | gen[i]
             if new != out[i]:
                 out[i], changed = new, True
     found = []
     for i, b in enumerate(blocks):
-        have = set() if i == 0 else (set.intersection(*(out[p] for p in preds[i])) if preds[i] else set(every))
+        have = entering(i)
         for ins in b.instrs:
             missing = [r for r in _reads(ins) if r not in have]
             if missing:
