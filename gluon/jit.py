@@ -235,9 +235,9 @@ def _warn_advisories(kernel: ir.Kernel, binary) -> None:
     if "wgmma" in str(binary.asm.get("ptx", "")):            # (descriptor_hazards is [] off CUDA)
         hazards = binary.descriptor_hazards()
         if hazards:
-            warn("GL802", f"kernel {kernel.name}: the SASS reads a WGMMA's shared-memory descriptor where some path has "
-                 f"not written it ({len(hazards)} places; the first: {hazards[0]}): ptxas dropped its computation, the "
-                 "operand is a stale or unrelated address on that path", kernel.loc)
+            warn("GL802", f"kernel {kernel.name}: the SASS reads a WGMMA's shared-memory descriptor where some path "
+                 f"has not written it ({len(hazards)} places; the first: {hazards[0]}): ptxas dropped its computation, "
+                 "the operand is a stale or unrelated address on that path", kernel.loc)
 
 
 def load_compiled(cache_key: str, abi: KernelABI | dict | None = None, cache=None) -> CompiledKernel:
