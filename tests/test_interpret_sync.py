@@ -21,6 +21,13 @@ from gluon.language import (fence_async_shared, mbarrier, smem, tma_load, tma_st
 ACC = Layout.wgmma((4, 1), instr_n=64)
 
 
+@pytest.fixture(autouse=True)
+def _in_order_unless_named(monkeypatch):
+    """The messages asserted here are the in-order schedule's; GLUON_INTERPRET_SCHEDULE set for a whole run (to
+    shake other suites) would reword them. Tests of other schedules name theirs."""
+    monkeypatch.delenv(tasks.SCHEDULE_ENV, raising=False)
+
+
 def line_of(fn, text: str) -> int:
     fn = getattr(fn, "fn", fn)
     lines, start = inspect.getsourcelines(fn)
