@@ -29,7 +29,7 @@ TEMPLATE = "gluon.tuning.templates.attention_sm90:TUNING"
 # a config of the shipped spec's space (two warpgroups, overlapped, no ping-pong), in the spec's names
 DEFAULT = dict(BLOCK_N=128, STAGES=2, CONSUMER_WARPS=8, CONSUMER_REGS=240, PRODUCER_WARPS=1, PRODUCER_REGS=24,
                OVERLAP=True, REVERSE_M=True, PINGPONG=False, PERSISTENT=False, PIN_SOFTMAX=False, HOLD_TURNS=False,
-               ROWSUM_MMA=False)
+               ROWSUM_MMA=False, PREFETCH_Q=False, EARLY_Q_RELEASE=False)
 
 
 def _tiny_spec(tmp_path, name="attn_tiny", shapes=None, dtypes=("bf16",), params=None, extra=""):
@@ -65,15 +65,17 @@ def test_the_shipped_spec_validates():
     assert sorted(s[4] for s in spec.shapes) == [0] * 5 + [1] * 5
     p = spec.space.params
     assert list(p) == ["BLOCK_N", "STAGES", "CONSUMER_WARPS", "CONSUMER_REGS", "PRODUCER_WARPS", "PRODUCER_REGS",
-                       "OVERLAP", "REVERSE_M", "PINGPONG", "PERSISTENT", "PIN_SOFTMAX", "HOLD_TURNS", "ROWSUM_MMA"]
+                       "OVERLAP", "REVERSE_M", "PINGPONG", "PERSISTENT", "PIN_SOFTMAX", "HOLD_TURNS", "ROWSUM_MMA",
+                       "PREFETCH_Q", "EARLY_Q_RELEASE"]
     assert "BLOCK_M" not in p                                   # BLOCK_M = 64 rows per consumer warpgroup
     # 3 STAGES x 5 producer budgets x 2 REVERSE_M x 2 PERSISTENT x 25 schedules over the two BLOCK_N: (8 warps
     # at 240 | 8 at 232) x (serial | overlapped | overlapped with ping-pong, each overlapped one pinned or not)
     # + 12 warps at 160 x (serial | overlapped), and pinned too with 64-key blocks: 1500; the serial loop's turns
     # (8 or 12 warps) +360, the overlapped ping-pong's held turns (not pinned; 12 warps with 64-key blocks) +300;
     # each of the 1620 not pinned with its row sums on the tensor cores (ROWSUM_MMA) +1620 (TREE_MAX and JOINT_WAIT,
-    # timed slower, are not searched)
-    assert spec.space.raw_size() == 23040 and spec.space.size() == 3780
+    # timed slower, are not searched): 3780; the 720 serial persistent ones with the next tile's Q in a second buffer
+    # (PREFETCH_Q) or the one handed back early (EARLY_Q_RELEASE) +1440
+    assert spec.space.raw_size() == 92160 and spec.space.size() == 5220
     configs = list(spec.space.grid())
     assert {(c["CONSUMER_WARPS"], c["CONSUMER_REGS"]) for c in configs} == {(8, 240), (8, 232), (12, 160)}
     assert {c["PRODUCER_REGS"] for c in configs} == {24, 32, 40, 48, 56}
@@ -110,10 +112,6 @@ def test_the_shipped_spec_validates():
     ("[4, 16, 8192, 128, false], [4, 16, 8192, 128, true],", "[4, 16, 8192, 128, 2], [4, 16, 8192, 128, true],",
      ["kernel.shapes[0]: [4, 16, 8192, 128, 2] does not fit template attention_sm90: CAUSAL=2: write true or false"]),
     ('sampler = "tpe"', 'sampler = "tpr"', ["tuning.sampler: unknown sampler 'tpr'; did you mean 'tpe'?"]),
-    # a switch whose kernels gave wrong results on the GPU (config.WRONG_ON_GPU) is not searched
-    ("PERSISTENT = { values = [true, false] }",
-     "PERSISTENT = { values = [true, false] }\nPREFETCH_Q = { values = [false, true] }",
-     ["PREFETCH_Q=True: gave a wrong log-sum-exp on an H100", "not tuned (write values = [false])"]),
 ])
 def test_a_bad_value_in_the_spec_is_one_clear_line(tmp_path, capsys, old, new, parts):
     from gluon.cli import main
@@ -127,6 +125,21 @@ def test_a_bad_value_in_the_spec_is_one_clear_line(tmp_path, capsys, old, new, p
     assert err.startswith("gluon: error: ") and "attention_sm90.toml:" in err and "Traceback" not in err, err
     for part in parts:
         assert part in err, err
+
+
+def test_a_switch_wrong_on_the_gpu_is_not_searched(tmp_path, capsys, monkeypatch):
+    """A switch whose kernels gave wrong results on the GPU (config.WRONG_ON_GPU; none is listed now, so a test's
+    entry) is refused as a searched value, in one line naming it."""
+    from gluon.cli import main
+    from gluon.kernels.attention_sm90.config import WRONG_ON_GPU
+    monkeypatch.setitem(WRONG_ON_GPU, "PREFETCH_Q", "a wrong log-sum-exp on an H100 (a test's entry)")
+    bad = tmp_path / "attention_sm90.toml"                 # the shipped spec, which searches PREFETCH_Q
+    bad.write_text(SPEC.read_text())
+    assert main(["check", str(bad), "--no-compile"]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "attention_sm90.toml:" in err, err
+    assert "PREFETCH_Q=True: gave a wrong log-sum-exp on an H100 (a test's entry)" in err, err
+    assert "not tuned (write values = [false])" in err, err
 
 
 # ------------------------------------------------------------------------------------------ legality
