@@ -124,16 +124,18 @@ def test_a_c_stored_by_address_gets_a_pointer_epilogue(interpret_env, M, N, K, d
 
 
 def test_by_address_keeps_to_what_each_family_takes():
-    """"tma" -> "coalesced" (the same staging tile), in a cluster "direct" (coalesced has not run in one),
-    "ring" -> "direct"; a pointer epilogue stays; only a TMA epilogue named by the caller keeps C padded."""
+    """"tma" and "tma2" -> "coalesced" (the same staging tile), in a cluster "direct" (coalesced has not run in
+    one), "ring" -> "direct"; a pointer epilogue stays; only a TMA epilogue named by the caller keeps C padded."""
     from gluon.kernels.gemm_sm90.config import DEFAULT_CONFIG, by_address, stores_by_address
     assert by_address(DEFAULT_CONFIG.replace(EPILOGUE="tma")).EPILOGUE == "coalesced"
     assert by_address(DEFAULT_CONFIG.replace(EPILOGUE="tma", CLUSTER_M=2)).EPILOGUE == "direct"
+    assert by_address(DEFAULT_CONFIG.replace(EPILOGUE="tma2", STAGES=2)).EPILOGUE == "coalesced"
     assert by_address(DEFAULT_CONFIG.replace(EPILOGUE="ring", STAGES=4)).EPILOGUE == "direct"
     for e in ("coalesced", "direct"):
         assert by_address(DEFAULT_CONFIG.replace(EPILOGUE=e)).EPILOGUE == e
     assert stores_by_address(None) and stores_by_address({"STAGES": 3}) and stores_by_address(DEFAULT_CONFIG)
     assert not stores_by_address({"EPILOGUE": "ring"}) and not stores_by_address(DEFAULT_CONFIG.replace(EPILOGUE="tma"))
+    assert not stores_by_address({"EPILOGUE": "tma2"})
 
 
 def _t(*shape, dtype=torch.half):

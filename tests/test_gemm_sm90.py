@@ -184,7 +184,7 @@ def test_coalesced_epilogue_machine_code():
     assert plain["STG.E.128"] == 0                       # N unknown: the row starts are not known aligned
     with pytest.raises(GluonError, match="EPILOGUE='coalesced' has not run in a cluster"):
         base.replace(CLUSTER_M=2)
-    with pytest.raises(GluonError, match="EPILOGUE='dma': use 'tma', 'ring', 'coalesced' or 'direct'"):
+    with pytest.raises(GluonError, match="EPILOGUE='dma': use 'tma', 'tma2', 'ring', 'coalesced' or 'direct'"):
         base.replace(EPILOGUE="dma")
 
 

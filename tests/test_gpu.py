@@ -302,6 +302,23 @@ def test_ring_epilogue_gemm_matches_fp64_reference(M, N, K, splits, dtype, b_kma
     assert_ws_gemm(M, N, K, cfg, in_dtype=dtype, b_kmajor=b_kmajor, splits=splits)
 
 
+TMA2_CONFIGS = [
+    DEFAULT_CONFIG.replace(STAGES=2, EPILOGUE="tma2", SPLIT_WGS=True, K_ZIGZAG=True),  # the K <= 128 pick's form
+    DEFAULT_CONFIG.replace(STAGES=2, EPILOGUE="tma2"),                                 # cooperative
+    DEFAULT_CONFIG.replace(STAGES=4, EPILOGUE="tma2", BLOCK_N=128, CLUSTER_M=2),
+]
+
+
+@pytest.mark.parametrize("cfg", TMA2_CONFIGS, ids=["split", "cooperative", "cluster"])
+@pytest.mark.parametrize("b_kmajor", [False, True])
+@pytest.mark.parametrize("M,N,K,splits", [(4096, 4096, 128, None), (8192, 2048, 64, None), (1000, 3000, 200, None),
+                                          (333, 200, 136, None), (256, 512, 4096, 3)])
+def test_two_staging_tiles_epilogue_matches_fp64_reference(M, N, K, splits, b_kmajor, cfg):
+    """EPILOGUE="tma2": each role's tiles staged in two tiles in turn, the store of two tiles before waited for
+    (many tiles a program at K <= 128, edges, split-K's partials, clusters), on three fresh inputs, C poisoned."""
+    assert_ws_gemm(M, N, K, cfg, in_dtype=torch.bfloat16, b_kmajor=b_kmajor, splits=splits, rounds=3)
+
+
 @pytest.mark.parametrize("splits", [2, 3])
 @pytest.mark.parametrize("M,N,K", [(256, 512, 4096), (200, 300, 1000)])
 def test_cluster_gemm_split_k(M, N, K, splits):

@@ -469,6 +469,38 @@ def test_the_shipped_gemm_256_cubed_interprets_right_and_fast(over):
     torch.testing.assert_close(c.float(), (a.float() @ b.float()).half().float(), rtol=1e-2, atol=1e-2)
 
 
+@pytest.mark.parametrize("over", [dict(BLOCK_M=128, BLOCK_N=64, STAGES=4, EPILOGUE="tma2"),
+                                  dict(BLOCK_M=128, BLOCK_N=64, CONSUMER_WGS=2, SPLIT_WGS=True, EPILOGUE="tma2")])
+def test_the_gemm_with_two_staging_tiles_a_role_walks_tiles_right(over):
+    """EPILOGUE="tma2": one program walks all 8 tiles, staging each in the role's other tile while the previous
+    tile's TMA store may still read its own (`tma_store_wait(1)`): right values, and no shared write under a store
+    in flight (the interpreter's hazard check)."""
+    from gluon.kernels.gemm_sm90.config import num_warps, resolve_config
+    from gluon.kernels.gemm_sm90.kernel import gemm_sm90
+    M, N, K = 256, 256, 128
+    cfg = resolve_config(M, N, K, 132, 2, True, over, 2)
+    assert cfg.EPILOGUE == "tma2"
+    a, b, c = _operands(M, N, K)
+    w, cnt = torch.zeros(16), torch.zeros(16, dtype=torch.int32)
+    gemm_sm90.interpret((1,), a, b, c, w, cnt, w, w, 1, CFG=cfg, num_warps=num_warps(cfg))
+    torch.testing.assert_close(c.float(), (a.float() @ b.float()).half().float(), rtol=1e-2, atol=1e-2)
+
+
+def test_two_staging_tiles_with_both_stores_left_in_flight_are_caught(monkeypatch):
+    """The same walk with the wait before staging letting two stores stay in flight (`tma_store_wait(2)`): the
+    staging tile is written while the store of two tiles before still reads it, which the interpreter reports."""
+    import gluon.kernels.gemm_sm90.kernel as gemm_kernel
+    from gluon.kernels.gemm_sm90.config import num_warps, resolve_config
+    real = gemm_kernel.tma_store_wait
+    monkeypatch.setattr(gemm_kernel, "tma_store_wait", lambda pendings=0: real(2 if pendings == 1 else pendings))
+    cfg = resolve_config(256, 256, 128, 132, 2, True, dict(BLOCK_M=128, BLOCK_N=64, STAGES=3, EPILOGUE="tma2",
+                                                         GROUP_M=2), 2)
+    a, b, c = _operands(256, 256, 128)
+    w, cnt = torch.zeros(16), torch.zeros(16, dtype=torch.int32)
+    with pytest.raises(GluonError, match="overwrites stage 0 of shared region 'c_tile' while its own async read"):
+        gemm_kernel.gemm_sm90.interpret((1,), a, b, c, w, cnt, w, w, 1, CFG=cfg, num_warps=num_warps(cfg))
+
+
 @pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize("over", [None, dict(PINGPONG=True, PERSISTENT=True, OVERLAP=True, BLOCK_M=128,
                                               CONSUMER_WGS=2), dict(P_SMEM=True, OVERLAP=True), dict(P_SMEM=True),

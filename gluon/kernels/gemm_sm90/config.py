@@ -17,7 +17,7 @@ from gluon.types import SwizzleMode
 
 from ..config_checks import cached_hash, flag, overridden, positive_int, state_without_hash
 
-EPILOGUES = ("tma", "ring", "coalesced", "direct")
+EPILOGUES = ("tma", "tma2", "ring", "coalesced", "direct")
 AUTO = "auto"
 _INTS = ("BLOCK_M", "BLOCK_N", "BLOCK_K", "STAGES", "GROUP_M", "CONSUMER_WGS", "PRODUCER_REGS", "CONSUMER_REGS",
          "CLUSTER_M", "CLUSTER_K", "SPLITK_GRID", "CTAS_PER_SM")
@@ -44,7 +44,9 @@ class GemmConfig:
     CONSUMER_WGS                consumer warpgroups sharing the BLOCK_M x BLOCK_N accumulator
     PRODUCER_REGS               the producer warp's setmaxnreg budget
     SWIZZLE                     the A and B rings' swizzle width in bytes
-    EPILOGUE                    how the output tile leaves: "tma" (staged, one TMA store), "coalesced"
+    EPILOGUE                    how the output tile leaves: "tma" (staged, one TMA store), "tma2" (as "tma"
+                                in two staging tiles a role used in turn, so a tile's store is waited for only
+                                when its staging tile comes round again: two stores in flight), "coalesced"
                                 (staged, 16-byte stores by every consumer thread), "direct" (stores from
                                 registers), "ring" (staged in the role's own A ring, which leaves room for
                                 a 4th 128x256x64 stage; for one unit per program); "auto": "tma" when the
@@ -143,7 +145,7 @@ class GemmConfig:
             raise GluonError(f"GemmConfig SWIZZLE={self.SWIZZLE!r}: takes one of {', '.join(map(str, _SWIZZLES))} "
                              "(bytes)")
         if self.EPILOGUE not in EPILOGUES + (AUTO,):
-            raise GluonError(f"GemmConfig EPILOGUE={self.EPILOGUE!r}: use 'tma', 'ring', 'coalesced' or 'direct' "
+            raise GluonError(f"GemmConfig EPILOGUE={self.EPILOGUE!r}: use 'tma', 'tma2', 'ring', 'coalesced' or 'direct' "
                              "(or 'auto': 'tma' or 'direct' by the output's size)")
         for name in _BOOLS:
             object.__setattr__(self, name, flag("GemmConfig", name, getattr(self, name)))
@@ -336,7 +338,7 @@ def kernel_config(cfg) -> GemmConfig:
         raise GluonError(f"gemm_sm90 takes CFG=GemmConfig(...), not {type(cfg).__name__} {cfg!r}")
     for name in ("EPILOGUE",) + _AUTO_BOOLS:
         if getattr(cfg, name) == AUTO:
-            takes = "'tma', 'ring', 'coalesced' or 'direct'" if name == "EPILOGUE" else "True or False"
+            takes = "'tma', 'tma2', 'ring', 'coalesced' or 'direct'" if name == "EPILOGUE" else "True or False"
             raise GluonError(f"{name}='auto': the kernel takes {takes} (launch and the tuner resolve 'auto' with "
                              "GemmConfig.resolve)")
     return cfg
@@ -642,16 +644,16 @@ def block_scaled_tall(M: int, N: int, num_sms: int) -> bool:
 
 def stores_by_address(config: GemmConfig | Mapping | None) -> bool:
     """Whether a launch with the caller's `config` may store C by address (`by_address`) rather than pad a C
-    whose rows TMA cannot describe: unless the caller asked for a TMA epilogue ("tma" or "ring") by name."""
+    whose rows TMA cannot describe: unless the caller asked for a TMA epilogue ("tma", "tma2" or "ring") by name."""
     asked = config.EPILOGUE if isinstance(config, GemmConfig) else (config or {}).get("EPILOGUE", AUTO)
-    return asked not in ("tma", "ring")
+    return asked not in ("tma", "tma2", "ring")
 
 
 def by_address(cfg: GemmConfig) -> GemmConfig:
     """The resolved `cfg` storing C by address, for a C whose row pitch or base is off 16 bytes (which TMA
-    cannot describe, plain stores can): "tma" becomes "coalesced" (the same staging tile, read back
+    cannot describe, plain stores can): "tma" and "tma2" become "coalesced" (the same staging tile, read back
     row-contiguous; "direct" in a cluster, where "coalesced" has not run), "ring" becomes "direct"."""
-    if cfg.EPILOGUE == "tma":
+    if cfg.EPILOGUE in ("tma", "tma2"):
         return cfg.replace(EPILOGUE="coalesced" if cfg.CLUSTER_M == 1 else "direct")
     if cfg.EPILOGUE == "ring":
         return cfg.replace(EPILOGUE="direct")
@@ -688,6 +690,7 @@ def _stages_that_fit(cfg: GemmConfig, in_size: int, out_size: int) -> GemmConfig
     smallest); any config that could compile keeps its stages."""
     stage = (cfg.BLOCK_M + cfg.BLOCK_N) * cfg.BLOCK_K * in_size
     staging = cfg.BLOCK_M * cfg.BLOCK_N * out_size // 2 if cfg.EPILOGUE in ("tma", "coalesced") else 0
+    staging = cfg.BLOCK_M * cfg.BLOCK_N * out_size if cfg.EPILOGUE == "tma2" else staging
     limit = SM90.smem_per_block_max // cfg.CTAS_PER_SM
     if cfg.STAGES * stage + staging <= limit:
         return cfg

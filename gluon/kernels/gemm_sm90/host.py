@@ -88,7 +88,7 @@ def launch(a, b, c, config: GemmConfig | Mapping | None = None, b_kmajor: bool =
     per device, stream and shape, so repeated calls allocate nothing; the others are used as given):
     exact, but it costs a copy, so aligned inputs are the fast path. A contiguous C with such rows is
     stored by address (a "coalesced" or "direct" epilogue) without a copy, unless `config` names a TMA
-    epilogue ("tma", "ring"): then it is padded too, as is a strided one.
+    epilogue ("tma", "tma2", "ring"): then it is padded too, as is a strided one.
 
     fp8 inputs (float8_e4m3fn / float8_e5m2, one for both) take B K-major (`b_kmajor`: the tensor cores
     read 8-bit operands only so) and fp32 dequantization scales `scale_a`, `scale_b`: one element each

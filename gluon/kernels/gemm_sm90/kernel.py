@@ -280,9 +280,10 @@ def gemm_sm90(A, B, C, W, CNT, SA, SB, SPLITS, CFG: gl.constexpr, B_KMAJOR: gl.c
     empty = mbarrier(count=ROLES * CM, name="empty", stages=CFG.STAGES)
     EPILOGUE = CFG.EPILOGUE
     c_tiles = []
-    if EPILOGUE in ("tma", "coalesced"):
+    if EPILOGUE in ("tma", "tma2", "coalesced"):    # "tma2": two staging tiles a role, used in turn
+        c_stages = {"stages": 2} if EPILOGUE == "tma2" else {}
         c_tiles = [smem(C.dtype, Layout.swizzled(PR, CFG.BLOCK_N, SwizzleMode.B128),
-                        name=f"c_tile{g}" if ROLES > 1 else "c_tile") for g in range(ROLES)]
+                        name=f"c_tile{g}" if ROLES > 1 else "c_tile", **c_stages) for g in range(ROLES)]
     elif EPILOGUE == "ring":
         # the output tile staged in the role's own A ring (no staging region: a 4th stage fits instead);
         # the producer loads nothing into the rings of a program's next unit before `c_free` says the
@@ -366,6 +367,8 @@ def gemm_sm90(A, B, C, W, CNT, SA, SB, SPLITS, CFG: gl.constexpr, B_KMAJOR: gl.c
                 odd = gl.full((), 0, gl.int32)
             if STAGED:
                 sbuf = gl.full((), 0, gl.int32)     # which of the role's two scale buffers this tile's are in
+            if EPILOGUE == "tma2":
+                cbuf = gl.full((), 0, gl.int32)     # which of the role's two staging tiles the next store uses
             turns_open(g, CFG.MMA_TURNS, ROLES)
             for unit in range(first_tile, num_units, tile_step):
                 split, row, col = _unit(unit, rank, SPLITS, num_rows, num_cols, GROUP_ROWS, CK)
@@ -433,6 +436,13 @@ def gemm_sm90(A, B, C, W, CNT, SA, SB, SPLITS, CFG: gl.constexpr, B_KMAJOR: gl.c
                         out = c_s.load(layout=out_layout)
                         orows, ocols, omask = _tile_indices(om, off_n, PR, CFG.BLOCK_N, out_layout, M, N)
                         gl.store(C + (orows[:, None] * N + ocols[None, :]), out, mask=omask)
+                    elif EPILOGUE == "tma2":            # the store of two before (this staging tile's) has read
+                        c_s = c_tiles[g][cbuf]          # it; the last one's may still be reading the other
+                        tma_store_wait(1)
+                        c_s.store(tile.to(C.dtype))
+                        fence_async_shared()
+                        tma_store(C, (om, off_n), c_s)
+                        cbuf = 1 - cbuf
                     else:                               # staged in shared memory, written by a TMA store
                         c_s = c_tiles[g][0] if c_tiles[g].stages > 1 else c_tiles[g]
                         if EPILOGUE == "tma":
@@ -453,7 +463,7 @@ def gemm_sm90(A, B, C, W, CNT, SA, SB, SPLITS, CFG: gl.constexpr, B_KMAJOR: gl.c
                 if EPILOGUE == "ring":
                     c_free[g].arrive()
             turns_close(g, CFG.MMA_TURNS)
-            if EPILOGUE == "tma":
+            if EPILOGUE in ("tma", "tma2"):
                 tma_store_wait(0)
 
     CW = 4 * CFG.CONSUMER_WGS
