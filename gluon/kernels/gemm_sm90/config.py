@@ -145,8 +145,8 @@ class GemmConfig:
             raise GluonError(f"GemmConfig SWIZZLE={self.SWIZZLE!r}: takes one of {', '.join(map(str, _SWIZZLES))} "
                              "(bytes)")
         if self.EPILOGUE not in EPILOGUES + (AUTO,):
-            raise GluonError(f"GemmConfig EPILOGUE={self.EPILOGUE!r}: use 'tma', 'tma2', 'ring', 'coalesced' or 'direct' "
-                             "(or 'auto': 'tma' or 'direct' by the output's size)")
+            raise GluonError(f"GemmConfig EPILOGUE={self.EPILOGUE!r}: use 'tma', 'tma2', 'ring', 'coalesced' or "
+                             "'direct' (or 'auto': 'tma' or 'direct' by the output's size)")
         for name in _BOOLS:
             object.__setattr__(self, name, flag("GemmConfig", name, getattr(self, name)))
         for name in _AUTO_BOOLS:
@@ -689,8 +689,8 @@ def _stages_that_fit(cfg: GemmConfig, in_size: int, out_size: int) -> GemmConfig
     pick's stages past what a block may use for certain (the rings alone, with the output's staging tile at its
     smallest); any config that could compile keeps its stages."""
     stage = (cfg.BLOCK_M + cfg.BLOCK_N) * cfg.BLOCK_K * in_size
-    staging = cfg.BLOCK_M * cfg.BLOCK_N * out_size // 2 if cfg.EPILOGUE in ("tma", "coalesced") else 0
-    staging = cfg.BLOCK_M * cfg.BLOCK_N * out_size if cfg.EPILOGUE == "tma2" else staging
+    halves = {"tma": 1, "coalesced": 1, "tma2": 2}.get(cfg.EPILOGUE, 0)    # staging tiles of half the rows
+    staging = halves * cfg.BLOCK_M * cfg.BLOCK_N * out_size // 2
     limit = SM90.smem_per_block_max // cfg.CTAS_PER_SM
     if cfg.STAGES * stage + staging <= limit:
         return cfg
