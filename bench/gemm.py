@@ -73,6 +73,14 @@ def _split_names(text: str) -> list[str]:
     return [n for n in out + [cur] if n]
 
 
+def _selected(name: str, kernels: dict) -> list[str]:
+    """The kernels a --kernels name selects: a kernel's name ('ws', 'tile') every config of it (its default and
+    its --ws-configs / --tile-configs entries), a config's name ('ws[STAGES=4]') that one; [] if none."""
+    if name in ("ws", "tile"):
+        return [k for k in kernels if k == name or k.startswith(name + "[")]
+    return [name] if name in kernels else []
+
+
 def _kernels(ws_configs: list[dict], tile_configs: list[dict] = ({},), b_kmajor: bool = False):
     """name -> launch(a, b, c): the gluon GEMMs this bench knows (b [N, K] with b_kmajor: the one-tile
     kernel takes [K, N] only, so it is left out)."""
@@ -114,7 +122,9 @@ def _chained(calls: list[Callable[[], None]]) -> Callable[[], None]:
 
 def main() -> int:
     p = parser(__doc__)
-    p.add_argument("--kernels", default="all", help="comma list of gluon kernels (default: all known)")
+    p.add_argument("--kernels", default="all", help="comma list of gluon kernels (default: all known): 'ws' or "
+                   "'tile' is every config of that kernel (the default and its --ws-configs / --tile-configs), "
+                   "'ws[KEY=VALUE,...]' one of them")
     p.add_argument("--dtypes", default="fp16,bf16")
     p.add_argument("--shapes", default="llm", help="MxNxK list, or named sets: 'llm' (the default, large "
                    "shapes), 'decode' (M of 1 to 128 against N, K of 4096 to 28672), 'deepk' (M, N <= 1024, K >= "
@@ -148,14 +158,11 @@ def main() -> int:
     kmajor = args.b_layout == "nk"
     kernels = _kernels(_parse_configs(args.ws_configs) if args.ws_configs else [{}],
                        _parse_configs(args.tile_configs) if args.tile_configs else [{}], kmajor)
-    names = list(kernels) if args.kernels == "all" else _split_names(args.kernels)
-    unknown = [n for n in names if n not in kernels]
+    asked = list(kernels) if args.kernels == "all" else _split_names(args.kernels)
+    unknown = [n for n in asked if not _selected(n, kernels)]
     if unknown:
         p.error(f"unknown kernels {unknown}: known are {list(kernels)} (a ws[...] name must match a --ws-configs entry)")
-    left_out = [n for n in kernels if n.startswith(("ws[", "tile[")) and n not in names]
-    if left_out:                    # --kernels ws --ws-configs ';A=1' times the default only: say so
-        print(f"note: --kernels leaves out {len(left_out)} of the --ws-configs / --tile-configs entries "
-              f"({', '.join(left_out)}); name them (e.g. --kernels '{left_out[0]}') or drop --kernels", file=sys.stderr)
+    names = list(dict.fromkeys(k for n in asked for k in _selected(n, kernels)))
     need_gpu("bench/gemm.py")       # (after the arguments: a wrong one says so, exit 2, with or without a GPU)
     dts = {n: DType.from_name(n).torch for n in ("fp16", "bf16")}
     rows = []

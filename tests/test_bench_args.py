@@ -4,7 +4,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from bench.gemm import _kernels, _parse_configs, _split_names  # noqa: E402
+from bench.gemm import _kernels, _parse_configs, _selected, _split_names  # noqa: E402
 
 
 def test_configs_parse_ints_booleans_and_strings():
@@ -105,6 +105,16 @@ def test_timed_keeps_every_round_of_one_side(monkeypatch):
     assert r == {"time_ms": 2.0, "rounds_ms": [3.0, 1.0, 2.0], "round_ms": 400}
 
 
+def test_a_kernel_name_selects_every_config_of_it():
+    """--kernels 'ws' is the ws kernel at every config asked for (the default and each --ws-configs entry), as one
+    asks for it beside --ws-configs; 'ws[STAGES=4]' one config; a name that selects nothing, nothing."""
+    ks = dict.fromkeys(["tile", "ws", "ws[STAGES=4]", "ws[EPILOGUE=direct]"])
+    assert _selected("ws", ks) == ["ws", "ws[STAGES=4]", "ws[EPILOGUE=direct]"]
+    assert _selected("ws[STAGES=4]", ks) == ["ws[STAGES=4]"] and _selected("tile", ks) == ["tile"]
+    assert _selected("ws", dict.fromkeys(["ws[STAGES=4]"])) == ["ws[STAGES=4]"]     # --ws-configs without the default
+    assert _selected("tile", dict.fromkeys(["ws"])) == [] and _selected("nope", ks) == []
+
+
 def test_without_a_gpu_a_bench_says_so_in_one_line():
     """bench/gemm.py and bench/attention.py (the benches with `need_gpu`) on a machine without CUDA: exit 1 and
     one line, no traceback."""
@@ -118,12 +128,12 @@ def test_without_a_gpu_a_bench_says_so_in_one_line():
     for argv in (["bench/gemm.py", "--shapes", "64x64x64"], ["bench/attention.py", "--cases", "B1H2S16D64"]):
         r = subprocess.run([sys.executable, *argv], cwd=root, capture_output=True, text=True, timeout=120)
         assert (r.returncode, r.stderr) == (1, f"{argv[0]} needs a CUDA GPU\n")
-    # the arguments first: a --ws-configs entry --kernels leaves out is named, an unknown kernel refused (exit 2)
+    # the arguments first: --kernels takes a kernel (every config of it) or one config; an unknown one is refused
+    # (exit 2)
     gemm = [sys.executable, "bench/gemm.py", "--shapes", "64x64x64", "--ws-configs", ";STAGES=4"]
-    r = subprocess.run(gemm + ["--kernels", "ws"], cwd=root, capture_output=True, text=True, timeout=120)
-    assert r.returncode == 1 and r.stderr.splitlines() == [
-        "note: --kernels leaves out 1 of the --ws-configs / --tile-configs entries (ws[STAGES=4]); name them "
-        "(e.g. --kernels 'ws[STAGES=4]') or drop --kernels", "bench/gemm.py needs a CUDA GPU"]
+    for kernels in ("ws", "ws[STAGES=4]", "ws,ws[STAGES=4]"):
+        r = subprocess.run(gemm + ["--kernels", kernels], cwd=root, capture_output=True, text=True, timeout=120)
+        assert (r.returncode, r.stderr) == (1, "bench/gemm.py needs a CUDA GPU\n"), kernels
     r = subprocess.run(gemm + ["--kernels", "nope"], cwd=root, capture_output=True, text=True, timeout=120)
     assert r.returncode == 2 and "unknown kernels ['nope']" in r.stderr and "Traceback" not in r.stderr
     r = subprocess.run(gemm + ["--chain", "0"], cwd=root, capture_output=True, text=True, timeout=120)
