@@ -301,7 +301,7 @@ def attention_sm90(Q, K, V, O, L, Sq, Skv, H, GROUP, qk_scale, CFG: gl.constexpr
                         _stage(q_empty, qb, QB).arrive()
                     # blocks only later warpgroups' rows see (causal), or every block of a warpgroup past Sq
                     for jr in range(n_g, n_blocks):
-                        _release(cnt + jr, k_ready, v_ready, k_empty, v_empty, ST)
+                        _release(lp, jr)
                         turn_begin(g, PP)                  # (a turn without GEMMs: all take as many turns)
                         turn_end(g, PP, WGS)
                     if CFG.ROWSUM_MMA:              # the row sums, out of the accumulator's equal columns
@@ -479,15 +479,16 @@ def _p_operand(p, dtype, p_layout, p_buf):
     return p_buf
 
 
-def _release(c, k_ready, v_ready, k_empty, v_empty, ST: int):
-    """The ring's block c, which none of this warpgroup's rows sees: released once loaded (waiting for the load
-    keeps each release in its own phase of the `empty` barriers however far ahead this warpgroup is)."""
-    s_i = c % ST
-    ph = (c // ST) & 1
-    k_ready[s_i].wait(ph)
-    k_empty[s_i].arrive()
-    v_ready[s_i].wait(ph)
-    v_empty[s_i].arrive()
+def _release(lp: _Loop, j):
+    """Key block j (the ring's block lp.base + j), which none of this warpgroup's rows sees: released once loaded
+    (waiting for the load keeps each release in its own phase of the `empty` barriers however far ahead this
+    warpgroup is)."""
+    s_i = (lp.base + j) % lp.ST
+    ph = ((lp.base + j) // lp.ST) & 1
+    lp.k_ready[s_i].wait(ph)
+    lp.k_empty[s_i].arrive()
+    lp.v_ready[s_i].wait(ph)
+    lp.v_empty[s_i].arrive()
 
 
 def _rescale(acc, alpha, l_i, ones):
