@@ -154,7 +154,8 @@ def unexpected_keywords(kernel: str, kwargs, sizes: Sequence[str]) -> str | None
 class KernelABI:
     """A compiled kernel's calling convention: its TTGIR function `name`, the `target` it was lowered for
     (backend, arch, warp size), its parameters in order, the CTAs of a cluster, the opt-in PTX
-    passes (by name, in the order they run after the cluster pass) its binary is compiled with,
+    passes (by name, in the order they run after the cluster pass) its binary is compiled with, and the SASS
+    passes its cubin goes through after ptxas (backend/sass_passes.py),
     whether it is launched as a programmatic dependent (`launch_pdl`: it calls `griddep_wait`), and how many of
     its CTAs an SM must hold at once (`ctas_per_sm`, `set_ctas_per_sm`: the compile step checks the binary)."""
 
@@ -166,6 +167,7 @@ class KernelABI:
     loc: str | None = None
     launch_pdl: bool = False
     ctas_per_sm: int = 1
+    sass_passes: tuple[str, ...] = ()
     _runtime: tuple = field(default=(), init=False, repr=False, compare=False)
     _sources: tuple = field(default=(), init=False, repr=False, compare=False)
     _in_place: bool = field(default=False, init=False, repr=False, compare=False)
@@ -233,13 +235,15 @@ class KernelABI:
         return {"name": self.name, "target": list(self.target), "params": [p.to_json() for p in self.params],
                 "num_ctas": self.num_ctas, "ptx_passes": list(self.ptx_passes), "loc": self.loc,
                 **({"launch_pdl": True} if self.launch_pdl else {}),
-                **({"ctas_per_sm": self.ctas_per_sm} if self.ctas_per_sm > 1 else {})}
+                **({"ctas_per_sm": self.ctas_per_sm} if self.ctas_per_sm > 1 else {}),
+                **({"sass_passes": list(self.sass_passes)} if self.sass_passes else {})}
 
     @staticmethod
     def from_json(d: dict) -> "KernelABI":
         return KernelABI(d["name"], tuple(d["target"]), tuple(KernelParam.from_json(p) for p in d["params"]),
                          int(d.get("num_ctas", 1)), tuple(d.get("ptx_passes", ())), d.get("loc"),
-                         bool(d.get("launch_pdl", False)), int(d.get("ctas_per_sm", 1)))
+                         bool(d.get("launch_pdl", False)), int(d.get("ctas_per_sm", 1)),
+                         tuple(d.get("sass_passes", ())))
 
 
 @dataclass(frozen=True)

@@ -36,7 +36,7 @@ from ..arch import NV_RESERVED_SHARED, arch_by_name, resident_ctas
 from ..cache import KernelCache, default_cache
 from ..types import GluonError
 from ..version import __version__
-from . import compile_job, ptx
+from . import compile_job, ptx, sass_passes
 from .binary import Binary, CorruptEntry
 from .compile_job import CompileError, keep_failed, target_str
 
@@ -82,8 +82,8 @@ def cache_key_parts(ttgir: str, target, options: Mapping | None = None, abi: Ker
 
     TTGIR text (by sha256), target, triton and gluon versions, sorted options, and Triton's
     cache-invalidating environment variables (the ones Triton itself hashes: they change the generated
-    code); for a kernel whose ABI asks for PTX passes, each pass's source and the cluster's shape; and
-    whether it is launched as a programmatic dependent (its metadata says so)."""
+    code); for a kernel whose ABI asks for PTX passes, each pass's source and the cluster's shape, and for SASS
+    passes theirs; and whether it is launched as a programmatic dependent (its metadata says so)."""
     import triton
     from triton._C.libtriton import get_cache_invalidating_env_vars
 
@@ -97,7 +97,8 @@ def cache_key_parts(ttgir: str, target, options: Mapping | None = None, abi: Ker
         ("gluon", __version__),
         ("options", opts),
         ("env", sorted(get_cache_invalidating_env_vars().items())),
-    ) + ptx.key_parts(abi) + ((("launch_pdl", True),) if abi is not None and abi.launch_pdl else ())
+    ) + ptx.key_parts(abi) + sass_passes.key_parts(abi) + (
+        (("launch_pdl", True),) if abi is not None and abi.launch_pdl else ())
 
 
 def compile_kernel(lowered: LoweredKernel, *, options: dict | None = None, cache: KernelCache | None = None,

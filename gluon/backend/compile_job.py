@@ -31,7 +31,7 @@ from ..abi import KernelABI, ParamKind
 from ..arch import TMA_SWIZZLE_MODE
 from ..cache import KernelCache
 from ..version import __version__
-from . import ptx
+from . import ptx, sass_passes
 from .binary import BINARY_EXTS, METADATA_FILE
 from .machine_code import cuda_resources, cuobjdump_path, hip_resources
 
@@ -328,13 +328,20 @@ def _compile_job(src_path: pathlib.Path, tgt, options: dict, abi: KernelABI | No
     #    for (backend/ptx) before ptxas.
     ptxas_log = io.StringIO()
     rewrites = ptx.requested(abi)
+    sass_names, sass_stats = sass_passes.requested(abi), {}
+    hooks = ([ptx.stage_hook(rewrites)] if rewrites else []) + (
+        [sass_passes.stage_hook(sass_names, sass_stats)] if sass_names else [])
+
+    def stages_hook(*args):             # the PTX passes' and the SASS passes' hooks, in turn
+        for h in hooks:
+            h(*args)
     try:
         with knobs.cache.scope(), knobs.nvidia.scope(), knobs.runtime.scope(), \
                 contextlib.redirect_stdout(ptxas_log):
             knobs.cache.dir = str(src_path.parent / "triton-cache")
             knobs.nvidia.dump_ptxas_log = True
-            if rewrites:
-                knobs.runtime.add_stages_inspection_hook = ptx.stage_hook(rewrites)
+            if hooks:
+                knobs.runtime.add_stages_inspection_hook = stages_hook
             kernel = triton.compile(str(src_path), target=gpu_target, options=dict(options) or None)
     except Exception as e:
         log = ptxas_log.getvalue()
@@ -368,6 +375,8 @@ def _compile_job(src_path: pathlib.Path, tgt, options: dict, abi: KernelABI | No
             metadata["launch_pdl"] = True
         for rw in rewrites:
             metadata[rw.metadata_key] = rw.stats
+        if sass_stats:
+            metadata["gluon_sass_passes"] = sass_stats
         metadata["gluon_abi"] = abi.to_json()
     metadata["gluon_ptxas_log"] = ptxas_log.getvalue()[-16000:]
     metadata["gluon_version"] = __version__

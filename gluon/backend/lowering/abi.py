@@ -10,6 +10,7 @@ from ...abi import KernelABI, KernelParam, ParamKind
 from ...arch import tma_box_shape
 from ...ir import DescType, GluonError, Kernel, PointerType, ScalarType
 from ..ptx import OPT_IN as OPT_IN_PTX_PASSES     # the passes a kernel asks for with gl.set_<name>() (kernel attrs)
+from ..sass_passes import OPT_IN as OPT_IN_SASS_PASSES
 
 
 def kernel_abi(kernel: Kernel, multicast: set[int]) -> KernelABI:
@@ -44,4 +45,5 @@ def kernel_abi(kernel: Kernel, multicast: set[int]) -> KernelABI:
                      ptx_passes=tuple(n for n in OPT_IN_PTX_PASSES if kernel.attrs.get(n)),
                      loc=str(kernel.loc) if kernel.loc else None,
                      launch_pdl=bool(kernel.attrs.get("launch_pdl", False)),
-                     ctas_per_sm=int(kernel.attrs.get("ctas_per_sm", 1)))
+                     ctas_per_sm=int(kernel.attrs.get("ctas_per_sm", 1)),
+                     sass_passes=tuple(n for n in OPT_IN_SASS_PASSES if kernel.attrs.get(n)))

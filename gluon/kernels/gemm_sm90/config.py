@@ -23,7 +23,8 @@ _INTS = ("BLOCK_M", "BLOCK_N", "BLOCK_K", "STAGES", "GROUP_M", "CONSUMER_WGS", "
          "CLUSTER_M", "CLUSTER_K", "SPLITK_GRID", "CTAS_PER_SM")
 CLUSTER_K_SIZES = (1, 2, 4, 8)      # a portable cluster holds at most 8 CTAs
 SPLITK_GRID_SIZES = (1, 2, 4, 8, 16)
-_BOOLS = ("SPLIT_WGS", "K_ZIGZAG", "TMA_PREFETCH", "SPLITK_FIXUP", "SWAP_AB", "MMA_TURNS", "SCALES_AHEAD", "PDL")
+_BOOLS = ("SPLIT_WGS", "K_ZIGZAG", "TMA_PREFETCH", "SPLITK_FIXUP", "SWAP_AB", "MMA_TURNS", "SCALES_AHEAD", "PDL",
+          "FFMA_YIELD")
 _AUTO_BOOLS = ("EARLY_LOADS", "LEAN_PROLOGUE")
 _SWIZZLES = tuple(m.value for m in SwizzleMode)
 _SPLIT_CONSUMER_REGS = 216          # the second consumer warpgroup's setmaxnreg with SPLIT_WGS
@@ -98,6 +99,9 @@ class GemmConfig:
                                 before it (its prologue overlaps that one's end; it waits, `griddep_wait`, before
                                 its first global access) and lets the next launch at its start; the split-K second
                                 pass (`splitk_reduce`) likewise waits for this kernel's partials in the kernel
+    FFMA_YIELD                  fp8 block scales: every second FFMA of each k-step's promotion yields its warp
+                                scheduler (control bits set in the binary after ptxas, `gl.set_ffma_yield`), so
+                                another warpgroup's WGMMA issues in the middle of it (DeepGEMM's FFMA interleaving)
     CTAS_PER_SM                 1 or 2: with 2 the kernel launches with half the register file a CTA
                                 (`set_ctas_per_sm`; setmaxnreg shares it out among the roles) and the persistent
                                 grid holds two CTAs an SM, so small tiles run one a CTA, all resident at once (plain
@@ -129,6 +133,7 @@ class GemmConfig:
     SCALES_AHEAD: bool = False
     PDL: bool = False
     CTAS_PER_SM: int = 1
+    FFMA_YIELD: bool = False
 
     __hash__ = cached_hash
     __getstate__ = state_without_hash
@@ -234,10 +239,11 @@ class GemmConfig:
         return {f: getattr(self, f) for f in FIELDS}
 
     def describe(self) -> str:
-        """"KEY=VALUE, ..." of every field, but K_ZIGZAG, TMA_PREFETCH, SPLITK_FIXUP and SWAP_AB only when on and
-        CLUSTER_K, SPLITK_GRID and CTAS_PER_SM only above 1."""
+        """"KEY=VALUE, ..." of every field, but K_ZIGZAG, TMA_PREFETCH, SPLITK_FIXUP, SWAP_AB and FFMA_YIELD only when
+        on and CLUSTER_K, SPLITK_GRID and CTAS_PER_SM only above 1."""
         return ", ".join(f"{k}={v}" for k, v in self.to_dict().items()
-                         if (v is not False or k not in ("K_ZIGZAG", "TMA_PREFETCH", "SPLITK_FIXUP", "SWAP_AB"))
+                         if (v is not False or k not in ("K_ZIGZAG", "TMA_PREFETCH", "SPLITK_FIXUP", "SWAP_AB",
+                                                          "FFMA_YIELD"))
                          and (k not in ("CLUSTER_K", "SPLITK_GRID", "CTAS_PER_SM") or v > 1))
 
 

@@ -206,6 +206,12 @@ def gemm_sm90(A, B, C, W, CNT, SA, SB, SPLITS, CFG: gl.constexpr, B_KMAJOR: gl.c
     if CFG.MMA_TURNS and SCALE != "block":
         raise GluonError(f"MMA_TURNS=True is for fp8 block scales (SCALE='block'), whose per-k-step promotion the "
                          f"turns overlap; this launch has SCALE={SCALE!r}: leave MMA_TURNS=False")
+    if CFG.FFMA_YIELD and SCALE != "block":
+        raise GluonError(f"FFMA_YIELD=True is for fp8 block scales (SCALE='block'), whose per-k-step promotion it "
+                         f"interleaves with the other warpgroups' WGMMAs; this launch has SCALE={SCALE!r}: leave "
+                         "FFMA_YIELD=False")
+    if CFG.FFMA_YIELD:
+        gl.set_ffma_yield()
     if CFG.SCALES_AHEAD and SCALE != "block":
         raise GluonError(f"SCALES_AHEAD=True is for fp8 block scales (SCALE='block'), loaded once per k-step; this "
                          f"launch has SCALE={SCALE!r}: leave SCALES_AHEAD=False")

@@ -307,6 +307,17 @@ def _opt_into_ptx_pass(attr: str, family: str, enabled: bool) -> None:
     t.kernel.attrs[attr] = bool(enabled)
 
 
+def set_ffma_yield(enabled: bool = True) -> None:
+    """Let every second FFMA of each run after a WGMMA wait (fp8 block scales' promotion) yield its warp
+    scheduler, so another warpgroup's warps issue their WGMMA there instead of waiting for the whole run: the SASS
+    pass `backend/sass_passes.py` sets those control bits in the binary (DeepGEMM's FFMA interleaving); no
+    instruction changes."""
+    t = _tr()
+    if enabled:
+        t.require("wgmma", "set_ffma_yield")
+    t.kernel.attrs["ffma_yield"] = bool(enabled)
+
+
 def set_lean_prologue(enabled: bool = True) -> None:
     """Drop the CTA barriers Triton's Membar puts between this kernel's barrier inits and first TMA loads
     (one after every init and around every load), keeping one between the last init and the first op of
