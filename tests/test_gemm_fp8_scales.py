@@ -228,6 +228,7 @@ def test_two_parts_promote_before_the_second_wgmma_and_do_not_spill(kw):
     (200, 136, 1000, 3, dict(K_ZIGZAG=True, EPILOGUE="direct")),    # zigzag slices of 3 and 2 k-steps
     (512, 256, 384, None, dict(K_ZIGZAG=True, MMA_TURNS=True)),     # with the turns
     (130, 200, 128, None, dict(K_ZIGZAG=False)),                    # one k-step: only the load past the end
+    (512, 256, 512, None, dict(K_ZIGZAG=True, FFMA_YIELD=True)),    # a binary's control bits: no other change
 ])
 @pytest.mark.parametrize("m_major", [False, True])
 def test_block_scales_loaded_a_k_step_ahead(interpret_env, monkeypatch, M, N, K, splits, kw, m_major):
