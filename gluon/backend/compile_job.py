@@ -325,7 +325,7 @@ def _compile_job(src_path: pathlib.Path, tgt, options: dict, abi: KernelABI | No
 
     # 2. Compile with Triton's cache redirected to our scratch dir and ptxas' -v log (Triton prints it
     #    with print() when dump_ptxas_log is set) captured; the PTX goes through the passes the ABI asks
-    #    for (backend/ptx) before ptxas.
+    #    for (backend/ptx) before ptxas, and the cubin through its SASS passes (backend/sass_passes.py) after.
     ptxas_log = io.StringIO()
     rewrites = ptx.requested(abi)
     sass_names, sass_stats = sass_passes.requested(abi), {}
