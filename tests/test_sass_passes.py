@@ -96,3 +96,17 @@ def test_ffma_yield_is_for_block_scales_and_goes_into_the_abi_and_the_key():
     assert cache_key_parts("t", abi.target, None, abi) != cache_key_parts("t", abi.target, None, plain)
     with pytest.raises(ValueError, match="unknown SASS passes"):
         sass_passes.requested(KernelABI("k", abi.target, (), sass_passes=("nope",)))
+
+
+def test_the_pass_keeps_another_kernel_the_same_program():
+    """On a kernel with other FFMA runs (attention's softmax, 68 FFMAs beside its exponentials after each S wait)
+    the rewrite finds them, changes only control bits (checked inside: it would raise) and nothing else."""
+    from gluon.dtypes import DType
+    from gluon.kernels.attention_sm90.host import compile_variant
+    b = compile_variant(64, DType.bf16, False).binary
+    cubin = bytes(b.asm["cubin"])
+    new, stats = sass_passes.ffma_yield(cubin, b.name)
+    assert stats["runs"] >= 3 and stats["ffmas_yielding"] > 0 and len(new) == len(cubin)
+    start = sass_passes._code_start(cubin, sass_passes.disassemble(cubin, b.name))
+    diff = [i for i in range(len(cubin)) if cubin[i] != new[i]]
+    assert diff and all((i - start) % 16 >= 8 for i in diff)    # only bytes of instructions' high (control) words
