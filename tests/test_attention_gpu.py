@@ -295,3 +295,20 @@ def test_a_repeated_call_on_new_inputs_equals_a_first_call(kw):
     torch.cuda.synchronize()
     for a, b in zip(fast if isinstance(fast, tuple) else (fast,), full if isinstance(full, tuple) else (full,)):
         assert a.shape == b.shape and a.stride() == b.stride() and torch.equal(a, b)
+
+
+@pytest.mark.parametrize("D,config", [(64, {}), (128, {}), (64, dict(PERSISTENT=True, OVERLAP=False, PREFETCH_Q=True))])
+@pytest.mark.parametrize("causal", [False, True])
+def test_ffma_yield_gives_the_same_o_bit_for_bit(D, config, causal):
+    """FFMA_YIELD (control bits of the softmax's FFMAs set in the binary after ptxas) runs the same instructions:
+    O bit for bit as without it (the head dim's default, and PREFETCH_Q), within 1e-2 of the fp32 reference."""
+    import torch
+    from gluon.kernels.attention_sm90 import attention
+    q, k, v = _inputs(2, 16, 16, 1000, 1000, D, torch.bfloat16, seed=5)
+    outs = []
+    for y in (False, True):
+        out = torch.full_like(q, float("nan"))
+        outs.append(attention(q, k, v, causal=causal, config=dict(config, FFMA_YIELD=y), out=out))
+    torch.cuda.synchronize()
+    assert not torch.isnan(outs[1]).any() and torch.equal(outs[0], outs[1])
+    assert rel_error(outs[1], reference(q, k, v, causal)) <= TOL

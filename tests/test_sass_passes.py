@@ -110,3 +110,16 @@ def test_the_pass_keeps_another_kernel_the_same_program():
     start = sass_passes._code_start(cubin, sass_passes.disassemble(cubin, b.name))
     diff = [i for i in range(len(cubin)) if cubin[i] != new[i]]
     assert diff and all((i - start) % 16 >= 8 for i in diff)    # only bytes of instructions' high (control) words
+
+
+def test_attention_asks_for_the_pass_with_its_switch():
+    """AttentionConfig FFMA_YIELD: the attention kernel's ABI names the pass, its softmax runs yield, registers and
+    spills as without it."""
+    from gluon.dtypes import DType
+    from gluon.kernels.attention_sm90.host import compile_variant
+    plain = compile_variant(64, DType.bf16, False).binary
+    b = compile_variant(64, DType.bf16, False, FFMA_YIELD=True).binary
+    assert plain.abi.sass_passes == () and b.abi.sass_passes == ("ffma_yield",)
+    st = b.metadata["gluon_sass_passes"]["ffma_yield"]
+    assert st["runs"] >= 3 and st["ffmas_yielding"] > 0
+    assert (b.registers, b.spills) == (plain.registers, plain.spills)

@@ -18,7 +18,7 @@ HEAD_DIMS = (64, 128, 256)
 ROWSUM_COLS = 8             # ROWSUM_MMA's ones tile and row-sum accumulator: WGMMA's narrowest N
 _INTS = ("BLOCK_M", "BLOCK_N", "STAGES", "CONSUMER_WGS", "CONSUMER_REGS", "PRODUCER_REGS", "CTAS_PER_SM")
 _BOOLS = ("OVERLAP", "PINGPONG", "REVERSE_M", "PERSISTENT", "P_SMEM", "PIN_SOFTMAX", "HOLD_TURNS", "ROWSUM_MMA",
-          "TREE_MAX", "JOINT_WAIT", "PREFETCH_Q", "EARLY_Q_RELEASE")
+          "TREE_MAX", "JOINT_WAIT", "PREFETCH_Q", "EARLY_Q_RELEASE", "FFMA_YIELD")
 
 
 @dataclass(frozen=True)
@@ -98,6 +98,10 @@ class AttentionConfig:
                     the blocks right of their rows); 8 KiB a warpgroup at D64 instead of PREFETCH_Q's second Q tile.
                     Right on an H100 (the GPU tests' cases, LSE checked, thirty-seventh session); level with the D64
                     default there (0.98-1.00x), so not the default
+    FFMA_YIELD      every second FFMA of each run of them after an S GEMM's wait (the softmax's score scaling)
+                    yields its warp scheduler, set in the binary after ptxas (`gl.set_ffma_yield`, the GEMM's fp8
+                    promotion's switch): another warpgroup's GEMMs may issue there. ptxas already yields at about a
+                    quarter of the softmax's instructions (11 of its 68 FFMAs at D64), so less is expected here
     """
 
     BLOCK_M: int = 128
@@ -119,6 +123,7 @@ class AttentionConfig:
     JOINT_WAIT: bool = False
     PREFETCH_Q: bool = False
     EARLY_Q_RELEASE: bool = False
+    FFMA_YIELD: bool = False
 
     __hash__ = cached_hash
     __getstate__ = state_without_hash

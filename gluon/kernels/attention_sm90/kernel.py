@@ -167,6 +167,8 @@ def attention_sm90(Q, K, V, O, L, Sq, Skv, H, GROUP, qk_scale, CFG: gl.constexpr
     QB = q_buffers(CFG)
     if CFG.CTAS_PER_SM > 1:                     # launched with that share of the register file (the compile checks)
         gl.set_ctas_per_sm(CFG.CTAS_PER_SM)
+    if CFG.FFMA_YIELD:                          # control bits of the binary (backend/sass_passes.py)
+        gl.set_ffma_yield()
     TPU = 2 if CFG.PERSISTENT and CAUSAL else 1     # tiles per unit of work: causal pairs long + short
     sw = SwizzleMode.B128
     q_s = smem(Q.dtype, Layout.swizzled(RM, D, sw), name="q_tile", stages=WGS * QB)
