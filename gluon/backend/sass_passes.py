@@ -20,15 +20,14 @@ source hash is part of the cache key of the kernels it rewrites.
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import os
-import pathlib
 import re
 import subprocess
 import tempfile
 
 from ..abi import KernelABI
 from .machine_code import cuobjdump_path
+from .ptx.hashing import file_hash
 
 _YIELD = 1 << 45                # set: no yield
 _REUSE = 0xF << 58
@@ -177,13 +176,10 @@ def requested(abi: KernelABI | None) -> list[str]:
     return [n for n in OPT_IN if n in abi.sass_passes]
 
 
-def source_hash() -> str:
-    return hashlib.sha256(pathlib.Path(__file__).read_bytes()).hexdigest()
-
-
 def key_parts(abi: KernelABI | None) -> tuple:
     """What of the passes a kernel's binary depends on: this module's source, where any runs."""
-    return (("sass_passes", [requested(abi), source_hash()]),) if requested(abi) else ()
+    names = requested(abi)
+    return (("sass_passes", [names, file_hash(__file__)]),) if names else ()
 
 
 def stage_hook(names: list[str], stats: dict):

@@ -442,20 +442,19 @@ def gemm_sm90(A, B, C, W, CNT, SA, SB, SPLITS, CFG: gl.constexpr, B_KMAJOR: gl.c
                         out = c_s.load(layout=out_layout)
                         orows, ocols, omask = _tile_indices(om, off_n, PR, CFG.BLOCK_N, out_layout, M, N)
                         gl.store(C + (orows[:, None] * N + ocols[None, :]), out, mask=omask)
-                    elif EPILOGUE == "tma2":            # the store of two before (this staging tile's) has read
-                        c_s = c_tiles[g][cbuf]          # it; the last one's may still be reading the other
-                        tma_store_wait(1)
-                        c_s.store(tile.to(C.dtype))
-                        fence_async_shared()
-                        tma_store(C, (om, off_n), c_s)
-                        cbuf = 1 - cbuf
                     else:                               # staged in shared memory, written by a TMA store
-                        c_s = c_tiles[g][0] if c_tiles[g].stages > 1 else c_tiles[g]
-                        if EPILOGUE == "tma":
-                            tma_store_wait(0)           # the previous tile's store has read c_tile
+                        if EPILOGUE == "tma2":          # the store of two before (this staging tile's) has read
+                            c_s = c_tiles[g][cbuf]      # it; the last one's may still be reading the other
+                            tma_store_wait(1)
+                        else:
+                            c_s = c_tiles[g][0] if c_tiles[g].stages > 1 else c_tiles[g]
+                            if EPILOGUE == "tma":
+                                tma_store_wait(0)       # the previous tile's store has read c_tile
                         c_s.store(tile.to(C.dtype))
                         fence_async_shared()
                         tma_store(C, (om, off_n), c_s)
+                        if EPILOGUE == "tma2":
+                            cbuf = 1 - cbuf
                         if EPILOGUE == "ring":
                             tma_store_wait(0)           # read: the producer may refill the ring
                 if CK > 1:                          # every slice's partial stored: the cluster sums its tile
