@@ -11,6 +11,7 @@ from gluon.ir import GluonError
 from gluon.jit import run_passes
 from gluon.kernels.gemm_sm90 import (DEFAULT_CONFIG, FP32_OUT_CONFIG, SMALL_CONFIGS, GemmConfig, choose_config,
                                      gemm_sm90, num_warps, resolve_config, split_k, stand_ins)
+from gluon.kernels.gemm_sm90.config import SHALLOW_K
 
 
 def _cfg(**kw):
@@ -141,6 +142,19 @@ def test_choose_config_uses_the_coalesced_epilogue_where_each_program_has_one_ti
     assert choose_config(2048, 2040, 2048, 132).EPILOGUE == "auto"            # rows not 16-element multiples
     assert choose_config(2048, 2048, 2048, 132, out_size=4).EPILOGUE == "tma"    # fp32: 128x128, 64 KB staging
     assert choose_config(2048, 2048, 2048, 132, pitch_aligned=False).EPILOGUE == "auto"
+
+
+def test_choose_config_uses_the_coalesced_epilogue_where_k_is_shallow():
+    """K <= SHALLOW_K: C's stores are the work, and the coalesced epilogue beat TMA's stores on 16-bit inputs."""
+    for shape in ((8192, 8192, 64), (16384, 16384, 128), (4096, 28672, 128), (16384, 4096, 96)):
+        cfg = choose_config(*shape, 132)
+        assert (cfg.EPILOGUE, cfg.SPLIT_WGS, cfg.K_ZIGZAG) == ("coalesced", True, True), shape
+    assert choose_config(8192, 8192, SHALLOW_K + 64, 132).EPILOGUE == "auto"                 # deeper: TMA
+    assert choose_config(8192, 8192, 128, 132, wave_tiles=False).EPILOGUE == "auto"          # fp8: not timed
+    assert choose_config(8192, 8200, 128, 132).EPILOGUE == "auto"                            # rows off 16 elements
+    assert choose_config(8192, 8192, 128, 132, pitch_aligned=False).EPILOGUE == "auto"       # clustered, padded
+    assert resolve_config(8192, 8192, 128, 132, 2).EPILOGUE == "coalesced"
+    assert resolve_config(8192, 8192, 128, 132, 2, config=dict(EPILOGUE="tma")).EPILOGUE == "tma"
 
 
 @pytest.mark.parametrize("M,N,K,vector", [(512, 512, 65536, True), (512, 520, 65536, False), (4096, 4096, 4096, False)])

@@ -160,7 +160,10 @@ def test_persistent_ws_gemm_matches_fp64_reference(M, N, K, in_dtype, out_dtype,
     (1000, 1000, 1000, {"EPILOGUE": "coalesced"}),         # edges; N % 16 != 0: element stores
     (333, 200, 136, {"EPILOGUE": "coalesced"}),
     (2048, 4096, 512, {"EPILOGUE": "coalesced"}),          # several tiles per program (the staging tile reused)
-], ids=["2048-auto", "1536x2816x1000-auto", "1000", "333x200x136", "2048x4096x512"])
+    (4096, 4096, 128, {}),                                 # K <= SHALLOW_K: split roles, many tiles a program
+    (4000, 2064, 96, {}),                                  # ... row and k-step edges
+], ids=["2048-auto", "1536x2816x1000-auto", "1000", "333x200x136", "2048x4096x512", "shallow-auto",
+        "4000x2064x96-auto"])
 def test_coalesced_epilogue_gemm_matches_fp64_reference(M, N, K, cfg, dtype, b_kmajor):
     """The tile staged in shared memory and written back with (16-byte where N allows) stores by every
     consumer thread, instead of a TMA store."""
