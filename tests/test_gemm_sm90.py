@@ -153,6 +153,8 @@ def test_choose_config_uses_the_coalesced_epilogue_where_k_is_shallow():
     assert choose_config(8192, 8192, 128, 132, wave_tiles=False).EPILOGUE == "auto"          # fp8: not timed
     assert choose_config(8192, 8200, 128, 132).EPILOGUE == "auto"                            # rows off 16 elements
     assert choose_config(8192, 8192, 128, 132, pitch_aligned=False).EPILOGUE == "auto"       # clustered, padded
+    assert choose_config(4000, 2064, 128, 132).BLOCK_M == 192                                # wave_config's tile:
+    assert choose_config(4000, 2064, 128, 132).EPILOGUE == "auto"                            # TMA stores won there
     assert resolve_config(8192, 8192, 128, 132, 2).EPILOGUE == "coalesced"
     assert resolve_config(8192, 8192, 128, 132, 2, config=dict(EPILOGUE="tma")).EPILOGUE == "tma"
 

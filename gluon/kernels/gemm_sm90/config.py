@@ -389,8 +389,8 @@ BLOCK_SCALED_TALL_SPEED = 1.06
 DEEP_K_CONFIG = DEFAULT_CONFIG.replace(BLOCK_M=128, BLOCK_N=128, STAGES=6, CONSUMER_WGS=1, CLUSTER_M=2)
 DEEP_K = 16384                      # K from which a problem of under half a wave of 128x128 tiles is "deep"
 # K up to this is "shallow": a program's tiles are one or two k-steps each and C's stores are the work; there
-# the coalesced epilogue (rows stored from the staging tile by address) beat TMA's stores by 0.5-3.9% on 16-bit
-# inputs (docs/PERF.md, thirty-ninth session)
+# the coalesced epilogue (rows stored from the staging tile by address) beat TMA's stores on 128x256 tiles by up
+# to 6% with 16-bit inputs (on wave_config's 192x128 tiles it lost 1%: docs/PERF.md, thirty-ninth session)
 SHALLOW_K = 128
 # ... or 128x256 tiles on two cooperative warpgroups (4 stages; C by address, the K slices' partials leave from
 # registers anyway), where a CTA's share of the work, its tile times its K slice, is DEEP_K_WIDE_MARGIN smaller:
@@ -594,8 +594,8 @@ def choose_config(M: int, N: int, K: int, num_sms: int, pitch_aligned: bool = Tr
     * rows of A and B not on 128-byte boundaries (`pitch_aligned` False): 2-CTA clusters (CLUSTER_M=2)
       that load each B tile once and multicast it;
     * several 128x256 tiles per program: SPLIT_WGS and K_ZIGZAG;
-    * one tile per program, or K <= SHALLOW_K on 16-bit inputs, output rows of 16-element multiples, aligned:
-      EPILOGUE="coalesced".
+    * one tile per program, or K <= SHALLOW_K on 16-bit inputs and 128x256 tiles, output rows of 16-element
+      multiples, aligned: EPILOGUE="coalesced".
 
     The measurements behind each rule: docs/PERF.md."""
     if swap_ab and (M <= _SWAP_ALWAYS_M or (M <= SMALL_M and tiles(M, N, DEFAULT_CONFIG) * 4 < num_sms * 3)):
@@ -625,7 +625,8 @@ def choose_config(M: int, N: int, K: int, num_sms: int, pitch_aligned: bool = Tr
             cfg = wave_config(M, N, num_sms)
         if tiles(M, N, cfg) > num_sms:
             cfg = cfg.replace(SPLIT_WGS=True, K_ZIGZAG=True)
-            if K > SHALLOW_K or not wave_tiles:
+            if K > SHALLOW_K or not wave_tiles or (cfg.BLOCK_M, cfg.BLOCK_N) != (DEFAULT_CONFIG.BLOCK_M,
+                                                                                   DEFAULT_CONFIG.BLOCK_N):
                 return cfg
         if N % 16 == 0 and pitch_aligned:
             return cfg.replace(EPILOGUE="coalesced")
