@@ -625,8 +625,7 @@ def choose_config(M: int, N: int, K: int, num_sms: int, pitch_aligned: bool = Tr
             cfg = wave_config(M, N, num_sms)
         if tiles(M, N, cfg) > num_sms:
             cfg = cfg.replace(SPLIT_WGS=True, K_ZIGZAG=True)
-            if K > SHALLOW_K or not wave_tiles or (cfg.BLOCK_M, cfg.BLOCK_N) != (DEFAULT_CONFIG.BLOCK_M,
-                                                                                   DEFAULT_CONFIG.BLOCK_N):
+            if not _stores_bound(K, cfg, wave_tiles):
                 return cfg
         if N % 16 == 0 and pitch_aligned:
             return cfg.replace(EPILOGUE="coalesced")
@@ -637,6 +636,13 @@ def choose_config(M: int, N: int, K: int, num_sms: int, pitch_aligned: bool = Tr
         if tiles(M, N, cfg) <= num_sms:
             return cfg
     return DEFAULT_CONFIG
+
+
+def _stores_bound(K: int, cfg: GemmConfig, wide_inputs: bool) -> bool:
+    """Whether C's stores are the work (K <= SHALLOW_K) on what the coalesced epilogue was timed to win there:
+    128x256 tiles, 16-bit inputs (`wide_inputs`)."""
+    return K <= SHALLOW_K and wide_inputs and (cfg.BLOCK_M, cfg.BLOCK_N) == (DEFAULT_CONFIG.BLOCK_M,
+                                                                              DEFAULT_CONFIG.BLOCK_N)
 
 
 def _rows_fit(M: int, N: int, swapped: GemmConfig, num_sms: int) -> bool:
