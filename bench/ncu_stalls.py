@@ -7,6 +7,7 @@ and the SASS lines that hold the most samples (with the line before, which usual
     ncu -i rep.ncu-rep --page source --csv --print-source sass -k regex:gemm_sm90 > ours.csv
     python3 bench/ncu_stalls.py ours.csv [cublas.csv ...] [--top 12] [--json out.json]
 
+An export of several launches (a `-k` filter that matched more than one) gives a summary for each.
 Reads the CSV without a GPU (docs/PERF.md, twenty-ninth session, has two such readings).
 """
 from __future__ import annotations
@@ -37,6 +38,7 @@ class Line:
 @dataclass(frozen=True)
 class Stalls:
     path: str
+    kernel: str                         # the section's kernel (an export of several launches has one each)
     samples: int
     executed: int
     reasons: dict[str, float]          # reason -> share of all samples, largest first
@@ -47,18 +49,24 @@ def _int(text: str) -> int:
     return int(text.replace(",", "")) if text.strip() else 0
 
 
-def read(path: str, top: int = 12) -> Stalls:
-    """The stall summary of one `--page source --csv --print-source sass` export (its first line names the kernel,
-    the second is the header)."""
+def read(path: str, top: int = 12) -> list[Stalls]:
+    """The stall summaries of one `--page source --csv --print-source sass` export: one per kernel launch in it
+    (each section's first line names the kernel, the second is its header)."""
     with open(path, newline="") as f:
         rows = list(csv.reader(f))
-    header = next((i for i, r in enumerate(rows) if "# Samples" in r), None)
-    if header is None:
+    headers = [i for i, r in enumerate(rows) if "# Samples" in r]
+    if not headers:
         raise ValueError(f"{path}: no '# Samples' column; export with `ncu -i REPORT --page source --csv "
                          "--print-source sass` from a report that has the SourceCounters section")
-    names = rows[header]
+    ends = headers[1:] + [len(rows) + 1]
+    return [_section(path, rows[h - 1][1] if h and len(rows[h - 1]) > 1 else "", rows[h], rows[h + 1:end - 1], top)
+            for h, end in zip(headers, ends)]
+
+
+def _section(path: str, kernel: str, names: list[str], rows: list[list[str]], top: int) -> Stalls:
+    """One kernel's summary from its header `names` and SASS `rows`."""
     ix = {h: i for i, h in enumerate(names)}
-    data = [r for r in rows[header + 1:] if len(r) == len(names)]
+    data = [r for r in rows if len(r) == len(names)]
     samples = sum(_int(r[ix["# Samples"]]) for r in data)
     executed = sum(_int(r[ix["Instructions Executed"]]) for r in data)
     kinds = [h for h in names if h.startswith("stall_") and "Not Issued" not in h]
@@ -73,11 +81,11 @@ def read(path: str, top: int = 12) -> Stalls:
         lines.append(Line(r[ix["Source"]].strip(), _int(r[ix["# Samples"]]) / total,
                           _int(r[ix["Instructions Executed"]]), tuple(k[6:] for k in most if _int(r[ix[k]])),
                           data[i - 1][ix["Source"]].strip() if i else ""))
-    return Stalls(path, samples, executed, reasons, tuple(lines))
+    return Stalls(path, kernel, samples, executed, reasons, tuple(lines))
 
 
 def render(s: Stalls) -> str:
-    out = [f"{os.path.basename(s.path)}: {s.samples} samples, {s.executed} warp instructions executed",
+    out = [f"{os.path.basename(s.path)} {s.kernel[:40]}: {s.samples} samples, {s.executed} warp instructions executed",
            "  by reason: " + ", ".join(f"{k} {100 * v:.1f}%" for k, v in list(s.reasons.items())[:8])]
     for ln in s.top:
         out.append(f"  {100 * ln.share:5.1f}% x{ln.executed:>8} {ln.source[:56]:56s} {'/'.join(ln.reasons):22s} "
@@ -92,7 +100,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--json", metavar="PATH", help="write every summary here")
     args = p.parse_args(argv)
     try:
-        summaries = [read(path, args.top) for path in args.csv]
+        summaries = [kernel for path in args.csv for kernel in read(path, args.top)]
     except (OSError, ValueError) as e:
         print(f"ncu_stalls: {e}", file=sys.stderr)
         return 1
