@@ -116,8 +116,8 @@ def test_a_kernel_name_selects_every_config_of_it():
 
 
 def test_without_a_gpu_a_bench_says_so_in_one_line():
-    """bench/gemm.py and bench/attention.py (the benches with `need_gpu`) on a machine without CUDA: exit 1 and
-    one line, no traceback."""
+    """bench/gemm.py, bench/attention.py and bench/ncu_gemm.py (benches with `need_gpu`) on a machine without
+    CUDA: exit 1 and one line, no traceback."""
     import subprocess
 
     import pytest
@@ -125,7 +125,8 @@ def test_without_a_gpu_a_bench_says_so_in_one_line():
     if torch.cuda.is_available():
         pytest.skip("a GPU is present")
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    for argv in (["bench/gemm.py", "--shapes", "64x64x64"], ["bench/attention.py", "--cases", "B1H2S16D64"]):
+    for argv in (["bench/gemm.py", "--shapes", "64x64x64"], ["bench/attention.py", "--cases", "B1H2S16D64"],
+                 ["bench/ncu_gemm.py", "--dtype", "e4m3", "--scales", "block"]):
         r = subprocess.run([sys.executable, *argv], cwd=root, capture_output=True, text=True, timeout=120)
         assert (r.returncode, r.stderr) == (1, f"{argv[0]} needs a CUDA GPU\n")
     # the arguments first: --kernels takes a kernel (every config of it) or one config; an unknown one is refused
