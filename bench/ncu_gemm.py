@@ -106,13 +106,14 @@ def _fp8_kernels(torch, args, M: int, N: int, K: int, ws_cfg):
             theirs()
             c.copy_(probe)
     else:
-        a, sa = _quantized(torch.randn(M, K, device="cuda"), dt, False)
-        b, sb = _quantized(torch.randn(N, K, device="cuda"), dt, False)
-        ref = (a.double() * sa.double()) @ (b.double() * sb.double()).T
+        a, sa_t = _quantized(torch.randn(M, K, device="cuda"), dt, False)
+        b, sb_t = _quantized(torch.randn(N, K, device="cuda"), dt, False)
+        ref = (a.double() * sa_t.double()) @ (b.double() * sb_t.double()).T
+        sa, sb = sa_t.reshape(-1).contiguous(), sb_t.reshape(-1).contiguous()      # ours: one-element vectors
 
         def cublas(c):
-            torch._scaled_mm(a, b.t(), scale_a=sa.reshape(()), scale_b=sb.reshape(()), out_dtype=torch.bfloat16, out=c)
-        sa, sb = sa.reshape(-1).contiguous(), sb.reshape(-1).contiguous()
+            torch._scaled_mm(a, b.t(), scale_a=sa_t.reshape(()), scale_b=sb_t.reshape(()), out_dtype=torch.bfloat16,
+                             out=c)
 
     def ours(c):
         launch(a, b, c, ws_cfg, b_kmajor=True, scale_a=sa, scale_b=sb)
