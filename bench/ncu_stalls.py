@@ -58,7 +58,7 @@ def read(path: str, top: int = 12) -> list[Stalls]:
     if not headers:
         raise ValueError(f"{path}: no '# Samples' column; export with `ncu -i REPORT --page source --csv "
                          "--print-source sass` from a report that has the SourceCounters section")
-    ends = headers[1:] + [len(rows) + 1]
+    ends = headers[1:] + [len(rows) + 1]     # a section's rows stop before the next one's kernel-name line
     return [_section(path, rows[h - 1][1] if h and len(rows[h - 1]) > 1 else "", rows[h], rows[h + 1:end - 1], top)
             for h, end in zip(headers, ends)]
 
