@@ -91,7 +91,8 @@ class AttentionConfig:
                     unmasked key loop's preheader only, and the masked loop read them stale when the unmasked one ran
                     no step (Skv < BLOCK_N, a causal diagonal block). Its serial loop is one loop now, every step
                     masked (`backend.sass_flow` finds the pattern; this SASS is clean): right on an H100 since (the
-                    GPU test's Skv 1..127 cases, LSE checked, thirty-eighth session); not timed yet
+                    GPU test's Skv 1..127 cases, LSE checked, thirty-eighth session); slower than the default at
+                    D64 (thirty-ninth session), so not the default
     EARLY_Q_RELEASE PERSISTENT without OVERLAP, one Q buffer (PREFETCH_Q's alternative): the epilogue stages O in
                     a tile of its own, so a warpgroup hands its Q buffer back as soon as its last S GEMM is done, and
                     the producer loads the next tile's Q while the consumers run the epilogue (and, causal, release
@@ -101,7 +102,8 @@ class AttentionConfig:
     FFMA_YIELD      every second FFMA of each run of them after an S GEMM's wait (the softmax's score scaling)
                     yields its warp scheduler, set in the binary after ptxas (`gl.set_ffma_yield`, the GEMM's fp8
                     promotion's switch): another warpgroup's GEMMs may issue there. ptxas already yields at about a
-                    quarter of the softmax's instructions (11 of its 68 FFMAs at D64), so less is expected here
+                    quarter of the softmax's instructions (11 of its 68 FFMAs at D64); level with the default at D64
+                    (thirty-ninth session), so off
     """
 
     BLOCK_M: int = 128

@@ -101,7 +101,8 @@ class GemmConfig:
                                 pass (`splitk_reduce`) likewise waits for this kernel's partials in the kernel
     FFMA_YIELD                  fp8 block scales: every second FFMA of each k-step's promotion yields its warp
                                 scheduler (control bits set in the binary after ptxas, `gl.set_ffma_yield`), so
-                                another warpgroup's WGMMA issues in the middle of it (DeepGEMM's FFMA interleaving)
+                                another warpgroup's WGMMA issues in the middle of it (DeepGEMM's FFMA interleaving);
+                                opt-in: slower than without it where timed (docs/PERF.md, thirty-ninth session)
     CTAS_PER_SM                 1 or 2: with 2 the kernel launches with half the register file a CTA
                                 (`set_ctas_per_sm`; setmaxnreg shares it out among the roles) and the persistent
                                 grid holds two CTAs an SM, so small tiles run one a CTA, all resident at once (plain
