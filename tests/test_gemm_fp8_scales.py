@@ -304,6 +304,39 @@ def test_mma_turns_hand_over_after_the_wgmma_and_before_the_promotion(wgs):
         assert arrive < promote
 
 
+@pytest.mark.parametrize("over", [{}, dict(MMA_TURNS=True)])
+def test_scales_ahead_come_through_shared_memory_behind_the_roles_barrier(over):
+    """SCALES_AHEAD (SASS of the 4096^3 block pick with it): no global load of a scale in the k-loop waits before
+    the WGMMA wait (a register carried to the next k-step made ptxas copy it there, waiting for the load: slower
+    than without the switch). The scales are cp.async copies (LDGSTS) of the next k-step; this one's are read back
+    (LDS) after the copies' wait and a barrier of the role (Triton's, which the kernel relies on: a thread reads
+    rows other threads copied), and a barrier orders those reads before the next copies into the other slot."""
+    from gluon.dtypes import DType
+    from gluon.kernels.gemm_sm90 import host
+    from gluon.kernels.gemm_sm90.config import num_warps, resolve_config
+    from gluon.kernels.gemm_sm90.kernel import gemm_sm90
+    shape = (4096, 4096, 4096)
+    cfg = resolve_config(*shape, 132, 2, True, host._block_scaled_overrides(*shape, 132, 2, True, dict(
+        over, SCALES_AHEAD=True)), 1)
+    ck = gemm_sm90.compile(*host.stand_ins(DType.f8e4m3, DType.bf16), num_warps=num_warps(cfg), CFG=cfg,
+                           B_KMAJOR=True, SCALE="block")
+    assert ck.spills == 0
+    ops = [" ".join(ln.split(";")[0].split()[1:]) for ln in ck.sass().splitlines() if ";" in ln]
+    ops = ["" if op.startswith("@!PT ") else op.split(" ", 1)[1] if op.startswith("@") else op for op in ops]
+    waits = [i for i, op in enumerate(ops) if op.startswith("WARPGROUP.DEPBAR.LE gsb0, 0x0")]
+    assert len(waits) >= 2                                       # each role's k-step loop
+    for i in waits:
+        issue = max(k for k in range(i) if ops[k].startswith("QGMMA") and "!UPT" in ops[k])
+        assert not any(op.startswith("LDG") for op in ops[issue:i])
+        copied = next(k for k in range(i, len(ops)) if ops[k].startswith("DEPBAR.LE SB0"))
+        read = next(k for k in range(i, len(ops)) if ops[k].startswith("LDS"))
+        nxt = next(k for k in range(read, len(ops)) if ops[k].startswith("LDGSTS"))
+        assert copied < read and any(op.startswith("BAR.SYNC") for op in ops[copied:read])
+        last_read = max(k for k in range(read, nxt) if ops[k].startswith("LDS"))
+        assert any(op.startswith("BAR.SYNC") for op in ops[last_read:nxt])
+        assert sum(op.startswith("FFMA") for op in ops[i:nxt + 80]) >= 64
+
+
 @pytest.mark.parametrize("shape,tall", [((8192, 8192, 8192), True), ((8192, 28672, 4096), True),
                                         ((4096, 4096, 4096), False), ((2048, 2048, 2048), False),
                                         ((8192, 4096, 1024), False), ((1000, 3000, 784), False)])

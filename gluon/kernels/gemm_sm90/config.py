@@ -92,9 +92,9 @@ class GemmConfig:
                                 FlashAttention-3's ping-pong; a turn held until the WGMMAs are done), so one's
                                 promotion of its product into the fp32 sum runs under another's WGMMAs instead
                                 of all promoting while the tensor cores idle
-    SCALES_AHEAD                fp8 block scales: each k-step's A and B scales are loaded one k-step ahead (with
-                                the previous k-step), so their L2 latency is not waited for between the WGMMA and
-                                the promotion
+    SCALES_AHEAD                fp8 block scales: each k-step's A and B scales are copied by cp.async into shared
+                                memory one k-step ahead (with the previous k-step), so their L2 latency is not
+                                waited for between the WGMMA and the promotion
     PDL                         programmatic dependent launch: the kernel is launched as a dependent of the kernel
                                 before it (its prologue overlaps that one's end; it waits, `griddep_wait`, before
                                 its first global access) and lets the next launch at its start; the split-K second

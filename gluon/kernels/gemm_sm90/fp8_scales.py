@@ -8,7 +8,7 @@ from gluon.language.nvidia.ampere import cp_async, cp_async_commit, cp_async_wai
 from gluon.language.nvidia.hopper import wgmma, wgmma_wait
 from gluon.types import Layout, SliceLayout
 
-from ..turns import turn_begin, turn_end_after
+from ..turns import turn_begin, turn_end, turn_end_after
 
 SCALES_BAR = 11             # rowcol scales staged by cp.async: role g's threads meet on named barrier 11 + g
 
@@ -61,15 +61,41 @@ def apply_scales(acc, scales, SCALE: str):
 
 
 @gl.helper
-def _block_scales(SA, sb_row, rows, row_ok, kk, k_hi, k_top, M, KB, ZIG: bool, SA_M_MAJOR: bool, AHEAD: bool):
+def _block_scales(SA, sb_row, rows, row_ok, kk, k_top, M, KB, ZIG: bool, SA_M_MAJOR: bool):
     """The raw scales of k-step kk (A's per row of the tile, B's for the tile's 128 columns): block
-    k_top - kk where the unit's K slice runs top down (ZIG), else kk. AHEAD: kk may be past the slice
-    (k_hi), whose loads are masked off (zeros, never used)."""
+    k_top - kk where the unit's K slice runs top down (ZIG), else kk."""
     kb = _k_block(kk, k_top, ZIG)
-    if AHEAD:
-        live = kk < k_hi
-        return _a_scales(SA, rows, row_ok & live, kb, M, KB, SA_M_MAJOR), gl.load(sb_row + kb, mask=live, other=0.0)
     return _a_scales(SA, rows, row_ok, kb, M, KB, SA_M_MAJOR), gl.load(sb_row + kb)
+
+
+@gl.helper
+def _stage_block_scales(ahead, slot, SA, sb_row, off_m, kk, k_hi, k_top, M, KB, ZIG: bool, SA_M_MAJOR: bool,
+                        RW: int):
+    """SCALES_AHEAD: start copying k-step kk's scales by cp.async into slot `slot` of the role's shared pair
+    `ahead` (A's per row; B's, one per tile and k-step, into every row's place), nothing where kk is past the
+    slice (k_hi). Through shared memory, not registers: a load carried in registers to the next k-step makes
+    ptxas copy it at the loop's end, which waits for the load before the WGMMA wait (docs/PERF.md)."""
+    sa_s, sb_s = ahead
+    one_d = Layout.blocked([1], [32], [RW], [0])
+    r = gl.arange(0, sa_s.shape[0], layout=one_d)
+    rows = off_m + r
+    live = kk < k_hi
+    kb = _k_block(kk, k_top, ZIG)
+    cp_async(sa_s[slot], SA + (kb * M + rows if SA_M_MAJOR else rows * KB + kb), mask=(rows < M) & live)
+    cp_async(sb_s[slot], sb_row + kb + r * 0, mask=(r >= 0) & live)
+    cp_async_commit()
+
+
+@gl.helper
+def _staged_block_scales(acc, ahead, slot):
+    """The product of the scales `_stage_block_scales` copied into `slot`, in acc's row layout, once this thread's
+    copies are done. A thread reads rows other threads copied: Triton's shared-memory barrier analysis puts the
+    role's barrier between the wait and the reads, and another between these reads and the next copy into the
+    other slot (a CPU test finds both in the SASS)."""
+    sa_s, sb_s = ahead
+    cp_async_wait(0)
+    rows = SliceLayout(1, acc.layout)
+    return sa_s[slot].load(layout=rows) * sb_s[slot].load(layout=rows)
 
 
 @gl.helper
@@ -97,41 +123,50 @@ def _wait_then_pass_turn(part, a_tile, b_tile, sa, sb, anchor, g: int, TURNS: bo
 @gl.helper
 def block_scaled_k_loop(acc, a_s, b_s, ready, empty, cnt, k_lo, k_hi, k_top, SA, SB, off_m, off_n, M, KB,
                         STAGES: int, CL: int, B_KMAJOR: bool, ZIG: bool, TURNS: bool, g: int, WGS: int,
-                        SA_M_MAJOR: bool, AHEAD: bool, anchor=None):
+                        SA_M_MAJOR: bool, RW: int, ahead=None, anchor=None):
     """SCALE="block" (DeepSeek's DeepGEMM scaling): k-steps kk in [k_lo, k_hi) of 128 K each, A scaled per row
     and 128-deep block of K (SA [M, KB]), B per 128 x 128 block (SB [ceil(N / 128), KB]). Each k-step's WGMMA
     product starts from zero and is added to the fp32 `acc` times SA[row, kk] * SB[off_n // 128, kk]: the
     tensor cores' fp8 accumulation (about 14 bits of mantissa) never runs over more than one block of K,
     and the sum is fp32 (the promotion DeepGEMM does). The stage is released once its product is read.
-    The scales load while the WGMMA runs, or with AHEAD (SCALES_AHEAD) one k-step earlier, so an L2 read's
-    latency longer than the WGMMA does not hold the promotion (DeepGEMM stages A's scales with the operands).
-    Adding each product while the next k-step's WGMMA runs was slower: ptxas serializes every WGMMA when a
-    product is carried through the loop in flight, C7514; docs/PERF.md. With K_ZIGZAG (`ZIG`) a unit whose
-    `k_top` is set got its K slice top down from the producer: its i-th stage holds block k_top - i. With
-    TURNS (MMA_TURNS) warpgroup `g` of WGS runs each k-step's WGMMAs in its turn, held until they are done
-    (gluon/kernels/turns.py), so the warpgroups' WGMMAs run one at a time, each under the others' promotions.
-    SA_M_MAJOR: SA is [KB, M] (scale_a M-major, as torch._scaled_mm and DeepGEMM take it; a warp's rows then
-    load together). (acc, cnt) after the slice."""
+    The scales load while the WGMMA runs, or with `ahead` (SCALES_AHEAD: role g's pair of shared buffers) one
+    k-step earlier by cp.async, so an L2 read's latency longer than the WGMMA does not hold the promotion
+    (DeepGEMM stages A's scales with the operands). Adding each product while the next k-step's WGMMA runs was
+    slower: ptxas serializes every WGMMA when a product is carried through the loop in flight, C7514;
+    docs/PERF.md. With K_ZIGZAG (`ZIG`) a unit whose `k_top` is set got its K slice top down from the producer:
+    its i-th stage holds block k_top - i. With TURNS (MMA_TURNS) warpgroup `g` of WGS runs each k-step's WGMMAs
+    in its turn, held until they are done (gluon/kernels/turns.py), so the warpgroups' WGMMAs run one at a time,
+    each under the others' promotions. SA_M_MAJOR: SA is [KB, M] (scale_a M-major, as torch._scaled_mm and
+    DeepGEMM take it; a warp's rows then load together). (acc, cnt) after the slice."""
     rows = off_m + gl.arange(0, acc.shape[0], layout=SliceLayout(1, acc.layout))
     row_ok = rows < M
     sb_row = SB + (off_n // 128) * KB
-    if AHEAD:
-        sa, sb = _block_scales(SA, sb_row, rows, row_ok, k_lo, k_hi, k_top, M, KB, ZIG, SA_M_MAJOR, True)
+    if ahead is not None:
+        # the slice's first scales, once the last slice's copy past its end has landed: it wrote this slot too,
+        # and two copies in flight to one place land in no set order
+        cp_async_wait(0)
+        _stage_block_scales(ahead, cnt % 2, SA, sb_row, off_m, k_lo, k_hi, k_top, M, KB, ZIG, SA_M_MAJOR, RW)
     for kk in range(k_lo, k_hi):
         s = cnt % STAGES
         ready[s].wait((cnt // STAGES) & 1)
         b_op = b_s[s].T if B_KMAJOR else b_s[s]
         turn_begin(g, TURNS)
         part = wgmma(a_s[s], b_op, acc, wait=False, use_acc=False)
-        if AHEAD:                           # this k-step's scales came with the previous one; ask for the next
-            sa_k, sb_k = sa, sb
-            sa, sb = _block_scales(SA, sb_row, rows, row_ok, kk + 1, k_hi, k_top, M, KB, ZIG, SA_M_MAJOR, True)
+        if ahead is not None:               # this k-step's scales were copied with the previous one
+            part = wgmma_wait(part, a_s[s], b_s[s], pendings=0)
+            turn_end(g, TURNS, WGS)
+            empty[s].arrive(cluster=CL > 1)
+            scale = _staged_block_scales(acc, ahead, cnt % 2)
+            # the next k-step's, into the other slot: every thread of the role has read it (Triton's barrier)
+            _stage_block_scales(ahead, (cnt + 1) % 2, SA, sb_row, off_m, kk + 1, k_hi, k_top, M, KB, ZIG,
+                                SA_M_MAJOR, RW)
         else:
-            sa_k, sb_k = _block_scales(SA, sb_row, rows, row_ok, kk, k_hi, k_top, M, KB, ZIG, SA_M_MAJOR, False)
-        # the turn passes once the WGMMA is done, so the next warpgroup's runs alone while this one promotes
-        part, held = _wait_then_pass_turn(part, a_s[s], b_s[s], sa_k, sb_k, anchor, g, TURNS, WGS)
-        empty[s].arrive(cluster=CL > 1)
-        acc = acc + part * (sa_k * sb_k if held is None else held)[:, None]
+            sa_k, sb_k = _block_scales(SA, sb_row, rows, row_ok, kk, k_top, M, KB, ZIG, SA_M_MAJOR)
+            # the turn passes once the WGMMA is done, so the next warpgroup's runs alone while this one promotes
+            part, held = _wait_then_pass_turn(part, a_s[s], b_s[s], sa_k, sb_k, anchor, g, TURNS, WGS)
+            empty[s].arrive(cluster=CL > 1)
+            scale = sa_k * sb_k if held is None else held
+        acc = acc + part * scale[:, None]
         cnt = cnt + 1
     return acc, cnt
 

@@ -312,13 +312,17 @@ def gemm_sm90(A, B, C, W, CNT, SA, SB, SPLITS, CFG: gl.constexpr, B_KMAJOR: gl.c
     ACC = (CFG.BLOCK_N, RM) if CFG.SWAP_AB else (PR, CFG.BLOCK_N)
     AHEAD = SCALE == "tensor" or (SCALE == "rowcol" and ACC[1] <= 128 and not CFG.SPLIT_WGS)
     STAGED = SCALE == "rowcol" and not AHEAD
+    vec1 = Layout.shared(1, 1, 1, order=(0,))
     if STAGED:
-        vec1 = Layout.shared(1, 1, 1, order=(0,))
         sr_bufs = [smem(gl.float32, vec1, shape=(ACC[0],), name=f"row_scales{g}", stages=2) for g in range(ROLES)]
         sc_bufs = [smem(gl.float32, vec1, shape=(ACC[1],), name=f"col_scales{g}", stages=2) for g in range(ROLES)]
     # MMA_TURNS: each role's k-step scales pass through shared memory around the turn's hand-over (turn_end_after)
     turn_bufs = [smem(gl.float32, Layout.shared(1, 1, 1, order=(0,)), shape=(RM,), name=f"turn_scales{g}")
                  for g in range(ROLES)] if CFG.MMA_TURNS and SCALE == "block" else [None] * ROLES
+    # SCALES_AHEAD: each role's next k-step's block scales copied by cp.async into a pair of shared buffers
+    ahead_bufs = [(smem(gl.float32, vec1, shape=(RM,), name=f"ahead_a{g}", stages=2),
+                   smem(gl.float32, vec1, shape=(RM,), name=f"ahead_b{g}", stages=2))
+                  for g in range(ROLES)] if CFG.SCALES_AHEAD and SCALE == "block" else [None] * ROLES
 
     # work unit = (a cluster's tiles: CM stacked along M, K slice); a cluster's CTAs take the tiles of
     # one unit, which share their B columns: each CTA loads 1/CM of the shared tile and multicasts it
@@ -402,7 +406,7 @@ def gemm_sm90(A, B, C, W, CNT, SA, SB, SPLITS, CFG: gl.constexpr, B_KMAJOR: gl.c
                 elif SCALE == "block":              # each 128-deep k-step's product scaled into fp32 (below)
                     acc, cnt = block_scaled_k_loop(acc, a_s, b_s, ready, empty, cnt, k_lo, k_hi, k_top, SA, SB,
                                                    off_m, off_n, M, gl.cdiv(K, 128), CFG.STAGES, CM, B_KMAJOR, ZIG,
-                                                   CFG.MMA_TURNS, g, ROLES, SA_M_MAJOR, CFG.SCALES_AHEAD,
+                                                   CFG.MMA_TURNS, g, ROLES, SA_M_MAJOR, RW, ahead_bufs[g],
                                                    turn_bufs[g])
                 else:
                     for kk in range(k_lo, k_hi):
