@@ -94,7 +94,7 @@ class GemmConfig:
                                 of all promoting while the tensor cores idle
     SCALES_AHEAD                fp8 block scales: each k-step's A and B scales are copied by cp.async into shared
                                 memory one k-step ahead (with the previous k-step), so their L2 latency is not
-                                waited for between the WGMMA and the promotion
+                                waited for between the WGMMA and the promotion (opt-in: slower where timed)
     PDL                         programmatic dependent launch: the kernel is launched as a dependent of the kernel
                                 before it (its prologue overlaps that one's end; it waits, `griddep_wait`, before
                                 its first global access) and lets the next launch at its start; the split-K second
