@@ -82,7 +82,7 @@ def _stage_block_scales(ahead, slot, SA, sb_row, off_m, kk, k_hi, k_top, M, KB, 
     live = kk < k_hi
     kb = _k_block(kk, k_top, ZIG)
     cp_async(sa_s[slot], SA + (kb * M + rows if SA_M_MAJOR else rows * KB + kb), mask=(rows < M) & live)
-    cp_async(sb_s[slot], sb_row + kb + r * 0, mask=(r >= 0) & live)
+    cp_async(sb_s[slot], sb_row + kb + r * 0, mask=(r >= 0) & live)      # (r >= 0: `live` as a tile)
     cp_async_commit()
 
 

@@ -317,7 +317,7 @@ def gemm_sm90(A, B, C, W, CNT, SA, SB, SPLITS, CFG: gl.constexpr, B_KMAJOR: gl.c
         sr_bufs = [smem(gl.float32, vec1, shape=(ACC[0],), name=f"row_scales{g}", stages=2) for g in range(ROLES)]
         sc_bufs = [smem(gl.float32, vec1, shape=(ACC[1],), name=f"col_scales{g}", stages=2) for g in range(ROLES)]
     # MMA_TURNS: each role's k-step scales pass through shared memory around the turn's hand-over (turn_end_after)
-    turn_bufs = [smem(gl.float32, Layout.shared(1, 1, 1, order=(0,)), shape=(RM,), name=f"turn_scales{g}")
+    turn_bufs = [smem(gl.float32, vec1, shape=(RM,), name=f"turn_scales{g}")
                  for g in range(ROLES)] if CFG.MMA_TURNS and SCALE == "block" else [None] * ROLES
     # SCALES_AHEAD: each role's next k-step's block scales copied by cp.async into a pair of shared buffers
     ahead_bufs = [(smem(gl.float32, vec1, shape=(RM,), name=f"ahead_a{g}", stages=2),
