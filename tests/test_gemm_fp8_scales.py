@@ -175,7 +175,8 @@ def _check_on_two_programs(monkeypatch, M, N, K, cfg, splits, m_major: bool, see
 def test_two_parts_refuse_what_they_do_not_run(interpret_env):
     a, b, c = _fp8(300, 256), _fp8(256, 256), torch.empty(300, 256).bfloat16()
     sa, sb = torch.ones(300, 2), torch.ones(2, 2)
-    for extra, what in [(dict(MMA_TURNS=True), "MMA_TURNS"), (dict(SCALES_AHEAD=True), "SCALES_AHEAD")]:
+    for extra, what in [(dict(MMA_TURNS=True), "MMA_TURNS"), (dict(SCALES_AHEAD=True), "SCALES_AHEAD"),
+                        (dict(PIPELINED_PROMOTION=True), "PIPELINED_PROMOTION")]:
         cfg = dict(BLOCK_M=256, BLOCK_N=128, CONSUMER_WGS=2, SPLIT_WGS=True, **extra)
         with pytest.raises(GluonError, match=f"two parts of 64.*{what}=True"):
             launch(a, b, c, b_kmajor=True, scale_a=sa, scale_b=sb, config=cfg)
@@ -238,6 +239,34 @@ def test_block_scales_loaded_a_k_step_ahead(interpret_env, monkeypatch, M, N, K,
     from gluon.kernels.gemm_sm90 import GemmConfig
     cfg = GemmConfig(BLOCK_N=128, BLOCK_K=128, SPLIT_WGS=True, STAGES=3, SCALES_AHEAD=True, **kw)
     _check_on_two_programs(monkeypatch, M, N, K, cfg, splits, m_major, seed=12)
+
+
+@pytest.mark.parametrize("M,N,K,splits,kw", [
+    (512, 256, 512, None, dict(K_ZIGZAG=True)),                     # four units a program, odd ones top down
+    (200, 136, 520, 2, dict(K_ZIGZAG=False, EPILOGUE="direct")),    # K slices, the last one short
+    (200, 136, 1000, 3, dict(K_ZIGZAG=True, EPILOGUE="direct")),    # zigzag slices of 3 and 2 k-steps
+    (130, 200, 128, None, dict(K_ZIGZAG=False)),                    # one k-step: no WGMMA crosses the loop's edge
+    (300, 256, 384, None, dict(BLOCK_M=192, CONSUMER_WGS=3, CONSUMER_REGS=152)),   # three warpgroups
+])
+@pytest.mark.parametrize("m_major", [False, True])
+def test_block_scales_with_the_pipelined_promotion(interpret_env, monkeypatch, M, N, K, splits, kw, m_major):
+    """PIPELINED_PROMOTION: each k-step's WGMMA issued after the previous one's promotion and waited for one
+    iteration later (the slice's first before its loop, its last after). Scales that differ by block, so a product
+    promoted with another k-step's scales shows; a grid of 2, so programs run several units and both K orders."""
+    from gluon.kernels.gemm_sm90 import GemmConfig
+    cfg = GemmConfig(**dict(dict(BLOCK_N=128, BLOCK_K=128, SPLIT_WGS=True, STAGES=3, PIPELINED_PROMOTION=True), **kw))
+    _check_on_two_programs(monkeypatch, M, N, K, cfg, splits, m_major, seed=13)
+
+
+def test_pipelined_promotion_refuses_what_it_does_not_run(interpret_env):
+    from gluon.kernels.gemm_sm90 import GemmConfig
+    for extra in (dict(MMA_TURNS=True), dict(SCALES_AHEAD=True)):
+        with pytest.raises(GluonError, match="PIPELINED_PROMOTION=True runs its own k-loop"):
+            GemmConfig(SPLIT_WGS=True, PIPELINED_PROMOTION=True, **extra)
+    a, b, c = _fp8(200, 320), _fp8(136, 320), torch.empty(200, 136).bfloat16()
+    with pytest.raises(GluonError, match="PIPELINED_PROMOTION=True is for fp8 block scales"):
+        launch(a, b, c, b_kmajor=True, scale_a=torch.ones(1), scale_b=torch.ones(1),
+               config=GemmConfig(PIPELINED_PROMOTION=True))
 
 
 def test_scales_ahead_outside_block_scales_is_refused(interpret_env):
@@ -335,6 +364,39 @@ def test_scales_ahead_come_through_shared_memory_behind_the_roles_barrier(over):
         last_read = max(k for k in range(read, nxt) if ops[k].startswith("LDS"))
         assert any(op.startswith("BAR.SYNC") for op in ops[last_read:nxt])
         assert sum(op.startswith("FFMA") for op in ops[i:nxt + 80]) >= 64
+
+
+@pytest.mark.parametrize("shape", [(4096, 4096, 4096), (8192, 8192, 8192)])
+def test_pipelined_promotion_issues_the_next_wgmma_after_the_promotion(shape):
+    """PIPELINED_PROMOTION (SASS of the block pick with it; 192x128 tiles on three warpgroups at 8192^3): ptxas keeps
+    the WGMMAs pipelined (no advisory such as C7514, no spills); in each role's loop the next stage's ready wait
+    and the scale loads come before the WGMMA wait, and the next k-step's first QGMMA after the promotion's FFMAs,
+    with no WGMMA wait right behind it."""
+    from gluon.dtypes import DType
+    from gluon.kernels.gemm_sm90 import host
+    from gluon.kernels.gemm_sm90.config import num_warps, resolve_config
+    from gluon.kernels.gemm_sm90.kernel import gemm_sm90
+    cfg = resolve_config(*shape, 132, 2, True, host._block_scaled_overrides(*shape, 132, 2, True, dict(
+        PIPELINED_PROMOTION=True)), 1)
+    ck = gemm_sm90.compile(*host.stand_ins(DType.f8e4m3, DType.bf16), num_warps=num_warps(cfg), CFG=cfg,
+                           B_KMAJOR=True, SCALE="block")
+    assert ck.spills == 0 and not ck.binary.advisories
+    ops = [" ".join(ln.split(";")[0].split()[1:]) for ln in ck.sass().splitlines() if ";" in ln]
+    ops = ["" if op.startswith("@!PT ") else op.split(" ", 1)[1] if op.startswith("@") else op for op in ops]
+    waits = [i for i, op in enumerate(ops) if op.startswith("WARPGROUP.DEPBAR.LE gsb0, 0x0")]
+    loops = 0
+    for i in waits:
+        issue = next((k for k in range(i, len(ops)) if ops[k].startswith("QGMMA")), None)
+        if issue is None or any(op.startswith("SYNCS.PHASECHK") for op in ops[i:issue]):
+            continue                        # a slice's last k-step: the next issue is the next unit's, after its wait
+        loops += 1
+        before = ops[max(0, i - 40):i]
+        assert any(op.startswith("SYNCS.PHASECHK") for op in before)      # the next stage's ready wait ...
+        assert any(op.startswith("LDG") for op in before)                 # ... and this k-step's scales
+        assert sum(op.startswith("FFMA") for op in ops[i:issue]) >= 64
+        nxt = next(k for k in range(issue, len(ops)) if ops[k].startswith("WARPGROUP.DEPBAR"))
+        assert any(op.startswith("LDG") for op in ops[issue:nxt])         # the next scales, under the WGMMA
+    assert loops >= cfg.CONSUMER_WGS
 
 
 @pytest.mark.parametrize("shape,tall", [((8192, 8192, 8192), True), ((8192, 28672, 4096), True),

@@ -97,6 +97,7 @@ def _check_async_wgmma(kernel: ir.Kernel, ordered: list[ir.Op], where: dict[ir.O
         waited = False
         stack, seen = [(mm.result, False)], set()
         bad: list[ir.Op] = []
+        carried: list[ir.Value] = []                # loop-body arguments the async result reaches in flight
         while stack:
             v, via_arg = stack.pop()
             if v.id in seen:
@@ -107,6 +108,10 @@ def _check_async_wgmma(kernel: ir.Kernel, ordered: list[ir.Op], where: dict[ir.O
                     waited = True
                 elif u.kind == "wgmma" and k == 2:
                     stack.append((u.result, via_arg))
+                elif u.kind == "for" and k >= 3:        # a loop's initial carried value (lb, ub, step, *inits)
+                    stack.append((u.results[k - 3], via_arg))
+                    stack.append((u.regions[0].args[k - 2], True))
+                    carried.append(u.regions[0].args[k - 2])
                 elif u.kind == "yield":
                     owner = parent_of.get(id(where[u].region))
                     if owner is None:
@@ -127,6 +132,11 @@ def _check_async_wgmma(kernel: ir.Kernel, ordered: list[ir.Op], where: dict[ir.O
                       "result and no wgmma_wait(pendings=0) after it in its role, so it may still be running when its "
                       "result is read or the kernel ends. Retire it with acc = wgmma_wait(acc) (or use wait=True)",
                       mm.loc)
+        for arg in carried:                         # in the body: read only after its wait
+            body = [u for u, _ in uses.get(arg.id, ()) if u in where]
+            first = min((where[u].index for u in body if u.kind == "wgmma_wait"), default=None)
+            bad += [u for u in body if u.kind not in ("wgmma_wait", "wgmma", "yield")
+                    and (first is None or where[u].index < first)]
         for u in bad:
             if u in where and not any(ms.index < i < where[u].index for i in waits0.get(role_key(ms), [])):
                 if u.kind in ("wgmma",):

@@ -162,6 +162,40 @@ def test_gl202_a_chain_of_async_wgmmas_retired_by_one_wait_passes():
     passes(waited_by_a_later_wait, gemm_refs()[:3])
 
 
+def carried_mma_kernel(v: str):
+    """A WGMMA issued before a loop and carried into it in flight (the pipelined fp8 promotion's shape): waited for
+    at the top of each iteration, the next one issued at its end and waited for after the loop."""
+    @kernel(arch=SM90, num_warps=4)
+    def carried_mma(A, B, C, K):
+        a_s = smem(A.dtype, Layout.swizzled(128, 64), name="a")
+        b_s = smem(B.dtype, Layout.swizzled(64, 128), name="b")
+        bar = mbarrier(count=1, name="bar")
+        bar.expect(a_s.nbytes + b_s.nbytes)
+        tma_load(a_s, A, (0, 0), bar)
+        tma_load(b_s, B, (0, 0), bar)
+        bar.wait(0)
+        total = gl.zeros((128, 128), gl.float32, layout=ACC)
+        part = wgmma(a_s, b_s, total, wait=False, use_acc=False)          # into the loop in flight
+        for i in range(K):
+            if v == "used_in_flight":
+                total = total + part                                        # read before its wait
+            part = wgmma_wait(part, a_s, b_s)
+            total = total + part
+            part = wgmma(a_s, b_s, part, wait=False, use_acc=False)
+        part = wgmma_wait(part, a_s, b_s)
+        C[_rows_cols(128, 128)] = (total + part).to(C.dtype)
+    return carried_mma
+
+
+def test_gl203_a_wgmma_carried_into_a_loop_in_flight_and_waited_there_passes():
+    passes(carried_mma_kernel("ok"), gemm_refs())
+
+
+def test_gl203_a_wgmma_carried_into_a_loop_and_read_before_its_wait():
+    e = expect_error(carried_mma_kernel("used_in_flight"), gemm_refs(), "GL203", "# read before its wait")
+    assert "may still be in flight" in e.message
+
+
 # ------------------------------------------------------------------ GL204 / GL205: cp.async
 
 

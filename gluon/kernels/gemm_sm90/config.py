@@ -24,7 +24,7 @@ _INTS = ("BLOCK_M", "BLOCK_N", "BLOCK_K", "STAGES", "GROUP_M", "CONSUMER_WGS", "
 CLUSTER_K_SIZES = (1, 2, 4, 8)      # a portable cluster holds at most 8 CTAs
 SPLITK_GRID_SIZES = (1, 2, 4, 8, 16)
 _BOOLS = ("SPLIT_WGS", "K_ZIGZAG", "TMA_PREFETCH", "SPLITK_FIXUP", "SWAP_AB", "MMA_TURNS", "SCALES_AHEAD", "PDL",
-          "FFMA_YIELD")
+          "FFMA_YIELD", "PIPELINED_PROMOTION")
 _AUTO_BOOLS = ("EARLY_LOADS", "LEAN_PROLOGUE")
 _SWIZZLES = tuple(m.value for m in SwizzleMode)
 _SPLIT_CONSUMER_REGS = 216          # the second consumer warpgroup's setmaxnreg with SPLIT_WGS
@@ -95,6 +95,10 @@ class GemmConfig:
     SCALES_AHEAD                fp8 block scales: each k-step's A and B scales are copied by cp.async into shared
                                 memory one k-step ahead (with the previous k-step), so their L2 latency is not
                                 waited for between the WGMMA and the promotion (opt-in: slower where timed)
+    PIPELINED_PROMOTION         fp8 block scales, cuBLAS's k-loop: k-step i+1's WGMMA is issued right after k-step
+                                i's promotion (into the same product registers) and waited for in the next
+                                iteration, after stage i+1's ready wait and k-step i+1's scale loads, which then run
+                                under it; neither MMA_TURNS nor SCALES_AHEAD (opt-in: not yet timed)
     PDL                         programmatic dependent launch: the kernel is launched as a dependent of the kernel
                                 before it (its prologue overlaps that one's end; it waits, `griddep_wait`, before
                                 its first global access) and lets the next launch at its start; the split-K second
@@ -135,6 +139,7 @@ class GemmConfig:
     PDL: bool = False
     CTAS_PER_SM: int = 1
     FFMA_YIELD: bool = False
+    PIPELINED_PROMOTION: bool = False
 
     __hash__ = cached_hash
     __getstate__ = state_without_hash
@@ -191,6 +196,9 @@ class GemmConfig:
             raise GluonError(f"GemmConfig MMA_TURNS=True takes two or three consumer warpgroups each its own role "
                              f"(CONSUMER_WGS=2 or 3, SPLIT_WGS=True), not CONSUMER_WGS={self.CONSUMER_WGS}, "
                              f"SPLIT_WGS={self.SPLIT_WGS}")
+        if self.PIPELINED_PROMOTION and (self.MMA_TURNS or self.SCALES_AHEAD):
+            raise GluonError(f"GemmConfig PIPELINED_PROMOTION=True runs its own k-loop, without MMA_TURNS and "
+                             f"SCALES_AHEAD; got MMA_TURNS={self.MMA_TURNS}, SCALES_AHEAD={self.SCALES_AHEAD}")
         if self.CONSUMER_REGS != _SPLIT_CONSUMER_REGS and not self.SPLIT_WGS:
             raise GluonError(f"GemmConfig CONSUMER_REGS={self.CONSUMER_REGS}: the cooperative consumers are Triton's "
                              "default partition and take the registers setmaxnreg leaves them; CONSUMER_REGS is the "

@@ -39,8 +39,8 @@ from gluon.types import Layout, SliceLayout, SwizzleMode, WarpRole
 
 from ..turns import turns_close, turns_open
 from .config import kernel_config
-from .fp8_scales import (apply_scales, block_scaled_k_loop, block_scaled_two_parts, load_scales, stage_scales,
-                         staged_scales)
+from .fp8_scales import (apply_scales, block_scaled_k_loop, block_scaled_pipelined, block_scaled_two_parts,
+                         load_scales, stage_scales, staged_scales)
 
 
 def _tile_coords(tile, num_pid_m, num_pid_n, GROUP_M: int):
@@ -212,6 +212,10 @@ def gemm_sm90(A, B, C, W, CNT, SA, SB, SPLITS, CFG: gl.constexpr, B_KMAJOR: gl.c
                          "FFMA_YIELD=False")
     if CFG.FFMA_YIELD:
         gl.set_ffma_yield()
+    if CFG.PIPELINED_PROMOTION and SCALE != "block":
+        raise GluonError(f"PIPELINED_PROMOTION=True is for fp8 block scales (SCALE='block'), whose per-k-step "
+                         f"promotion it runs under the next WGMMA's issue; this launch has SCALE={SCALE!r}: leave "
+                         "PIPELINED_PROMOTION=False")
     if CFG.SCALES_AHEAD and SCALE != "block":
         raise GluonError(f"SCALES_AHEAD=True is for fp8 block scales (SCALE='block'), loaded once per k-step; this "
                          f"launch has SCALE={SCALE!r}: leave SCALES_AHEAD=False")
@@ -253,11 +257,13 @@ def gemm_sm90(A, B, C, W, CNT, SA, SB, SPLITS, CFG: gl.constexpr, B_KMAJOR: gl.c
     HOLDS = 64 * 128 * (RW // 4)                # accumulator elements a role holds beside a product of as many
     PARTS = 2 if SCALE == "block" and RM * CFG.BLOCK_N > HOLDS else 1
     PR = RM // PARTS                            # accumulator rows per part
-    if PARTS > 1 and (PR * CFG.BLOCK_N > HOLDS or PR % (16 * RW) or CFG.MMA_TURNS or CFG.SCALES_AHEAD):
+    if PARTS > 1 and (PR * CFG.BLOCK_N > HOLDS or PR % (16 * RW) or CFG.MMA_TURNS or CFG.SCALES_AHEAD
+                      or CFG.PIPELINED_PROMOTION):
         raise GluonError(f"fp8 block scales with {RM} rows a consumer role ({RW // 4} warpgroup(s)): the rows run in "
                          f"two parts of {PR}, which takes at most {64 * (RW // 4)} rows a part at BLOCK_N 128 and "
-                         f"neither MMA_TURNS nor SCALES_AHEAD; got BLOCK_N={CFG.BLOCK_N}, MMA_TURNS={CFG.MMA_TURNS}, "
-                         f"SCALES_AHEAD={CFG.SCALES_AHEAD} (or give each 64 rows a warpgroup: CONSUMER_WGS="
+                         f"neither MMA_TURNS, SCALES_AHEAD nor PIPELINED_PROMOTION; got BLOCK_N={CFG.BLOCK_N}, "
+                         f"MMA_TURNS={CFG.MMA_TURNS}, SCALES_AHEAD={CFG.SCALES_AHEAD}, PIPELINED_PROMOTION="
+                         f"{CFG.PIPELINED_PROMOTION} (or give each 64 rows a warpgroup: CONSUMER_WGS="
                          f"{CFG.BLOCK_M // 64}, SPLIT_WGS=True)")
     a_rings = [smem(A.dtype, Layout.swizzled(RM, CFG.BLOCK_K, sw), name=f"a_ring{g}" if ROLES > 1 else "a_ring",
                     stages=CFG.STAGES) for g in range(ROLES)]
@@ -403,6 +409,10 @@ def gemm_sm90(A, B, C, W, CNT, SA, SB, SPLITS, CFG: gl.constexpr, B_KMAJOR: gl.c
                     acc, acc2, cnt = block_scaled_two_parts(acc, acc2, a_parts, b_s, ready, empty, cnt, k_lo, k_hi,
                                                             k_top, SA, SB, off_m, off_n, M, gl.cdiv(K, 128),
                                                             CFG.STAGES, CM, B_KMAJOR, ZIG, SA_M_MAJOR)
+                elif SCALE == "block" and CFG.PIPELINED_PROMOTION:
+                    acc, cnt = block_scaled_pipelined(acc, a_s, b_s, ready, empty, cnt, k_lo, k_hi, k_top, SA, SB,
+                                                      off_m, off_n, M, gl.cdiv(K, 128), CFG.STAGES, CM, B_KMAJOR, ZIG,
+                                                      SA_M_MAJOR)
                 elif SCALE == "block":              # each 128-deep k-step's product scaled into fp32 (below)
                     acc, cnt = block_scaled_k_loop(acc, a_s, b_s, ready, empty, cnt, k_lo, k_hi, k_top, SA, SB,
                                                    off_m, off_n, M, gl.cdiv(K, 128), CFG.STAGES, CM, B_KMAJOR, ZIG,

@@ -130,16 +130,18 @@ class _BlockFP8Tuning(_ScaledFP8Tuning):
     def seed_configs(self):
         """What `launch` runs for block scales at several tiles a program: 128x128 tiles, two warpgroups each
         its own role, K_ZIGZAG; then that with the warpgroups taking turns (MMA_TURNS); then without
-        K_ZIGZAG; then with the scales loaded a k-step ahead (SCALES_AHEAD); then 192x128 tiles on three warpgroups
-        (`block_scaled_tall`'s pick at 8192^3 and 8192x28672x4096)."""
+        K_ZIGZAG; then with the scales loaded a k-step ahead (SCALES_AHEAD); then with cuBLAS's k-loop
+        (PIPELINED_PROMOTION); then 192x128 tiles on three warpgroups (`block_scaled_tall`'s pick at 8192^3 and
+        8192x28672x4096)."""
         d = DEFAULT_CONFIG
         cfg = dict(BLOCK_M=128, BLOCK_N=128, BLOCK_K=128, STAGES=3, GROUP_M=d.GROUP_M, PRODUCER_REGS=d.PRODUCER_REGS,
                    SWIZZLE=d.SWIZZLE, EPILOGUE="tma", SPLIT_WGS=True, CONSUMER_REGS=d.CONSUMER_REGS,
                    CLUSTER_M=1, CONSUMER_WARPS=8, PRODUCER_WARPS=1, K_ZIGZAG=True, MMA_TURNS=False,
-                   SCALES_AHEAD=False)
+                   SCALES_AHEAD=False, PIPELINED_PROMOTION=False)
         tall = {k: v for k, v in BLOCK_SCALED_TALL.items() if k != "CONSUMER_WGS"}         # the spec counts warps
         tall = dict(cfg, **tall, CONSUMER_WARPS=4 * BLOCK_SCALED_TALL["CONSUMER_WGS"])
-        return [cfg, dict(cfg, MMA_TURNS=True), dict(cfg, K_ZIGZAG=False), dict(cfg, SCALES_AHEAD=True), tall]
+        return [cfg, dict(cfg, MMA_TURNS=True), dict(cfg, K_ZIGZAG=False), dict(cfg, SCALES_AHEAD=True),
+                dict(cfg, PIPELINED_PROMOTION=True), tall]
 
 
 ROWCOL = _RowColFP8Tuning()
