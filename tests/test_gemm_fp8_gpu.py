@@ -20,6 +20,24 @@ def _case(M, N, K, dtype, seed):
     return a, b, sa, sb, dequantized(a, b, sa, sb)
 
 
+def _same_c_with_and_without(switch: str, M, N, K, kw, seed: int, m_major: bool = False):
+    """A block-scaled launch with config field `switch` off, then on twice: C the same bit for bit each time (the
+    switch adds the same products in the same order; a repeat shows no race), poisoned outputs, within 1e-2 of
+    fp64."""
+    a, b, sa, sb, ref = _case(M, N, K, torch.float8_e4m3fn, seed)
+    if m_major:
+        sa = sa.t().contiguous().t()
+    outs = []
+    for on in (False, True, True):
+        config = dict(kw.get("config", {}), **{switch: on})
+        c = torch.full((M, N), float("nan"), device="cuda", dtype=torch.bfloat16)
+        launch(a, b, c, b_kmajor=True, scale_a=sa, scale_b=sb, **dict(kw, config=config))
+        outs.append(c)
+    torch.cuda.synchronize()
+    assert not torch.isnan(outs[1]).any() and torch.equal(outs[0], outs[1]) and torch.equal(outs[1], outs[2])
+    assert ((outs[1].double() - ref).norm() / ref.norm()).item() < 1e-2
+
+
 _TURNS = dict(MMA_TURNS=True, SPLIT_WGS=True)
 _THREE = dict(BLOCK_M=192, CONSUMER_WGS=3, CONSUMER_REGS=152, SPLIT_WGS=True)
 _PARTS = dict(BLOCK_M=256, BLOCK_N=128, CONSUMER_WGS=2, SPLIT_WGS=True)    # 128 rows a warpgroup, in two parts
@@ -115,18 +133,7 @@ def test_pipelined_promotion_gives_the_same_c_bit_for_bit(M, N, K, kw, m_major):
     """PIPELINED_PROMOTION (the next k-step's WGMMA issued after this one's promotion, waited for one iteration later)
     adds the same products in the same order: C equal to the launch without it, on poisoned outputs, within 1e-2 of
     fp64, and the same again on a repeat (a WGMMA in flight across the loop's edge: no race may show)."""
-    a, b, sa, sb, ref = _case(M, N, K, torch.float8_e4m3fn, 8)
-    if m_major:
-        sa = sa.t().contiguous().t()
-    outs = []
-    for on in (False, True, True):
-        config = dict(kw.get("config", {}), PIPELINED_PROMOTION=on)
-        c = torch.full((M, N), float("nan"), device="cuda", dtype=torch.bfloat16)
-        launch(a, b, c, b_kmajor=True, scale_a=sa, scale_b=sb, **dict(kw, config=config))
-        outs.append(c)
-    torch.cuda.synchronize()
-    assert not torch.isnan(outs[1]).any() and torch.equal(outs[0], outs[1]) and torch.equal(outs[1], outs[2])
-    assert ((outs[1].double() - ref).norm() / ref.norm()).item() < 1e-2
+    _same_c_with_and_without("PIPELINED_PROMOTION", M, N, K, kw, seed=8, m_major=m_major)
 
 
 @pytest.mark.parametrize("M,N,K,kw", [(4096, 4096, 4096, {}), (1000, 3000, 784, {}), (128, 512, 8192, dict(splits=4)),
@@ -136,13 +143,4 @@ def test_ffma_yield_gives_the_same_c_bit_for_bit(M, N, K, kw):
     """FFMA_YIELD (control bits of the promotion's FFMAs set in the binary after ptxas: yields, no reuse) runs the
     same instructions: C equal to the launch without it, on poisoned outputs, within 1e-2 of fp64, and the same
     again on a repeat (no race the new schedule could expose)."""
-    a, b, sa, sb, ref = _case(M, N, K, torch.float8_e4m3fn, 7)
-    outs = []
-    for y in (False, True, True):
-        config = dict(kw.get("config", {}), FFMA_YIELD=y)
-        c = torch.full((M, N), float("nan"), device="cuda", dtype=torch.bfloat16)
-        launch(a, b, c, b_kmajor=True, scale_a=sa, scale_b=sb, **dict(kw, config=config))
-        outs.append(c)
-    torch.cuda.synchronize()
-    assert not torch.isnan(outs[1]).any() and torch.equal(outs[0], outs[1]) and torch.equal(outs[1], outs[2])
-    assert ((outs[1].double() - ref).norm() / ref.norm()).item() < 1e-2
+    _same_c_with_and_without("FFMA_YIELD", M, N, K, kw, seed=7)

@@ -96,16 +96,22 @@ def test_gl201_a_fence_in_another_role_does_not_count():
 # ------------------------------------------------------------------ GL202 / GL203: async wgmma
 
 
+def _loaded(A, B):
+    """A's 128x64 and B's 64x128 tiles in shared memory by TMA, waited for (traced into the calling kernel)."""
+    a_s = smem(A.dtype, Layout.swizzled(128, 64), name="a")
+    b_s = smem(B.dtype, Layout.swizzled(64, 128), name="b")
+    bar = mbarrier(count=1, name="bar")
+    bar.expect(a_s.nbytes + b_s.nbytes)
+    tma_load(a_s, A, (0, 0), bar)
+    tma_load(b_s, B, (0, 0), bar)
+    bar.wait(0)
+    return a_s, b_s
+
+
 def mma_kernel(v: str):
     @kernel(arch=SM90, num_warps=4)
     def async_mma(A, B, C, K):
-        a_s = smem(A.dtype, Layout.swizzled(128, 64), name="a")
-        b_s = smem(B.dtype, Layout.swizzled(64, 128), name="b")
-        bar = mbarrier(count=1, name="bar")
-        bar.expect(a_s.nbytes + b_s.nbytes)
-        tma_load(a_s, A, (0, 0), bar)
-        tma_load(b_s, B, (0, 0), bar)
-        bar.wait(0)
+        a_s, b_s = _loaded(A, B)
         acc = gl.zeros((128, 128), gl.float32, layout=ACC)
         if v == "loop_never_waited":
             for i in range(K):
@@ -145,13 +151,7 @@ def test_gl203_async_wgmma_result_used_before_its_wait():
 
 @kernel(arch=SM90, num_warps=4)
 def waited_by_a_later_wait(A, B, C):
-    a_s = smem(A.dtype, Layout.swizzled(128, 64), name="a")
-    b_s = smem(B.dtype, Layout.swizzled(64, 128), name="b")
-    bar = mbarrier(count=1, name="bar")
-    bar.expect(a_s.nbytes + b_s.nbytes)
-    tma_load(a_s, A, (0, 0), bar)
-    tma_load(b_s, B, (0, 0), bar)
-    bar.wait(0)
+    a_s, b_s = _loaded(A, B)
     acc = wgmma(a_s, b_s, gl.zeros((128, 128), gl.float32, layout=ACC), wait=False)
     acc = wgmma(a_s, b_s, acc, wait=False)
     acc = wgmma_wait(acc, pendings=0)
@@ -167,13 +167,7 @@ def carried_mma_kernel(v: str):
     at the top of each iteration, the next one issued at its end and waited for after the loop."""
     @kernel(arch=SM90, num_warps=4)
     def carried_mma(A, B, C, K):
-        a_s = smem(A.dtype, Layout.swizzled(128, 64), name="a")
-        b_s = smem(B.dtype, Layout.swizzled(64, 128), name="b")
-        bar = mbarrier(count=1, name="bar")
-        bar.expect(a_s.nbytes + b_s.nbytes)
-        tma_load(a_s, A, (0, 0), bar)
-        tma_load(b_s, B, (0, 0), bar)
-        bar.wait(0)
+        a_s, b_s = _loaded(A, B)
         total = gl.zeros((128, 128), gl.float32, layout=ACC)
         part = wgmma(a_s, b_s, total, wait=False, use_acc=False)          # into the loop in flight
         for i in range(K):
