@@ -127,7 +127,9 @@ def test_block_scales_loaded_ahead_give_the_same_c_bit_for_bit(M, N, K, kw, m_ma
 
 
 @pytest.mark.parametrize("M,N,K,kw", [(4096, 4096, 4096, {}), (1000, 3000, 784, {}), (128, 512, 8192, dict(splits=4)),
-                                       (1000, 3000, 784, dict(config=_THREE)), (8192, 8192, 8192, {})])
+                                       (1000, 3000, 784, dict(config=_THREE)), (8192, 8192, 8192, {}),
+                                       (4096, 4096, 4096, dict(config=_TURNS)),
+                                       (1000, 3000, 784, dict(config=dict(_THREE, MMA_TURNS=True)))])
 @pytest.mark.parametrize("m_major", [False, True])
 def test_pipelined_promotion_gives_the_same_c_bit_for_bit(M, N, K, kw, m_major):
     """PIPELINED_PROMOTION (the next k-step's WGMMA issued after this one's promotion, waited for one iteration later)

@@ -247,6 +247,9 @@ def test_block_scales_loaded_a_k_step_ahead(interpret_env, monkeypatch, M, N, K,
     (200, 136, 1000, 3, dict(K_ZIGZAG=True, EPILOGUE="direct")),    # zigzag slices of 3 and 2 k-steps
     (130, 200, 128, None, dict(K_ZIGZAG=False)),                    # one k-step: no WGMMA crosses the loop's edge
     (300, 256, 384, None, dict(BLOCK_M=192, CONSUMER_WGS=3, CONSUMER_REGS=152)),   # three warpgroups
+    (512, 256, 384, None, dict(K_ZIGZAG=True, MMA_TURNS=True)),    # turns passed at the issue
+    (200, 136, 520, 2, dict(K_ZIGZAG=False, MMA_TURNS=True, EPILOGUE="direct")),
+    (300, 256, 384, None, dict(BLOCK_M=192, CONSUMER_WGS=3, CONSUMER_REGS=152, MMA_TURNS=True)),
 ])
 @pytest.mark.parametrize("m_major", [False, True])
 def test_block_scales_with_the_pipelined_promotion(interpret_env, monkeypatch, M, N, K, splits, kw, m_major):
@@ -260,9 +263,8 @@ def test_block_scales_with_the_pipelined_promotion(interpret_env, monkeypatch, M
 
 def test_pipelined_promotion_refuses_what_it_does_not_run(interpret_env):
     from gluon.kernels.gemm_sm90 import GemmConfig
-    for extra in (dict(MMA_TURNS=True), dict(SCALES_AHEAD=True)):
-        with pytest.raises(GluonError, match="PIPELINED_PROMOTION=True runs its own k-loop"):
-            GemmConfig(SPLIT_WGS=True, PIPELINED_PROMOTION=True, **extra)
+    with pytest.raises(GluonError, match="PIPELINED_PROMOTION=True runs its own k-loop"):
+        GemmConfig(SPLIT_WGS=True, PIPELINED_PROMOTION=True, SCALES_AHEAD=True)
     a, b, c = _fp8(200, 320), _fp8(136, 320), torch.empty(200, 136).bfloat16()
     with pytest.raises(GluonError, match="PIPELINED_PROMOTION=True is for fp8 block scales"):
         launch(a, b, c, b_kmajor=True, scale_a=torch.ones(1), scale_b=torch.ones(1),
@@ -367,17 +369,19 @@ def test_scales_ahead_come_through_shared_memory_behind_the_roles_barrier(over):
 
 
 @pytest.mark.parametrize("shape", [(4096, 4096, 4096), (8192, 8192, 8192)])
-def test_pipelined_promotion_issues_the_next_wgmma_after_the_promotion(shape):
+@pytest.mark.parametrize("turns", [False, True])
+def test_pipelined_promotion_issues_the_next_wgmma_after_the_promotion(shape, turns):
     """PIPELINED_PROMOTION (SASS of the block pick with it; 192x128 tiles on three warpgroups at 8192^3): ptxas keeps
     the WGMMAs pipelined (no advisory such as C7514, no spills); in each role's loop the next stage's ready wait
     and the scale loads come before the WGMMA wait, and the next k-step's first QGMMA after the promotion's FFMAs,
-    with no WGMMA wait right behind it."""
+    with no WGMMA wait right behind it. With MMA_TURNS the turn is waited for after the FFMAs and passed on
+    (BAR.ARV) right after the issue, before the next WGMMA wait."""
     from gluon.dtypes import DType
     from gluon.kernels.gemm_sm90 import host
     from gluon.kernels.gemm_sm90.config import num_warps, resolve_config
     from gluon.kernels.gemm_sm90.kernel import gemm_sm90
     cfg = resolve_config(*shape, 132, 2, True, host._block_scaled_overrides(*shape, 132, 2, True, dict(
-        PIPELINED_PROMOTION=True)), 1)
+        PIPELINED_PROMOTION=True, MMA_TURNS=turns)), 1)
     ck = gemm_sm90.compile(*host.stand_ins(DType.f8e4m3, DType.bf16), num_warps=num_warps(cfg), CFG=cfg,
                            B_KMAJOR=True, SCALE="block")
     assert ck.spills == 0 and not ck.binary.advisories
@@ -396,6 +400,11 @@ def test_pipelined_promotion_issues_the_next_wgmma_after_the_promotion(shape):
         assert sum(op.startswith("FFMA") for op in ops[i:issue]) >= 64
         nxt = next(k for k in range(issue, len(ops)) if ops[k].startswith("WARPGROUP.DEPBAR"))
         assert any(op.startswith("LDG") for op in ops[issue:nxt])         # the next scales, under the WGMMA
+        if turns:
+            last_ffma = max(k for k in range(i, issue) if ops[k].startswith("FFMA"))
+            assert any(op.startswith("BAR.SYNC") for op in ops[last_ffma:issue])
+            issued = max(k for k in range(issue, nxt) if ops[k].startswith("QGMMA"))
+            assert any(op.startswith("BAR.ARV") for op in ops[issued:issued + 8])
     assert loops >= cfg.CONSUMER_WGS
 
 

@@ -98,7 +98,8 @@ class GemmConfig:
     PIPELINED_PROMOTION         fp8 block scales, cuBLAS's k-loop: k-step i+1's WGMMA is issued right after k-step
                                 i's promotion (into the same product registers) and waited for in the next
                                 iteration, after stage i+1's ready wait and k-step i+1's scale loads, which then run
-                                under it; neither MMA_TURNS nor SCALES_AHEAD (opt-in: not yet timed)
+                                under it; with MMA_TURNS the turn passes right after the issue; not with
+                                SCALES_AHEAD (opt-in: not yet timed)
     PDL                         programmatic dependent launch: the kernel is launched as a dependent of the kernel
                                 before it (its prologue overlaps that one's end; it waits, `griddep_wait`, before
                                 its first global access) and lets the next launch at its start; the split-K second
@@ -196,9 +197,9 @@ class GemmConfig:
             raise GluonError(f"GemmConfig MMA_TURNS=True takes two or three consumer warpgroups each its own role "
                              f"(CONSUMER_WGS=2 or 3, SPLIT_WGS=True), not CONSUMER_WGS={self.CONSUMER_WGS}, "
                              f"SPLIT_WGS={self.SPLIT_WGS}")
-        if self.PIPELINED_PROMOTION and (self.MMA_TURNS or self.SCALES_AHEAD):
-            raise GluonError(f"GemmConfig PIPELINED_PROMOTION=True runs its own k-loop, without MMA_TURNS and "
-                             f"SCALES_AHEAD; got MMA_TURNS={self.MMA_TURNS}, SCALES_AHEAD={self.SCALES_AHEAD}")
+        if self.PIPELINED_PROMOTION and self.SCALES_AHEAD:
+            raise GluonError("GemmConfig PIPELINED_PROMOTION=True runs its own k-loop, which loads the scales under "
+                             "the WGMMA itself: leave SCALES_AHEAD=False")
         if self.CONSUMER_REGS != _SPLIT_CONSUMER_REGS and not self.SPLIT_WGS:
             raise GluonError(f"GemmConfig CONSUMER_REGS={self.CONSUMER_REGS}: the cooperative consumers are Triton's "
                              "default partition and take the registers setmaxnreg leaves them; CONSUMER_REGS is the "

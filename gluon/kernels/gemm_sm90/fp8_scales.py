@@ -173,20 +173,26 @@ def block_scaled_k_loop(acc, a_s, b_s, ready, empty, cnt, k_lo, k_hi, k_top, SA,
 
 @gl.helper
 def block_scaled_pipelined(acc, a_s, b_s, ready, empty, cnt, k_lo, k_hi, k_top, SA, SB, off_m, off_n, M, KB,
-                           STAGES: int, CL: int, B_KMAJOR: bool, ZIG: bool, SA_M_MAJOR: bool):
+                           STAGES: int, CL: int, B_KMAJOR: bool, ZIG: bool, SA_M_MAJOR: bool, TURNS: bool, g: int,
+                           WGS: int):
     """`block_scaled_k_loop` in cuBLAS's blockwise kernel's shape (PIPELINED_PROMOTION; docs/PERF.md, fortieth
     session): k-step kk+1's WGMMA is issued right after k-step kk's promotion, into the product's registers,
     and waited for in the next iteration, after stage kk+1's ready wait and its scale loads, which so run under
     it. The product crosses the loop's edge in flight as the WGMMA's own tied registers (no copy: ptxas keeps
-    the WGMMAs pipelined, no C7514). The same products, added in the same order, as the serial loop. An empty
-    slice (k_lo == k_hi) runs nothing. (acc, cnt) after the slice."""
+    the WGMMAs pipelined, no C7514). With TURNS (MMA_TURNS) warpgroup `g` of WGS issues in its turn and passes it
+    on right after the issue, as cuBLAS's warpgroups do around one named barrier: the issues alternate and the
+    WGMMAs run while the other warpgroups promote (the serial loop's turns are held until the WGMMAs are done).
+    The same products, added in the same order, as the serial loop. An empty slice (k_lo == k_hi) runs nothing.
+    (acc, cnt) after the slice."""
     rows = off_m + gl.arange(0, acc.shape[0], layout=SliceLayout(1, acc.layout))
     row_ok = rows < M
     sb_row = SB + (off_n // 128) * KB
     if k_lo < k_hi:
         s = cnt % STAGES
         ready[s].wait((cnt // STAGES) & 1)
+        turn_begin(g, TURNS)
         part = wgmma(a_s[s], b_s[s].T if B_KMAJOR else b_s[s], acc, wait=False, use_acc=False)
+        turn_end(g, TURNS, WGS)
         for kk in range(k_lo, k_hi - 1):
             s = cnt % STAGES
             nxt = (cnt + 1) % STAGES
@@ -195,7 +201,9 @@ def block_scaled_pipelined(acc, a_s, b_s, ready, empty, cnt, k_lo, k_hi, k_top, 
             part = wgmma_wait(part, a_s[s], b_s[s], pendings=0)
             empty[s].arrive(cluster=CL > 1)
             acc = acc + part * (sa_k * sb_k)[:, None]
+            turn_begin(g, TURNS)
             part = wgmma(a_s[nxt], b_s[nxt].T if B_KMAJOR else b_s[nxt], part, wait=False, use_acc=False)
+            turn_end(g, TURNS, WGS)
             cnt = cnt + 1
         s = cnt % STAGES
         sa_k, sb_k = _block_scales(SA, sb_row, rows, row_ok, k_hi - 1, k_top, M, KB, ZIG, SA_M_MAJOR)

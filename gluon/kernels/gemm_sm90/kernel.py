@@ -412,7 +412,7 @@ def gemm_sm90(A, B, C, W, CNT, SA, SB, SPLITS, CFG: gl.constexpr, B_KMAJOR: gl.c
                 elif SCALE == "block" and CFG.PIPELINED_PROMOTION:
                     acc, cnt = block_scaled_pipelined(acc, a_s, b_s, ready, empty, cnt, k_lo, k_hi, k_top, SA, SB,
                                                       off_m, off_n, M, gl.cdiv(K, 128), CFG.STAGES, CM, B_KMAJOR, ZIG,
-                                                      SA_M_MAJOR)
+                                                      SA_M_MAJOR, CFG.MMA_TURNS, g, ROLES)
                 elif SCALE == "block":              # each 128-deep k-step's product scaled into fp32 (below)
                     acc, cnt = block_scaled_k_loop(acc, a_s, b_s, ready, empty, cnt, k_lo, k_hi, k_top, SA, SB,
                                                    off_m, off_n, M, gl.cdiv(K, 128), CFG.STAGES, CM, B_KMAJOR, ZIG,
