@@ -78,6 +78,15 @@ def _check_fences(ordered: list[ir.Op], where: dict[ir.Op, Site]) -> None:
                       "bytes. Call fence_async_shared() after the store and before the async read", rd.loc)
 
 
+def _carry(loop: ir.Op, j: int, via_arg: bool, stack: list, carried: list) -> None:
+    """An async result that is `loop`'s j-th carried value: followed out of the loop (its result) and into its
+    body (the body's argument), where it is in flight until waited for."""
+    arg = loop.regions[0].args[1 + j]
+    stack.append((loop.results[j], via_arg))
+    stack.append((arg, True))
+    carried.append(arg)
+
+
 def _check_async_wgmma(kernel: ir.Kernel, ordered: list[ir.Op], where: dict[ir.Op, Site]) -> None:
     uses: dict[int, list[tuple[ir.Op, int]]] = {}
     for op in ordered:
@@ -109,17 +118,13 @@ def _check_async_wgmma(kernel: ir.Kernel, ordered: list[ir.Op], where: dict[ir.O
                 elif u.kind == "wgmma" and k == 2:
                     stack.append((u.result, via_arg))
                 elif u.kind == "for" and k >= 3:        # a loop's initial carried value (lb, ub, step, *inits)
-                    stack.append((u.results[k - 3], via_arg))
-                    stack.append((u.regions[0].args[k - 2], True))
-                    carried.append(u.regions[0].args[k - 2])
+                    _carry(u, k - 3, via_arg, stack, carried)
                 elif u.kind == "yield":
                     owner = parent_of.get(id(where[u].region))
                     if owner is None:
                         continue
-                    if owner.kind == "for":
-                        j = k
-                        stack.append((owner.results[j], via_arg))
-                        stack.append((owner.regions[0].args[1 + j], True))
+                    if owner.kind == "for":                  # carried to the next iteration
+                        _carry(owner, k, via_arg, stack, carried)
                     elif owner.kind == "if":
                         stack.append((owner.results[k], via_arg))
                 elif not via_arg:

@@ -169,10 +169,15 @@ def carried_mma_kernel(v: str):
     def carried_mma(A, B, C, K):
         a_s, b_s = _loaded(A, B)
         total = gl.zeros((128, 128), gl.float32, layout=ACC)
-        part = wgmma(a_s, b_s, total, wait=False, use_acc=False)          # into the loop in flight
+        if v == "yielded_in_flight":                                        # in flight from the 2nd iteration on
+            part = gl.zeros((128, 128), gl.float32, layout=ACC)
+        else:
+            part = wgmma(a_s, b_s, total, wait=False, use_acc=False)      # into the loop in flight
         for i in range(K):
             if v == "used_in_flight":
                 total = total + part                                        # read before its wait
+            if v == "yielded_in_flight":
+                total = total + part                                        # the last iteration's, in flight
             part = wgmma_wait(part, a_s, b_s)
             total = total + part
             part = wgmma(a_s, b_s, part, wait=False, use_acc=False)
@@ -187,6 +192,11 @@ def test_gl203_a_wgmma_carried_into_a_loop_in_flight_and_waited_there_passes():
 
 def test_gl203_a_wgmma_carried_into_a_loop_and_read_before_its_wait():
     e = expect_error(carried_mma_kernel("used_in_flight"), gemm_refs(), "GL203", "# read before its wait")
+    assert "may still be in flight" in e.message
+
+
+def test_gl203_a_wgmma_yielded_to_the_next_iteration_and_read_before_its_wait():
+    e = expect_error(carried_mma_kernel("yielded_in_flight"), gemm_refs(), "GL203", "# the last iteration's, in flight")
     assert "may still be in flight" in e.message
 
 

@@ -81,7 +81,7 @@ def _stage_block_scales(ahead, slot, SA, sb_row, off_m, kk, k_hi, k_top, M, KB, 
     rows = off_m + r
     live = kk < k_hi
     kb = _k_block(kk, k_top, ZIG)
-    cp_async(sa_s[slot], SA + (kb * M + rows if SA_M_MAJOR else rows * KB + kb), mask=(rows < M) & live)
+    cp_async(sa_s[slot], _a_scale_ptrs(SA, rows, kb, M, KB, SA_M_MAJOR), mask=(rows < M) & live)
     cp_async(sb_s[slot], sb_row + kb + r * 0, mask=(r >= 0) & live)      # (r >= 0: `live` as a tile)
     cp_async_commit()
 
@@ -107,7 +107,13 @@ def _k_block(kk, k_top, ZIG: bool):
 @gl.helper
 def _a_scales(SA, rows, ok, kb, M, KB, SA_M_MAJOR: bool):
     """A's scales of `rows` for block kb of K (0 where not `ok`)."""
-    return gl.load(SA + (kb * M + rows if SA_M_MAJOR else rows * KB + kb), mask=ok, other=0.0)
+    return gl.load(_a_scale_ptrs(SA, rows, kb, M, KB, SA_M_MAJOR), mask=ok, other=0.0)
+
+
+@gl.helper
+def _a_scale_ptrs(SA, rows, kb, M, KB, SA_M_MAJOR: bool):
+    """Where A's scales of `rows` for block kb of K are: SA [M, KB], or [KB, M] with SA_M_MAJOR."""
+    return SA + (kb * M + rows if SA_M_MAJOR else rows * KB + kb)
 
 
 @gl.helper
