@@ -41,6 +41,9 @@ def _same_c_with_and_without(switch: str, M, N, K, kw, seed: int, m_major: bool 
 _TURNS = dict(MMA_TURNS=True, SPLIT_WGS=True)
 _THREE = dict(BLOCK_M=192, CONSUMER_WGS=3, CONSUMER_REGS=152, SPLIT_WGS=True)
 _PARTS = dict(BLOCK_M=256, BLOCK_N=128, CONSUMER_WGS=2, SPLIT_WGS=True)    # 128 rows a warpgroup, in two parts
+# 128 x 256 tiles: each warpgroup's 64 rows as two 128-column halves, A in registers (fp8_scales.block_scaled_halves)
+_HALVES = dict(BLOCK_M=128, BLOCK_N=256, CONSUMER_WGS=2, SPLIT_WGS=True, STAGES=3, CONSUMER_REGS=240,
+               PRODUCER_REGS=24)
 
 
 @pytest.mark.parametrize("M,N,K,kw", [(4096, 4096, 4096, {}), (1000, 3000, 784, {}), (333, 1000, 4224, {}),
@@ -62,7 +65,13 @@ _PARTS = dict(BLOCK_M=256, BLOCK_N=128, CONSUMER_WGS=2, SPLIT_WGS=True)    # 128
                                        (4096, 4096, 4096, dict(config=_PARTS)), (1000, 3000, 784, dict(config=_PARTS)),
                                        (300, 512, 8192, dict(splits=4, config=dict(_PARTS, EPILOGUE="direct"))),
                                        (512, 1024, 16384, dict(config=dict(BLOCK_M=128, BLOCK_N=128,
-                                                                           CONSUMER_WGS=1)))])
+                                                                           CONSUMER_WGS=1))),
+                                       # 128 x 256 tiles in two halves: N off 256 and off 128 (a right half past N),
+                                       # K slices, the coalesced epilogue, 2-CTA clusters
+                                       (4096, 4096, 4096, dict(config=_HALVES)), (1000, 3000, 784, dict(config=_HALVES)),
+                                       (333, 1152, 4224, dict(config=dict(_HALVES, EPILOGUE="coalesced", STAGES=4))),
+                                       (300, 640, 8192, dict(splits=4, config=dict(_HALVES, EPILOGUE="direct"))),
+                                       (2048, 4096, 2048, dict(config=dict(_HALVES, CLUSTER_M=2)))])
 @pytest.mark.parametrize("dtype", [torch.float8_e4m3fn, torch.float8_e5m2])
 def test_block_scaled_fp8_gemm_matches_fp64(M, N, K, kw, dtype):
     for seed in range(2):

@@ -70,7 +70,7 @@ def test_a_block_config_the_kernel_cannot_scale_is_refused(interpret_env):
     a, b, c = _fp8(200, 320), _fp8(136, 320), torch.empty(200, 136).bfloat16()
     sa, sb = torch.ones(200, 3), torch.ones(2, 3)
     with pytest.raises(GluonError, match="BLOCK_N 64 or 128"):
-        launch(a, b, c, b_kmajor=True, scale_a=sa, scale_b=sb, config=dict(BLOCK_N=256))
+        launch(a, b, c, b_kmajor=True, scale_a=sa, scale_b=sb, config=dict(BLOCK_N=32))
 
 
 def test_block_scales_follow_k_zigzag(interpret_env):
@@ -221,6 +221,65 @@ def test_two_parts_promote_before_the_second_wgmma_and_do_not_spill(kw):
         # both parts' A scales and B's are asked for under the first part's WGMMA, none after its wait
         wait2 = next(k for k in range(second, len(ops)) if ops[k].startswith("WARPGROUP.DEPBAR.LE gsb0, 0x0"))
         assert sum("LDG" in op for op in ops[i:wait]) >= 5 and not any("LDG" in op for op in ops[wait:wait2])
+
+
+@pytest.mark.parametrize("M,N,K,splits,kw", [
+    (200, 300, 384, None, {}),                                      # a right half past N (its B block absent)
+    (512, 512, 512, None, dict(K_ZIGZAG=True)),                     # two units a program, the odd one top down
+    (200, 640, 520, 2, dict(K_ZIGZAG=False, EPILOGUE="direct")),    # K slices, the last one short
+    (130, 512, 256, None, dict(EPILOGUE="coalesced", STAGES=4)),
+    (64, 300, 256, None, dict(BLOCK_M=64, CONSUMER_WGS=1, STAGES=2)),   # one warpgroup
+])
+@pytest.mark.parametrize("m_major", [False, True])
+def test_block_scales_on_256_columns_in_two_halves(interpret_env, monkeypatch, M, N, K, splits, kw, m_major):
+    """BLOCK_N 256: each warpgroup's 64 rows as two 128-column halves, each with its own B block's scale, A loaded
+    into registers once a k-step for both. Scales that differ by block, so a half promoted with the other's B scale
+    shows; a grid of 2, so programs run several units."""
+    from gluon.kernels.gemm_sm90 import host
+    from gluon.kernels.gemm_sm90.config import resolve_config
+    given = host._block_scaled_overrides(M, N, K, 2, 2, True, dict(BLOCK_N=256, **kw))
+    cfg = resolve_config(M, N, K, 2, 2, True, given, splits or 1)
+    assert cfg.BLOCK_N == 256 and cfg.SPLIT_WGS and cfg.BLOCK_M == 64 * cfg.CONSUMER_WGS
+    _check_on_two_programs(monkeypatch, M, N, K, cfg, splits, m_major, seed=14)
+
+
+def test_two_halves_refuse_what_they_do_not_run(interpret_env):
+    a, b, c = _fp8(300, 256), _fp8(512, 256), torch.empty(300, 512).bfloat16()
+    sa, sb = torch.ones(300, 2), torch.ones(4, 2)
+    halves = dict(BLOCK_M=128, BLOCK_N=256, CONSUMER_WGS=2, SPLIT_WGS=True)
+    for extra, what in [(dict(MMA_TURNS=True), "MMA_TURNS=True"), (dict(SCALES_AHEAD=True), "SCALES_AHEAD=True"),
+                        (dict(PIPELINED_PROMOTION=True), "PIPELINED_PROMOTION=True"),
+                        (dict(EPILOGUE="tma2"), "EPILOGUE='tma2'"), (dict(SPLIT_WGS=False), "128 rows on 2")]:
+        with pytest.raises(GluonError, match=f"BLOCK_N=256 run each consumer warpgroup's 64 rows.*{what}"):
+            launch(a, b, c, b_kmajor=True, scale_a=sa, scale_b=sb, config=dict(halves, **extra))
+
+
+def test_two_halves_read_a_into_registers_once_and_do_not_spill():
+    """BLOCK_N 256 at 4096^3: each k-step's A rows loaded by ldmatrix once and both halves' WGMMAs reading them
+    from registers (QGMMA with a register A), the right half's issued after the left's promotion (its zeros depend
+    on the promoted sum: independent, ptxas issued it under the promotion and spilled 3 KB), no spills."""
+    from gluon.dtypes import DType
+    from gluon.kernels.gemm_sm90 import host
+    from gluon.kernels.gemm_sm90.config import num_warps, resolve_config
+    from gluon.kernels.gemm_sm90.kernel import gemm_sm90
+    shape = (4096, 4096, 4096)
+    cfg = resolve_config(*shape, 132, 2, True, host._block_scaled_overrides(*shape, 132, 2, True, dict(BLOCK_N=256)), 1)
+    ck = gemm_sm90.compile(*host.stand_ins(DType.f8e4m3, DType.bf16), num_warps=num_warps(cfg), CFG=cfg,
+                           B_KMAJOR=True, SCALE="block")
+    assert ck.spills == 0
+    ops = [" ".join(ln.split(";")[0].split()[1:]) for ln in ck.sass().splitlines() if ";" in ln]
+    firsts = [i for i, op in enumerate(ops) if op.startswith("QGMMA") and not ops[i - 1].startswith("QGMMA")
+              and "!UPT" in op]                         # each k-step's left half: its product from zero
+    assert len(firsts) == cfg.CONSUMER_WGS             # each role's k-loop
+    for i in firsts:
+        assert ops[i].split()[2].startswith("R")        # A from registers, not a shared-memory descriptor
+        ready = max(k for k in range(i) if ops[k].startswith("SYNCS.PHASECHK"))     # the stage's ready wait
+        assert sum(op.startswith("LDSM") for op in ops[ready:i]) == 4       # A's 64 x 128 bytes: four ldmatrix x4
+        wait = next(k for k in range(i, len(ops)) if ops[k].startswith("WARPGROUP.DEPBAR.LE gsb0, 0x0"))
+        right = next(k for k in range(wait, len(ops)) if ops[k].startswith("QGMMA"))
+        assert sum(op.startswith("FFMA") for op in ops[wait:right]) >= 64     # the left promotion in between
+        assert ops[right].split()[2] == ops[i].split()[2]                    # the same A registers
+        assert not any(op.startswith("LDSM") for op in ops[i:right])
 
 
 @pytest.mark.parametrize("M,N,K,splits,kw", [

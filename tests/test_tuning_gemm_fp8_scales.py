@@ -24,7 +24,10 @@ def test_the_spec_loads_and_names_the_block_template():
     spec = load_spec(SPECS / "gemm_sm90_fp8_block.toml")
     assert spec.name == "gemm_sm90_fp8_block" and resolve_template(spec) is T and spec.dtypes == ["fp8e4m3"]
     configs = list(spec.space.grid())
-    assert {c["BLOCK_N"] for c in configs} == {64, 128} and {c["BLOCK_K"] for c in configs} == {128}
+    assert {c["BLOCK_N"] for c in configs} == {64, 128, 256} and {c["BLOCK_K"] for c in configs} == {128}
+    halves = [c for c in configs if c["BLOCK_N"] == 256]
+    assert halves and all(c["SPLIT_WGS"] and c["BLOCK_M"] == 16 * c["CONSUMER_WARPS"] and c["CONSUMER_REGS"] == 240
+                          and not c["MMA_TURNS"] for c in halves)
     for seed in T.seed_configs():
         assert {k: seed[k] for k in spec.space.params} in configs
 
@@ -36,7 +39,9 @@ def test_a_trace_is_the_block_scaled_kernel():
 
 def test_a_config_the_block_path_cannot_run_fails_to_trace_with_the_reason():
     with pytest.raises(GluonError, match="BLOCK_N 64 or 128"):
-        T.trace(dict(CFG, BLOCK_N=256), (4096, 4096, 4096), "fp8e4m3", "sm90")
+        T.trace(dict(CFG, BLOCK_N=32), (4096, 4096, 4096), "fp8e4m3", "sm90")
+    with pytest.raises(GluonError, match="BLOCK_N=256 run each consumer warpgroup's 64 rows.*MMA_TURNS=True"):
+        T.trace(dict(CFG, BLOCK_N=256, MMA_TURNS=True), (4096, 4096, 4096), "fp8e4m3", "sm90")
 
 
 @pytest.mark.parametrize("dtype", ["fp8e4m3", "fp8e5m2"])

@@ -6,7 +6,7 @@ DeepSeek's DeepGEMM block scales, whose 128-deep k-steps are each promoted into 
 import gluon.language as gl
 from gluon.language.nvidia.ampere import cp_async, cp_async_commit, cp_async_wait, named_barrier_sync
 from gluon.language.nvidia.hopper import wgmma, wgmma_wait
-from gluon.types import Layout, SliceLayout
+from gluon.types import DotOperandLayout, Layout, SliceLayout
 
 from ..turns import turn_begin, turn_end, turn_end_after
 
@@ -218,6 +218,44 @@ def block_scaled_pipelined(acc, a_s, b_s, ready, empty, cnt, k_lo, k_hi, k_top, 
         acc = acc + part * (sa_k * sb_k)[:, None]
         cnt = cnt + 1
     return acc, cnt
+
+
+@gl.helper
+def block_scaled_halves(acc, acc_r, a_s, b_halves, ready, empty, cnt, k_lo, k_hi, k_top, SA, SB, off_m, off_n, M, N,
+                        KB, STAGES: int, CL: int, ZIG: bool, SA_M_MAJOR: bool):
+    """`block_scaled_k_loop` on a role's 256 columns of the tile as two halves, acc's left of acc_r's, each
+    half its own 128 x 128 B block (its own B scale). Each k-step loads the role's A rows into registers once
+    (`ldmatrix`) and runs both halves' WGMMAs from there, one after the other, each waited for and promoted
+    before the next is issued (two products beside the sums would not fit the registers): A is read from
+    shared memory once where two 128-column tiles read it twice, so a k-step of the 128 x 256 tile moves 128 KiB
+    through shared memory (the 128 x 128 tiles' 80 KiB a half as much work). B K-major (`b_halves`: the B
+    ring seen as two 128-row halves a stage, `Shared.reinterpret`). (acc, acc_r, cnt) after the slice."""
+    rows = off_m + gl.arange(0, acc.shape[0], layout=SliceLayout(1, acc.layout))
+    row_ok = rows < M
+    sb_row = SB + (off_n // 128) * KB
+    right_ok = off_n + 128 < N              # past N the right half's B rows are TMA's zeros, its scale not read
+    a_layout = DotOperandLayout(0, acc.layout, 32 // a_s.dtype.bits)
+    never = M < 0
+    for kk in range(k_lo, k_hi):
+        s = cnt % STAGES
+        ready[s].wait((cnt // STAGES) & 1)
+        a = a_s[s].load(layout=a_layout)
+        part = wgmma(a, b_halves[2 * s].T, acc, wait=False, use_acc=False)
+        kb = _k_block(kk, k_top, ZIG)
+        sa_k = _a_scales(SA, rows, row_ok, kb, M, KB, SA_M_MAJOR)
+        sb_l = gl.load(sb_row + kb)
+        sb_r = gl.load(sb_row + KB + kb, mask=right_ok, other=0.0)
+        part = wgmma_wait(part, b_halves[2 * s], pendings=0)
+        acc = acc + part * (sa_k * sb_l)[:, None]
+        # the right half's product starts from zeros that depend on the promoted left sum (`never` is False, which
+        # the compilers cannot know), as in `block_scaled_two_parts`: independent, ptxas issues it under the
+        # promotion and keeps two products beside the sums (spills)
+        part = wgmma(a, b_halves[2 * s + 1].T, gl.where(never, acc, 0.0), wait=False)
+        part = wgmma_wait(part, b_halves[2 * s + 1], pendings=0)
+        empty[s].arrive(cluster=CL > 1)
+        acc_r = acc_r + part * (sa_k * sb_r)[:, None]
+        cnt = cnt + 1
+    return acc, acc_r, cnt
 
 
 @gl.helper

@@ -436,7 +436,8 @@ def _block_scaled_overrides(M: int, N: int, K: int, sms: int, out_size: int, pit
     sits beside the sum: the deep-K pick's 128x128 tile on one warpgroup spilled 384 bytes before the rows could
     run in parts), or per 128 rows from 256 rows up (more than three warpgroups do not fit the registers; each
     takes its 128 rows in two 64-row parts, `fp8_scales.block_scaled_two_parts`, as one does wherever the caller
-    sets CONSUMER_WGS so)."""
+    sets CONSUMER_WGS so). A caller's BLOCK_N 256 runs a warpgroup's 64 rows as two 128-column halves
+    (`fp8_scales.block_scaled_halves`): each warpgroup its own role, with the registers the halves need."""
     given = dict(config or {})
     pick = choose_config(M, N, K, sms, pitch_aligned, out_size, swap_ab=False, wave_tiles=False)
     given.setdefault("SWAP_AB", False)
@@ -447,6 +448,14 @@ def _block_scaled_overrides(M: int, N: int, K: int, sms: int, out_size: int, pit
             and block_scaled_tall(M, N, sms)):
         given.update(BLOCK_SCALED_TALL)
     bm, wgs = given.get("BLOCK_M", pick.BLOCK_M), given.get("CONSUMER_WGS", pick.CONSUMER_WGS)
+    if bn == 256:       # two 128-column halves a warpgroup of 64 rows, each its own role, with 240 registers
+        for field, value in (("BLOCK_M", 128), ("SPLIT_WGS", True), ("PRODUCER_REGS", 24)):
+            given.setdefault(field, value)
+        if given["SPLIT_WGS"]:
+            given.setdefault("CONSUMER_REGS", 240)
+        bm = given["BLOCK_M"]
+        if "CONSUMER_WGS" not in given and bm % 64 == 0:
+            given["CONSUMER_WGS"] = bm // 64
     if "CONSUMER_WGS" not in given and bm * bn > 64 * 128 * wgs and bm % 64 == 0:
         given["CONSUMER_WGS"] = bm // 128 if bm >= 256 and bm % 128 == 0 else bm // 64
     return given

@@ -39,8 +39,8 @@ from gluon.types import Layout, SliceLayout, SwizzleMode, WarpRole
 
 from ..turns import turns_close, turns_open
 from .config import kernel_config
-from .fp8_scales import (apply_scales, block_scaled_k_loop, block_scaled_pipelined, block_scaled_two_parts,
-                         load_scales, stage_scales, staged_scales)
+from .fp8_scales import (apply_scales, block_scaled_halves, block_scaled_k_loop, block_scaled_pipelined,
+                         block_scaled_two_parts, load_scales, stage_scales, staged_scales)
 
 
 def _tile_coords(tile, num_pid_m, num_pid_n, GROUP_M: int):
@@ -219,10 +219,10 @@ def gemm_sm90(A, B, C, W, CNT, SA, SB, SPLITS, CFG: gl.constexpr, B_KMAJOR: gl.c
     if CFG.SCALES_AHEAD and SCALE != "block":
         raise GluonError(f"SCALES_AHEAD=True is for fp8 block scales (SCALE='block'), loaded once per k-step; this "
                          f"launch has SCALE={SCALE!r}: leave SCALES_AHEAD=False")
-    if SCALE == "block" and (CFG.BLOCK_K != 128 or 128 % CFG.BLOCK_N or CFG.SWAP_AB):
+    if SCALE == "block" and (CFG.BLOCK_K != 128 or CFG.BLOCK_N not in (64, 128, 256) or CFG.SWAP_AB):
         raise GluonError(f"fp8 block scales take BLOCK_K=128 (one scale block per k-step), BLOCK_N 64 or 128 (one B "
-                         f"scale per tile) and no SWAP_AB; got BLOCK_K={CFG.BLOCK_K}, BLOCK_N={CFG.BLOCK_N}, "
-                         f"SWAP_AB={CFG.SWAP_AB}")
+                         f"scale per tile) or 256 (two halves) and no SWAP_AB; got BLOCK_K={CFG.BLOCK_K}, "
+                         f"BLOCK_N={CFG.BLOCK_N}, SWAP_AB={CFG.SWAP_AB}")
     if CFG.PDL:         # the next kernel (the split-K second pass) may launch now: it waits for this one itself
         gl.griddep_launch_dependents()
     CM = CFG.CLUSTER_M                          # CTAs per cluster along M (sharing B by multicast) ...
@@ -255,7 +255,18 @@ def gemm_sm90(A, B, C, W, CNT, SA, SB, SPLITS, CFG: gl.constexpr, B_KMAJOR: gl.c
     # fp8 block scales: a role's rows in two parts where the k-step's product beside the sum would not fit the
     # registers (over 64 values a thread: 128 rows a warpgroup), each part's WGMMA, promotion and epilogue in turn
     HOLDS = 64 * 128 * (RW // 4)                # accumulator elements a role holds beside a product of as many
-    PARTS = 2 if SCALE == "block" and RM * CFG.BLOCK_N > HOLDS else 1
+    # ... or at BLOCK_N 256 its columns in two 128-wide halves, one B scale block each, A read into registers once
+    HALVES = 2 if SCALE == "block" and CFG.BLOCK_N == 256 else 1
+    if HALVES > 1 and (RM != 64 * (RW // 4) or RW != 4 or not B_KMAJOR or CFG.MMA_TURNS or CFG.SCALES_AHEAD
+                       or CFG.PIPELINED_PROMOTION or CFG.EPILOGUE in ("tma2", "ring")):
+        raise GluonError(f"fp8 block scales at BLOCK_N=256 run each consumer warpgroup's 64 rows as two 128-column "
+                         f"halves: they take 64 rows a role on one warpgroup (BLOCK_M=64 * CONSUMER_WGS with "
+                         f"SPLIT_WGS=True), B K-major, no MMA_TURNS, SCALES_AHEAD or PIPELINED_PROMOTION and the "
+                         f"'tma', 'coalesced' or 'direct' epilogue; got {RM} rows on {RW // 4} warpgroup(s), "
+                         f"MMA_TURNS={CFG.MMA_TURNS}, SCALES_AHEAD={CFG.SCALES_AHEAD}, PIPELINED_PROMOTION="
+                         f"{CFG.PIPELINED_PROMOTION}, EPILOGUE={CFG.EPILOGUE!r}")
+    EW = CFG.BLOCK_N // HALVES                  # the columns of one accumulator tile (and epilogue piece)
+    PARTS = 2 if SCALE == "block" and RM * EW > HOLDS else 1
     PR = RM // PARTS                            # accumulator rows per part
     if PARTS > 1 and (PR * CFG.BLOCK_N > HOLDS or PR % (16 * RW) or CFG.MMA_TURNS or CFG.SCALES_AHEAD
                       or CFG.PIPELINED_PROMOTION):
@@ -294,7 +305,9 @@ def gemm_sm90(A, B, C, W, CNT, SA, SB, SPLITS, CFG: gl.constexpr, B_KMAJOR: gl.c
     c_tiles = []
     if EPILOGUE in ("tma", "tma2", "coalesced"):    # "tma2": two staging tiles a role, used in turn
         c_stages = {"stages": 2} if EPILOGUE == "tma2" else {}
-        c_tiles = [smem(C.dtype, Layout.swizzled(PR, CFG.BLOCK_N, SwizzleMode.B128),
+        if HALVES > 1 and EPILOGUE == "tma":
+            c_stages = {"stages": HALVES}       # a staging tile a half, both stored before the next tile waits
+        c_tiles = [smem(C.dtype, Layout.swizzled(PR, EW, SwizzleMode.B128),
                         name=f"c_tile{g}" if ROLES > 1 else "c_tile", **c_stages) for g in range(ROLES)]
     elif EPILOGUE == "ring":
         # the output tile staged in the role's own A ring (no staging region: a 4th stage fits instead);
@@ -315,7 +328,7 @@ def gemm_sm90(A, B, C, W, CNT, SA, SB, SPLITS, CFG: gl.constexpr, B_KMAJOR: gl.c
     # rowcol scales: loaded before the K loop into registers where a thread's column scales are at most 32,
     # else (64x256 warpgroup tiles: 64 more registers would spill) copied by cp.async into a pair of shared
     # buffers a role (a tile's while the previous tile's are read)
-    ACC = (CFG.BLOCK_N, RM) if CFG.SWAP_AB else (PR, CFG.BLOCK_N)
+    ACC = (CFG.BLOCK_N, RM) if CFG.SWAP_AB else (PR, EW)
     AHEAD = SCALE == "tensor" or (SCALE == "rowcol" and ACC[1] <= 128 and not CFG.SPLIT_WGS)
     STAGED = SCALE == "rowcol" and not AHEAD
     vec1 = Layout.shared(1, 1, 1, order=(0,))
@@ -371,11 +384,13 @@ def gemm_sm90(A, B, C, W, CNT, SA, SB, SPLITS, CFG: gl.constexpr, B_KMAJOR: gl.c
             a_s = a_rings[g]
             if PARTS > 1:                   # stage s's part p is a_parts[2 * s + p]
                 a_parts = a_s.reinterpret((PR, CFG.BLOCK_K), stages=2 * CFG.STAGES)
+            if HALVES > 1:                  # stage s's B half h is b_halves[2 * s + h]
+                b_halves = b_s.reinterpret((EW, CFG.BLOCK_K), stages=2 * CFG.STAGES)
             # SWAP_AB: the warpgroup computes C^T's tile (ACC), B's BLOCK_N rows on WGMMA's M and A's few rows on its N
             acc_layout = Layout.wgmma((RW, 1), instr_n=ACC[1], operand_dtype=A.dtype)
             if EPILOGUE == "coalesced":     # 16 bytes per thread, a warp's threads along one row
                 vec = 128 // C.dtype.bits
-                tpw_n = min(32, CFG.BLOCK_N // vec)
+                tpw_n = min(32, EW // vec)
                 out_layout = Layout.blocked([1, vec], [32 // tpw_n, tpw_n], [RW, 1], [1, 0])
             cnt = gl.full((), 0, gl.int32)
             ZIG = SCALE == "block" and CFG.K_ZIGZAG   # the block scales must follow the producer's K order
@@ -396,7 +411,7 @@ def gemm_sm90(A, B, C, W, CNT, SA, SB, SPLITS, CFG: gl.constexpr, B_KMAJOR: gl.c
                 else:
                     k_top = -1
                 acc = gl.zeros(ACC, gl.float32, layout=acc_layout)
-                if PARTS > 1:
+                if PARTS > 1 or HALVES > 1:
                     acc2 = gl.zeros(ACC, gl.float32, layout=acc_layout)
                 off_m = pid_m * CFG.BLOCK_M + g * RM
                 off_n = pid_n * CFG.BLOCK_N
@@ -409,6 +424,10 @@ def gemm_sm90(A, B, C, W, CNT, SA, SB, SPLITS, CFG: gl.constexpr, B_KMAJOR: gl.c
                     acc, acc2, cnt = block_scaled_two_parts(acc, acc2, a_parts, b_s, ready, empty, cnt, k_lo, k_hi,
                                                             k_top, SA, SB, off_m, off_n, M, gl.cdiv(K, 128),
                                                             CFG.STAGES, CM, B_KMAJOR, ZIG, SA_M_MAJOR)
+                elif HALVES > 1:
+                    acc, acc2, cnt = block_scaled_halves(acc, acc2, a_s, b_halves, ready, empty, cnt, k_lo, k_hi, k_top,
+                                                         SA, SB, off_m, off_n, M, N, gl.cdiv(K, 128), CFG.STAGES, CM,
+                                                         ZIG, SA_M_MAJOR)
                 elif SCALE == "block" and CFG.PIPELINED_PROMOTION:
                     acc, cnt = block_scaled_pipelined(acc, a_s, b_s, ready, empty, cnt, k_lo, k_hi, k_top, SA, SB,
                                                       off_m, off_n, M, gl.cdiv(K, 128), CFG.STAGES, CM, B_KMAJOR, ZIG,
@@ -438,14 +457,17 @@ def gemm_sm90(A, B, C, W, CNT, SA, SB, SPLITS, CFG: gl.constexpr, B_KMAJOR: gl.c
                         scales = staged_scales(acc, sr_bufs[g][sbuf], sc_bufs[g][sbuf], g, RW)
                         sbuf = 1 - sbuf
                     acc = apply_scales(acc, scales, SCALE)
-                for p in static_range(PARTS):       # a part's rows at a time (PARTS: fp8 block scales)
-                    tile, om = (acc, off_m) if p == 0 else (acc2, off_m + PR)
-                    rows, cols, mask = _tile_indices(om, off_n, PR, CFG.BLOCK_N, acc_layout, M, N)  # (unused: SWAP_AB)
+                # a part's rows or a half's columns at a time (PARTS, HALVES: fp8 block scales)
+                for p in static_range(PARTS * HALVES):
+                    tile = acc if p == 0 else acc2
+                    om = off_m + PR * p if PARTS > 1 else off_m
+                    on = off_n + EW * p if HALVES > 1 else off_n
+                    rows, cols, mask = _tile_indices(om, on, PR, EW, acc_layout, M, N)  # (unused: SWAP_AB)
                     if CFG.SWAP_AB:                     # C^T's tile, from registers (or its split-K partial)
                         _store_swapped(C, W, tile, om, off_n, split, M, N, SPLITS)
                     elif SPLITS > 1:                    # split-K: fp32 partial tile into the workspace
                         if CFG.SPLITK_FIXUP:            # ... and the last slice of each element sums them
-                            _splitk_fixup(C, W, CNT, tile, om, off_n, split, M, N, SPLITS, PR)
+                            _splitk_fixup(C, W, CNT, tile, om, on, split, M, N, SPLITS, PR)
                         else:
                             gl.store(W + ((split * M + rows[:, None]) * N + cols[None, :]), tile, mask=mask)
                     elif EPILOGUE == "direct":
@@ -454,19 +476,19 @@ def gemm_sm90(A, B, C, W, CNT, SA, SB, SPLITS, CFG: gl.constexpr, B_KMAJOR: gl.c
                         c_s = c_tiles[g]                # written with 16-byte stores by every consumer thread
                         c_s.store(tile.to(C.dtype))
                         out = c_s.load(layout=out_layout)
-                        orows, ocols, omask = _tile_indices(om, off_n, PR, CFG.BLOCK_N, out_layout, M, N)
+                        orows, ocols, omask = _tile_indices(om, on, PR, EW, out_layout, M, N)
                         gl.store(C + (orows[:, None] * N + ocols[None, :]), out, mask=omask)
                     else:                               # staged in shared memory, written by a TMA store
                         if EPILOGUE == "tma2":          # the store of two before (this staging tile's) has read
                             c_s = c_tiles[g][cbuf]      # it; the last one's may still be reading the other
                             tma_store_wait(1)
                         else:
-                            c_s = c_tiles[g][0] if c_tiles[g].stages > 1 else c_tiles[g]
-                            if EPILOGUE == "tma":
-                                tma_store_wait(0)       # the previous tile's store has read c_tile
+                            c_s = c_tiles[g][p if HALVES > 1 else 0] if c_tiles[g].stages > 1 else c_tiles[g]
+                            if EPILOGUE == "tma" and (p == 0 or HALVES == 1):
+                                tma_store_wait(0)       # the previous store from this staging tile has read it
                         c_s.store(tile.to(C.dtype))
                         fence_async_shared()
-                        tma_store(C, (om, off_n), c_s)
+                        tma_store(C, (om, on), c_s)
                         if EPILOGUE == "tma2":
                             cbuf = 1 - cbuf
                         if EPILOGUE == "ring":
