@@ -467,17 +467,24 @@ def test_pipelined_promotion_issues_the_next_wgmma_after_the_promotion(shape, tu
     assert loops >= cfg.CONSUMER_WGS
 
 
-@pytest.mark.parametrize("shape,tall", [((8192, 8192, 8192), True), ((8192, 28672, 4096), True),
-                                        ((4096, 4096, 4096), False), ((2048, 2048, 2048), False),
-                                        ((8192, 4096, 1024), False), ((1000, 3000, 784), False)])
-def test_block_scaled_tall_tiles_where_the_rounds_fill(shape, tall):
-    """192 x 128 tiles on three warpgroups at the shapes where they measured faster (8192^3, 8192x28672x4096), not
-    at 4096^3 (their last round a third full); the caller's BLOCK_M keeps 128 rows."""
+@pytest.mark.parametrize("shape,kind", [((8192, 8192, 8192), "wide"), ((8192, 28672, 4096), "wide"),
+                                        ((4096, 4096, 4096), "wide"), ((8192, 4096, 14336), "wide"),
+                                        ((16384, 8192, 1024), "tall"), ((2048, 2048, 2048), "square"),
+                                        ((2048, 2048, 4096), "square"), ((8192, 4096, 1024), "square"),
+                                        ((1000, 3000, 784), "square")])
+def test_block_scaled_tiles_where_they_measured_faster(shape, kind):
+    """128 x 256 tiles in two halves where K runs 32 k-steps or more over two rounds of them or more (4096^3, 8192^3,
+    the LLM shapes: 2-10% over the others); else 192 x 128 tiles on three warpgroups where their rounds fill
+    (16384x8192x1024), not at 8192x4096x1024 (its last round a third full); the caller's tile fields keep theirs."""
     from gluon.kernels.gemm_sm90 import host
     from gluon.kernels.gemm_sm90.config import resolve_config
     cfg = resolve_config(*shape, 132, 2, True, host._block_scaled_overrides(*shape, 132, 2, True, None), 1)
-    assert (cfg.BLOCK_M, cfg.BLOCK_N, cfg.CONSUMER_WGS) == ((192, 128, 3) if tall else (cfg.BLOCK_M, cfg.BLOCK_N, 2))
-    assert tall or cfg.BLOCK_M <= 128
+    want = {"wide": (128, 256, 2), "tall": (192, 128, 3), "square": (cfg.BLOCK_M, cfg.BLOCK_N, 2)}[kind]
+    assert (cfg.BLOCK_M, cfg.BLOCK_N, cfg.CONSUMER_WGS) == want
+    assert kind != "square" or (cfg.BLOCK_M <= 128 and cfg.BLOCK_N <= 128)
+    for asked in (dict(BLOCK_M=128), dict(BLOCK_N=128)):
+        given = host._block_scaled_overrides(*shape, 132, 2, True, asked)
+        assert resolve_config(*shape, 132, 2, True, given, 1).BLOCK_N <= 128
     given = host._block_scaled_overrides(*shape, 132, 2, True, dict(BLOCK_M=128))
     assert resolve_config(*shape, 132, 2, True, given, 1).BLOCK_M == 128
 
@@ -486,13 +493,14 @@ def test_block_scaled_tall_tiles_where_the_rounds_fill(shape, tall):
                                    (8192, 8192, 8192)])
 def test_block_scaled_picks_compile_without_spills(shape):
     """The k-step's product sits beside the fp32 sum, so a block-scaled tile takes a warpgroup per 64 rows where
-    one would hold more than 64 values a thread: the deep-K pick (128x128 on one warpgroup) spilled 384 bytes."""
+    one would hold more than 64 values a thread: the deep-K pick (128x128 on one warpgroup) spilled 384 bytes. (The
+    256-column picks hold two 64-row x 128-column sums a warpgroup and one half's product beside them.)"""
     from gluon.dtypes import DType
     from gluon.kernels.gemm_sm90 import host
     from gluon.kernels.gemm_sm90.config import num_warps, resolve_config
     from gluon.kernels.gemm_sm90.kernel import gemm_sm90
     cfg = resolve_config(*shape, 132, 2, True, host._block_scaled_overrides(*shape, 132, 2, True, None), 1)
-    assert cfg.BLOCK_M * cfg.BLOCK_N <= 64 * 128 * cfg.CONSUMER_WGS
+    assert cfg.BLOCK_M * min(cfg.BLOCK_N, 128) <= 64 * 128 * cfg.CONSUMER_WGS
     ck = gemm_sm90.compile(*host.stand_ins(DType.f8e4m3, DType.bf16), num_warps=num_warps(cfg), CFG=cfg,
                            B_KMAJOR=True, SCALE="block")
     assert ck.spills == 0

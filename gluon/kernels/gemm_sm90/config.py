@@ -393,6 +393,12 @@ WAVE_MARGIN = 1.03                  # ... taken where it beats 128x256 by this m
 # last round loses 2.4%: docs/PERF.md, twenty-sixth session); taken where that beats the slot use by WAVE_MARGIN
 BLOCK_SCALED_TALL = dict(BLOCK_M=192, CONSUMER_WGS=3, CONSUMER_REGS=152, SPLIT_WGS=True)
 BLOCK_SCALED_TALL_SPEED = 1.06
+# ... and 128 x 256 tiles, each warpgroup's 64 rows as two 128-column halves (A read into registers once for both,
+# `fp8_scales.block_scaled_halves`), 2-10% faster than either where K runs 32 k-steps or more; at K 1024 the others
+# stay ahead (docs/PERF.md, forty-first session)
+BLOCK_SCALED_WIDE = dict(BLOCK_M=128, BLOCK_N=256, CONSUMER_WGS=2, SPLIT_WGS=True, CONSUMER_REGS=240,
+                         PRODUCER_REGS=24)
+BLOCK_SCALED_WIDE_K = 4096
 
 # Few output tiles over a deep K: 128x128 tiles on one consumer warpgroup, 2-CTA clusters multicasting
 # each B tile (half the L2 reads of B), the K split by `split_k` so about a wave of units runs.
@@ -670,6 +676,13 @@ def block_scaled_tall(M: int, N: int, num_sms: int) -> bool:
     tall = square.replace(**BLOCK_SCALED_TALL)
     return (fills_a_wave(M, N, num_sms) and
             slot_use(M, N, tall, num_sms) * BLOCK_SCALED_TALL_SPEED >= slot_use(M, N, square, num_sms) * WAVE_MARGIN)
+
+
+def block_scaled_wide(M: int, N: int, K: int, num_sms: int) -> bool:
+    """Whether block-scaled fp8 takes BLOCK_SCALED_WIDE's 128x256 tiles: K of BLOCK_SCALED_WIDE_K or more (where
+    they measured faster) and two rounds of them or more (the shapes timed; fewer tiles leave SMs idle)."""
+    wide = DEFAULT_CONFIG.replace(BLOCK_M=128, BLOCK_N=256)
+    return K >= BLOCK_SCALED_WIDE_K and tiles(M, N, wide) >= 2 * num_sms
 
 
 def stores_by_address(config: GemmConfig | Mapping | None) -> bool:

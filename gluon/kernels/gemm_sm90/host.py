@@ -24,9 +24,9 @@ from gluon.runtime.cuda import sm_count
 from gluon.types import TensorRef
 
 from ..tensor_checks import device_sms, interpreting, on_the_launch_device
-from .config import (BLOCK_SCALED_TALL, CLUSTER_K_SIZES, DEFAULT_CONFIG, SPLITK_GRID_SIZES, GemmConfig,
-                     block_scaled_tall, by_address, choose_config, grid, num_warps, resolve_config, split_k,
-                     stores_by_address, tiles, to_config, units)
+from .config import (BLOCK_SCALED_TALL, BLOCK_SCALED_WIDE, CLUSTER_K_SIZES, DEFAULT_CONFIG, SPLITK_GRID_SIZES,
+                     GemmConfig, block_scaled_tall, block_scaled_wide, by_address, choose_config, grid, num_warps,
+                     resolve_config, split_k, stores_by_address, tiles, to_config, units)
 from .kernel import gemm_sm90
 from .padding import PadPlan, pad_plan, tma_ready
 
@@ -430,8 +430,9 @@ def _plan(a, c, M: int, N: int, K: int, config: GemmConfig | Mapping | None, b_k
 
 def _block_scaled_overrides(M: int, N: int, K: int, sms: int, out_size: int, pitch_aligned: bool, config) -> dict:
     """The caller's overrides (a dict or None) with what block scales need where the caller left it open: one
-    128 x 128 B block per tile (BLOCK_N 128, or the pick's if below), a 128-deep k-step, no SWAP_AB, 192 rows
-    on three warpgroups where `block_scaled_tall` says (the caller setting none of its fields), and a
+    128 x 128 B block per tile (BLOCK_N 128, or the pick's if below), a 128-deep k-step, no SWAP_AB, 128 x 256
+    tiles in two halves where `block_scaled_wide` says, else 192 rows on three warpgroups where `block_scaled_tall`
+    says (either only where the caller sets none of the tile's fields), and a
     warpgroup per 64 rows where one would hold more than 64 accumulator values a thread (the k-step's product
     sits beside the sum: the deep-K pick's 128x128 tile on one warpgroup spilled 384 bytes before the rows could
     run in parts), or per 128 rows from 256 rows up (more than three warpgroups do not fit the registers; each
@@ -441,6 +442,12 @@ def _block_scaled_overrides(M: int, N: int, K: int, sms: int, out_size: int, pit
     given = dict(config or {})
     pick = choose_config(M, N, K, sms, pitch_aligned, out_size, swap_ab=False, wave_tiles=False)
     given.setdefault("SWAP_AB", False)
+    tile_fields = ("BLOCK_M", "BLOCK_N", "CONSUMER_WGS", "CONSUMER_REGS", "SPLIT_WGS", "PRODUCER_REGS")
+    narrow_only = ("MMA_TURNS", "SCALES_AHEAD", "PIPELINED_PROMOTION")    # switches the halves do not run
+    if (out_size == 2 and pitch_aligned and not any(k in given for k in tile_fields)
+            and not any(given.get(k) for k in narrow_only) and given.get("EPILOGUE") not in ("tma2", "ring")
+            and pick.BLOCK_N >= 128 and block_scaled_wide(M, N, K, sms)):
+        given.update(BLOCK_SCALED_WIDE)
     bn = given.setdefault("BLOCK_N", min(pick.BLOCK_N, 128))
     given.setdefault("BLOCK_K", 128)
     tall_fields = ("BLOCK_M", "CONSUMER_WGS", "CONSUMER_REGS", "SPLIT_WGS")

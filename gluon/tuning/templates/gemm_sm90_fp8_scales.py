@@ -20,7 +20,7 @@ import hashlib
 from pathlib import Path
 
 from gluon.kernels.gemm_sm90 import DEFAULT_CONFIG
-from gluon.kernels.gemm_sm90.config import BLOCK_SCALED_TALL
+from gluon.kernels.gemm_sm90.config import BLOCK_SCALED_TALL, BLOCK_SCALED_WIDE
 
 from .gemm_sm90 import _GemmSM90Tuning
 
@@ -131,8 +131,8 @@ class _BlockFP8Tuning(_ScaledFP8Tuning):
         """What `launch` runs for block scales at several tiles a program: 128x128 tiles, two warpgroups each
         its own role, K_ZIGZAG; then that with the warpgroups taking turns (MMA_TURNS); then without
         K_ZIGZAG; then with the scales loaded a k-step ahead (SCALES_AHEAD); then with cuBLAS's k-loop
-        (PIPELINED_PROMOTION); then 192x128 tiles on three warpgroups (`block_scaled_tall`'s pick at 8192^3 and
-        8192x28672x4096)."""
+        (PIPELINED_PROMOTION); then 192x128 tiles on three warpgroups (`block_scaled_tall`'s pick at 16384x8192x1024);
+        then 128x256 tiles in two halves (`block_scaled_wide`'s pick from K 4096: 4096^3, 8192^3, the LLM shapes)."""
         d = DEFAULT_CONFIG
         cfg = dict(BLOCK_M=128, BLOCK_N=128, BLOCK_K=128, STAGES=3, GROUP_M=d.GROUP_M, PRODUCER_REGS=d.PRODUCER_REGS,
                    SWIZZLE=d.SWIZZLE, EPILOGUE="tma", SPLIT_WGS=True, CONSUMER_REGS=d.CONSUMER_REGS,
@@ -140,8 +140,10 @@ class _BlockFP8Tuning(_ScaledFP8Tuning):
                    SCALES_AHEAD=False, PIPELINED_PROMOTION=False)
         tall = {k: v for k, v in BLOCK_SCALED_TALL.items() if k != "CONSUMER_WGS"}         # the spec counts warps
         tall = dict(cfg, **tall, CONSUMER_WARPS=4 * BLOCK_SCALED_TALL["CONSUMER_WGS"])
+        wide = {k: v for k, v in BLOCK_SCALED_WIDE.items() if k != "CONSUMER_WGS"}
+        wide = dict(cfg, **wide, CONSUMER_WARPS=4 * BLOCK_SCALED_WIDE["CONSUMER_WGS"])
         return [cfg, dict(cfg, MMA_TURNS=True), dict(cfg, K_ZIGZAG=False), dict(cfg, SCALES_AHEAD=True),
-                dict(cfg, PIPELINED_PROMOTION=True), tall]
+                dict(cfg, PIPELINED_PROMOTION=True), tall, wide]
 
 
 ROWCOL = _RowColFP8Tuning()
