@@ -68,10 +68,18 @@ _HALVES = dict(BLOCK_M=128, BLOCK_N=256, CONSUMER_WGS=2, SPLIT_WGS=True, STAGES=
                                                                            CONSUMER_WGS=1))),
                                        # 128 x 256 tiles in two halves: N off 256 and off 128 (a right half past N),
                                        # K slices, the coalesced epilogue, 2-CTA clusters
-                                       (4096, 4096, 4096, dict(config=_HALVES)), (1000, 3000, 784, dict(config=_HALVES)),
+                                       (4096, 4096, 4096, dict(config=_HALVES)),
+                                       (1000, 3000, 784, dict(config=_HALVES)),
                                        (333, 1152, 4224, dict(config=dict(_HALVES, EPILOGUE="coalesced", STAGES=4))),
                                        (300, 640, 8192, dict(splits=4, config=dict(_HALVES, EPILOGUE="direct"))),
-                                       (2048, 4096, 2048, dict(config=dict(_HALVES, CLUSTER_M=2)))])
+                                       (2048, 4096, 2048, dict(config=dict(_HALVES, CLUSTER_M=2))),
+                                       # ... with each half's WGMMA as two of 64 columns, two in flight (QUARTERS)
+                                       (4096, 4096, 4096, dict(config=dict(_HALVES, QUARTERS=True))),
+                                       (1000, 3000, 784, dict(config=dict(_HALVES, QUARTERS=True))),
+                                       (333, 1152, 4224, dict(config=dict(_HALVES, QUARTERS=True,
+                                                                           EPILOGUE="coalesced"))),
+                                       (300, 640, 8192, dict(splits=4, config=dict(_HALVES, QUARTERS=True,
+                                                                                   EPILOGUE="direct")))])
 @pytest.mark.parametrize("dtype", [torch.float8_e4m3fn, torch.float8_e5m2])
 def test_block_scaled_fp8_gemm_matches_fp64(M, N, K, kw, dtype):
     for seed in range(2):

@@ -231,13 +231,14 @@ def test_two_parts_promote_before_the_second_wgmma_and_do_not_spill(kw):
     (64, 300, 256, None, dict(BLOCK_M=64, CONSUMER_WGS=1, STAGES=2)),   # one warpgroup
 ])
 @pytest.mark.parametrize("m_major", [False, True])
-def test_block_scales_on_256_columns_in_two_halves(interpret_env, monkeypatch, M, N, K, splits, kw, m_major):
+@pytest.mark.parametrize("quarters", [False, True])
+def test_block_scales_on_256_columns_in_two_halves(interpret_env, monkeypatch, M, N, K, splits, kw, m_major, quarters):
     """BLOCK_N 256: each warpgroup's 64 rows as two 128-column halves, each with its own B block's scale, A loaded
-    into registers once a k-step for both. Scales that differ by block, so a half promoted with the other's B scale
-    shows; a grid of 2, so programs run several units."""
+    into registers once a k-step for both (with QUARTERS as four 64-column WGMMAs, two in flight). Scales that
+    differ by block, so a half promoted with the other's B scale shows; a grid of 2, so programs run several units."""
     from gluon.kernels.gemm_sm90 import host
     from gluon.kernels.gemm_sm90.config import resolve_config
-    given = host._block_scaled_overrides(M, N, K, 2, 2, True, dict(BLOCK_N=256, **kw))
+    given = host._block_scaled_overrides(M, N, K, 2, 2, True, dict(BLOCK_N=256, QUARTERS=quarters, **kw))
     cfg = resolve_config(M, N, K, 2, 2, True, given, splits or 1)
     assert cfg.BLOCK_N == 256 and cfg.SPLIT_WGS and cfg.BLOCK_M == 64 * cfg.CONSUMER_WGS
     _check_on_two_programs(monkeypatch, M, N, K, cfg, splits, m_major, seed=14)
@@ -252,6 +253,46 @@ def test_two_halves_refuse_what_they_do_not_run(interpret_env):
                         (dict(EPILOGUE="tma2"), "EPILOGUE='tma2'"), (dict(SPLIT_WGS=False), "128 rows on 2")]:
         with pytest.raises(GluonError, match=f"BLOCK_N=256 run each consumer warpgroup's 64 rows.*{what}"):
             launch(a, b, c, b_kmajor=True, scale_a=sa, scale_b=sb, config=dict(halves, **extra))
+
+
+def test_quarters_refuse_what_they_do_not_run(interpret_env):
+    from gluon.kernels.gemm_sm90 import GemmConfig
+    with pytest.raises(GluonError, match="QUARTERS=True splits the halves.*BLOCK_N=256, got BLOCK_N=128"):
+        GemmConfig(BLOCK_N=128, QUARTERS=True)
+    a, b, c = _fp8(200, 320), _fp8(136, 320), torch.empty(200, 136).bfloat16()
+    with pytest.raises(GluonError, match="QUARTERS=True is for fp8 block scales"):
+        launch(a, b, c, b_kmajor=True, scale_a=torch.ones(1), scale_b=torch.ones(1),
+               config=GemmConfig(BLOCK_N=256, QUARTERS=True))
+
+
+def test_quarters_promote_each_under_the_next_wgmma():
+    """QUARTERS at 4096^3: a k-step's four 64-column WGMMAs read one register A; the first two are issued together,
+    and each promotion (32 FFMAs) follows a wait that leaves one WGMMA in flight (`DEPBAR.LE gsb0, 0x1`), the next
+    quarter issued right after it; no spills."""
+    from gluon.dtypes import DType
+    from gluon.kernels.gemm_sm90 import host
+    from gluon.kernels.gemm_sm90.config import num_warps, resolve_config
+    from gluon.kernels.gemm_sm90.kernel import gemm_sm90
+    shape = (4096, 4096, 4096)
+    given = host._block_scaled_overrides(*shape, 132, 2, True, dict(BLOCK_N=256, QUARTERS=True))
+    cfg = resolve_config(*shape, 132, 2, True, given, 1)
+    ck = gemm_sm90.compile(*host.stand_ins(DType.f8e4m3, DType.bf16), num_warps=num_warps(cfg), CFG=cfg,
+                           B_KMAJOR=True, SCALE="block")
+    assert ck.spills == 0
+    ops = [" ".join(ln.split(";")[0].split()[1:]) for ln in ck.sass().splitlines() if ";" in ln]
+    ready = [i for i, op in enumerate(ops) if op.startswith("SYNCS.PHASECHK") and
+             any(o.startswith("LDSM") for o in ops[i:i + 8])]            # each role's k-step: ready wait, then A
+    assert len(ready) == cfg.CONSUMER_WGS
+    for r in ready:
+        end = next(k for k in range(r, len(ops)) if ops[k].startswith("WARPGROUP.DEPBAR.LE gsb0, 0x0"))
+        step = ops[r:end]
+        assert sum(op.startswith("QGMMA.64x64x32") for op in step) == 16                     # four quarters of K 128
+        assert len({op.split()[2] for op in step if op.startswith("QGMMA")}) == 4         # one A: 4 k32 slices
+        waits = [k for k, op in enumerate(step) if op.startswith("WARPGROUP.DEPBAR.LE gsb0, 0x1")]
+        assert len(waits) == 3
+        for w in waits[:2]:                   # a promotion, then the next quarter's issue
+            issue = next(k for k in range(w, len(step)) if step[k].startswith("QGMMA"))
+            assert sum(op.startswith("FFMA") for op in step[w:issue]) >= 32
 
 
 def test_two_halves_read_a_into_registers_once_and_do_not_spill():

@@ -24,7 +24,7 @@ _INTS = ("BLOCK_M", "BLOCK_N", "BLOCK_K", "STAGES", "GROUP_M", "CONSUMER_WGS", "
 CLUSTER_K_SIZES = (1, 2, 4, 8)      # a portable cluster holds at most 8 CTAs
 SPLITK_GRID_SIZES = (1, 2, 4, 8, 16)
 _BOOLS = ("SPLIT_WGS", "K_ZIGZAG", "TMA_PREFETCH", "SPLITK_FIXUP", "SWAP_AB", "MMA_TURNS", "SCALES_AHEAD", "PDL",
-          "FFMA_YIELD", "PIPELINED_PROMOTION")
+          "FFMA_YIELD", "PIPELINED_PROMOTION", "QUARTERS")
 _AUTO_BOOLS = ("EARLY_LOADS", "LEAN_PROLOGUE")
 _SWIZZLES = tuple(m.value for m in SwizzleMode)
 _SPLIT_CONSUMER_REGS = 216          # the second consumer warpgroup's setmaxnreg with SPLIT_WGS
@@ -100,6 +100,9 @@ class GemmConfig:
                                 iteration, after stage i+1's ready wait and k-step i+1's scale loads, which then run
                                 under it; with MMA_TURNS the turn passes right after the issue; not with
                                 SCALES_AHEAD (opt-in: not yet timed)
+    QUARTERS                    fp8 block scales at BLOCK_N 256: each half's WGMMA as two of 64 columns, two in
+                                flight at a time, so each quarter's promotion runs under the next one's WGMMA
+                                (`fp8_scales.block_scaled_quarters`); opt-in
     PDL                         programmatic dependent launch: the kernel is launched as a dependent of the kernel
                                 before it (its prologue overlaps that one's end; it waits, `griddep_wait`, before
                                 its first global access) and lets the next launch at its start; the split-K second
@@ -141,6 +144,7 @@ class GemmConfig:
     CTAS_PER_SM: int = 1
     FFMA_YIELD: bool = False
     PIPELINED_PROMOTION: bool = False
+    QUARTERS: bool = False
 
     __hash__ = cached_hash
     __getstate__ = state_without_hash
@@ -197,6 +201,9 @@ class GemmConfig:
             raise GluonError(f"GemmConfig MMA_TURNS=True takes two or three consumer warpgroups each its own role "
                              f"(CONSUMER_WGS=2 or 3, SPLIT_WGS=True), not CONSUMER_WGS={self.CONSUMER_WGS}, "
                              f"SPLIT_WGS={self.SPLIT_WGS}")
+        if self.QUARTERS and self.BLOCK_N != 256:
+            raise GluonError(f"GemmConfig QUARTERS=True splits the halves of fp8 block scales' 256-column tiles; it "
+                             f"takes BLOCK_N=256, got BLOCK_N={self.BLOCK_N}")
         if self.PIPELINED_PROMOTION and self.SCALES_AHEAD:
             raise GluonError("GemmConfig PIPELINED_PROMOTION=True runs its own k-loop, which loads the scales under "
                              "the WGMMA itself: leave SCALES_AHEAD=False")

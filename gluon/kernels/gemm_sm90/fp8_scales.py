@@ -259,6 +259,49 @@ def block_scaled_halves(acc, acc_r, a_s, b_halves, ready, empty, cnt, k_lo, k_hi
 
 
 @gl.helper
+def block_scaled_quarters(acc, acc2, acc3, acc4, a_s, b_quarters, ready, empty, cnt, k_lo, k_hi, k_top, SA, SB, off_m,
+                          off_n, M, N, KB, STAGES: int, CL: int, ZIG: bool, SA_M_MAJOR: bool):
+    """`block_scaled_halves` with each half's WGMMA as two of 64 columns (QUARTERS): the four quarters' WGMMAs read
+    the k-step's A from registers, two in flight at a time, so each quarter's promotion runs while the next
+    quarter's WGMMA does (the warpgroup keeps the tensor cores busy itself, where the halves leave them to the other
+    warpgroup during each promotion); the same registers (two 32-value products beside the four sums). `b_quarters`:
+    the B ring seen as four 64-row quarters a stage. (acc .. acc4, cnt) after the slice, left to right."""
+    rows = off_m + gl.arange(0, acc.shape[0], layout=SliceLayout(1, acc.layout))
+    row_ok = rows < M
+    sb_row = SB + (off_n // 128) * KB
+    right_ok = off_n + 128 < N              # past N the right half's B rows are TMA's zeros, its scale not read
+    a_layout = DotOperandLayout(0, acc.layout, 32 // a_s.dtype.bits)
+    never = M < 0
+    for kk in range(k_lo, k_hi):
+        s = cnt % STAGES
+        ready[s].wait((cnt // STAGES) & 1)
+        a = a_s[s].load(layout=a_layout)
+        p1 = wgmma(a, b_quarters[4 * s].T, acc, wait=False, use_acc=False)
+        p2 = wgmma(a, b_quarters[4 * s + 1].T, acc2, wait=False, use_acc=False)
+        kb = _k_block(kk, k_top, ZIG)
+        sa_k = _a_scales(SA, rows, row_ok, kb, M, KB, SA_M_MAJOR)
+        sb_l = gl.load(sb_row + kb)
+        sb_r = gl.load(sb_row + KB + kb, mask=right_ok, other=0.0)
+        left = (sa_k * sb_l)[:, None]
+        right = (sa_k * sb_r)[:, None]
+        # each next quarter starts from zeros that depend on the sum just promoted (`never` is False, which the
+        # compilers cannot know), so it is issued after that promotion, into the product's registers
+        p1 = wgmma_wait(p1, b_quarters[4 * s], pendings=1)
+        acc = acc + p1 * left
+        p1 = wgmma(a, b_quarters[4 * s + 2].T, gl.where(never, acc, 0.0), wait=False)
+        p2 = wgmma_wait(p2, b_quarters[4 * s + 1], pendings=1)
+        acc2 = acc2 + p2 * left
+        p2 = wgmma(a, b_quarters[4 * s + 3].T, gl.where(never, acc2, 0.0), wait=False)
+        p1 = wgmma_wait(p1, b_quarters[4 * s + 2], pendings=1)
+        acc3 = acc3 + p1 * right
+        p2 = wgmma_wait(p2, b_quarters[4 * s + 3], pendings=0)
+        empty[s].arrive(cluster=CL > 1)
+        acc4 = acc4 + p2 * right
+        cnt = cnt + 1
+    return acc, acc2, acc3, acc4, cnt
+
+
+@gl.helper
 def block_scaled_two_parts(acc, acc2, a_parts, b_s, ready, empty, cnt, k_lo, k_hi, k_top, SA, SB, off_m, off_n, M,
                            KB, STAGES: int, CL: int, B_KMAJOR: bool, ZIG: bool, SA_M_MAJOR: bool):
     """`block_scaled_k_loop` over a role's rows in two parts, acc's above acc2's, where one product of all of

@@ -40,7 +40,7 @@ from gluon.types import Layout, SliceLayout, SwizzleMode, WarpRole
 from ..turns import turns_close, turns_open
 from .config import kernel_config
 from .fp8_scales import (apply_scales, block_scaled_halves, block_scaled_k_loop, block_scaled_pipelined,
-                         block_scaled_two_parts, load_scales, stage_scales, staged_scales)
+                         block_scaled_quarters, block_scaled_two_parts, load_scales, stage_scales, staged_scales)
 
 
 def _tile_coords(tile, num_pid_m, num_pid_n, GROUP_M: int):
@@ -223,6 +223,9 @@ def gemm_sm90(A, B, C, W, CNT, SA, SB, SPLITS, CFG: gl.constexpr, B_KMAJOR: gl.c
         raise GluonError(f"fp8 block scales take BLOCK_K=128 (one scale block per k-step), BLOCK_N 64 or 128 (one B "
                          f"scale per tile) or 256 (two halves) and no SWAP_AB; got BLOCK_K={CFG.BLOCK_K}, "
                          f"BLOCK_N={CFG.BLOCK_N}, SWAP_AB={CFG.SWAP_AB}")
+    if CFG.QUARTERS and SCALE != "block":
+        raise GluonError(f"QUARTERS=True is for fp8 block scales (SCALE='block') at BLOCK_N=256; this launch has "
+                         f"SCALE={SCALE!r}: leave QUARTERS=False")
     if CFG.PDL:         # the next kernel (the split-K second pass) may launch now: it waits for this one itself
         gl.griddep_launch_dependents()
     CM = CFG.CLUSTER_M                          # CTAs per cluster along M (sharing B by multicast) ...
@@ -256,7 +259,8 @@ def gemm_sm90(A, B, C, W, CNT, SA, SB, SPLITS, CFG: gl.constexpr, B_KMAJOR: gl.c
     # registers (over 64 values a thread: 128 rows a warpgroup), each part's WGMMA, promotion and epilogue in turn
     HOLDS = 64 * 128 * (RW // 4)                # accumulator elements a role holds beside a product of as many
     # ... or at BLOCK_N 256 its columns in two 128-wide halves, one B scale block each, A read into registers once
-    HALVES = 2 if SCALE == "block" and CFG.BLOCK_N == 256 else 1
+    # (with QUARTERS each half's WGMMA as two of 64 columns: four sums)
+    HALVES = (4 if CFG.QUARTERS else 2) if SCALE == "block" and CFG.BLOCK_N == 256 else 1
     if HALVES > 1 and (RM != 64 * (RW // 4) or RW != 4 or not B_KMAJOR or CFG.MMA_TURNS or CFG.SCALES_AHEAD
                        or CFG.PIPELINED_PROMOTION or CFG.EPILOGUE in ("tma2", "ring")):
         raise GluonError(f"fp8 block scales at BLOCK_N=256 run each consumer warpgroup's 64 rows as two 128-column "
@@ -384,8 +388,8 @@ def gemm_sm90(A, B, C, W, CNT, SA, SB, SPLITS, CFG: gl.constexpr, B_KMAJOR: gl.c
             a_s = a_rings[g]
             if PARTS > 1:                   # stage s's part p is a_parts[2 * s + p]
                 a_parts = a_s.reinterpret((PR, CFG.BLOCK_K), stages=2 * CFG.STAGES)
-            if HALVES > 1:                  # stage s's B half h is b_halves[2 * s + h]
-                b_halves = b_s.reinterpret((EW, CFG.BLOCK_K), stages=2 * CFG.STAGES)
+            if HALVES > 1:                  # stage s's B half (quarter) h is b_halves[HALVES * s + h]
+                b_halves = b_s.reinterpret((EW, CFG.BLOCK_K), stages=HALVES * CFG.STAGES)
             # SWAP_AB: the warpgroup computes C^T's tile (ACC), B's BLOCK_N rows on WGMMA's M and A's few rows on its N
             acc_layout = Layout.wgmma((RW, 1), instr_n=ACC[1], operand_dtype=A.dtype)
             if EPILOGUE == "coalesced":     # 16 bytes per thread, a warp's threads along one row
@@ -413,6 +417,9 @@ def gemm_sm90(A, B, C, W, CNT, SA, SB, SPLITS, CFG: gl.constexpr, B_KMAJOR: gl.c
                 acc = gl.zeros(ACC, gl.float32, layout=acc_layout)
                 if PARTS > 1 or HALVES > 1:
                     acc2 = gl.zeros(ACC, gl.float32, layout=acc_layout)
+                if HALVES > 2:
+                    acc3 = gl.zeros(ACC, gl.float32, layout=acc_layout)
+                    acc4 = gl.zeros(ACC, gl.float32, layout=acc_layout)
                 off_m = pid_m * CFG.BLOCK_M + g * RM
                 off_n = pid_n * CFG.BLOCK_N
                 # the scales asked for before the K loop (AHEAD, STAGED): their latency is then hidden (one tile
@@ -424,6 +431,11 @@ def gemm_sm90(A, B, C, W, CNT, SA, SB, SPLITS, CFG: gl.constexpr, B_KMAJOR: gl.c
                     acc, acc2, cnt = block_scaled_two_parts(acc, acc2, a_parts, b_s, ready, empty, cnt, k_lo, k_hi,
                                                             k_top, SA, SB, off_m, off_n, M, gl.cdiv(K, 128),
                                                             CFG.STAGES, CM, B_KMAJOR, ZIG, SA_M_MAJOR)
+                elif HALVES > 2:
+                    acc, acc2, acc3, acc4, cnt = block_scaled_quarters(acc, acc2, acc3, acc4, a_s, b_halves, ready,
+                                                                       empty, cnt, k_lo, k_hi, k_top, SA, SB, off_m,
+                                                                       off_n, M, N, gl.cdiv(K, 128), CFG.STAGES, CM,
+                                                                       ZIG, SA_M_MAJOR)
                 elif HALVES > 1:
                     acc, acc2, cnt = block_scaled_halves(acc, acc2, a_s, b_halves, ready, empty, cnt, k_lo, k_hi, k_top,
                                                          SA, SB, off_m, off_n, M, N, gl.cdiv(K, 128), CFG.STAGES, CM,
@@ -459,7 +471,7 @@ def gemm_sm90(A, B, C, W, CNT, SA, SB, SPLITS, CFG: gl.constexpr, B_KMAJOR: gl.c
                     acc = apply_scales(acc, scales, SCALE)
                 # a part's rows or a half's columns at a time (PARTS, HALVES: fp8 block scales)
                 for p in static_range(PARTS * HALVES):
-                    tile = acc if p == 0 else acc2
+                    tile = [acc, acc2, acc3, acc4][p] if HALVES > 2 else (acc if p == 0 else acc2)
                     om = off_m + PR * p if PARTS > 1 else off_m
                     on = off_n + EW * p if HALVES > 1 else off_n
                     rows, cols, mask = _tile_indices(om, on, PR, EW, acc_layout, M, N)  # (unused: SWAP_AB)

@@ -137,7 +137,7 @@ class _BlockFP8Tuning(_ScaledFP8Tuning):
         cfg = dict(BLOCK_M=128, BLOCK_N=128, BLOCK_K=128, STAGES=3, GROUP_M=d.GROUP_M, PRODUCER_REGS=d.PRODUCER_REGS,
                    SWIZZLE=d.SWIZZLE, EPILOGUE="tma", SPLIT_WGS=True, CONSUMER_REGS=d.CONSUMER_REGS,
                    CLUSTER_M=1, CONSUMER_WARPS=8, PRODUCER_WARPS=1, K_ZIGZAG=True, MMA_TURNS=False,
-                   SCALES_AHEAD=False, PIPELINED_PROMOTION=False)
+                   SCALES_AHEAD=False, PIPELINED_PROMOTION=False, QUARTERS=False)
         tall = {k: v for k, v in BLOCK_SCALED_TALL.items() if k != "CONSUMER_WGS"}         # the spec counts warps
         tall = dict(cfg, **tall, CONSUMER_WARPS=4 * BLOCK_SCALED_TALL["CONSUMER_WGS"])
         wide = {k: v for k, v in BLOCK_SCALED_WIDE.items() if k != "CONSUMER_WGS"}
