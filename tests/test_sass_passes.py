@@ -25,7 +25,8 @@ def _block_scaled(ffma_yield: bool, **kw):
 
 
 # the 128x128 and 192x128 tiles, one 64-FFMA promotion a k-step a role (the halves of 256 columns run two)
-@pytest.mark.parametrize("kw", [dict(BLOCK_N=128), dict(BLOCK_M=192, CONSUMER_WGS=3, CONSUMER_REGS=152, SPLIT_WGS=True)])
+@pytest.mark.parametrize("kw", [dict(BLOCK_N=128),
+                                dict(BLOCK_M=192, CONSUMER_WGS=3, CONSUMER_REGS=152, SPLIT_WGS=True)])
 def test_every_second_promotion_ffma_yields_and_nothing_else_changes(kw):
     cfg, before = _block_scaled(False, **kw)
     _, after = _block_scaled(True, **kw)

@@ -221,6 +221,23 @@ def block_scaled_pipelined(acc, a_s, b_s, ready, empty, cnt, k_lo, k_hi, k_top, 
 
 
 @gl.helper
+def _wide_rows(acc, SB, off_m, off_n, M, N, KB):
+    """What the 256-column k-loops take once a tile: its rows (and which are inside M), its B scale row, whether the
+    right half's B block exists (past N its B rows are TMA's zeros and its scale is not read), and a False the
+    compilers cannot see through (`never`)."""
+    rows = off_m + gl.arange(0, acc.shape[0], layout=SliceLayout(1, acc.layout))
+    return rows, rows < M, SB + (off_n // 128) * KB, off_n + 128 < N, M < 0
+
+
+@gl.helper
+def _wide_scales(SA, sb_row, rows, row_ok, right_ok, kk, k_top, M, KB, ZIG: bool, SA_M_MAJOR: bool):
+    """k-step kk's scales for the 256-column k-loops: A's of the rows, the left and the right half's B scale."""
+    kb = _k_block(kk, k_top, ZIG)
+    return (_a_scales(SA, rows, row_ok, kb, M, KB, SA_M_MAJOR), gl.load(sb_row + kb),
+            gl.load(sb_row + KB + kb, mask=right_ok, other=0.0))
+
+
+@gl.helper
 def block_scaled_halves(acc, acc_r, a_s, b_halves, ready, empty, cnt, k_lo, k_hi, k_top, SA, SB, off_m, off_n, M, N,
                         KB, STAGES: int, CL: int, ZIG: bool, SA_M_MAJOR: bool):
     """`block_scaled_k_loop` on a role's 256 columns of the tile as two halves, acc's left of acc_r's, each
@@ -230,21 +247,14 @@ def block_scaled_halves(acc, acc_r, a_s, b_halves, ready, empty, cnt, k_lo, k_hi
     shared memory once where two 128-column tiles read it twice, so a k-step of the 128 x 256 tile moves 128 KiB
     through shared memory (the 128 x 128 tiles' 80 KiB a half as much work). B K-major (`b_halves`: the B
     ring seen as two 128-row halves a stage, `Shared.reinterpret`). (acc, acc_r, cnt) after the slice."""
-    rows = off_m + gl.arange(0, acc.shape[0], layout=SliceLayout(1, acc.layout))
-    row_ok = rows < M
-    sb_row = SB + (off_n // 128) * KB
-    right_ok = off_n + 128 < N              # past N the right half's B rows are TMA's zeros, its scale not read
+    rows, row_ok, sb_row, right_ok, never = _wide_rows(acc, SB, off_m, off_n, M, N, KB)
     a_layout = DotOperandLayout(0, acc.layout, 32 // a_s.dtype.bits)
-    never = M < 0
     for kk in range(k_lo, k_hi):
         s = cnt % STAGES
         ready[s].wait((cnt // STAGES) & 1)
         a = a_s[s].load(layout=a_layout)
         part = wgmma(a, b_halves[2 * s].T, acc, wait=False, use_acc=False)
-        kb = _k_block(kk, k_top, ZIG)
-        sa_k = _a_scales(SA, rows, row_ok, kb, M, KB, SA_M_MAJOR)
-        sb_l = gl.load(sb_row + kb)
-        sb_r = gl.load(sb_row + KB + kb, mask=right_ok, other=0.0)
+        sa_k, sb_l, sb_r = _wide_scales(SA, sb_row, rows, row_ok, right_ok, kk, k_top, M, KB, ZIG, SA_M_MAJOR)
         part = wgmma_wait(part, b_halves[2 * s], pendings=0)
         acc = acc + part * (sa_k * sb_l)[:, None]
         # the right half's product starts from zeros that depend on the promoted left sum (`never` is False, which
@@ -266,22 +276,15 @@ def block_scaled_quarters(acc, acc2, acc3, acc4, a_s, b_quarters, ready, empty, 
     quarter's WGMMA does (the warpgroup keeps the tensor cores busy itself, where the halves leave them to the other
     warpgroup during each promotion); the same registers (two 32-value products beside the four sums). `b_quarters`:
     the B ring seen as four 64-row quarters a stage. (acc .. acc4, cnt) after the slice, left to right."""
-    rows = off_m + gl.arange(0, acc.shape[0], layout=SliceLayout(1, acc.layout))
-    row_ok = rows < M
-    sb_row = SB + (off_n // 128) * KB
-    right_ok = off_n + 128 < N              # past N the right half's B rows are TMA's zeros, its scale not read
+    rows, row_ok, sb_row, right_ok, never = _wide_rows(acc, SB, off_m, off_n, M, N, KB)
     a_layout = DotOperandLayout(0, acc.layout, 32 // a_s.dtype.bits)
-    never = M < 0
     for kk in range(k_lo, k_hi):
         s = cnt % STAGES
         ready[s].wait((cnt // STAGES) & 1)
         a = a_s[s].load(layout=a_layout)
         p1 = wgmma(a, b_quarters[4 * s].T, acc, wait=False, use_acc=False)
         p2 = wgmma(a, b_quarters[4 * s + 1].T, acc2, wait=False, use_acc=False)
-        kb = _k_block(kk, k_top, ZIG)
-        sa_k = _a_scales(SA, rows, row_ok, kb, M, KB, SA_M_MAJOR)
-        sb_l = gl.load(sb_row + kb)
-        sb_r = gl.load(sb_row + KB + kb, mask=right_ok, other=0.0)
+        sa_k, sb_l, sb_r = _wide_scales(SA, sb_row, rows, row_ok, right_ok, kk, k_top, M, KB, ZIG, SA_M_MAJOR)
         left = (sa_k * sb_l)[:, None]
         right = (sa_k * sb_r)[:, None]
         # each next quarter starts from zeros that depend on the sum just promoted (`never` is False, which the
