@@ -194,13 +194,9 @@ def test_a_callers_256_rows_take_a_warpgroup_per_128(shape):
     assert resolve_config(*shape, 132, 2, True, given, 1).CONSUMER_WGS == 2
 
 
-@pytest.mark.parametrize("kw", [dict(BLOCK_M=256, CONSUMER_WGS=2, SPLIT_WGS=True), dict(BLOCK_M=128, CONSUMER_WGS=1),
-                                dict(BLOCK_M=256, CONSUMER_WGS=2, SPLIT_WGS=False)])
-def test_two_parts_promote_before_the_second_wgmma_and_do_not_spill(kw):
-    """The second part's WGMMA starts from zeros that depend on the first part's promoted sum, so ptxas issues it
-    after the promotion's FFMAs, in the first product's registers: no spills (with independent zeros it was issued
-    under the promotion, two products beside the two sums, and spilled 800 bytes). The second part's scales are
-    loaded with the first's, under its WGMMA (ptxas issued them after the second WGMMA before)."""
+def _block_pick_sass(kw: dict):
+    """The block-scaled launch's config at 4096^3 with the caller's `kw`, compiled for sm_90 (no spills), and its
+    SASS as a list of instructions (opcode and operands)."""
     from gluon.dtypes import DType
     from gluon.kernels.gemm_sm90 import host
     from gluon.kernels.gemm_sm90.config import num_warps, resolve_config
@@ -211,6 +207,17 @@ def test_two_parts_promote_before_the_second_wgmma_and_do_not_spill(kw):
                            B_KMAJOR=True, SCALE="block")
     assert ck.spills == 0
     ops = [" ".join(ln.split(";")[0].split()[1:]) for ln in ck.sass().splitlines() if ";" in ln]
+    return cfg, ops
+
+
+@pytest.mark.parametrize("kw", [dict(BLOCK_M=256, CONSUMER_WGS=2, SPLIT_WGS=True), dict(BLOCK_M=128, CONSUMER_WGS=1),
+                                dict(BLOCK_M=256, CONSUMER_WGS=2, SPLIT_WGS=False)])
+def test_two_parts_promote_before_the_second_wgmma_and_do_not_spill(kw):
+    """The second part's WGMMA starts from zeros that depend on the first part's promoted sum, so ptxas issues it
+    after the promotion's FFMAs, in the first product's registers: no spills (with independent zeros it was issued
+    under the promotion, two products beside the two sums, and spilled 800 bytes). The second part's scales are
+    loaded with the first's, under its WGMMA (ptxas issued them after the second WGMMA before)."""
+    cfg, ops = _block_pick_sass(kw)
     firsts = [i for i, op in enumerate(ops) if op.startswith("QGMMA") and not ops[i - 1].startswith("QGMMA")
               and "!UPT" in op]                         # each k-step's first part: its product from zero
     assert len(firsts) >= (cfg.CONSUMER_WGS if cfg.SPLIT_WGS else 1)      # each role's k-loop
@@ -269,17 +276,7 @@ def test_quarters_promote_each_under_the_next_wgmma():
     """QUARTERS at 4096^3: a k-step's four 64-column WGMMAs read one register A; the first two are issued together,
     and each promotion (32 FFMAs) follows a wait that leaves one WGMMA in flight (`DEPBAR.LE gsb0, 0x1`), the next
     quarter issued right after it; no spills."""
-    from gluon.dtypes import DType
-    from gluon.kernels.gemm_sm90 import host
-    from gluon.kernels.gemm_sm90.config import num_warps, resolve_config
-    from gluon.kernels.gemm_sm90.kernel import gemm_sm90
-    shape = (4096, 4096, 4096)
-    given = host._block_scaled_overrides(*shape, 132, 2, True, dict(BLOCK_N=256, QUARTERS=True))
-    cfg = resolve_config(*shape, 132, 2, True, given, 1)
-    ck = gemm_sm90.compile(*host.stand_ins(DType.f8e4m3, DType.bf16), num_warps=num_warps(cfg), CFG=cfg,
-                           B_KMAJOR=True, SCALE="block")
-    assert ck.spills == 0
-    ops = [" ".join(ln.split(";")[0].split()[1:]) for ln in ck.sass().splitlines() if ";" in ln]
+    cfg, ops = _block_pick_sass(dict(BLOCK_N=256, QUARTERS=True))
     ready = [i for i, op in enumerate(ops) if op.startswith("SYNCS.PHASECHK") and
              any(o.startswith("LDSM") for o in ops[i:i + 8])]            # each role's k-step: ready wait, then A
     assert len(ready) == cfg.CONSUMER_WGS
@@ -299,16 +296,7 @@ def test_two_halves_read_a_into_registers_once_and_do_not_spill():
     """BLOCK_N 256 at 4096^3: each k-step's A rows loaded by ldmatrix once and both halves' WGMMAs reading them
     from registers (QGMMA with a register A), the right half's issued after the left's promotion (its zeros depend
     on the promoted sum: independent, ptxas issued it under the promotion and spilled 3 KB), no spills."""
-    from gluon.dtypes import DType
-    from gluon.kernels.gemm_sm90 import host
-    from gluon.kernels.gemm_sm90.config import num_warps, resolve_config
-    from gluon.kernels.gemm_sm90.kernel import gemm_sm90
-    shape = (4096, 4096, 4096)
-    cfg = resolve_config(*shape, 132, 2, True, host._block_scaled_overrides(*shape, 132, 2, True, dict(BLOCK_N=256)), 1)
-    ck = gemm_sm90.compile(*host.stand_ins(DType.f8e4m3, DType.bf16), num_warps=num_warps(cfg), CFG=cfg,
-                           B_KMAJOR=True, SCALE="block")
-    assert ck.spills == 0
-    ops = [" ".join(ln.split(";")[0].split()[1:]) for ln in ck.sass().splitlines() if ";" in ln]
+    cfg, ops = _block_pick_sass(dict(BLOCK_N=256))
     firsts = [i for i, op in enumerate(ops) if op.startswith("QGMMA") and not ops[i - 1].startswith("QGMMA")
               and "!UPT" in op]                         # each k-step's left half: its product from zero
     assert len(firsts) == cfg.CONSUMER_WGS             # each role's k-loop
