@@ -79,6 +79,11 @@ _HALVES = dict(BLOCK_M=128, BLOCK_N=256, CONSUMER_WGS=2, SPLIT_WGS=True, STAGES=
                                        (333, 1152, 4224, dict(config=dict(_HALVES, QUARTERS=True,
                                                                            EPILOGUE="coalesced"))),
                                        (300, 640, 8192, dict(splits=4, config=dict(_HALVES, QUARTERS=True,
+                                                                                   EPILOGUE="direct"))),
+                                       # ... with each k-step's scales loaded a k-step early (SCALES_AHEAD)
+                                       (1000, 3000, 784, dict(config=dict(_HALVES, SCALES_AHEAD=True))),
+                                       (4096, 4096, 4096, dict(config=dict(_HALVES, QUARTERS=True, SCALES_AHEAD=True))),
+                                       (300, 640, 8192, dict(splits=4, config=dict(_HALVES, SCALES_AHEAD=True,
                                                                                    EPILOGUE="direct")))])
 @pytest.mark.parametrize("dtype", [torch.float8_e4m3fn, torch.float8_e5m2])
 def test_block_scaled_fp8_gemm_matches_fp64(M, N, K, kw, dtype):

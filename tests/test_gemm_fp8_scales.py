@@ -238,14 +238,17 @@ def test_two_parts_promote_before_the_second_wgmma_and_do_not_spill(kw):
     (64, 300, 256, None, dict(BLOCK_M=64, CONSUMER_WGS=1, STAGES=2)),   # one warpgroup
 ])
 @pytest.mark.parametrize("m_major", [False, True])
-@pytest.mark.parametrize("quarters", [False, True])
-def test_block_scales_on_256_columns_in_two_halves(interpret_env, monkeypatch, M, N, K, splits, kw, m_major, quarters):
+@pytest.mark.parametrize("quarters,ahead", [(False, False), (True, False), (False, True), (True, True)])
+def test_block_scales_on_256_columns_in_two_halves(interpret_env, monkeypatch, M, N, K, splits, kw, m_major, quarters,
+                                                   ahead):
     """BLOCK_N 256: each warpgroup's 64 rows as two 128-column halves, each with its own B block's scale, A loaded
-    into registers once a k-step for both (with QUARTERS as four 64-column WGMMAs, two in flight). Scales that
-    differ by block, so a half promoted with the other's B scale shows; a grid of 2, so programs run several units."""
+    into registers once a k-step for both (with QUARTERS as four 64-column WGMMAs, two in flight; with SCALES_AHEAD
+    each k-step's scales loaded a k-step early). Scales that differ by block, so a half promoted with the other's B
+    scale or another k-step's shows; a grid of 2, so programs run several units."""
     from gluon.kernels.gemm_sm90 import host
     from gluon.kernels.gemm_sm90.config import resolve_config
-    given = host._block_scaled_overrides(M, N, K, 2, 2, True, dict(BLOCK_N=256, QUARTERS=quarters, **kw))
+    given = host._block_scaled_overrides(M, N, K, 2, 2, True, dict(BLOCK_N=256, QUARTERS=quarters,
+                                                                    SCALES_AHEAD=ahead, **kw))
     cfg = resolve_config(M, N, K, 2, 2, True, given, splits or 1)
     assert cfg.BLOCK_N == 256 and cfg.SPLIT_WGS and cfg.BLOCK_M == 64 * cfg.CONSUMER_WGS
     _check_on_two_programs(monkeypatch, M, N, K, cfg, splits, m_major, seed=14)
@@ -255,7 +258,7 @@ def test_two_halves_refuse_what_they_do_not_run(interpret_env):
     a, b, c = _fp8(300, 256), _fp8(512, 256), torch.empty(300, 512).bfloat16()
     sa, sb = torch.ones(300, 2), torch.ones(4, 2)
     halves = dict(BLOCK_M=128, BLOCK_N=256, CONSUMER_WGS=2, SPLIT_WGS=True)
-    for extra, what in [(dict(MMA_TURNS=True), "MMA_TURNS=True"), (dict(SCALES_AHEAD=True), "SCALES_AHEAD=True"),
+    for extra, what in [(dict(MMA_TURNS=True), "MMA_TURNS=True"),
                         (dict(PIPELINED_PROMOTION=True), "PIPELINED_PROMOTION=True"),
                         (dict(EPILOGUE="tma2"), "EPILOGUE='tma2'"), (dict(SPLIT_WGS=False), "128 rows on 2")]:
         with pytest.raises(GluonError, match=f"BLOCK_N=256 run each consumer warpgroup's 64 rows.*{what}"):

@@ -94,7 +94,8 @@ class GemmConfig:
                                 of all promoting while the tensor cores idle
     SCALES_AHEAD                fp8 block scales: each k-step's A and B scales are copied by cp.async into shared
                                 memory one k-step ahead (with the previous k-step), so their L2 latency is not
-                                waited for between the WGMMA and the promotion (opt-in: slower where timed)
+                                waited for between the WGMMA and the promotion (opt-in: slower where timed); at
+                                BLOCK_N 256 (the halves) loaded into registers a k-step early instead
     PIPELINED_PROMOTION         fp8 block scales, cuBLAS's k-loop: k-step i+1's WGMMA is issued right after k-step
                                 i's promotion (into the same product registers) and waited for in the next
                                 iteration, after stage i+1's ready wait and k-step i+1's scale loads, which then run

@@ -230,31 +230,44 @@ def _wide_rows(acc, SB, off_m, off_n, M, N, KB):
 
 
 @gl.helper
-def _wide_scales(SA, sb_row, rows, row_ok, right_ok, kk, k_top, M, KB, ZIG: bool, SA_M_MAJOR: bool):
-    """k-step kk's scales for the 256-column k-loops: A's of the rows, the left and the right half's B scale."""
+def _wide_scales(SA, sb_row, rows, row_ok, right_ok, kk, k_top, M, KB, ZIG: bool, SA_M_MAJOR: bool, live=True):
+    """k-step kk's scales for the 256-column k-loops: A's of the rows, the left and the right half's B scale (zeros,
+    nothing read, where not `live`: a k-step past the slice)."""
     kb = _k_block(kk, k_top, ZIG)
-    return (_a_scales(SA, rows, row_ok, kb, M, KB, SA_M_MAJOR), gl.load(sb_row + kb),
-            gl.load(sb_row + KB + kb, mask=right_ok, other=0.0))
+    return (_a_scales(SA, rows, row_ok & live, kb, M, KB, SA_M_MAJOR), gl.load(sb_row + kb, mask=live, other=0.0),
+            gl.load(sb_row + KB + kb, mask=right_ok & live, other=0.0))
 
 
 @gl.helper
 def block_scaled_halves(acc, acc_r, a_s, b_halves, ready, empty, cnt, k_lo, k_hi, k_top, SA, SB, off_m, off_n, M, N,
-                        KB, STAGES: int, CL: int, ZIG: bool, SA_M_MAJOR: bool):
+                        KB, STAGES: int, CL: int, ZIG: bool, SA_M_MAJOR: bool, AHEAD: bool = False):
     """`block_scaled_k_loop` on a role's 256 columns of the tile as two halves, acc's left of acc_r's, each
     half its own 128 x 128 B block (its own B scale). Each k-step loads the role's A rows into registers once
     (`ldmatrix`) and runs both halves' WGMMAs from there, one after the other, each waited for and promoted
     before the next is issued (two products beside the sums would not fit the registers): A is read from
     shared memory once where two 128-column tiles read it twice, so a k-step of the 128 x 256 tile moves 128 KiB
     through shared memory (the 128 x 128 tiles' 80 KiB a half as much work). B K-major (`b_halves`: the B
-    ring seen as two 128-row halves a stage, `Shared.reinterpret`). (acc, acc_r, cnt) after the slice."""
+    ring seen as two 128-row halves a stage, `Shared.reinterpret`). With AHEAD (SCALES_AHEAD) each k-step's scales
+    are loaded into registers a k-step earlier, right after that k-step's first WGMMA is issued: a whole k-step
+    (two WGMMAs and their promotions) hides the load, which the next k-step's first promotion would otherwise wait
+    for. (acc, acc_r, cnt) after the slice."""
     rows, row_ok, sb_row, right_ok, never = _wide_rows(acc, SB, off_m, off_n, M, N, KB)
     a_layout = DotOperandLayout(0, acc.layout, 32 // a_s.dtype.bits)
+    if AHEAD:
+        # (three names, not a tuple: the loop carries named tiles)
+        sa_n, sbl_n, sbr_n = _wide_scales(SA, sb_row, rows, row_ok, right_ok, k_lo, k_top, M, KB, ZIG, SA_M_MAJOR,
+                                          k_lo < k_hi)
     for kk in range(k_lo, k_hi):
         s = cnt % STAGES
         ready[s].wait((cnt // STAGES) & 1)
         a = a_s[s].load(layout=a_layout)
         part = wgmma(a, b_halves[2 * s].T, acc, wait=False, use_acc=False)
-        sa_k, sb_l, sb_r = _wide_scales(SA, sb_row, rows, row_ok, right_ok, kk, k_top, M, KB, ZIG, SA_M_MAJOR)
+        if AHEAD:
+            sa_k, sb_l, sb_r = sa_n, sbl_n, sbr_n
+            sa_n, sbl_n, sbr_n = _wide_scales(SA, sb_row, rows, row_ok, right_ok, kk + 1, k_top, M, KB, ZIG,
+                                              SA_M_MAJOR, kk + 1 < k_hi)
+        else:
+            sa_k, sb_l, sb_r = _wide_scales(SA, sb_row, rows, row_ok, right_ok, kk, k_top, M, KB, ZIG, SA_M_MAJOR)
         part = wgmma_wait(part, b_halves[2 * s], pendings=0)
         acc = acc + part * (sa_k * sb_l)[:, None]
         # the right half's product starts from zeros that depend on the promoted left sum (`never` is False, which
@@ -270,21 +283,31 @@ def block_scaled_halves(acc, acc_r, a_s, b_halves, ready, empty, cnt, k_lo, k_hi
 
 @gl.helper
 def block_scaled_quarters(acc, acc2, acc3, acc4, a_s, b_quarters, ready, empty, cnt, k_lo, k_hi, k_top, SA, SB, off_m,
-                          off_n, M, N, KB, STAGES: int, CL: int, ZIG: bool, SA_M_MAJOR: bool):
+                          off_n, M, N, KB, STAGES: int, CL: int, ZIG: bool, SA_M_MAJOR: bool, AHEAD: bool = False):
     """`block_scaled_halves` with each half's WGMMA as two of 64 columns (QUARTERS): the four quarters' WGMMAs read
     the k-step's A from registers, two in flight at a time, so each quarter's promotion runs while the next
     quarter's WGMMA does (the warpgroup keeps the tensor cores busy itself, where the halves leave them to the other
     warpgroup during each promotion); the same registers (two 32-value products beside the four sums). `b_quarters`:
-    the B ring seen as four 64-row quarters a stage. (acc .. acc4, cnt) after the slice, left to right."""
+    the B ring seen as four 64-row quarters a stage; AHEAD as there. (acc .. acc4, cnt) after the slice, left to
+    right."""
     rows, row_ok, sb_row, right_ok, never = _wide_rows(acc, SB, off_m, off_n, M, N, KB)
     a_layout = DotOperandLayout(0, acc.layout, 32 // a_s.dtype.bits)
+    if AHEAD:
+        # (three names, not a tuple: the loop carries named tiles)
+        sa_n, sbl_n, sbr_n = _wide_scales(SA, sb_row, rows, row_ok, right_ok, k_lo, k_top, M, KB, ZIG, SA_M_MAJOR,
+                                          k_lo < k_hi)
     for kk in range(k_lo, k_hi):
         s = cnt % STAGES
         ready[s].wait((cnt // STAGES) & 1)
         a = a_s[s].load(layout=a_layout)
         p1 = wgmma(a, b_quarters[4 * s].T, acc, wait=False, use_acc=False)
         p2 = wgmma(a, b_quarters[4 * s + 1].T, acc2, wait=False, use_acc=False)
-        sa_k, sb_l, sb_r = _wide_scales(SA, sb_row, rows, row_ok, right_ok, kk, k_top, M, KB, ZIG, SA_M_MAJOR)
+        if AHEAD:
+            sa_k, sb_l, sb_r = sa_n, sbl_n, sbr_n
+            sa_n, sbl_n, sbr_n = _wide_scales(SA, sb_row, rows, row_ok, right_ok, kk + 1, k_top, M, KB, ZIG,
+                                              SA_M_MAJOR, kk + 1 < k_hi)
+        else:
+            sa_k, sb_l, sb_r = _wide_scales(SA, sb_row, rows, row_ok, right_ok, kk, k_top, M, KB, ZIG, SA_M_MAJOR)
         left = (sa_k * sb_l)[:, None]
         right = (sa_k * sb_r)[:, None]
         # each next quarter starts from zeros that depend on the sum just promoted (`never` is False, which the

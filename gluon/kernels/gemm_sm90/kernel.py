@@ -261,14 +261,14 @@ def gemm_sm90(A, B, C, W, CNT, SA, SB, SPLITS, CFG: gl.constexpr, B_KMAJOR: gl.c
     # ... or at BLOCK_N 256 its columns in two 128-wide halves, one B scale block each, A read into registers once
     # (with QUARTERS each half's WGMMA as two of 64 columns: four sums)
     HALVES = (4 if CFG.QUARTERS else 2) if SCALE == "block" and CFG.BLOCK_N == 256 else 1
-    if HALVES > 1 and (RM != 64 * (RW // 4) or RW != 4 or not B_KMAJOR or CFG.MMA_TURNS or CFG.SCALES_AHEAD
+    if HALVES > 1 and (RM != 64 * (RW // 4) or RW != 4 or not B_KMAJOR or CFG.MMA_TURNS
                        or CFG.PIPELINED_PROMOTION or CFG.EPILOGUE in ("tma2", "ring")):
         raise GluonError(f"fp8 block scales at BLOCK_N=256 run each consumer warpgroup's 64 rows as two 128-column "
                          f"halves: they take 64 rows a role on one warpgroup (BLOCK_M=64 * CONSUMER_WGS with "
-                         f"SPLIT_WGS=True), B K-major, no MMA_TURNS, SCALES_AHEAD or PIPELINED_PROMOTION and the "
-                         f"'tma', 'coalesced' or 'direct' epilogue; got {RM} rows on {RW // 4} warpgroup(s), "
-                         f"MMA_TURNS={CFG.MMA_TURNS}, SCALES_AHEAD={CFG.SCALES_AHEAD}, PIPELINED_PROMOTION="
-                         f"{CFG.PIPELINED_PROMOTION}, EPILOGUE={CFG.EPILOGUE!r}")
+                         f"SPLIT_WGS=True), B K-major, no MMA_TURNS or PIPELINED_PROMOTION and the 'tma', "
+                         f"'coalesced' or 'direct' epilogue; got {RM} rows on {RW // 4} warpgroup(s), "
+                         f"MMA_TURNS={CFG.MMA_TURNS}, PIPELINED_PROMOTION={CFG.PIPELINED_PROMOTION}, "
+                         f"EPILOGUE={CFG.EPILOGUE!r}")
     EW = CFG.BLOCK_N // HALVES                  # the columns of one accumulator tile (and epilogue piece)
     PARTS = 2 if SCALE == "block" and RM * EW > HOLDS else 1
     PR = RM // PARTS                            # accumulator rows per part
@@ -342,10 +342,11 @@ def gemm_sm90(A, B, C, W, CNT, SA, SB, SPLITS, CFG: gl.constexpr, B_KMAJOR: gl.c
     # MMA_TURNS: each role's k-step scales pass through shared memory around the turn's hand-over (turn_end_after)
     turn_bufs = [smem(gl.float32, vec1, shape=(RM,), name=f"turn_scales{g}")
                  for g in range(ROLES)] if CFG.MMA_TURNS and SCALE == "block" else [None] * ROLES
-    # SCALES_AHEAD: each role's next k-step's block scales copied by cp.async into a pair of shared buffers
+    # SCALES_AHEAD: each role's next k-step's block scales copied by cp.async into a pair of shared buffers (at
+    # BLOCK_N 256 loaded into registers a k-step early instead: the halves' k-step hides the load)
     ahead_bufs = [(smem(gl.float32, vec1, shape=(RM,), name=f"ahead_a{g}", stages=2),
                    smem(gl.float32, vec1, shape=(RM,), name=f"ahead_b{g}", stages=2))
-                  for g in range(ROLES)] if CFG.SCALES_AHEAD and SCALE == "block" else [None] * ROLES
+                  for g in range(ROLES)] if CFG.SCALES_AHEAD and SCALE == "block" and HALVES == 1 else [None] * ROLES
 
     # work unit = (a cluster's tiles: CM stacked along M, K slice); a cluster's CTAs take the tiles of
     # one unit, which share their B columns: each CTA loads 1/CM of the shared tile and multicasts it
@@ -435,11 +436,11 @@ def gemm_sm90(A, B, C, W, CNT, SA, SB, SPLITS, CFG: gl.constexpr, B_KMAJOR: gl.c
                     acc, acc2, acc3, acc4, cnt = block_scaled_quarters(acc, acc2, acc3, acc4, a_s, b_halves, ready,
                                                                        empty, cnt, k_lo, k_hi, k_top, SA, SB, off_m,
                                                                        off_n, M, N, gl.cdiv(K, 128), CFG.STAGES, CM,
-                                                                       ZIG, SA_M_MAJOR)
+                                                                       ZIG, SA_M_MAJOR, CFG.SCALES_AHEAD)
                 elif HALVES > 1:
                     acc, acc2, cnt = block_scaled_halves(acc, acc2, a_s, b_halves, ready, empty, cnt, k_lo, k_hi, k_top,
                                                          SA, SB, off_m, off_n, M, N, gl.cdiv(K, 128), CFG.STAGES, CM,
-                                                         ZIG, SA_M_MAJOR)
+                                                         ZIG, SA_M_MAJOR, CFG.SCALES_AHEAD)
                 elif SCALE == "block" and CFG.PIPELINED_PROMOTION:
                     acc, cnt = block_scaled_pipelined(acc, a_s, b_s, ready, empty, cnt, k_lo, k_hi, k_top, SA, SB,
                                                       off_m, off_n, M, gl.cdiv(K, 128), CFG.STAGES, CM, B_KMAJOR, ZIG,
