@@ -1,7 +1,8 @@
 """The fp8 GEMM's dequantization scales in the kernel: per tensor and per row / column scales (loaded before
 the tile's K loop, or staged into shared memory by cp.async where registers would not hold them) and
 DeepSeek's DeepGEMM block scales, whose 128-deep k-steps are each promoted into the fp32 sum
-(`block_scaled_k_loop`). Traced into gemm_sm90 (kernel.py); measurements in docs/PERF.md.
+(`block_scaled_k_loop`, and its forms: cuBLAS's pipelined loop, rows in two parts, 256 columns in halves or
+quarters with A in registers). Traced into gemm_sm90 (kernel.py); measurements in docs/PERF.md.
 """
 import gluon.language as gl
 from gluon.language.nvidia.ampere import cp_async, cp_async_commit, cp_async_wait, named_barrier_sync

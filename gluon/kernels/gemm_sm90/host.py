@@ -443,7 +443,8 @@ def _block_scaled_overrides(M: int, N: int, K: int, sms: int, out_size: int, pit
     pick = choose_config(M, N, K, sms, pitch_aligned, out_size, swap_ab=False, wave_tiles=False)
     given.setdefault("SWAP_AB", False)
     tile_fields = ("BLOCK_M", "BLOCK_N", "CONSUMER_WGS", "CONSUMER_REGS", "SPLIT_WGS", "PRODUCER_REGS")
-    narrow_only = ("MMA_TURNS", "SCALES_AHEAD", "PIPELINED_PROMOTION")    # switches the halves do not run
+    # switches of the 128-column k-loops (the halves refuse the first two and run SCALES_AHEAD their own way)
+    narrow_only = ("MMA_TURNS", "PIPELINED_PROMOTION", "SCALES_AHEAD")
     if (out_size == 2 and pitch_aligned and not any(k in given for k in tile_fields)
             and not any(given.get(k) for k in narrow_only) and given.get("EPILOGUE") not in ("tma2", "ring")
             and pick.BLOCK_N >= 128 and block_scaled_wide(M, N, K, sms)):

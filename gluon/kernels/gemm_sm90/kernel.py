@@ -199,9 +199,10 @@ def gemm_sm90(A, B, C, W, CNT, SA, SB, SPLITS, CFG: gl.constexpr, B_KMAJOR: gl.c
     partial stores and the in-kernel sums' loads then vectorize). SCALE (fp8 inputs): "tensor" multiplies the product by
     SA[0] * SB[0], "rowcol" by SA[row] * SB[col] (fp32 scales), before the output's rounding; "block" scales
     each 128-deep k-step's product by SA[row, k-block] * SB[col // 128, k-block] into the fp32 sum
-    (`fp8_scales.block_scaled_k_loop`; BLOCK_K 128, BLOCK_N 64 or 128, no SWAP_AB; 128 rows a warpgroup at
-    BLOCK_N 128 run in two 64-row parts, `block_scaled_two_parts`). CLUSTER_K or SPLITK_GRID
-    > 1: SPLITS must be it."""
+    (`fp8_scales.block_scaled_k_loop`; BLOCK_K 128, BLOCK_N 64, 128 or 256, no SWAP_AB; 128 rows a warpgroup at
+    BLOCK_N 128 run in two 64-row parts, `block_scaled_two_parts`; 256 columns as two 128-column halves a
+    warpgroup of 64 rows, `block_scaled_halves`, or four quarters, `block_scaled_quarters`). CLUSTER_K or
+    SPLITK_GRID > 1: SPLITS must be it."""
     kernel_config(CFG)
     if CFG.MMA_TURNS and SCALE != "block":
         raise GluonError(f"MMA_TURNS=True is for fp8 block scales (SCALE='block'), whose per-k-step promotion the "
@@ -310,7 +311,7 @@ def gemm_sm90(A, B, C, W, CNT, SA, SB, SPLITS, CFG: gl.constexpr, B_KMAJOR: gl.c
     if EPILOGUE in ("tma", "tma2", "coalesced"):    # "tma2": two staging tiles a role, used in turn
         c_stages = {"stages": 2} if EPILOGUE == "tma2" else {}
         if HALVES > 1 and EPILOGUE == "tma":
-            c_stages = {"stages": HALVES}       # a staging tile a half, both stored before the next tile waits
+            c_stages = {"stages": HALVES}       # a staging tile a column piece, all stored before the next waits
         c_tiles = [smem(C.dtype, Layout.swizzled(PR, EW, SwizzleMode.B128),
                         name=f"c_tile{g}" if ROLES > 1 else "c_tile", **c_stages) for g in range(ROLES)]
     elif EPILOGUE == "ring":
