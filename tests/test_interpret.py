@@ -574,3 +574,55 @@ def test_gluon_interpret_env_var_in_a_fresh_process(tmp_path):
     env = dict(os.environ, GLUON_INTERPRET="1", PYTHONPATH=ROOT)
     r = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=120)
     assert r.returncode == 0 and r.stdout.strip() == "ok", r.stderr[-2000:]
+
+
+# ------------------------------------------------------------------------------ tuples carried through loops
+
+
+@gl.helper
+def _next_pair(x_ptr, offs, i):
+    """A helper's returned tuple: the two rows a loop step reads."""
+    return gl.load(x_ptr + i * 128 + offs), gl.load(x_ptr + (i + 1) * 128 + offs)
+
+
+@gluon.jit
+def _tuple_carry_kernel(out_ptr, x_ptr, n):
+    offs = gl.arange(0, 128)
+    state = (gl.zeros((128,), gl.float32), gl.full((128,), -1e30, gl.float32))     # (sum, running max)
+    ahead = _next_pair(x_ptr, offs, 0)                                              # prefetched a step early
+    for i in range(n):
+        cur = ahead
+        ahead = _next_pair(x_ptr, offs, i + 1)
+        s, m = state
+        state = (s + cur[0] * cur[1], gl.maximum(m, cur[0]))
+    gl.store(out_ptr + offs, state[0])
+    gl.store(out_ptr + 128 + offs, state[1])
+
+
+def test_a_loop_carries_tuples_of_gpu_values_element_by_element():
+    """A name holding a tuple of GPU values (`state = (s, m)`, a helper's returned pair prefetched a step early) is
+    carried through a GPU loop element by element: each iteration reads the previous one's values, not the ones from
+    before the loop (which it did, silently, when only single values were carried)."""
+    n = 5
+    x = torch.randn(n + 2, 128)
+    out = _poisoned(torch.empty(256))
+    _tuple_carry_kernel.interpret((1,), out, x, n)
+    want_s = sum(x[i] * x[i + 1] for i in range(n))
+    want_m = torch.stack([x[i] for i in range(n)]).amax(dim=0)
+    torch.testing.assert_close(out[:128], want_s)
+    torch.testing.assert_close(out[128:], want_m)
+
+
+@gluon.jit
+def _tuple_loses_its_shape_kernel(out_ptr, x_ptr, n):
+    offs = gl.arange(0, 128)
+    pair = (gl.load(x_ptr + offs), gl.load(x_ptr + offs))
+    for i in range(n):
+        pair = pair[0] + pair[1]
+    gl.store(out_ptr + offs, pair)
+
+
+def test_a_carried_tuple_that_changes_shape_names_itself():
+    with pytest.raises(GluonError, match=r"loop-carried 'pair' is a tuple of 2 GPU values before the loop and a "
+                                         r"Tensor at the end of its body"):
+        _tuple_loses_its_shape_kernel.interpret((1,), torch.empty(128), torch.randn(128), 3)

@@ -43,6 +43,8 @@ class Loop:
         self.body = self.op.regions[0]
         self.iv = Tensor(self.body.add_arg(ir.I32, name))
         self.names: tuple[str, ...] = ()
+        self.sizes: dict[str, int] = {}   # names carried as tuples of GPU values: how many
+        self.live: set = set()
         self.inits: list = []
         self.args: list = []          # block arg Tensor per name, or None when not a GPU value
         self.finals: list | None = None
@@ -52,22 +54,33 @@ class Loop:
     # python-local threading (driven by the frontend's rewrite)
     def carry(self, names, values, live_in=None) -> None:
         """Thread Python locals through the loop. Only names the body may read before writing
-        (`live_in`) are carried; the others are loop-local and undefined after the loop."""
+        (`live_in`) are carried; the others are loop-local and undefined after the loop. A name holding a
+        tuple of GPU values (`m, l = state` style code, a helper's returned tuple) is carried element by
+        element, as the names `name[0]`, `name[1]`, ... (`_tuple_sizes` regroups them)."""
         live = set(names if live_in is None else live_in)
-        self.names, self.inits, self.live = tuple(names), list(values), live
-        self.args = [Tensor(self.body.add_arg(v.type, n)) if isinstance(v, Tensor) and n in live else None
+        self.sizes = {n: len(v) for n, v in zip(names, values) if n in live and _tensor_tuple(v)}
+        self.names, self.inits = _flat(names, values, self.sizes)
+        self.live = live | {n for n in self.names if "[" in n}
+        self.args = [Tensor(self.body.add_arg(v.type, n)) if isinstance(v, Tensor) and n in self.live else None
                      for n, v in zip(self.names, self.inits)]
 
     @property
     def carried(self) -> tuple:
-        return tuple(a if a is not None else v for a, v in zip(self.args, self.inits))
+        return _regroup(tuple(a if a is not None else v for a, v in zip(self.args, self.inits)), self.sizes,
+                        self.names)
 
     def end(self, finals) -> None:
-        self.finals = list(finals)
+        names = tuple(dict.fromkeys(n.split("[")[0] for n in self.names))
+        for n, v in zip(names, finals):
+            if n in self.sizes and not (_tensor_tuple(v) and len(v) == self.sizes[n]):
+                raise ir.GluonError(f"loop-carried '{n}' is a tuple of {self.sizes[n]} GPU values before the loop and "
+                                    f"{_shape_of(v)} at the end of its body; keep it a tuple of as many GPU values "
+                                    "(or carry its parts as separate names)", self.loc)
+        self.finals = list(_flat(names, finals, self.sizes)[1])
 
     @property
     def results(self) -> tuple:
-        return self._results
+        return _regroup(self._results, self.sizes, self.names)
 
     def index_after(self, name: str) -> UndefinedValue:
         """What the loop's index name holds after the loop. Python would keep the last index, but the GPU
@@ -173,6 +186,44 @@ class Loop:
 
 def _is_number(x) -> bool:
     return isinstance(x, (int, float)) and not isinstance(x, bool)
+
+
+def _tensor_tuple(v) -> bool:
+    """A tuple (or list) of GPU values, which a loop carries element by element."""
+    return isinstance(v, (tuple, list)) and len(v) > 0 and all(isinstance(x, Tensor) for x in v)
+
+
+def _shape_of(v) -> str:
+    if _tensor_tuple(v):
+        return f"a tuple of {len(v)} GPU values"
+    return f"a {type(v).__name__}"
+
+
+def _flat(names, values, sizes: dict) -> tuple[tuple, list]:
+    """`names` and `values` with each name in `sizes` (a tuple of GPU values) spread into `name[i]` entries."""
+    out_names, out_values = [], []
+    for n, v in zip(names, values):
+        if n in sizes:
+            out_names += [f"{n}[{i}]" for i in builtins.range(sizes[n])]
+            out_values += list(v)
+        else:
+            out_names.append(n)
+            out_values.append(v)
+    return tuple(out_names), out_values
+
+
+def _regroup(flat: tuple, sizes: dict, flat_names: tuple) -> tuple:
+    """The inverse of `_flat`: one value per original name, a tuple where `sizes` spread one."""
+    out, i = [], 0
+    while i < len(flat):
+        base = flat_names[i].split("[")[0]
+        if base in sizes and flat_names[i] == f"{base}[0]":
+            out.append(tuple(flat[i:i + sizes[base]]))
+            i += sizes[base]
+        else:
+            out.append(flat[i])
+            i += 1
+    return tuple(out)
 
 
 def range(*args, name: str = "i") -> Loop:  # noqa: A001 - the kernel-side `range`

@@ -255,7 +255,6 @@ def block_scaled_halves(acc, acc_r, a_s, b_halves, ready, empty, cnt, k_lo, k_hi
     rows, row_ok, sb_row, right_ok, never = _wide_rows(acc, SB, off_m, off_n, M, N, KB)
     a_layout = DotOperandLayout(0, acc.layout, 32 // a_s.dtype.bits)
     if AHEAD:
-        # (three names, not a tuple: the loop carries named tiles)
         sa_n, sbl_n, sbr_n = _wide_scales(SA, sb_row, rows, row_ok, right_ok, k_lo, k_top, M, KB, ZIG, SA_M_MAJOR,
                                           k_lo < k_hi)
     for kk in range(k_lo, k_hi):
@@ -294,7 +293,6 @@ def block_scaled_quarters(acc, acc2, acc3, acc4, a_s, b_quarters, ready, empty, 
     rows, row_ok, sb_row, right_ok, never = _wide_rows(acc, SB, off_m, off_n, M, N, KB)
     a_layout = DotOperandLayout(0, acc.layout, 32 // a_s.dtype.bits)
     if AHEAD:
-        # (three names, not a tuple: the loop carries named tiles)
         sa_n, sbl_n, sbr_n = _wide_scales(SA, sb_row, rows, row_ok, right_ok, k_lo, k_top, M, KB, ZIG, SA_M_MAJOR,
                                           k_lo < k_hi)
     for kk in range(k_lo, k_hi):
