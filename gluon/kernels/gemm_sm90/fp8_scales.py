@@ -240,6 +240,15 @@ def _wide_scales(SA, sb_row, rows, row_ok, right_ok, kk, k_top, M, KB, ZIG: bool
 
 
 @gl.helper
+def _step_scales(ahead, SA, sb_row, rows, row_ok, right_ok, kk, k_hi, k_top, M, KB, ZIG: bool, SA_M_MAJOR: bool):
+    """k-step kk's `_wide_scales`, and what to carry to the next k-step: with `ahead` (SCALES_AHEAD: kk's, loaded
+    a k-step early) those and the next k-step's, loaded now; without (None) loaded now, and None."""
+    if ahead is None:
+        return _wide_scales(SA, sb_row, rows, row_ok, right_ok, kk, k_top, M, KB, ZIG, SA_M_MAJOR), None
+    return ahead, _wide_scales(SA, sb_row, rows, row_ok, right_ok, kk + 1, k_top, M, KB, ZIG, SA_M_MAJOR, kk + 1 < k_hi)
+
+
+@gl.helper
 def block_scaled_halves(acc, acc_r, a_s, b_halves, ready, empty, cnt, k_lo, k_hi, k_top, SA, SB, off_m, off_n, M, N,
                         KB, STAGES: int, CL: int, ZIG: bool, SA_M_MAJOR: bool, AHEAD: bool = False):
     """`block_scaled_k_loop` on a role's 256 columns of the tile as two halves, acc's left of acc_r's, each
@@ -254,20 +263,15 @@ def block_scaled_halves(acc, acc_r, a_s, b_halves, ready, empty, cnt, k_lo, k_hi
     for. (acc, acc_r, cnt) after the slice."""
     rows, row_ok, sb_row, right_ok, never = _wide_rows(acc, SB, off_m, off_n, M, N, KB)
     a_layout = DotOperandLayout(0, acc.layout, 32 // a_s.dtype.bits)
-    if AHEAD:
-        sa_n, sbl_n, sbr_n = _wide_scales(SA, sb_row, rows, row_ok, right_ok, k_lo, k_top, M, KB, ZIG, SA_M_MAJOR,
-                                          k_lo < k_hi)
+    ahead = _wide_scales(SA, sb_row, rows, row_ok, right_ok, k_lo, k_top, M, KB, ZIG, SA_M_MAJOR,
+                         k_lo < k_hi) if AHEAD else None
     for kk in range(k_lo, k_hi):
         s = cnt % STAGES
         ready[s].wait((cnt // STAGES) & 1)
         a = a_s[s].load(layout=a_layout)
         part = wgmma(a, b_halves[2 * s].T, acc, wait=False, use_acc=False)
-        if AHEAD:
-            sa_k, sb_l, sb_r = sa_n, sbl_n, sbr_n
-            sa_n, sbl_n, sbr_n = _wide_scales(SA, sb_row, rows, row_ok, right_ok, kk + 1, k_top, M, KB, ZIG,
-                                              SA_M_MAJOR, kk + 1 < k_hi)
-        else:
-            sa_k, sb_l, sb_r = _wide_scales(SA, sb_row, rows, row_ok, right_ok, kk, k_top, M, KB, ZIG, SA_M_MAJOR)
+        (sa_k, sb_l, sb_r), ahead = _step_scales(ahead, SA, sb_row, rows, row_ok, right_ok, kk, k_hi, k_top, M, KB,
+                                                 ZIG, SA_M_MAJOR)
         part = wgmma_wait(part, b_halves[2 * s], pendings=0)
         acc = acc + part * (sa_k * sb_l)[:, None]
         # the right half's product starts from zeros that depend on the promoted left sum (`never` is False, which
@@ -292,21 +296,16 @@ def block_scaled_quarters(acc, acc2, acc3, acc4, a_s, b_quarters, ready, empty, 
     right."""
     rows, row_ok, sb_row, right_ok, never = _wide_rows(acc, SB, off_m, off_n, M, N, KB)
     a_layout = DotOperandLayout(0, acc.layout, 32 // a_s.dtype.bits)
-    if AHEAD:
-        sa_n, sbl_n, sbr_n = _wide_scales(SA, sb_row, rows, row_ok, right_ok, k_lo, k_top, M, KB, ZIG, SA_M_MAJOR,
-                                          k_lo < k_hi)
+    ahead = _wide_scales(SA, sb_row, rows, row_ok, right_ok, k_lo, k_top, M, KB, ZIG, SA_M_MAJOR,
+                         k_lo < k_hi) if AHEAD else None
     for kk in range(k_lo, k_hi):
         s = cnt % STAGES
         ready[s].wait((cnt // STAGES) & 1)
         a = a_s[s].load(layout=a_layout)
         p1 = wgmma(a, b_quarters[4 * s].T, acc, wait=False, use_acc=False)
         p2 = wgmma(a, b_quarters[4 * s + 1].T, acc2, wait=False, use_acc=False)
-        if AHEAD:
-            sa_k, sb_l, sb_r = sa_n, sbl_n, sbr_n
-            sa_n, sbl_n, sbr_n = _wide_scales(SA, sb_row, rows, row_ok, right_ok, kk + 1, k_top, M, KB, ZIG,
-                                              SA_M_MAJOR, kk + 1 < k_hi)
-        else:
-            sa_k, sb_l, sb_r = _wide_scales(SA, sb_row, rows, row_ok, right_ok, kk, k_top, M, KB, ZIG, SA_M_MAJOR)
+        (sa_k, sb_l, sb_r), ahead = _step_scales(ahead, SA, sb_row, rows, row_ok, right_ok, kk, k_hi, k_top, M, KB,
+                                                 ZIG, SA_M_MAJOR)
         left = (sa_k * sb_l)[:, None]
         right = (sa_k * sb_r)[:, None]
         # each next quarter starts from zeros that depend on the sum just promoted (`never` is False, which the
