@@ -168,3 +168,15 @@ def test_ffma_yield_gives_the_same_c_bit_for_bit(M, N, K, kw):
     same instructions: C equal to the launch without it, on poisoned outputs, within 1e-2 of fp64, and the same
     again on a repeat (no race the new schedule could expose)."""
     _same_c_with_and_without("FFMA_YIELD", M, N, K, kw, seed=7)
+
+
+@pytest.mark.parametrize("M,N,K", [(4096, 4096, 4096), (1000, 3000, 784)])
+def test_block_scales_on_256_columns_into_an_fp32_output(M, N, K):
+    """BLOCK_N 256 (two halves a warpgroup) with an fp32 C, stored from registers: poisoned output, within 1e-3 of
+    fp64 of the dequantized operands."""
+    a, b, sa, sb, ref = _case(M, N, K, torch.float8_e4m3fn, 9)
+    c = torch.full((M, N), float("nan"), device="cuda", dtype=torch.float32)
+    launch(a, b, c, b_kmajor=True, scale_a=sa, scale_b=sb, config=dict(BLOCK_N=256))
+    torch.cuda.synchronize()
+    assert not torch.isnan(c).any()
+    assert ((c.double() - ref).norm() / ref.norm()).item() < 1e-3

@@ -461,6 +461,8 @@ def _block_scaled_overrides(M: int, N: int, K: int, sms: int, out_size: int, pit
             given.setdefault(field, value)
         if given["SPLIT_WGS"]:
             given.setdefault("CONSUMER_REGS", 240)
+        if out_size > 2:    # an fp32 C from registers: staged, its tiles pass the shared memory or spill
+            given.setdefault("EPILOGUE", "direct")
         bm = given["BLOCK_M"]
         if "CONSUMER_WGS" not in given and bm % 64 == 0:
             given["CONSUMER_WGS"] = bm // 64
