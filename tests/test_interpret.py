@@ -626,3 +626,20 @@ def test_a_carried_tuple_that_changes_shape_names_itself():
     with pytest.raises(GluonError, match=r"loop-carried 'pair' is a tuple of 2 GPU values before the loop and a "
                                          r"Tensor at the end of its body"):
         _tuple_loses_its_shape_kernel.interpret((1,), torch.empty(128), torch.randn(128), 3)
+
+
+@gluon.jit
+def _nested_tuple_carry_kernel(out_ptr, x_ptr, n):
+    offs = gl.arange(0, 128)
+    z = gl.zeros((128,), gl.float32)
+    state = ((z, z), z)
+    for i in range(n):
+        (a, b), c = state
+        state = ((a + 1.0, b), c)
+    gl.store(out_ptr + offs, state[0][0])
+
+
+def test_a_nested_tuple_carried_through_a_loop_is_one_error_not_a_silent_first_value():
+    with pytest.raises(GluonError, match=r"loop-carried 'state' holds GPU values inside a tuple that the loop cannot "
+                                         r"carry"):
+        _nested_tuple_carry_kernel.interpret((1,), torch.empty(128), torch.randn(128), 3)

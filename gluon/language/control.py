@@ -136,6 +136,10 @@ class Loop:
                                         f"{'undefined' if isinstance(init, UndefinedValue) else repr(init)} before it; "
                                         "initialise it before the loop (e.g. with gl.zeros / gl.full)", self.loc)
                 # (a _Handle here is a Shared, Barrier or GlobalTensor: a Tensor was refused above)
+                if final is not init and _holds_tensors(final) and not isinstance(init, UndefinedValue):
+                    raise ir.GluonError(f"loop-carried '{name}' holds GPU values inside {_shape_of(final)} that the "
+                                        "loop cannot carry (it carries GPU values and flat tuples of them): unpack "
+                                        "it into names before the loop", self.loc)
                 if final is not init and not isinstance(init, UndefinedValue) and not isinstance(final, _Handle):
                     if _is_number(init) or _is_number(final):
                         raise ir.GluonError(f"Python number '{name}' changes inside a GPU loop; make it a GPU value "
@@ -191,6 +195,15 @@ def _is_number(x) -> bool:
 def _tensor_tuple(v) -> bool:
     """A tuple (or list) of GPU values, which a loop carries element by element."""
     return isinstance(v, (tuple, list)) and len(v) > 0 and all(isinstance(x, Tensor) for x in v)
+
+
+def _holds_tensors(v) -> bool:
+    """Whether a Python container (tuple, list, dict values; nested) holds a GPU value."""
+    if isinstance(v, Tensor):
+        return True
+    if isinstance(v, dict):
+        v = list(v.values())
+    return isinstance(v, (tuple, list)) and any(_holds_tensors(x) for x in v)
 
 
 def _shape_of(v) -> str:
