@@ -56,7 +56,7 @@ class Loop:
         """Thread Python locals through the loop. Only names the body may read before writing
         (`live_in`) are carried; the others are loop-local and undefined after the loop. A name holding a
         tuple of GPU values (`m, l = state` style code, a helper's returned tuple) is carried element by
-        element, as the names `name[0]`, `name[1]`, ... (`_tuple_sizes` regroups them)."""
+        element, as the names `name[0]`, `name[1]`, ... (`_flat`; `_regroup` gives the tuples back)."""
         live = set(names if live_in is None else live_in)
         self.sizes = {n: len(v) for n, v in zip(names, values) if n in live and _tensor_tuple(v)}
         self.names, self.inits = _flat(names, values, self.sizes)
