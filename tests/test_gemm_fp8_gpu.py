@@ -84,7 +84,10 @@ _HALVES = dict(BLOCK_M=128, BLOCK_N=256, CONSUMER_WGS=2, SPLIT_WGS=True, STAGES=
                                        (1000, 3000, 784, dict(config=dict(_HALVES, SCALES_AHEAD=True))),
                                        (4096, 4096, 4096, dict(config=dict(_HALVES, QUARTERS=True, SCALES_AHEAD=True))),
                                        (300, 640, 8192, dict(splits=4, config=dict(_HALVES, SCALES_AHEAD=True,
-                                                                                   EPILOGUE="direct")))])
+                                                                                   EPILOGUE="direct"))),
+                                       # the last column tile's right half wholly past N, stored by TMA
+                                       (640, 1152, 1024, dict(config=_HALVES)),
+                                       (640, 1152, 1024, dict(config=dict(_HALVES, QUARTERS=True)))])
 @pytest.mark.parametrize("dtype", [torch.float8_e4m3fn, torch.float8_e5m2])
 def test_block_scaled_fp8_gemm_matches_fp64(M, N, K, kw, dtype):
     for seed in range(2):
