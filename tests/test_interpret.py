@@ -643,3 +643,28 @@ def test_a_nested_tuple_carried_through_a_loop_is_one_error_not_a_silent_first_v
     with pytest.raises(GluonError, match=r"loop-carried 'state' holds GPU values inside a tuple that the loop cannot "
                                          r"carry"):
         _nested_tuple_carry_kernel.interpret((1,), torch.empty(128), torch.randn(128), 3)
+
+
+@gluon.jit
+def _tuple_branch_kernel(out_ptr, x_ptr, c):
+    offs = gl.arange(0, 128)
+    x = gl.load(x_ptr + offs)
+    p = (x, x * 2.0)
+    if c > 0:                                   # a GPU scalar condition: the tuple is yielded element by element
+        p = (p[0] + 1.0, p[1] + 2.0)
+    q = (x, x)
+    if x > 0.0:                                 # a per-element condition: merged element by element
+        q = (q[0] * 3.0, q[1] - 1.0)
+    gl.store(out_ptr + offs, p[0] + q[0])
+    gl.store(out_ptr + 128 + offs, p[1] + q[1])
+
+
+@pytest.mark.parametrize("c", [0, 1])
+def test_a_gpu_if_yields_tuples_of_gpu_values_element_by_element(c):
+    x = torch.randn(128)
+    out = _poisoned(torch.empty(256))
+    _tuple_branch_kernel.interpret((1,), out, x, c)
+    p0, p1 = (x + 1.0, x * 2.0 + 2.0) if c else (x, x * 2.0)
+    q0, q1 = torch.where(x > 0, x * 3.0, x), torch.where(x > 0, x - 1.0, x)
+    torch.testing.assert_close(out[:128], p0 + q0)
+    torch.testing.assert_close(out[128:], p1 + q1)

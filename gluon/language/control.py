@@ -302,8 +302,36 @@ def _merge(name: str, tv, ev, loc):
                "after the else-branch); make it a GPU value before the `if` (gl.full((), value, dtype))")
     else:
         why = (f"it holds {_what(tv)} after the then-branch and {_what(ev)} after the else-branch of the GPU `if` "
-               f"at {loc}; only GPU scalars and tiles of one type can flow out of a GPU `if`")
+               f"at {loc}; only GPU scalars and tiles of one type (or tuples of as many of them) can flow out of a "
+               "GPU `if`")
     return UndefinedValue(name, loc, why)
+
+
+def _pairs_flat(names, then_vals, else_vals) -> tuple[list, list, list, list]:
+    """A GPU `if`'s names and their values after each branch, with a name that holds a tuple of as many GPU values
+    after both spread into `name[i]` entries (merged element by element, as a loop carries them); `groups` says how
+    `_pairs_regroup` gives the tuples back."""
+    out_n, out_t, out_e, groups = [], [], [], []
+    for name, tv, ev in zip(names, then_vals, else_vals):
+        if tv is not ev and _tensor_tuple(tv) and _tensor_tuple(ev) and len(tv) == len(ev):
+            out_n += [f"{name}[{i}]" for i in builtins.range(len(tv))]
+            out_t += list(tv)
+            out_e += list(ev)
+            groups.append(len(tv))
+        else:
+            out_n.append(name)
+            out_t.append(tv)
+            out_e.append(ev)
+            groups.append(None)
+    return out_n, out_t, out_e, groups
+
+
+def _pairs_regroup(flat: list, groups: list) -> tuple:
+    out, i = [], 0
+    for n in groups:
+        out.append(flat[i] if n is None else tuple(flat[i:i + n]))
+        i += 1 if n is None else n
+    return tuple(out)
 
 
 def _what(x) -> str:
@@ -342,7 +370,8 @@ class _ScalarBranch:
     def _finish(self):
         t = self.t
         then_y, else_y, out, slots = [], [], [], []
-        for name, tv, ev in zip(self.names, self.then_vals, self.else_vals):
+        names, then_vals, else_vals, groups = _pairs_flat(self.names, self.then_vals, self.else_vals)
+        for name, tv, ev in zip(names, then_vals, else_vals):
             merged = _merge(name, tv, ev, self.loc)
             if merged is None:
                 then_y.append(tv.value)
@@ -367,7 +396,7 @@ class _ScalarBranch:
             out[i] = Tensor(next(it))
         for name in named_names:
             t.named[name] = Tensor(next(it))
-        self.results = tuple(out)
+        self.results = _pairs_regroup(out, groups)
 
 
 class _MaskedBranch:
@@ -392,7 +421,8 @@ class _MaskedBranch:
     def else_end(self, values):
         self.t.masks.pop()
         out = []
-        for name, tv, ev in zip(self.names, self.then_vals, values):
+        names, then_vals, else_vals, groups = _pairs_flat(self.names, self.then_vals, values)
+        for name, tv, ev in zip(names, then_vals, else_vals):
             if tv is ev or not (isinstance(tv, Tensor) and isinstance(ev, Tensor)):
                 out.append(_merge(name, tv, ev, self.loc))   # (not None: no two Tensors)
             elif tv.is_tile or ev.is_tile:          # where() broadcasts a scalar side to the tile
@@ -401,7 +431,7 @@ class _MaskedBranch:
                 out.append(UndefinedValue(name, self.loc, (
                     f"it is a GPU scalar assigned under the per-thread condition at {self.loc}, which has one value "
                     "per element; use gl.where or make it a tile")))
-        self.results = tuple(out)
+        self.results = _pairs_regroup(out, groups)
 
 
 class _FrontendHelpers:
