@@ -307,31 +307,18 @@ def _merge(name: str, tv, ev, loc):
     return UndefinedValue(name, loc, why)
 
 
-def _pairs_flat(names, then_vals, else_vals) -> tuple[list, list, list, list]:
+def _pairs_flat(names, then_vals, else_vals) -> tuple[tuple, list, list, tuple]:
     """A GPU `if`'s names and their values after each branch, with a name that holds a tuple of as many GPU values
-    after both spread into `name[i]` entries (merged element by element, as a loop carries them); `groups` says how
-    `_pairs_regroup` gives the tuples back."""
-    out_n, out_t, out_e, groups = [], [], [], []
-    for name, tv, ev in zip(names, then_vals, else_vals):
-        if tv is not ev and _tensor_tuple(tv) and _tensor_tuple(ev) and len(tv) == len(ev):
-            out_n += [f"{name}[{i}]" for i in builtins.range(len(tv))]
-            out_t += list(tv)
-            out_e += list(ev)
-            groups.append(len(tv))
-        else:
-            out_n.append(name)
-            out_t.append(tv)
-            out_e.append(ev)
-            groups.append(None)
-    return out_n, out_t, out_e, groups
+    after both spread into `name[i]` entries (merged element by element, as a loop carries them, `_flat`); the
+    last item is what `_pairs_regroup` takes to give the tuples back."""
+    sizes = {n: len(tv) for n, tv, ev in zip(names, then_vals, else_vals)
+             if tv is not ev and _tensor_tuple(tv) and _tensor_tuple(ev) and len(tv) == len(ev)}
+    flat_names, flat_then = _flat(names, then_vals, sizes)
+    return flat_names, flat_then, _flat(names, else_vals, sizes)[1], (sizes, flat_names)
 
 
-def _pairs_regroup(flat: list, groups: list) -> tuple:
-    out, i = [], 0
-    for n in groups:
-        out.append(flat[i] if n is None else tuple(flat[i:i + n]))
-        i += 1 if n is None else n
-    return tuple(out)
+def _pairs_regroup(flat: list, groups: tuple) -> tuple:
+    return _regroup(tuple(flat), *groups)
 
 
 def _what(x) -> str:
