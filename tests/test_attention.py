@@ -316,6 +316,21 @@ def test_pin_softmax_keeps_the_softmax_under_the_pv_gemm(head_dim, kw):
     assert ck.spills == 0
 
 
+@pytest.mark.parametrize("kw", [dict(Q_REGS=True), dict(Q_REGS=True, PERSISTENT=True, EARLY_Q_RELEASE=True,
+                                                     PINGPONG=True)])
+@pytest.mark.parametrize("causal", [False, True])
+def test_q_in_registers_at_d64_compiles_without_spills(kw, causal):
+    """Q_REGS in D64's serial kernels: the Q tile loaded by ldmatrix (16 registers a thread) and the S GEMMs' A read
+    from registers (an HGMMA whose A is a register, not a descriptor), no spills at three warpgroups of 160
+    registers (the overlapped D64 loop spills about 1 KB with it)."""
+    k = compile_variant(64, DType.bf16, causal, **kw)
+    assert k.spills == 0
+    sass = k.binary.sass()
+    assert "LDSM" in sass
+    s_gemms = [ln for ln in sass.splitlines() if "HGMMA.64x128x16" in ln]     # S = Q K^T: 128 keys wide
+    assert s_gemms and all(ln.split("HGMMA")[1].split(",")[1].strip().startswith("R") for ln in s_gemms)
+
+
 def test_too_much_shared_memory_is_refused_by_the_passes():
     with pytest.raises(GluonError, match="shared memory"):
         compile_variant(128, STAGES=4)

@@ -312,3 +312,16 @@ def test_ffma_yield_gives_the_same_o_bit_for_bit(D, config, causal):
     torch.cuda.synchronize()
     assert not torch.isnan(outs[1]).any() and torch.equal(outs[0], outs[1])
     assert rel_error(outs[1], reference(q, k, v, causal)) <= TOL
+
+
+@pytest.mark.parametrize("D,config", [(64, dict(Q_REGS=True)),
+                                      (64, dict(Q_REGS=True, PERSISTENT=True, OVERLAP=False, EARLY_Q_RELEASE=True,
+                                                PINGPONG=True))])
+def test_q_in_registers(D, config):
+    """Q_REGS: each warpgroup's Q tile read into registers once a tile for every S GEMM; with the LSE (a wrong Q shows
+    there even where O does not), one CTA walking many tiles where persistent, sizes off the tiles, Sq != Skv,
+    repeated calls bit-identical."""
+    for causal in (False, True):
+        for skv in (1, 100):
+            _run(3, 64, 64, skv, skv, D, causal, "float16", config=config, lse=True)
+    _check_variant(D, config)

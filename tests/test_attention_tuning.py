@@ -29,7 +29,7 @@ TEMPLATE = "gluon.tuning.templates.attention_sm90:TUNING"
 # a config of the shipped spec's space (two warpgroups, overlapped, no ping-pong), in the spec's names
 DEFAULT = dict(BLOCK_N=128, STAGES=2, CONSUMER_WARPS=8, CONSUMER_REGS=240, PRODUCER_WARPS=1, PRODUCER_REGS=24,
                OVERLAP=True, REVERSE_M=True, PINGPONG=False, PERSISTENT=False, PIN_SOFTMAX=False, HOLD_TURNS=False,
-               ROWSUM_MMA=False, PREFETCH_Q=False, EARLY_Q_RELEASE=False)
+               ROWSUM_MMA=False, PREFETCH_Q=False, EARLY_Q_RELEASE=False, Q_REGS=False)
 
 
 def _tiny_spec(tmp_path, name="attn_tiny", shapes=None, dtypes=("bf16",), params=None, extra=""):
@@ -66,7 +66,7 @@ def test_the_shipped_spec_validates():
     p = spec.space.params
     assert list(p) == ["BLOCK_N", "STAGES", "CONSUMER_WARPS", "CONSUMER_REGS", "PRODUCER_WARPS", "PRODUCER_REGS",
                        "OVERLAP", "REVERSE_M", "PINGPONG", "PERSISTENT", "PIN_SOFTMAX", "HOLD_TURNS", "ROWSUM_MMA",
-                       "PREFETCH_Q", "EARLY_Q_RELEASE"]
+                       "PREFETCH_Q", "EARLY_Q_RELEASE", "Q_REGS"]
     assert "BLOCK_M" not in p                                   # BLOCK_M = 64 rows per consumer warpgroup
     # 3 STAGES x 5 producer budgets x 2 REVERSE_M x 2 PERSISTENT x 25 schedules over the two BLOCK_N: (8 warps
     # at 240 | 8 at 232) x (serial | overlapped | overlapped with ping-pong, each overlapped one pinned or not)
@@ -74,8 +74,9 @@ def test_the_shipped_spec_validates():
     # (8 or 12 warps) +360, the overlapped ping-pong's held turns (not pinned; 12 warps with 64-key blocks) +300;
     # each of the 1620 not pinned with its row sums on the tensor cores (ROWSUM_MMA) +1620 (TREE_MAX and JOINT_WAIT,
     # timed slower, are not searched): 3780; the 720 serial persistent ones with the next tile's Q in a second buffer
-    # (PREFETCH_Q) or the one handed back early (EARLY_Q_RELEASE) +1440
-    assert spec.space.raw_size() == 92160 and spec.space.size() == 5220
+    # (PREFETCH_Q) or the one handed back early (EARLY_Q_RELEASE) +1440: 5220; the 2880 serial ones with Q in
+    # registers (Q_REGS) +2880
+    assert spec.space.raw_size() == 184320 and spec.space.size() == 8100
     configs = list(spec.space.grid())
     assert {(c["CONSUMER_WARPS"], c["CONSUMER_REGS"]) for c in configs} == {(8, 240), (8, 232), (12, 160)}
     assert {c["PRODUCER_REGS"] for c in configs} == {24, 32, 40, 48, 56}

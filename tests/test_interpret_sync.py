@@ -539,7 +539,10 @@ def test_two_staging_tiles_with_both_stores_left_in_flight_are_caught(monkeypatc
                                   dict(PERSISTENT=True, PREFETCH_Q=True, BLOCK_N=64, STAGES=3, P_SMEM=True),
                                   # ... or with one Q buffer handed back before the epilogue (O in its own tile)
                                   dict(PERSISTENT=True, EARLY_Q_RELEASE=True),
-                                  dict(PERSISTENT=True, EARLY_Q_RELEASE=True, PINGPONG=True, ROWSUM_MMA=True)])
+                                  dict(PERSISTENT=True, EARLY_Q_RELEASE=True, PINGPONG=True, ROWSUM_MMA=True),
+                                  # Q read into registers once a tile (the S GEMMs' A from there)
+                                  dict(Q_REGS=True), dict(Q_REGS=True, OVERLAP=True, JOINT_WAIT=True),
+                                  dict(Q_REGS=True, PERSISTENT=True, EARLY_Q_RELEASE=True, PINGPONG=True)])
 @pytest.mark.parametrize("S", [256, 100])
 def test_the_shipped_attention_interprets_right(causal, over, S):
     """The D64 kernel's variants against torch; at S 256 and 100 the last 192-row query block's last warpgroups

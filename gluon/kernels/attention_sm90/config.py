@@ -18,7 +18,7 @@ HEAD_DIMS = (64, 128, 256)
 ROWSUM_COLS = 8             # ROWSUM_MMA's ones tile and row-sum accumulator: WGMMA's narrowest N
 _INTS = ("BLOCK_M", "BLOCK_N", "STAGES", "CONSUMER_WGS", "CONSUMER_REGS", "PRODUCER_REGS", "CTAS_PER_SM")
 _BOOLS = ("OVERLAP", "PINGPONG", "REVERSE_M", "PERSISTENT", "P_SMEM", "PIN_SOFTMAX", "HOLD_TURNS", "ROWSUM_MMA",
-          "TREE_MAX", "JOINT_WAIT", "PREFETCH_Q", "EARLY_Q_RELEASE", "FFMA_YIELD")
+          "TREE_MAX", "JOINT_WAIT", "PREFETCH_Q", "EARLY_Q_RELEASE", "FFMA_YIELD", "Q_REGS")
 
 
 @dataclass(frozen=True)
@@ -104,6 +104,11 @@ class AttentionConfig:
                     promotion's switch): another warpgroup's GEMMs may issue there. ptxas already yields at about a
                     quarter of the softmax's instructions (11 of its 68 FFMAs at D64); level with the default at D64
                     (thirty-ninth session), so off
+    Q_REGS          each warpgroup's Q tile loaded into registers once a tile (ldmatrix) and read by every
+                    S = Q K^T WGMMA from there, so a key block's GEMMs read only K and V from shared memory (at D64,
+                    three warpgroups with 128-key blocks: 128 of 152 KiB a block instead); 16 registers a thread at
+                    D64 (its serial kernels compile without spills; the overlapped loop spills about 1 KB), 32 at
+                    D128 (its default spills). Not yet timed
     """
 
     BLOCK_M: int = 128
@@ -126,6 +131,7 @@ class AttentionConfig:
     PREFETCH_Q: bool = False
     EARLY_Q_RELEASE: bool = False
     FFMA_YIELD: bool = False
+    Q_REGS: bool = False
 
     __hash__ = cached_hash
     __getstate__ = state_without_hash

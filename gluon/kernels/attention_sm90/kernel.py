@@ -30,7 +30,7 @@ those columns are masked to -inf, so they weigh 0. The causal mask is aligned bo
 FlashAttention: query row i sees key j iff j <= i + (Skv - Sq); a row that sees no key gets O = 0 and
 LSE = -inf.
 """
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import gluon.language as gl
@@ -121,7 +121,7 @@ class _Loop:
     """What one warpgroup's key-block loop over one tile reads and never changes: its Q tile, the K/V ring and its
     barriers, the ring's block before this tile's first (`base`), the rows (for the masks), the softmax's scale,
     and the config's switches as the steps use them (made per tile at trace time; it holds no IR of its own)."""
-    q_g: Shared                 # this warpgroup's Q tile
+    q_g: Shared | Tensor        # this warpgroup's Q tile (in registers with Q_REGS)
     k_s: Shared                 # the K and V rings and their ready / empty barriers
     v_s: Shared
     k_ready: Barrier
@@ -252,15 +252,17 @@ def attention_sm90(Q, K, V, O, L, Sq, Skv, H, GROUP, qk_scale, CFG: gl.constexpr
                                PINGPONG=PP, p_s=p_s, PB=PB, pin=pin_g, hold=hold_g, ones=ones_g, TREE=CFG.TREE_MAX,
                                JOINT=CFG.JOINT_WAIT)
                     _stage(q_ready, qb, QB).wait((tc // QB) & 1)
+                    if CFG.Q_REGS:                  # Q read into registers once: the S GEMMs take A from there
+                        lp = replace(lp, q_g=q_g.load(layout=DotOperandLayout(0, s_layout, 32 // Q.dtype.bits)))
                     if CFG.OVERLAP:
                         if n_blocks > 0:
                             # block 0: S, its softmax (masked: it may be the only block, or a diagonal one)
                             c0 = cnt % ST
                             k_ready[c0].wait((cnt // ST) & 1)
                             turn_begin(g, PP)
-                            s = wgmma(q_g, k_s[c0].T, gl.zeros((RM, BN), gl.float32, layout=s_layout),
+                            s = wgmma(lp.q_g, k_s[c0].T, gl.zeros((RM, BN), gl.float32, layout=s_layout),
                                       use_acc=False, wait=False)
-                            s, m_i = _s_done(s, q_g, k_s[c0], m_i, hold_g, g, PP, WGS, 0)
+                            s, m_i = _s_done(s, lp.q_g, k_s[c0], m_i, hold_g, g, PP, WGS, 0)
                             k_empty[c0].arrive()
                             s = _masked(s, rows, 0, Skv, off, BN, s_layout, CAUSAL)
                             m_i, p, alpha, l_i = _softmax(s, m_i, l_i, qk_scale, True, ones_g is None, CFG.TREE_MAX)
