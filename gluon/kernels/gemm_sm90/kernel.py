@@ -259,10 +259,10 @@ def gemm_sm90(A, B, C, W, CNT, SA, SB, SPLITS, CFG: gl.constexpr, B_KMAJOR: gl.c
     # fp8 block scales: a role's rows in two parts where the k-step's product beside the sum would not fit the
     # registers (over 64 values a thread: 128 rows a warpgroup), each part's WGMMA, promotion and epilogue in turn
     HOLDS = 64 * 128 * (RW // 4)                # accumulator elements a role holds beside a product of as many
-    # ... or at BLOCK_N 256 its columns in two 128-wide halves, one B scale block each, A read into registers once
-    # (with QUARTERS each half's WGMMA as two of 64 columns: four sums)
-    HALVES = (4 if CFG.QUARTERS else 2) if SCALE == "block" and CFG.BLOCK_N == 256 else 1
-    if HALVES > 1 and (RM != 64 * (RW // 4) or RW != 4 or not B_KMAJOR or CFG.MMA_TURNS
+    # ... or at BLOCK_N 256 its columns in COL_PARTS parts: two 128-wide halves, one B scale block each, A read into
+    # registers once (with QUARTERS each half's WGMMA as two of 64 columns: four sums)
+    COL_PARTS = (4 if CFG.QUARTERS else 2) if SCALE == "block" and CFG.BLOCK_N == 256 else 1
+    if COL_PARTS > 1 and (RM != 64 * (RW // 4) or RW != 4 or not B_KMAJOR or CFG.MMA_TURNS
                        or CFG.PIPELINED_PROMOTION or CFG.EPILOGUE in ("tma2", "ring")):
         raise GluonError(f"fp8 block scales at BLOCK_N=256 run each consumer warpgroup's 64 rows as two 128-column "
                          f"halves: they take 64 rows a role on one warpgroup (BLOCK_M=64 * CONSUMER_WGS with "
@@ -270,7 +270,7 @@ def gemm_sm90(A, B, C, W, CNT, SA, SB, SPLITS, CFG: gl.constexpr, B_KMAJOR: gl.c
                          f"'coalesced' or 'direct' epilogue; got {RM} rows on {RW // 4} warpgroup(s), "
                          f"MMA_TURNS={CFG.MMA_TURNS}, PIPELINED_PROMOTION={CFG.PIPELINED_PROMOTION}, "
                          f"EPILOGUE={CFG.EPILOGUE!r}")
-    EW = CFG.BLOCK_N // HALVES                  # the columns of one accumulator tile (and epilogue piece)
+    EW = CFG.BLOCK_N // COL_PARTS               # the columns of one accumulator tile (and epilogue piece)
     PARTS = 2 if SCALE == "block" and RM * EW > HOLDS else 1
     PR = RM // PARTS                            # accumulator rows per part
     if PARTS > 1 and (PR * CFG.BLOCK_N > HOLDS or PR % (16 * RW) or CFG.MMA_TURNS or CFG.SCALES_AHEAD
@@ -310,8 +310,8 @@ def gemm_sm90(A, B, C, W, CNT, SA, SB, SPLITS, CFG: gl.constexpr, B_KMAJOR: gl.c
     c_tiles = []
     if EPILOGUE in ("tma", "tma2", "coalesced"):    # "tma2": two staging tiles a role, used in turn
         c_stages = {"stages": 2} if EPILOGUE == "tma2" else {}
-        if HALVES > 1 and EPILOGUE == "tma":
-            c_stages = {"stages": HALVES}       # a staging tile a column piece, all stored before the next waits
+        if COL_PARTS > 1 and EPILOGUE == "tma":
+            c_stages = {"stages": COL_PARTS}    # a staging tile a column part, all stored before the next waits
         c_tiles = [smem(C.dtype, Layout.swizzled(PR, EW, SwizzleMode.B128),
                         name=f"c_tile{g}" if ROLES > 1 else "c_tile", **c_stages) for g in range(ROLES)]
     elif EPILOGUE == "ring":
@@ -347,7 +347,7 @@ def gemm_sm90(A, B, C, W, CNT, SA, SB, SPLITS, CFG: gl.constexpr, B_KMAJOR: gl.c
     # BLOCK_N 256 loaded into registers a k-step early instead: the halves' k-step hides the load)
     ahead_bufs = [(smem(gl.float32, vec1, shape=(RM,), name=f"ahead_a{g}", stages=2),
                    smem(gl.float32, vec1, shape=(RM,), name=f"ahead_b{g}", stages=2))
-                  for g in range(ROLES)] if CFG.SCALES_AHEAD and SCALE == "block" and HALVES == 1 else [None] * ROLES
+                  for g in range(ROLES)] if CFG.SCALES_AHEAD and SCALE == "block" and COL_PARTS == 1 else [None] * ROLES
 
     # work unit = (a cluster's tiles: CM stacked along M, K slice); a cluster's CTAs take the tiles of
     # one unit, which share their B columns: each CTA loads 1/CM of the shared tile and multicasts it
@@ -390,8 +390,8 @@ def gemm_sm90(A, B, C, W, CNT, SA, SB, SPLITS, CFG: gl.constexpr, B_KMAJOR: gl.c
             a_s = a_rings[g]
             if PARTS > 1:                   # stage s's part p is a_parts[2 * s + p]
                 a_parts = a_s.reinterpret((PR, CFG.BLOCK_K), stages=2 * CFG.STAGES)
-            if HALVES > 1:                  # stage s's B half (quarter) h is b_halves[HALVES * s + h]
-                b_halves = b_s.reinterpret((EW, CFG.BLOCK_K), stages=HALVES * CFG.STAGES)
+            if COL_PARTS > 1:               # stage s's B half (quarter) h is b_cols[COL_PARTS * s + h]
+                b_cols = b_s.reinterpret((EW, CFG.BLOCK_K), stages=COL_PARTS * CFG.STAGES)
             # SWAP_AB: the warpgroup computes C^T's tile (ACC), B's BLOCK_N rows on WGMMA's M and A's few rows on its N
             acc_layout = Layout.wgmma((RW, 1), instr_n=ACC[1], operand_dtype=A.dtype)
             if EPILOGUE == "coalesced":     # 16 bytes per thread, a warp's threads along one row
@@ -417,9 +417,9 @@ def gemm_sm90(A, B, C, W, CNT, SA, SB, SPLITS, CFG: gl.constexpr, B_KMAJOR: gl.c
                 else:
                     k_top = -1
                 acc = gl.zeros(ACC, gl.float32, layout=acc_layout)
-                if PARTS > 1 or HALVES > 1:
+                if PARTS > 1 or COL_PARTS > 1:
                     acc2 = gl.zeros(ACC, gl.float32, layout=acc_layout)
-                if HALVES > 2:
+                if COL_PARTS > 2:
                     acc3 = gl.zeros(ACC, gl.float32, layout=acc_layout)
                     acc4 = gl.zeros(ACC, gl.float32, layout=acc_layout)
                 off_m = pid_m * CFG.BLOCK_M + g * RM
@@ -433,13 +433,13 @@ def gemm_sm90(A, B, C, W, CNT, SA, SB, SPLITS, CFG: gl.constexpr, B_KMAJOR: gl.c
                     acc, acc2, cnt = block_scaled_two_parts(acc, acc2, a_parts, b_s, ready, empty, cnt, k_lo, k_hi,
                                                             k_top, SA, SB, off_m, off_n, M, gl.cdiv(K, 128),
                                                             CFG.STAGES, CM, B_KMAJOR, ZIG, SA_M_MAJOR)
-                elif HALVES > 2:
-                    acc, acc2, acc3, acc4, cnt = block_scaled_quarters(acc, acc2, acc3, acc4, a_s, b_halves, ready,
+                elif COL_PARTS > 2:
+                    acc, acc2, acc3, acc4, cnt = block_scaled_quarters(acc, acc2, acc3, acc4, a_s, b_cols, ready,
                                                                        empty, cnt, k_lo, k_hi, k_top, SA, SB, off_m,
                                                                        off_n, M, N, gl.cdiv(K, 128), CFG.STAGES, CM,
                                                                        ZIG, SA_M_MAJOR, CFG.SCALES_AHEAD)
-                elif HALVES > 1:
-                    acc, acc2, cnt = block_scaled_halves(acc, acc2, a_s, b_halves, ready, empty, cnt, k_lo, k_hi, k_top,
+                elif COL_PARTS > 1:
+                    acc, acc2, cnt = block_scaled_halves(acc, acc2, a_s, b_cols, ready, empty, cnt, k_lo, k_hi, k_top,
                                                          SA, SB, off_m, off_n, M, N, gl.cdiv(K, 128), CFG.STAGES, CM,
                                                          ZIG, SA_M_MAJOR, CFG.SCALES_AHEAD)
                 elif SCALE == "block" and CFG.PIPELINED_PROMOTION:
@@ -471,11 +471,11 @@ def gemm_sm90(A, B, C, W, CNT, SA, SB, SPLITS, CFG: gl.constexpr, B_KMAJOR: gl.c
                         scales = staged_scales(acc, sr_bufs[g][sbuf], sc_bufs[g][sbuf], g, RW)
                         sbuf = 1 - sbuf
                     acc = apply_scales(acc, scales, SCALE)
-                # a part's rows or a half's columns at a time (PARTS, HALVES: fp8 block scales)
-                for p in static_range(PARTS * HALVES):
-                    tile = [acc, acc2, acc3, acc4][p] if HALVES > 2 else (acc if p == 0 else acc2)
+                # a part's rows or columns at a time (PARTS, COL_PARTS: fp8 block scales)
+                for p in static_range(PARTS * COL_PARTS):
+                    tile = [acc, acc2, acc3, acc4][p] if COL_PARTS > 2 else (acc if p == 0 else acc2)
                     om = off_m + PR * p if PARTS > 1 else off_m
-                    on = off_n + EW * p if HALVES > 1 else off_n
+                    on = off_n + EW * p if COL_PARTS > 1 else off_n
                     rows, cols, mask = _tile_indices(om, on, PR, EW, acc_layout, M, N)  # (unused: SWAP_AB)
                     if CFG.SWAP_AB:                     # C^T's tile, from registers (or its split-K partial)
                         _store_swapped(C, W, tile, om, off_n, split, M, N, SPLITS)
@@ -497,8 +497,8 @@ def gemm_sm90(A, B, C, W, CNT, SA, SB, SPLITS, CFG: gl.constexpr, B_KMAJOR: gl.c
                             c_s = c_tiles[g][cbuf]      # it; the last one's may still be reading the other
                             tma_store_wait(1)
                         else:
-                            c_s = c_tiles[g][p if HALVES > 1 else 0] if c_tiles[g].stages > 1 else c_tiles[g]
-                            if EPILOGUE == "tma" and (p == 0 or HALVES == 1):
+                            c_s = c_tiles[g][p if COL_PARTS > 1 else 0] if c_tiles[g].stages > 1 else c_tiles[g]
+                            if EPILOGUE == "tma" and (p == 0 or COL_PARTS == 1):
                                 tma_store_wait(0)       # the previous store from this staging tile has read it
                         c_s.store(tile.to(C.dtype))
                         fence_async_shared()
