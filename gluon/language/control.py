@@ -43,6 +43,7 @@ class Loop:
         self.body = self.op.regions[0]
         self.iv = Tensor(self.body.add_arg(ir.I32, name))
         self.names: tuple[str, ...] = ()
+        self.given: tuple[str, ...] = ()  # the names as the frontend gave them (`names` spreads carried tuples)
         self.sizes: dict[str, int] = {}   # names carried as tuples of GPU values: how many
         self.live: set = set()
         self.inits: list = []
@@ -58,6 +59,7 @@ class Loop:
         tuple of GPU values (`m, l = state` style code, a helper's returned tuple) is carried element by
         element, as the names `name[0]`, `name[1]`, ... (`_flat`; `_regroup` gives the tuples back)."""
         live = set(names if live_in is None else live_in)
+        self.given = tuple(names)
         self.sizes = {n: len(v) for n, v in zip(names, values) if n in live and _tensor_tuple(v)}
         self.names, self.inits = _flat(names, values, self.sizes)
         self.live = live | {n for n in self.names if "[" in n}
@@ -70,13 +72,12 @@ class Loop:
                         self.names)
 
     def end(self, finals) -> None:
-        names = tuple(dict.fromkeys(n.split("[")[0] for n in self.names))
-        for n, v in zip(names, finals):
+        for n, v in zip(self.given, finals):
             if n in self.sizes and not (_tensor_tuple(v) and len(v) == self.sizes[n]):
                 raise ir.GluonError(f"loop-carried '{n}' is a tuple of {self.sizes[n]} GPU values before the loop and "
                                     f"{_shape_of(v)} at the end of its body; keep it a tuple of as many GPU values "
                                     "(or carry its parts as separate names)", self.loc)
-        self.finals = list(_flat(names, finals, self.sizes)[1])
+        self.finals = list(_flat(self.given, finals, self.sizes)[1])
 
     @property
     def results(self) -> tuple:
@@ -310,15 +311,11 @@ def _merge(name: str, tv, ev, loc):
 def _pairs_flat(names, then_vals, else_vals) -> tuple[tuple, list, list, tuple]:
     """A GPU `if`'s names and their values after each branch, with a name that holds a tuple of as many GPU values
     after both spread into `name[i]` entries (merged element by element, as a loop carries them, `_flat`); the
-    last item is what `_pairs_regroup` takes to give the tuples back."""
+    last item is what `_regroup` takes, after the flat values, to give the tuples back."""
     sizes = {n: len(tv) for n, tv, ev in zip(names, then_vals, else_vals)
              if tv is not ev and _tensor_tuple(tv) and _tensor_tuple(ev) and len(tv) == len(ev)}
     flat_names, flat_then = _flat(names, then_vals, sizes)
     return flat_names, flat_then, _flat(names, else_vals, sizes)[1], (sizes, flat_names)
-
-
-def _pairs_regroup(flat: list, groups: tuple) -> tuple:
-    return _regroup(tuple(flat), *groups)
 
 
 def _what(x) -> str:
@@ -383,7 +380,7 @@ class _ScalarBranch:
             out[i] = Tensor(next(it))
         for name in named_names:
             t.named[name] = Tensor(next(it))
-        self.results = _pairs_regroup(out, groups)
+        self.results = _regroup(tuple(out), *groups)
 
 
 class _MaskedBranch:
@@ -418,7 +415,7 @@ class _MaskedBranch:
                 out.append(UndefinedValue(name, self.loc, (
                     f"it is a GPU scalar assigned under the per-thread condition at {self.loc}, which has one value "
                     "per element; use gl.where or make it a tile")))
-        self.results = _pairs_regroup(out, groups)
+        self.results = _regroup(tuple(out), *groups)
 
 
 class _FrontendHelpers:
