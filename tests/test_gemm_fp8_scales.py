@@ -267,7 +267,8 @@ def test_two_halves_refuse_what_they_do_not_run(interpret_env):
 
 def test_two_halves_with_an_fp32_output_store_it_from_registers(interpret_env, monkeypatch):
     """BLOCK_N 256 with an fp32 C: stored from registers ("direct"; staged, two 64x128 fp32 tiles a role beside
-    three stages passed the shared memory, and one a role spilled), without spills, and right (interpreter)."""
+    three stages passed the shared memory, and one a role spilled), without spills, and right (interpreter); a
+    caller's staged epilogue compiles on two stages."""
     from gluon.dtypes import DType
     from gluon.kernels.gemm_sm90 import host
     from gluon.kernels.gemm_sm90.config import num_warps, resolve_config
@@ -278,6 +279,12 @@ def test_two_halves_with_an_fp32_output_store_it_from_registers(interpret_env, m
     ck = gemm_sm90.compile(*host.stand_ins(DType.f8e4m3, DType.f32), num_warps=num_warps(cfg), CFG=cfg,
                            B_KMAJOR=True, SCALE="block")
     assert ck.spills == 0
+    # a caller's staged epilogue gets the stages that fit beside the whole tile's staging (it asked for 273 KiB)
+    staged = dict(BLOCK_N=256, EPILOGUE="tma")
+    cfg = resolve_config(*shape, 132, 4, True, host._block_scaled_overrides(*shape, 132, 4, True, staged), 1)
+    assert cfg.STAGES == 2
+    gemm_sm90.compile(*host.stand_ins(DType.f8e4m3, DType.f32), num_warps=num_warps(cfg), CFG=cfg, B_KMAJOR=True,
+                      SCALE="block")
     torch.manual_seed(15)
     M, N, K = 200, 300, 384
     a, b = _fp8(M, K), _fp8(N, K)

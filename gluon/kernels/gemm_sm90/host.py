@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Mapping
 
 import gluon.language as gl
+from gluon.arch import SM90
 from gluon.dtypes import DType
 from gluon.ir import GluonError
 from gluon.jit import jit
@@ -463,12 +464,22 @@ def _block_scaled_overrides(M: int, N: int, K: int, sms: int, out_size: int, pit
             given.setdefault("CONSUMER_REGS", 240)
         if out_size > 2:    # an fp32 C from registers: staged, its tiles pass the shared memory or spill
             given.setdefault("EPILOGUE", "direct")
+            if given["EPILOGUE"] != "direct" and "STAGES" not in given:
+                given["STAGES"] = _halves_stages(given.get("BLOCK_M", 128), given.get("BLOCK_K", 128), out_size)
         bm = given["BLOCK_M"]
         if "CONSUMER_WGS" not in given and bm % 64 == 0:
             given["CONSUMER_WGS"] = bm // 64
     if "CONSUMER_WGS" not in given and bm * bn > 64 * 128 * wgs and bm % 64 == 0:
         given["CONSUMER_WGS"] = bm // 128 if bm >= 256 and bm % 128 == 0 else bm // 64
     return given
+
+
+def _halves_stages(block_m: int, block_k: int, out_size: int) -> int:
+    """The ring's stages beside the halves' staged C: each role stages its 64 x 256 outputs (two 64 x 128 tiles),
+    the whole tile where `_stages_that_fit` counts half of it; an fp32 C so leaves room for two 128 x 256 stages
+    of fp8, not the pick's three."""
+    stage = (block_m + 256) * block_k
+    return max(2, (SM90.smem_per_block_max - 1024 - block_m * 256 * out_size) // stage)
 
 
 def _asks_for(config, field: str) -> bool:
