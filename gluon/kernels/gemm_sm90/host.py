@@ -478,8 +478,8 @@ def _halves_stages(block_m: int, block_k: int, out_size: int) -> int:
     """The ring's stages beside the halves' staged C: each role stages its 64 x 256 outputs (two 64 x 128 tiles),
     the whole tile where `_stages_that_fit` counts half of it; an fp32 C so leaves room for two 128 x 256 stages
     of fp8, not the pick's three."""
-    stage = (block_m + 256) * block_k
-    return max(2, (SM90.smem_per_block_max - 1024 - block_m * 256 * out_size) // stage)
+    stage, staging, barriers = (block_m + 256) * block_k, block_m * 256 * out_size, 1024
+    return max(2, (SM90.smem_per_block_max - barriers - staging) // stage)
 
 
 def _asks_for(config, field: str) -> bool:
