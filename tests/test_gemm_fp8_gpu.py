@@ -173,13 +173,16 @@ def test_ffma_yield_gives_the_same_c_bit_for_bit(M, N, K, kw):
     _same_c_with_and_without("FFMA_YIELD", M, N, K, kw, seed=7)
 
 
+@pytest.mark.parametrize("epilogue", [None, "tma"])
 @pytest.mark.parametrize("M,N,K", [(4096, 4096, 4096), (1000, 3000, 784)])
-def test_block_scales_on_256_columns_into_an_fp32_output(M, N, K):
-    """BLOCK_N 256 (two halves a warpgroup) with an fp32 C, stored from registers: poisoned output, within 1e-3 of
+def test_block_scales_on_256_columns_into_an_fp32_output(M, N, K, epilogue):
+    """BLOCK_N 256 (two halves a warpgroup) with an fp32 C, stored from registers (the default) or staged through
+    shared memory on the two stages that fit beside it (a caller's EPILOGUE="tma"): poisoned output, within 1e-3 of
     fp64 of the dequantized operands."""
     a, b, sa, sb, ref = _case(M, N, K, torch.float8_e4m3fn, 9)
     c = torch.full((M, N), float("nan"), device="cuda", dtype=torch.float32)
-    launch(a, b, c, b_kmajor=True, scale_a=sa, scale_b=sb, config=dict(BLOCK_N=256))
+    config = dict(BLOCK_N=256, **({"EPILOGUE": epilogue} if epilogue else {}))
+    launch(a, b, c, b_kmajor=True, scale_a=sa, scale_b=sb, config=config)
     torch.cuda.synchronize()
     assert not torch.isnan(c).any()
     assert ((c.double() - ref).norm() / ref.norm()).item() < 1e-3
