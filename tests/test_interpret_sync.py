@@ -446,6 +446,20 @@ def test_a_kernel_with_a_cluster_is_refused():
               "the interpreter runs one CTA at a time", "clusters of 2")
 
 
+@kernel(arch=SM90, num_warps=4)
+def _too_much_shared(X):                                                    # the kernel's line
+    ring = smem(gl.float16, Layout.swizzled(128, 128), name="ring", stages=8)     # 256 KiB
+    ring[0].store(gl.zeros((128, 128), gl.float16))
+    gl.store(X + gl.arange(0, 16), gl.zeros((16,), gl.float32))
+
+
+def test_a_kernel_past_the_shared_memory_is_refused_as_compiling_refuses_it():
+    """The interpreter checks the compile's shared-memory budget, so a kernel the GPU's compile refuses for it is
+    refused on the CPU too, before any program runs (it ran, and wrote, before)."""
+    raises_at(lambda: _too_much_shared.interpret((1,), torch.zeros(16)), _too_much_shared, "# the kernel's line",
+              "needs 256.0 KiB of shared memory, more than the 227.0 KiB", "ring")
+
+
 # ------------------------------------------------------------------------------ the shipped kernels
 
 

@@ -5,7 +5,9 @@ memory.
     interpret(kernel, grid, *args, block=None, num_warps=None, programs=None, **constexprs_and_sizes)
 
 The IR run is the traced, verified module with the pipeline pass applied (an implicit stage ring made explicit,
-as compiling does; the other passes only assign layouts and check, and layouts do not change values). Programs
+as compiling does) and within the arch's shared memory (`smem_alloc`'s budget: a kernel the compile refuses for
+it is refused here too). The protocol checks are left to the run itself (it finds their faults as they happen,
+with the roles' lines) and layout assignment too, as layouts do not change values. Programs
 run one after the other, in row-major order of their ids (x fastest); within a program every op works
 on whole tiles at once (numpy). Writes land in the given tensors.
 """
@@ -21,6 +23,7 @@ from ..abi import unexpected_keywords
 from ..arch import SM90, arch_by_name
 from ..jit import _arg_key, _jit_of, _positional_constexprs, _stand_in
 from ..passes.pipeline import pipeline
+from ..passes.smem_alloc import allocate_shared
 from ..types import GluonError, SourceKind
 from . import memory as _memory  # noqa: F401 - registers the load/store/atomic rules
 from . import regions as _regions  # noqa: F401 - registers the region and reduction rules
@@ -260,8 +263,9 @@ def trace_for(template, args: Sequence[Any], constexprs: dict, block=None, num_w
     module = cache.get(key)
     if module is None:
         module = template.trace(**stand, **constexprs, arch=arch, num_warps=nw, block=blk)
-        for k in module.kernels:        # implicit stage rings (the seed's style) made explicit, as compiling does
-            pipeline(k)
+        for k in module.kernels:        # implicit stage rings (the seed's style) made explicit, as compiling does,
+            pipeline(k)                 # then the compile's shared-memory budget: refused here as there
+            allocate_shared(k)
         if len(cache) >= 64:
             cache.clear()
         cache[key] = module
