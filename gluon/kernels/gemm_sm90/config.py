@@ -745,7 +745,13 @@ def _stages_that_fit(cfg: GemmConfig, in_size: int, out_size: int) -> GemmConfig
     limit = SM90.smem_per_block_max // cfg.CTAS_PER_SM
     if cfg.STAGES * stage + staging <= limit:
         return cfg
-    return cfg.replace(STAGES=max(2, (_SMEM_BUDGET // cfg.CTAS_PER_SM - staging) // stage))
+    return cfg.replace(STAGES=stages_beside(stage, staging, cfg.CTAS_PER_SM))
+
+
+def stages_beside(stage: int, staging: int, ctas_per_sm: int = 1) -> int:
+    """How many ring stages of `stage` bytes fit `_SMEM_BUDGET` (a block's share of it) beside `staging` bytes of
+    output staging; at least two."""
+    return max(2, (_SMEM_BUDGET // ctas_per_sm - staging) // stage)
 
 
 def _base_for(given: Mapping, base: GemmConfig) -> GemmConfig:

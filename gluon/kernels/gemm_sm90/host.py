@@ -15,7 +15,6 @@ from dataclasses import dataclass
 from typing import Mapping
 
 import gluon.language as gl
-from gluon.arch import SM90
 from gluon.dtypes import DType
 from gluon.ir import GluonError
 from gluon.jit import jit
@@ -27,7 +26,7 @@ from gluon.types import TensorRef
 from ..tensor_checks import device_sms, interpreting, on_the_launch_device
 from .config import (BLOCK_SCALED_TALL, BLOCK_SCALED_WIDE, CLUSTER_K_SIZES, DEFAULT_CONFIG, SPLITK_GRID_SIZES,
                      GemmConfig, block_scaled_tall, block_scaled_wide, by_address, choose_config, grid, num_warps,
-                     resolve_config, split_k, stores_by_address, tiles, to_config, units)
+                     resolve_config, split_k, stages_beside, stores_by_address, tiles, to_config, units)
 from .kernel import gemm_sm90
 from .padding import PadPlan, pad_plan, tma_ready
 
@@ -478,8 +477,7 @@ def _halves_stages(block_m: int, block_k: int, out_size: int) -> int:
     """The ring's stages beside the halves' staged C: each role stages its 64 x 256 outputs (two 64 x 128 tiles),
     the whole tile where `_stages_that_fit` counts half of it; an fp32 C so leaves room for two 128 x 256 stages
     of fp8, not the pick's three."""
-    stage, staging, barriers = (block_m + 256) * block_k, block_m * 256 * out_size, 1024
-    return max(2, (SM90.smem_per_block_max - barriers - staging) // stage)
+    return stages_beside((block_m + 256) * block_k, block_m * 256 * out_size)
 
 
 def _asks_for(config, field: str) -> bool:
