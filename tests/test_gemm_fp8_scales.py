@@ -194,20 +194,29 @@ def test_a_callers_256_rows_take_a_warpgroup_per_128(shape):
     assert resolve_config(*shape, 132, 2, True, given, 1).CONSUMER_WGS == 2
 
 
-def _block_pick_sass(kw: dict):
-    """The block-scaled launch's config at 4096^3 with the caller's `kw`, compiled for sm_90 (no spills), and its
-    SASS as a list of instructions (opcode and operands)."""
+def _block_pick(kw: dict | None, out: str = "bf16", shape=(4096, 4096, 4096)):
+    """The block-scaled launch's config at `shape` with the caller's `kw` and an `out` C, and its sm_90 compile."""
     from gluon.dtypes import DType
     from gluon.kernels.gemm_sm90 import host
     from gluon.kernels.gemm_sm90.config import num_warps, resolve_config
     from gluon.kernels.gemm_sm90.kernel import gemm_sm90
-    shape = (4096, 4096, 4096)
-    cfg = resolve_config(*shape, 132, 2, True, host._block_scaled_overrides(*shape, 132, 2, True, kw), 1)
-    ck = gemm_sm90.compile(*host.stand_ins(DType.f8e4m3, DType.bf16), num_warps=num_warps(cfg), CFG=cfg,
-                           B_KMAJOR=True, SCALE="block")
+    out = DType[out]
+    given = host._block_scaled_overrides(*shape, 132, out.bits // 8, True, kw)
+    cfg = resolve_config(*shape, 132, out.bits // 8, True, given, 1)
+    return cfg, gemm_sm90.compile(*host.stand_ins(DType.f8e4m3, out), num_warps=num_warps(cfg), CFG=cfg,
+                                  B_KMAJOR=True, SCALE="block")
+
+
+def _sass_ops(ck) -> list[str]:
+    """A compiled kernel's SASS as a list of instructions (opcode and operands)."""
+    return [" ".join(ln.split(";")[0].split()[1:]) for ln in ck.sass().splitlines() if ";" in ln]
+
+
+def _block_pick_sass(kw: dict | None, shape=(4096, 4096, 4096)):
+    """`_block_pick` with a bf16 C at `shape` (no spills), and its SASS (`_sass_ops`)."""
+    cfg, ck = _block_pick(kw, shape=shape)
     assert ck.spills == 0
-    ops = [" ".join(ln.split(";")[0].split()[1:]) for ln in ck.sass().splitlines() if ";" in ln]
-    return cfg, ops
+    return cfg, _sass_ops(ck)
 
 
 @pytest.mark.parametrize("kw", [dict(BLOCK_M=256, CONSUMER_WGS=2, SPLIT_WGS=True), dict(BLOCK_M=128, CONSUMER_WGS=1),
@@ -269,22 +278,14 @@ def test_two_halves_with_an_fp32_output_store_it_from_registers(interpret_env, m
     """BLOCK_N 256 with an fp32 C: stored from registers ("direct"; staged, two 64x128 fp32 tiles a role beside
     three stages passed the shared memory, and one a role spilled), without spills, and right (interpreter); a
     caller's staged epilogue compiles on two stages and is right too."""
-    from gluon.dtypes import DType
     from gluon.kernels.gemm_sm90 import host
-    from gluon.kernels.gemm_sm90.config import num_warps, resolve_config
-    from gluon.kernels.gemm_sm90.kernel import gemm_sm90
-    shape = (4096, 4096, 4096)
-    cfg = resolve_config(*shape, 132, 4, True, host._block_scaled_overrides(*shape, 132, 4, True, dict(BLOCK_N=256)), 1)
+    cfg, ck = _block_pick(dict(BLOCK_N=256), "f32")
     assert cfg.EPILOGUE == "direct"
-    ck = gemm_sm90.compile(*host.stand_ins(DType.f8e4m3, DType.f32), num_warps=num_warps(cfg), CFG=cfg,
-                           B_KMAJOR=True, SCALE="block")
     assert ck.spills == 0
     # a caller's staged epilogue gets the stages that fit beside the whole tile's staging (it asked for 273 KiB)
     staged = dict(BLOCK_N=256, EPILOGUE="tma")
-    cfg = resolve_config(*shape, 132, 4, True, host._block_scaled_overrides(*shape, 132, 4, True, staged), 1)
+    cfg, _ = _block_pick(staged, "f32")
     assert cfg.STAGES == 2
-    gemm_sm90.compile(*host.stand_ins(DType.f8e4m3, DType.f32), num_warps=num_warps(cfg), CFG=cfg, B_KMAJOR=True,
-                      SCALE="block")
     torch.manual_seed(15)
     M, N, K = 200, 300, 384
     a, b = _fp8(M, K), _fp8(N, K)
@@ -437,19 +438,10 @@ def test_mma_turns_hand_over_after_the_wgmma_and_before_the_promotion(wgs):
     """MMA_TURNS (SASS of the 8192^3 block pick with it): each k-step's turn is handed on right after its WGMMA
     wait and before the promotion's first FFMA, which reads the scales back from shared memory after the arrive
     (without that anchor ptxas places the arrive below the 64 FFMAs, and the next warpgroup waits for them)."""
-    from gluon.dtypes import DType
-    from gluon.kernels.gemm_sm90 import host
-    from gluon.kernels.gemm_sm90.config import num_warps, resolve_config
-    from gluon.kernels.gemm_sm90.kernel import gemm_sm90
     over = dict(MMA_TURNS=True, SPLIT_WGS=True)
     if wgs == 3:
         over.update(BLOCK_M=192, CONSUMER_WGS=3, CONSUMER_REGS=152)
-    cfg = resolve_config(8192, 8192, 8192, 132, 2, True, host._block_scaled_overrides(8192, 8192, 8192, 132, 2, True,
-                                                                                       over), 1)
-    ck = gemm_sm90.compile(*host.stand_ins(DType.f8e4m3, DType.bf16), num_warps=num_warps(cfg), CFG=cfg,
-                           B_KMAJOR=True, SCALE="block")
-    assert ck.spills == 0
-    ops = [" ".join(ln.split(";")[0].split()[1:]) for ln in ck.sass().splitlines() if ";" in ln]
+    cfg, ops = _block_pick_sass(over, (8192, 8192, 8192))
     waits = [i for i, op in enumerate(ops) if op.startswith("WARPGROUP.DEPBAR.LE gsb0, 0x0")]
     assert len(waits) >= wgs                                     # each role's k-step loop
     for i in waits:
@@ -465,17 +457,7 @@ def test_scales_ahead_come_through_shared_memory_behind_the_roles_barrier(over):
     than without the switch). The scales are cp.async copies (LDGSTS) of the next k-step; this one's are read back
     (LDS) after the copies' wait and a barrier of the role (Triton's, which the kernel relies on: a thread reads
     rows other threads copied), and a barrier orders those reads before the next copies into the other slot."""
-    from gluon.dtypes import DType
-    from gluon.kernels.gemm_sm90 import host
-    from gluon.kernels.gemm_sm90.config import num_warps, resolve_config
-    from gluon.kernels.gemm_sm90.kernel import gemm_sm90
-    shape = (4096, 4096, 4096)
-    cfg = resolve_config(*shape, 132, 2, True, host._block_scaled_overrides(*shape, 132, 2, True, dict(
-        over, SCALES_AHEAD=True)), 1)
-    ck = gemm_sm90.compile(*host.stand_ins(DType.f8e4m3, DType.bf16), num_warps=num_warps(cfg), CFG=cfg,
-                           B_KMAJOR=True, SCALE="block")
-    assert ck.spills == 0
-    ops = [" ".join(ln.split(";")[0].split()[1:]) for ln in ck.sass().splitlines() if ";" in ln]
+    _, ops = _block_pick_sass(dict(over, SCALES_AHEAD=True))
     ops = ["" if op.startswith("@!PT ") else op.split(" ", 1)[1] if op.startswith("@") else op for op in ops]
     waits = [i for i, op in enumerate(ops) if op.startswith("WARPGROUP.DEPBAR.LE gsb0, 0x0")]
     assert len(waits) >= 2                                       # each role's k-step loop
@@ -499,16 +481,9 @@ def test_pipelined_promotion_issues_the_next_wgmma_after_the_promotion(shape, tu
     and the scale loads come before the WGMMA wait, and the next k-step's first QGMMA after the promotion's FFMAs,
     with no WGMMA wait right behind it. With MMA_TURNS the turn is waited for after the FFMAs and passed on
     (BAR.ARV) right after the issue, before the next WGMMA wait."""
-    from gluon.dtypes import DType
-    from gluon.kernels.gemm_sm90 import host
-    from gluon.kernels.gemm_sm90.config import num_warps, resolve_config
-    from gluon.kernels.gemm_sm90.kernel import gemm_sm90
-    cfg = resolve_config(*shape, 132, 2, True, host._block_scaled_overrides(*shape, 132, 2, True, dict(
-        PIPELINED_PROMOTION=True, MMA_TURNS=turns)), 1)
-    ck = gemm_sm90.compile(*host.stand_ins(DType.f8e4m3, DType.bf16), num_warps=num_warps(cfg), CFG=cfg,
-                           B_KMAJOR=True, SCALE="block")
+    cfg, ck = _block_pick(dict(PIPELINED_PROMOTION=True, MMA_TURNS=turns), shape=shape)
     assert ck.spills == 0 and not ck.binary.advisories
-    ops = [" ".join(ln.split(";")[0].split()[1:]) for ln in ck.sass().splitlines() if ";" in ln]
+    ops = _sass_ops(ck)
     ops = ["" if op.startswith("@!PT ") else op.split(" ", 1)[1] if op.startswith("@") else op for op in ops]
     waits = [i for i, op in enumerate(ops) if op.startswith("WARPGROUP.DEPBAR.LE gsb0, 0x0")]
     loops = 0
@@ -559,12 +534,5 @@ def test_block_scaled_picks_compile_without_spills(shape):
     """The k-step's product sits beside the fp32 sum, so a block-scaled tile takes a warpgroup per 64 rows where
     one would hold more than 64 values a thread: the deep-K pick (128x128 on one warpgroup) spilled 384 bytes. (The
     256-column picks hold two 64-row x 128-column sums a warpgroup and one half's product beside them.)"""
-    from gluon.dtypes import DType
-    from gluon.kernels.gemm_sm90 import host
-    from gluon.kernels.gemm_sm90.config import num_warps, resolve_config
-    from gluon.kernels.gemm_sm90.kernel import gemm_sm90
-    cfg = resolve_config(*shape, 132, 2, True, host._block_scaled_overrides(*shape, 132, 2, True, None), 1)
+    cfg, _ = _block_pick_sass(None, shape)      # no spills
     assert cfg.BLOCK_M * min(cfg.BLOCK_N, 128) <= 64 * 128 * cfg.CONSUMER_WGS
-    ck = gemm_sm90.compile(*host.stand_ins(DType.f8e4m3, DType.bf16), num_warps=num_warps(cfg), CFG=cfg,
-                           B_KMAJOR=True, SCALE="block")
-    assert ck.spills == 0
