@@ -402,11 +402,14 @@ WAVE_MARGIN = 1.03                  # ... taken where it beats 128x256 by this m
 BLOCK_SCALED_TALL = dict(BLOCK_M=192, CONSUMER_WGS=3, CONSUMER_REGS=152, SPLIT_WGS=True)
 BLOCK_SCALED_TALL_SPEED = 1.06
 # ... and 128 x 256 tiles, each warpgroup's 64 rows as two 128-column halves (A read into registers once for both,
-# `fp8_scales.block_scaled_halves`), 2-10% faster than either where K runs 32 k-steps or more; at K 1024 the others
-# stay ahead (docs/PERF.md, forty-first session)
+# `fp8_scales.block_scaled_halves`): about 8% faster a round than 128x128 from K 512 (7-13% where the rounds fill
+# alike), and faster than 192x128 from K 4096 (1-6%; 4-25% slower at K 1024-3072): docs/PERF.md, forty-third session
 BLOCK_SCALED_WIDE = dict(BLOCK_M=128, BLOCK_N=256, CONSUMER_WGS=2, SPLIT_WGS=True, CONSUMER_REGS=240,
                          PRODUCER_REGS=24)
-BLOCK_SCALED_WIDE_K = 4096
+BLOCK_SCALED_WIDE_SPEED = 1.08
+BLOCK_SCALED_WIDE_K = 4096          # ... over 192x128
+BLOCK_SCALED_WIDE_MIN_K = 512       # ... over 128x128 (the least K timed, and the fewest rows: decode unmeasured)
+BLOCK_SCALED_WIDE_MIN_M = 512
 
 # Few output tiles over a deep K: 128x128 tiles on one consumer warpgroup, 2-CTA clusters multicasting
 # each B tile (half the L2 reads of B), the K split by `split_k` so about a wave of units runs.
@@ -687,10 +690,16 @@ def block_scaled_tall(M: int, N: int, num_sms: int) -> bool:
 
 
 def block_scaled_wide(M: int, N: int, K: int, num_sms: int) -> bool:
-    """Whether block-scaled fp8 takes BLOCK_SCALED_WIDE's 128x256 tiles: K of BLOCK_SCALED_WIDE_K or more (where
-    they measured faster) and two rounds of them or more (the shapes timed; fewer tiles leave SMs idle)."""
+    """Whether block-scaled fp8 takes BLOCK_SCALED_WIDE's 128x256 tiles: over `block_scaled_tall`'s 192 rows from
+    BLOCK_SCALED_WIDE_K with two rounds of them or more; over 128x128 tiles from BLOCK_SCALED_WIDE_MIN_K and
+    _MIN_M where their slot use times their speed beats 128x128's by WAVE_MARGIN (half as many tiles: below a
+    round of them, or with a part-empty last round, the 128x128 tiles keep more SMs busy)."""
     wide = DEFAULT_CONFIG.replace(BLOCK_M=128, BLOCK_N=256)
-    return K >= BLOCK_SCALED_WIDE_K and tiles(M, N, wide) >= 2 * num_sms
+    if block_scaled_tall(M, N, num_sms):
+        return K >= BLOCK_SCALED_WIDE_K and tiles(M, N, wide) >= 2 * num_sms
+    square = DEFAULT_CONFIG.replace(BLOCK_M=128, BLOCK_N=128)
+    return (K >= BLOCK_SCALED_WIDE_MIN_K and M >= BLOCK_SCALED_WIDE_MIN_M and
+            slot_use(M, N, wide, num_sms) * BLOCK_SCALED_WIDE_SPEED >= slot_use(M, N, square, num_sms) * WAVE_MARGIN)
 
 
 def stores_by_address(config: GemmConfig | Mapping | None) -> bool:

@@ -132,7 +132,8 @@ class _BlockFP8Tuning(_ScaledFP8Tuning):
         its own role, K_ZIGZAG; then that with the warpgroups taking turns (MMA_TURNS); then without
         K_ZIGZAG; then with the scales loaded a k-step ahead (SCALES_AHEAD); then with cuBLAS's k-loop
         (PIPELINED_PROMOTION); then 192x128 tiles on three warpgroups (`block_scaled_tall`'s pick at 16384x8192x1024);
-        then 128x256 tiles in two halves (`block_scaled_wide`'s pick from K 4096: 4096^3, 8192^3, the LLM shapes)."""
+        then 128x256 tiles in two halves (`block_scaled_wide`'s pick: 4096^3, 8192^3, the LLM shapes, and from K 512
+        where their rounds fill as the 128x128 tiles' do)."""
         d = DEFAULT_CONFIG
         cfg = dict(BLOCK_M=128, BLOCK_N=128, BLOCK_K=128, STAGES=3, GROUP_M=d.GROUP_M, PRODUCER_REGS=d.PRODUCER_REGS,
                    SWIZZLE=d.SWIZZLE, EPILOGUE="tma", SPLIT_WGS=True, CONSUMER_REGS=d.CONSUMER_REGS,
