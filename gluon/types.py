@@ -54,6 +54,16 @@ class GluonError(Exception):
         return f"{where}: {self.message}" + (f"\n    {src}" if src else "")
 
 
+class SharedMemoryError(GluonError):
+    """A kernel past the block's shared memory: `needed` and `limit` bytes, and `staged`, the bytes a pipeline
+    stage takes for each stage count among its regions ({stages: bytes a stage}), so a kernel's host side can
+    say how many stages would fit in its own terms."""
+
+    def __init__(self, message: str, loc: Loc | None, needed: int, limit: int, staged: dict[int, int]):
+        self.needed, self.limit, self.staged = needed, limit, dict(staged)
+        super().__init__(message, loc)
+
+
 def _caller_loc() -> Loc | None:
     """The first frame outside this file, enum.py and the DSL's gluon/language/ (where warp_role lives):
     the user's line. (gluon.language.tracing._user_loc is the DSL's fuller version of this walk.)"""

@@ -58,6 +58,35 @@ def test_too_many_stages_lists_every_region():
         assert region in msg
 
 
+@pytest.mark.parametrize("given,then", [(dict(STAGES=5), "STAGES=3 fits (48.0 KiB a stage)"),
+                                        (dict(CLUSTER_M=2, STAGES=7), "STAGES=3 fits"),
+                                        (dict(BLOCK_K=128, STAGES=3), "use a smaller BLOCK_M, BLOCK_N or BLOCK_K, or "
+                                                                      "EPILOGUE='direct'")])
+def test_a_config_past_the_shared_memory_gets_one_line_in_its_own_fields(given, then):
+    """A GEMM config whose stages do not fit is refused in one line that names its tiles and STAGES and says how
+    many stages fit beside the rest (and those compile), or else what to lower (the allocator's own message lists
+    every region, for kernel writers: test_too_many_stages_lists_every_region)."""
+    from gluon.kernels.gemm_sm90.host import compile_variant
+    with pytest.raises(GluonError) as e:
+        compile_variant(DType.bf16, **given)
+    msg = str(e.value)
+    assert "\n" not in msg and msg.startswith("gemm: config BLOCK_M=128, BLOCK_N=256, BLOCK_K=")
+    assert f"STAGES={given['STAGES']}, EPILOGUE='tma' needs" in msg and "more than the 227.0 KiB" in msg and then in msg
+    if "fits" in then:
+        assert compile_variant(DType.bf16, **dict(given, STAGES=int(then.split()[0][7:]))).spills == 0
+    else:
+        compile_variant(DType.bf16, **dict(given, STAGES=2, EPILOGUE="direct"))
+
+
+def test_a_launch_past_the_shared_memory_gets_the_same_line(interpret_env):
+    torch = pytest.importorskip("torch")
+    from gluon.kernels.gemm_sm90 import launch
+    a, b, c = torch.randn(128, 256).half(), torch.randn(256, 256).half(), torch.empty(128, 256).half()
+    with pytest.raises(GluonError, match=r"^gemm: config BLOCK_M=\d+, BLOCK_N=256, BLOCK_K=64, STAGES=6, .*; "
+                                         r"STAGES=\d fits \(\d+\.0 KiB a stage\)$"):
+        launch(a, b, c, dict(BLOCK_N=256, STAGES=6))
+
+
 @pytest.mark.parametrize("shape,given,in_size,want", [
     ((512, 512, 65536), dict(BLOCK_N=256, CONSUMER_WGS=2), 2, 3),    # the deep-K pick's 6 stages, 128x256 tiles
     ((300, 512, 8192), dict(BLOCK_M=256, BLOCK_N=128, CONSUMER_WGS=2, SPLIT_WGS=True, BLOCK_K=128, SWAP_AB=False,

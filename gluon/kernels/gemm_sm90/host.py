@@ -11,6 +11,7 @@ per-(device, stream) int32 buffer; with SPLITK_GRID, the tile's slices, meeting 
 """
 from __future__ import annotations
 
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Mapping
 
@@ -19,9 +20,10 @@ from gluon.dtypes import DType
 from gluon.ir import GluonError
 from gluon.jit import jit
 from gluon.language.kernel import ScalarArg
+from gluon.passes.common import kib
 import gluon.runtime.cuda as _cuda
 from gluon.runtime.cuda import sm_count
-from gluon.types import TensorRef
+from gluon.types import SharedMemoryError, TensorRef
 
 from ..tensor_checks import device_sms, interpreting, on_the_launch_device
 from .config import (BLOCK_SCALED_TALL, BLOCK_SCALED_WIDE, CLUSTER_K_SIZES, DEFAULT_CONFIG, SPLITK_GRID_SIZES,
@@ -180,14 +182,15 @@ def _launch(a, b, c, config, b_kmajor: bool, splits, compiled, scale_a, scale_b,
         raise GluonError(f"gemm: the compiled kernel passed was compiled with N_MULTIPLE_16=True (rows of C a multiple "
                          f"of 16 elements), but C is {M}x{N}; compile it for this N (N_MULTIPLE_16=False)")
     args = (a, b, c, w, cnt, scale_a, scale_b, S)
-    if ck is None:
-        if plan.ck is None:
-            plan.ck = plan.bound.compiled(*args, **plan.kw)
-        ck = plan.ck
-    if not plan.fitted and _fit_grid(plan, ck) and compiled is None:
-        ck = plan.ck = plan.bound.compiled(*args, **plan.kw)
-    la = ck.launch_args(args, {})
-    ck.launcher(plan.bound.grid, *la)
+    with _in_config_terms(plan.kw["CFG"]):       # the interpreter runs the passes at its launch
+        if ck is None:
+            if plan.ck is None:
+                plan.ck = plan.bound.compiled(*args, **plan.kw)
+            ck = plan.ck
+        if not plan.fitted and _fit_grid(plan, ck) and compiled is None:
+            ck = plan.ck = plan.bound.compiled(*args, **plan.kw)
+        la = ck.launch_args(args, {})
+        ck.launcher(plan.bound.grid, *la)
     second = None
     if plan.reduce_kw is not None:
         reduce = splitk_reduce[(gl.cdiv(M * N, 1024),), (1024,)]
@@ -287,6 +290,28 @@ def _remember(key: tuple, ck, grid, la, reduce, args, compiled) -> None:
             return
         second = rck.launcher.prepare(bound.grid, rargs, (0,), (rargs[1],))
     _keep(_FAST, key, (main, second, compiled))
+
+
+@contextmanager
+def _in_config_terms(cfg: GemmConfig):
+    """A config past the shared memory refused in its own fields (`past_the_shared_memory`), not by region."""
+    try:
+        yield
+    except SharedMemoryError as e:
+        raise GluonError(past_the_shared_memory(cfg, e)) from None
+
+
+def past_the_shared_memory(cfg: GemmConfig, e: SharedMemoryError) -> str:
+    """One line naming the config's fields: the STAGES that fit beside the rest, or else what to lower."""
+    head = (f"gemm: config BLOCK_M={cfg.BLOCK_M}, BLOCK_N={cfg.BLOCK_N}, BLOCK_K={cfg.BLOCK_K}, STAGES={cfg.STAGES}, "
+            f"EPILOGUE={cfg.EPILOGUE!r} needs {kib(e.needed)} of shared memory, more than the {kib(e.limit)} a "
+            "block may use")
+    stage = e.staged.get(cfg.STAGES, 0)
+    fit = cfg.STAGES - -(-(e.needed - e.limit) // stage) if stage else 0
+    if fit >= 2:
+        return f"{head}; STAGES={fit} fits ({kib(stage)} a stage)"
+    direct = "" if cfg.EPILOGUE == "direct" else ", or EPILOGUE='direct' (C stored from registers, no C tile)"
+    return f"{head}; use a smaller BLOCK_M, BLOCK_N or BLOCK_K{direct}"
 
 
 def _keep(cache: dict, key, value) -> None:
@@ -508,7 +533,8 @@ def compile_variant(dtype=None, out_dtype=None, B_KMAJOR: bool = False, **overri
     inputs unless `dtype`): a variant's machine code, registers and shared memory."""
     dtype = dtype or DType.f16
     cfg = to_config(overrides, DEFAULT_CONFIG).resolve((out_dtype or dtype).bits // 8)
-    return gemm_sm90.compile(*stand_ins(dtype, out_dtype), num_warps=num_warps(cfg), CFG=cfg, B_KMAJOR=B_KMAJOR)
+    with _in_config_terms(cfg):
+        return gemm_sm90.compile(*stand_ins(dtype, out_dtype), num_warps=num_warps(cfg), CFG=cfg, B_KMAJOR=B_KMAJOR)
 
 
 def stand_ins(dtype, out_dtype=None, splits: int = 1) -> tuple:
