@@ -515,13 +515,18 @@ def test_pipelined_promotion_issues_the_next_wgmma_after_the_promotion(shape, tu
                                         ((2048, 2048, 4096), "wide"), ((2048, 4096, 2048), "wide"),
                                         ((1024, 4096, 4096), "wide"), ((768, 4096, 4096), "wide"),
                                         ((512, 8192, 8192), "wide"), ((1000, 3000, 784), "wide"),
+                                        ((384, 8192, 4096), "wide"), ((256, 28672, 4096), "wide"),
+                                        ((256, 14336, 4096), "wide"), ((256, 14336, 2048), "wide"),
+                                        ((128, 28672, 4096), "wide"), ((384, 14336, 4096), "tall"),
+                                        ((384, 4096, 4096), "square"), ((128, 16384, 4096), "square"),
                                         ((16384, 8192, 1024), "tall"), ((8192, 8192, 2048), "tall"),
                                         ((8192, 8192, 3072), "tall"), ((4096, 14336, 2048), "tall"),
                                         ((3072, 3072, 2048), "tall"), ((512, 4096, 4096), "square"),
                                         ((1024, 2048, 8192), "square"), ((256, 8192, 8192), "square")])
 def test_block_scaled_tiles_where_they_measured_faster(shape, kind):
     """128 x 256 tiles in two halves: over 128x128 tiles from K 512 where they fill the rounds alike (7-13% faster),
-    not where half as many tiles leave SMs idle (512x4096x4096: 64 tiles, 29% slower; 1024x2048x8192 15%); over
+    down to 128 rows, not where half as many tiles leave SMs idle (512x4096x4096: 64 tiles, 29% slower; 384x4096x4096
+    22%; 1024x2048x8192 15%); over
     192x128 tiles from K 4096 (1-6% faster; 4-25% slower at K 2048-3072). The caller's tile fields keep theirs."""
     from gluon.kernels.gemm_sm90 import host
     from gluon.kernels.gemm_sm90.config import resolve_config

@@ -402,14 +402,15 @@ WAVE_MARGIN = 1.03                  # ... taken where it beats 128x256 by this m
 BLOCK_SCALED_TALL = dict(BLOCK_M=192, CONSUMER_WGS=3, CONSUMER_REGS=152, SPLIT_WGS=True)
 BLOCK_SCALED_TALL_SPEED = 1.06
 # ... and 128 x 256 tiles, each warpgroup's 64 rows as two 128-column halves (A read into registers once for both,
-# `fp8_scales.block_scaled_halves`): about 8% faster a round than 128x128 from K 512 (7-13% where the rounds fill
-# alike), and faster than 192x128 from K 4096 (1-6%; 4-25% slower at K 1024-3072): docs/PERF.md, forty-third session
+# `fp8_scales.block_scaled_halves`): about 8% faster a round than 128x128 from K 512 and M 128 (5-18% where the
+# rounds fill alike), and faster than 192x128 from K 4096 (1-6%; 4-25% slower at K 1024-3072): docs/PERF.md,
+# forty-third session
 BLOCK_SCALED_WIDE = dict(BLOCK_M=128, BLOCK_N=256, CONSUMER_WGS=2, SPLIT_WGS=True, CONSUMER_REGS=240,
                          PRODUCER_REGS=24)
 BLOCK_SCALED_WIDE_SPEED = 1.08
 BLOCK_SCALED_WIDE_K = 4096          # ... over 192x128
-BLOCK_SCALED_WIDE_MIN_K = 512       # ... over 128x128 (the least K timed, and the fewest rows: decode unmeasured)
-BLOCK_SCALED_WIDE_MIN_M = 512
+BLOCK_SCALED_WIDE_MIN_K = 512       # ... over 128x128: the least K timed, and the fewest rows (128x28672x4096 +5%;
+BLOCK_SCALED_WIDE_MIN_M = 128       # decode below them unmeasured)
 
 # Few output tiles over a deep K: 128x128 tiles on one consumer warpgroup, 2-CTA clusters multicasting
 # each B tile (half the L2 reads of B), the K split by `split_k` so about a wave of units runs.
