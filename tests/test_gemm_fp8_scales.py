@@ -524,10 +524,10 @@ def test_pipelined_promotion_issues_the_next_wgmma_after_the_promotion(shape, tu
                                         ((3072, 3072, 2048), "tall"), ((512, 4096, 4096), "square"),
                                         ((1024, 2048, 8192), "square"), ((256, 8192, 8192), "square")])
 def test_block_scaled_tiles_where_they_measured_faster(shape, kind):
-    """128 x 256 tiles in two halves: over 128x128 tiles from K 512 where they fill the rounds alike (7-13% faster),
-    down to 128 rows, not where half as many tiles leave SMs idle (512x4096x4096: 64 tiles, 29% slower; 384x4096x4096
-    22%; 1024x2048x8192 15%); over
-    192x128 tiles from K 4096 (1-6% faster; 4-25% slower at K 2048-3072). The caller's tile fields keep theirs."""
+    """128 x 256 tiles in two halves: over 128x128 tiles from K 512 and 128 rows where they fill the rounds alike
+    (5-18% faster), not where half as many tiles leave SMs idle (512x4096x4096: 64 tiles, 29% slower; 384x4096x4096
+    22%; 1024x2048x8192 15%); over 192x128 tiles from K 4096 (1-6% faster; 4-25% slower at K 2048-3072). The
+    caller's tile fields keep theirs."""
     from gluon.kernels.gemm_sm90 import host
     from gluon.kernels.gemm_sm90.config import resolve_config
     cfg = resolve_config(*shape, 132, 2, True, host._block_scaled_overrides(*shape, 132, 2, True, None), 1)

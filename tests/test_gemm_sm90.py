@@ -79,6 +79,7 @@ def test_a_config_past_the_shared_memory_gets_one_line_in_its_own_fields(given, 
 
 
 def test_a_launch_past_the_shared_memory_gets_the_same_line(interpret_env):
+    """`launch` with such a config (here in the interpreter, which runs the passes at its launch) gets that line."""
     torch = pytest.importorskip("torch")
     from gluon.kernels.gemm_sm90 import launch
     a, b, c = torch.randn(128, 256).half(), torch.randn(256, 256).half(), torch.empty(128, 256).half()

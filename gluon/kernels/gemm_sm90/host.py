@@ -294,14 +294,14 @@ def _remember(key: tuple, ck, grid, la, reduce, args, compiled) -> None:
 
 @contextmanager
 def _in_config_terms(cfg: GemmConfig):
-    """A config past the shared memory refused in its own fields (`past_the_shared_memory`), not by region."""
+    """A config past the shared memory refused in its own fields (`_past_the_shared_memory`), not by region."""
     try:
         yield
     except SharedMemoryError as e:
-        raise GluonError(past_the_shared_memory(cfg, e)) from None
+        raise GluonError(_past_the_shared_memory(cfg, e)) from None
 
 
-def past_the_shared_memory(cfg: GemmConfig, e: SharedMemoryError) -> str:
+def _past_the_shared_memory(cfg: GemmConfig, e: SharedMemoryError) -> str:
     """One line naming the config's fields: the STAGES that fit beside the rest, or else what to lower."""
     head = (f"gemm: config BLOCK_M={cfg.BLOCK_M}, BLOCK_N={cfg.BLOCK_N}, BLOCK_K={cfg.BLOCK_K}, STAGES={cfg.STAGES}, "
             f"EPILOGUE={cfg.EPILOGUE!r} needs {kib(e.needed)} of shared memory, more than the {kib(e.limit)} a "
