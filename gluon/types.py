@@ -55,12 +55,13 @@ class GluonError(Exception):
 
 
 class SharedMemoryError(GluonError):
-    """A kernel past the block's shared memory: `needed` and `limit` bytes, and `staged`, the bytes a pipeline
-    stage takes for each stage count among its regions ({stages: bytes a stage}), so a kernel's host side can
-    say how many stages would fit in its own terms."""
+    """A kernel past the block's shared memory: `needed` and `limit` bytes, `regions` (name: bytes) and `staged`,
+    the bytes a pipeline stage takes for each stage count among its regions ({stages: bytes a stage}), so a
+    kernel's host side can say what would fit in its own terms."""
 
-    def __init__(self, message: str, loc: Loc | None, needed: int, limit: int, staged: dict[int, int]):
-        self.needed, self.limit, self.staged = needed, limit, dict(staged)
+    def __init__(self, message: str, loc: Loc | None, needed: int, limit: int, regions: dict[str, int],
+                 staged: dict[int, int]):
+        self.needed, self.limit, self.regions, self.staged = needed, limit, dict(regions), dict(staged)
         super().__init__(message, loc)
 
 

@@ -124,7 +124,8 @@ def allocate_shared(kernel: ir.Kernel) -> ir.Kernel:
                 staged[r.type.stages] = staged.get(r.type.stages, 0) + r.size // r.type.stages
         raise SharedMemoryError(f"kernel {kernel.name} needs {kib(total)} of shared memory, more than the {kib(limit)} "
                                 f"a block may use on {kernel.arch.name}{shared}:\n{table}\n"
-                                "  reduce stages or tile sizes", kernel.loc, total, limit, staged)
+                                "  reduce stages or tile sizes", kernel.loc, total, limit,
+                                {r.name: r.size for r in regions}, staged)
     return kernel
 
 

@@ -307,11 +307,16 @@ def _past_the_shared_memory(cfg: GemmConfig, e: SharedMemoryError) -> str:
             f"EPILOGUE={cfg.EPILOGUE!r} needs {kib(e.needed)} of shared memory, more than the {kib(e.limit)} a "
             "block may use")
     stage = e.staged.get(cfg.STAGES, 0)
-    fit = cfg.STAGES - -(-(e.needed - e.limit) // stage) if stage else 0
-    if fit >= 2:
-        return f"{head}; STAGES={fit} fits ({kib(stage)} a stage)"
-    direct = "" if cfg.EPILOGUE == "direct" else ", or EPILOGUE='direct' (C stored from registers, no C tile)"
-    return f"{head}; use a smaller BLOCK_M, BLOCK_N or BLOCK_K{direct}"
+
+    def stages_in(needed: int) -> int:
+        return cfg.STAGES - -(-(needed - e.limit) // stage) if stage else 0
+    if stages_in(e.needed) >= 2:
+        return f"{head}; STAGES={stages_in(e.needed)} fits ({kib(stage)} a stage)"
+    c_tiles = sum(size for name, size in e.regions.items() if name.startswith("c_tile"))
+    if c_tiles and stages_in(e.needed - c_tiles) >= 2:
+        return (f"{head}; EPILOGUE='direct' (C stored from registers, no {kib(c_tiles)} C tile) fits with "
+                f"STAGES={stages_in(e.needed - c_tiles)}")
+    return f"{head}; use a smaller BLOCK_M, BLOCK_N or BLOCK_K"
 
 
 def _keep(cache: dict, key, value) -> None:
