@@ -49,7 +49,8 @@ _HALVES = dict(BLOCK_M=128, BLOCK_N=256, CONSUMER_WGS=2, SPLIT_WGS=True, STAGES=
 @pytest.mark.parametrize("M,N,K,kw", [(4096, 4096, 4096, {}), (1000, 3000, 784, {}), (333, 1000, 4224, {}),
                                        (128, 512, 8192, dict(splits=4)),
                                        (8192, 1024, 2048, dict(config=dict(BLOCK_N=64))),
-                                       (64, 4096, 4096, {}), (2048, 2048, 144, {}),
+                                       (64, 4096, 4096, {}), (1, 4096, 4096, {}), (3, 1000, 4224, {}),
+                                       (2048, 2048, 144, {}),
                                        # the pick's 192 x 128 tiles (block_scaled_tall), M off them
                                        (2200, 4096, 1024, {}),
                                        # the pick's 128 x 256 halves (block_scaled_wide): a round of them, K off 128

@@ -17,7 +17,8 @@ def _fp8(*shape, dtype=torch.float8_e4m3fn):
     return (torch.randn(*shape) * 2).to(dtype)
 
 
-@pytest.mark.parametrize("M,N,K,kw", [(200, 136, 320, {}), (64, 256, 384, {}), (130, 200, 128, dict(splits=1)),
+@pytest.mark.parametrize("M,N,K,kw", [(200, 136, 320, {}), (64, 256, 384, {}), (1, 300, 256, {}),
+                                       (130, 200, 128, dict(splits=1)),
                                        (200, 136, 520, dict(splits=2)), (96, 300, 256, dict(config=dict(BLOCK_N=64)))])
 @pytest.mark.parametrize("dtype", [torch.float8_e4m3fn, torch.float8_e5m2])
 def test_block_scales_match_the_dequantized_product(interpret_env, M, N, K, kw, dtype):
