@@ -66,12 +66,11 @@ def describe(args) -> int:
     """Compile for sm_90 without a GPU and print the machine code's resources."""
     from gluon import DType, GluonError
     from gluon.backend.machine_code import sass_instructions
-    from gluon.kernels.gemm_sm90 import gemm_sm90, num_warps, stand_ins
-    refs = stand_ins(DType.from_name(args.dtype), DType.from_name(args.out_dtype))
+    from gluon.kernels.gemm_sm90 import compile_config
     try:
         cfg = resolved_config(args)
         print("config:", cfg.describe())
-        ck = gemm_sm90.compile(*refs, num_warps=num_warps(cfg), CFG=cfg, B_KMAJOR=args.b_col_major)
+        ck = compile_config(cfg, DType.from_name(args.dtype), DType.from_name(args.out_dtype), args.b_col_major)
     except GluonError as e:
         print(f"rejected before compilation: {e}", file=sys.stderr)
         return 2

@@ -55,13 +55,11 @@ class GluonError(Exception):
 
 
 class SharedMemoryError(GluonError):
-    """A kernel past the block's shared memory: `needed` and `limit` bytes, `regions` (name: bytes) and `staged`,
-    the bytes a pipeline stage takes for each stage count among its regions ({stages: bytes a stage}), so a
-    kernel's host side can say what would fit in its own terms."""
+    """A kernel past the block's shared memory: `needed` and `limit` bytes and `regions` (name: bytes), so a
+    kernel's host side can say what would fit in its config's own terms."""
 
-    def __init__(self, message: str, loc: Loc | None, needed: int, limit: int, regions: dict[str, int],
-                 staged: dict[int, int]):
-        self.needed, self.limit, self.regions, self.staged = needed, limit, dict(regions), dict(staged)
+    def __init__(self, message: str, loc: Loc | None, needed: int, limit: int, regions: dict[str, int]):
+        self.needed, self.limit, self.regions = needed, limit, dict(regions)
         super().__init__(message, loc)
 
 

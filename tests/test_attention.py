@@ -331,9 +331,20 @@ def test_q_in_registers_at_d64_compiles_without_spills(kw, causal):
     assert s_gemms and all(ln.split("HGMMA")[1].split(",")[1].strip().startswith("R") for ln in s_gemms)
 
 
-def test_too_much_shared_memory_is_refused_by_the_passes():
-    with pytest.raises(GluonError, match="shared memory"):
-        compile_variant(128, STAGES=4)
+@pytest.mark.parametrize("kw,then", [(dict(STAGES=4), "STAGES=2 fits (64.0 KiB of K and V a stage)"),
+                                     (dict(BLOCK_N=64, STAGES=9), "STAGES=5 fits (32.0 KiB of K and V a stage)"),
+                                     (dict(BLOCK_N=256, STAGES=3), "use a smaller BLOCK_N or BLOCK_M")])
+def test_too_much_shared_memory_is_one_line_in_the_configs_fields(kw, then):
+    """A config past the shared memory is refused (by the passes) in one line naming its tiles, STAGES and head
+    dim, with the stages of the K/V ring that fit (and they compile), or else what to lower."""
+    with pytest.raises(GluonError) as e:
+        compile_variant(128, **kw)
+    msg = str(e.value)
+    assert "\n" not in msg and msg.startswith(f"attention: config BLOCK_M=128, BLOCK_N={kw.get('BLOCK_N', 128)}, "
+                                               f"STAGES={kw['STAGES']} at head dim 128 needs ")
+    assert "more than the 227.0 KiB" in msg and msg.endswith(then)
+    if "fits" in then:
+        assert compile_variant(128, **dict(kw, STAGES=int(then.split("STAGES=")[1][0]))).spills == 0
 
 
 def _t(*shape, dtype=torch.float16):
@@ -443,7 +454,7 @@ def test_example_checks_a_shape_in_the_interpreter(argv):
 
 def test_example_reports_bad_configs_with_exit_code_2():
     out = _example("--set", "STAGES=4")
-    assert out.returncode == 2 and "more than the 227.0 KiB" in out.stderr and "k_ring" in out.stderr
+    assert out.returncode == 2 and "more than the 227.0 KiB" in out.stderr and "STAGES=2 fits" in out.stderr
     out = _example("--set", "STAGE=4")
     assert out.returncode == 2 and "did you mean STAGES?" in out.stderr
     out = _example("--set", "PINGPONG=true", "--set", "CONSUMER_WGS=3", "--set", "BLOCK_M=192")

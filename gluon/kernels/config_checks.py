@@ -1,15 +1,19 @@
 """What every shipped kernel's frozen config checks of its own fields, in one wording: positive ints,
 flags (True/False, or 1/0 from `--set KEY=1`), unknown field names (with the nearest one), and a
-`config` argument as the entry points take it (None, a whole config, or a dict of overrides); and the
-configs' hash, computed once (`cached_hash`)."""
+`config` argument as the entry points take it (None, a whole config, or a dict of overrides); the configs'
+hash, computed once (`cached_hash`); and a config past the shared memory, refused in its own fields
+(`in_config_terms`)."""
 from __future__ import annotations
 
+from contextlib import contextmanager
 import dataclasses
 import difflib
 import numbers
-from typing import Mapping, TypeVar
+from typing import Callable, Iterator, Mapping, TypeVar
 
 from gluon.ir import GluonError
+from gluon.passes.common import kib
+from gluon.types import SharedMemoryError
 
 C = TypeVar("C")
 
@@ -67,3 +71,32 @@ def state_without_hash(self) -> dict:
     """`__getstate__ = state_without_hash` beside `cached_hash`: pickled without it (str hashes differ between
     processes)."""
     return {k: v for k, v in self.__dict__.items() if k != "_hash"}
+
+
+@contextmanager
+def in_config_terms(describe: Callable[[SharedMemoryError], str]) -> Iterator[None]:
+    """A SharedMemoryError from compiling a shipped kernel (or launching it in the interpreter, which runs the
+    passes then) as one GluonError line that `describe` writes in the config's fields; the allocator's list of
+    regions is for kernel writers."""
+    try:
+        yield
+    except SharedMemoryError as e:
+        raise GluonError(describe(e)) from None
+
+
+def past_the_shared_memory(owner: str, fields: str, e: SharedMemoryError) -> str:
+    """The head of that line: `owner`'s config `fields` and the bytes it needs against the block's."""
+    return (f"{owner}: config {fields} needs {kib(e.needed)} of shared memory, more than the {kib(e.limit)} a block "
+            "may use")
+
+
+def stage_bytes(e: SharedMemoryError, stages: int, rings: tuple[str, ...]) -> int:
+    """The bytes a stage of the rings (regions named with a prefix in `rings`) `stages` deep take in `e`."""
+    return sum(size for name, size in e.regions.items() if name.startswith(rings)) // stages
+
+
+def stages_that_fit(e: SharedMemoryError, stages: int, rings: tuple[str, ...], freed: int = 0) -> int:
+    """How many stages of those rings would fit, with `freed` more bytes gone (0 if none of them is among the
+    regions); reckoned from the bytes a stage, so alignment may cost one more."""
+    stage = stage_bytes(e, stages, rings)
+    return stages - -(-(e.needed - freed - e.limit) // stage) if stage else 0

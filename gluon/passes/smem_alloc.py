@@ -118,14 +118,10 @@ def allocate_shared(kernel: ir.Kernel) -> ir.Kernel:
         table = "\n".join(f"    {r.name:<16} {kib(r.size):>10} ({r.size} bytes) at offset {r.offset:>6}  {r.type}  "
                           f"({r.op.loc})" for r in regions)
         shared = f"; regions with disjoint live ranges already share bytes ({_pairs(reuse)})" if reuse else ""
-        staged: dict[int, int] = {}
-        for r in regions:
-            if r.type.stages > 1:
-                staged[r.type.stages] = staged.get(r.type.stages, 0) + r.size // r.type.stages
         raise SharedMemoryError(f"kernel {kernel.name} needs {kib(total)} of shared memory, more than the {kib(limit)} "
                                 f"a block may use on {kernel.arch.name}{shared}:\n{table}\n"
                                 "  reduce stages or tile sizes", kernel.loc, total, limit,
-                                {r.name: r.size for r in regions}, staged)
+                                {r.name: r.size for r in regions})
     return kernel
 
 

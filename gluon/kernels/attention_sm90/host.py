@@ -16,9 +16,11 @@ from typing import Mapping
 from gluon.dtypes import DType
 from gluon.ir import GluonError
 from gluon.language.kernel import ScalarArg
+from gluon.passes.common import kib
 from gluon.runtime.cuda import sm_count
-from gluon.types import TensorRef
+from gluon.types import SharedMemoryError, TensorRef
 
+from ..config_checks import in_config_terms, past_the_shared_memory, stage_bytes, stages_that_fit
 from ..tensor_checks import device_sms, interpreting, on_the_launch_device
 from .config import HEAD_DIMS, AttentionConfig, choose_config, default_config, gpu_problem, grid, num_warps, to_config
 from .kernel import attention_sm90
@@ -230,12 +232,14 @@ def attention(q, k, v, causal: bool = False, scale: float | None = None,
         plan = _PLANS[key] = _Plan(attention_sm90[grid(Sq, B * H, cfg, bool(causal), sms)], kw)
     args = (q2, k2, v2, o2, lse, Sq, Skv, H, H // HK, scale * _LOG2E)
     ck = compiled
-    if ck is None:
-        if plan.ck is None:
-            plan.ck = plan.bound.compiled(*args, **plan.kw)
-        ck = plan.ck
-    la = ck.launch_args(args, {})
-    ck.launcher(plan.bound.grid, *la)
+    # a config past the shared memory: one line in its fields (the interpreter runs the passes at its launch)
+    with in_config_terms(lambda e: _past_the_shared_memory(plan.kw["CFG"], D, e)):
+        if ck is None:
+            if plan.ck is None:
+                plan.ck = plan.bound.compiled(*args, **plan.kw)
+            ck = plan.ck
+        la = ck.launch_args(args, {})
+        ck.launcher(plan.bound.grid, *la)
     if fast_key is not None and o_work is o and not (q_copied or k_copied or v_copied) and len(_FAST) < 256:
         fp = _fast_plan(ck, plan, la, (q2, k2, v2, o2), o_work, q, layout, return_lse, lse)
         if fp is not None:
@@ -287,5 +291,20 @@ def stand_ins(dtype: DType = DType.f16, sq: int | None = None, skv: int | None =
 def compile_variant(head_dim: int = 128, dtype: DType | None = None, causal: bool = False, **overrides):
     """The default config for `head_dim` with `overrides`, compiled without tensors (no GPU needed)."""
     cfg = to_config(overrides, default_config(head_dim))
-    return attention_sm90.compile(*stand_ins(dtype or DType.f16), CFG=cfg, HEAD_DIM=head_dim, CAUSAL=causal,
-                                  num_warps=num_warps(cfg))
+    with in_config_terms(lambda e: _past_the_shared_memory(cfg, head_dim, e)):
+        return attention_sm90.compile(*stand_ins(dtype or DType.f16), CFG=cfg, HEAD_DIM=head_dim, CAUSAL=causal,
+                                      num_warps=num_warps(cfg))
+
+
+def _past_the_shared_memory(cfg: AttentionConfig, head_dim: int, e: SharedMemoryError) -> str:
+    """One line naming the config's fields: the STAGES of the K/V ring that fit beside Q, or else a smaller
+    BLOCK_N (or BLOCK_M)."""
+    head = past_the_shared_memory("attention", f"BLOCK_M={cfg.BLOCK_M}, BLOCK_N={cfg.BLOCK_N}, STAGES={cfg.STAGES} "
+                                               f"at head dim {head_dim}", e)
+    fit = stages_that_fit(e, cfg.STAGES, _RINGS)
+    if fit >= 2:
+        return f"{head}; STAGES={fit} fits ({kib(stage_bytes(e, cfg.STAGES, _RINGS))} of K and V a stage)"
+    return f"{head}; use a smaller BLOCK_N or BLOCK_M"
+
+
+_RINGS = ("k_ring", "v_ring")      # the kernel's K / V TMA rings, STAGES deep

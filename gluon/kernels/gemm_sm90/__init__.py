@@ -10,7 +10,7 @@
 * kernel.py: the `@kernel` `gemm_sm90(A, B, C, W, SPLITS, CFG=<resolved GemmConfig>, B_KMAJOR,
   N_MULTIPLE_16)` and its device-side helpers.
 * host.py: `launch`, its plan cache, padding of operands TMA cannot describe, the split-K workspace and
-  `splitk_reduce`; `compile_variant` and `stand_ins` compile without a GPU.
+  `splitk_reduce`; `compile_variant`, `compile_config` and `stand_ins` compile without a GPU.
 
 The tuner's adapter is gluon/tuning/templates/gemm_sm90.py (`gluon tune specs/gemm_sm90.toml`). What was
 measured, and the variants measured slower and removed: docs/PERF.md.
@@ -18,4 +18,4 @@ measured, and the variants measured slower and removed: docs/PERF.md.
 from .config import (AUTO, DEFAULT_CONFIG, EPILOGUES, FIELDS, FP32_OUT_CONFIG, SMALL_CONFIGS, GemmConfig,  # noqa: F401
                      choose_config, grid, kernel_config, num_warps, resolve_config, split_k, tiles, to_config, units)
 from .kernel import gemm_sm90  # noqa: F401
-from .host import compile_variant, launch, promises_n16, splitk_reduce, stand_ins  # noqa: F401
+from .host import compile_config, compile_variant, launch, promises_n16, splitk_reduce, stand_ins  # noqa: F401

@@ -11,7 +11,6 @@ per-(device, stream) int32 buffer; with SPLITK_GRID, the tile's slices, meeting 
 """
 from __future__ import annotations
 
-from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Mapping
 
@@ -25,6 +24,7 @@ import gluon.runtime.cuda as _cuda
 from gluon.runtime.cuda import sm_count
 from gluon.types import SharedMemoryError, TensorRef
 
+from ..config_checks import in_config_terms, past_the_shared_memory, stage_bytes, stages_that_fit
 from ..tensor_checks import device_sms, interpreting, on_the_launch_device
 from .config import (BLOCK_SCALED_TALL, BLOCK_SCALED_WIDE, CLUSTER_K_SIZES, DEFAULT_CONFIG, SPLITK_GRID_SIZES,
                      GemmConfig, block_scaled_tall, block_scaled_wide, by_address, choose_config, grid, num_warps,
@@ -182,7 +182,8 @@ def _launch(a, b, c, config, b_kmajor: bool, splits, compiled, scale_a, scale_b,
         raise GluonError(f"gemm: the compiled kernel passed was compiled with N_MULTIPLE_16=True (rows of C a multiple "
                          f"of 16 elements), but C is {M}x{N}; compile it for this N (N_MULTIPLE_16=False)")
     args = (a, b, c, w, cnt, scale_a, scale_b, S)
-    with _in_config_terms(plan.kw["CFG"]):       # the interpreter runs the passes at its launch
+    # a config past the shared memory: one line in its fields (the interpreter runs the passes at its launch)
+    with in_config_terms(lambda e: _past_the_shared_memory(plan.kw["CFG"], e)):
         if ck is None:
             if plan.ck is None:
                 plan.ck = plan.bound.compiled(*args, **plan.kw)
@@ -292,31 +293,22 @@ def _remember(key: tuple, ck, grid, la, reduce, args, compiled) -> None:
     _keep(_FAST, key, (main, second, compiled))
 
 
-@contextmanager
-def _in_config_terms(cfg: GemmConfig):
-    """A config past the shared memory refused in its own fields (`_past_the_shared_memory`), not by region."""
-    try:
-        yield
-    except SharedMemoryError as e:
-        raise GluonError(_past_the_shared_memory(cfg, e)) from None
-
-
 def _past_the_shared_memory(cfg: GemmConfig, e: SharedMemoryError) -> str:
     """One line naming the config's fields: the STAGES that fit beside the rest, or else what to lower."""
-    head = (f"gemm: config BLOCK_M={cfg.BLOCK_M}, BLOCK_N={cfg.BLOCK_N}, BLOCK_K={cfg.BLOCK_K}, STAGES={cfg.STAGES}, "
-            f"EPILOGUE={cfg.EPILOGUE!r} needs {kib(e.needed)} of shared memory, more than the {kib(e.limit)} a "
-            "block may use")
-    stage = e.staged.get(cfg.STAGES, 0)
-
-    def stages_in(needed: int) -> int:
-        return cfg.STAGES - -(-(needed - e.limit) // stage) if stage else 0
-    if stages_in(e.needed) >= 2:
-        return f"{head}; STAGES={stages_in(e.needed)} fits ({kib(stage)} a stage)"
+    head = past_the_shared_memory("gemm", f"BLOCK_M={cfg.BLOCK_M}, BLOCK_N={cfg.BLOCK_N}, BLOCK_K={cfg.BLOCK_K}, "
+                                          f"STAGES={cfg.STAGES}, EPILOGUE={cfg.EPILOGUE!r}", e)
+    fit = stages_that_fit(e, cfg.STAGES, _RINGS)
+    if fit >= 2:
+        return f"{head}; STAGES={fit} fits ({kib(stage_bytes(e, cfg.STAGES, _RINGS))} of A and B a stage)"
     c_tiles = sum(size for name, size in e.regions.items() if name.startswith("c_tile"))
-    if c_tiles and stages_in(e.needed - c_tiles) >= 2:
+    direct = stages_that_fit(e, cfg.STAGES, _RINGS, freed=c_tiles) if c_tiles else 0
+    if direct >= 2:
         return (f"{head}; EPILOGUE='direct' (C stored from registers, no {kib(c_tiles)} C tile) fits with "
-                f"STAGES={stages_in(e.needed - c_tiles)}")
+                f"STAGES={direct}")
     return f"{head}; use a smaller BLOCK_M, BLOCK_N or BLOCK_K"
+
+
+_RINGS = ("a_ring", "b_ring")      # the kernel's TMA ring, STAGES deep
 
 
 def _keep(cache: dict, key, value) -> None:
@@ -538,7 +530,13 @@ def compile_variant(dtype=None, out_dtype=None, B_KMAJOR: bool = False, **overri
     inputs unless `dtype`): a variant's machine code, registers and shared memory."""
     dtype = dtype or DType.f16
     cfg = to_config(overrides, DEFAULT_CONFIG).resolve((out_dtype or dtype).bits // 8)
-    with _in_config_terms(cfg):
+    return compile_config(cfg, dtype, out_dtype, B_KMAJOR)
+
+
+def compile_config(cfg: GemmConfig, dtype, out_dtype=None, B_KMAJOR: bool = False):
+    """A resolved `cfg` compiled without tensors (`stand_ins`, no GPU needed); one that does not fit the shared
+    memory is refused in one line naming its fields and the stages that would fit."""
+    with in_config_terms(lambda e: _past_the_shared_memory(cfg, e)):
         return gemm_sm90.compile(*stand_ins(dtype, out_dtype), num_warps=num_warps(cfg), CFG=cfg, B_KMAJOR=B_KMAJOR)
 
 
