@@ -232,14 +232,17 @@ def attention(q, k, v, causal: bool = False, scale: float | None = None,
         plan = _PLANS[key] = _Plan(attention_sm90[grid(Sq, B * H, cfg, bool(causal), sms)], kw)
     args = (q2, k2, v2, o2, lse, Sq, Skv, H, H // HK, scale * _LOG2E)
     ck = compiled
-    # a config past the shared memory: one line in its fields (the interpreter runs the passes at its launch)
-    with in_config_terms(lambda e: _past_the_shared_memory(plan.kw["CFG"], D, e)):
+    # a config past the shared memory: one line in its fields (the interpreter runs the passes at its launch; a
+    # plain try, not `in_config_terms`: calls past the fast path come here every time, and it costs them nothing)
+    try:
         if ck is None:
             if plan.ck is None:
                 plan.ck = plan.bound.compiled(*args, **plan.kw)
             ck = plan.ck
         la = ck.launch_args(args, {})
         ck.launcher(plan.bound.grid, *la)
+    except SharedMemoryError as e:
+        raise GluonError(_past_the_shared_memory(plan.kw["CFG"], D, e)) from None
     if fast_key is not None and o_work is o and not (q_copied or k_copied or v_copied) and len(_FAST) < 256:
         fp = _fast_plan(ck, plan, la, (q2, k2, v2, o2), o_work, q, layout, return_lse, lse)
         if fp is not None:

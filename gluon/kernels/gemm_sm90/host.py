@@ -182,8 +182,9 @@ def _launch(a, b, c, config, b_kmajor: bool, splits, compiled, scale_a, scale_b,
         raise GluonError(f"gemm: the compiled kernel passed was compiled with N_MULTIPLE_16=True (rows of C a multiple "
                          f"of 16 elements), but C is {M}x{N}; compile it for this N (N_MULTIPLE_16=False)")
     args = (a, b, c, w, cnt, scale_a, scale_b, S)
-    # a config past the shared memory: one line in its fields (the interpreter runs the passes at its launch)
-    with in_config_terms(lambda e: _past_the_shared_memory(plan.kw["CFG"], e)):
+    # a config past the shared memory: one line in its fields (the interpreter runs the passes at its launch; a
+    # plain try, not `in_config_terms`: calls with a dict config come here every time, and it costs them nothing)
+    try:
         if ck is None:
             if plan.ck is None:
                 plan.ck = plan.bound.compiled(*args, **plan.kw)
@@ -192,6 +193,8 @@ def _launch(a, b, c, config, b_kmajor: bool, splits, compiled, scale_a, scale_b,
             ck = plan.ck = plan.bound.compiled(*args, **plan.kw)
         la = ck.launch_args(args, {})
         ck.launcher(plan.bound.grid, *la)
+    except SharedMemoryError as e:
+        raise GluonError(_past_the_shared_memory(plan.kw["CFG"], e)) from None
     second = None
     if plan.reduce_kw is not None:
         reduce = splitk_reduce[(gl.cdiv(M * N, 1024),), (1024,)]
