@@ -55,11 +55,11 @@ class GluonError(Exception):
 
 
 class SharedMemoryError(GluonError):
-    """A kernel past the block's shared memory: `needed` and `limit` bytes and `regions` (name: bytes), so a
-    kernel's host side can say what would fit in its config's own terms."""
+    """A kernel past the block's shared memory: `needed` and `limit` bytes and `regions` ((name, bytes) each, in
+    allocation order; names may repeat), so a kernel's host side can say what would fit in its config's own terms."""
 
-    def __init__(self, message: str, loc: Loc | None, needed: int, limit: int, regions: dict[str, int]):
-        self.needed, self.limit, self.regions = needed, limit, dict(regions)
+    def __init__(self, message: str, loc: Loc | None, needed: int, limit: int, regions: tuple[tuple[str, int], ...]):
+        self.needed, self.limit, self.regions = needed, limit, tuple(regions)
         super().__init__(message, loc)
 
 

@@ -92,7 +92,7 @@ def past_the_shared_memory(owner: str, fields: str, e: SharedMemoryError) -> str
 
 def stage_bytes(e: SharedMemoryError, stages: int, rings: tuple[str, ...]) -> int:
     """The bytes a stage of the rings (regions named with a prefix in `rings`) `stages` deep take in `e`."""
-    return sum(size for name, size in e.regions.items() if name.startswith(rings)) // stages
+    return sum(size for name, size in e.regions if name.startswith(rings)) // stages
 
 
 def stages_that_fit(e: SharedMemoryError, stages: int, rings: tuple[str, ...], freed: int = 0) -> int:

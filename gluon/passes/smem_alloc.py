@@ -121,7 +121,7 @@ def allocate_shared(kernel: ir.Kernel) -> ir.Kernel:
         raise SharedMemoryError(f"kernel {kernel.name} needs {kib(total)} of shared memory, more than the {kib(limit)} "
                                 f"a block may use on {kernel.arch.name}{shared}:\n{table}\n"
                                 "  reduce stages or tile sizes", kernel.loc, total, limit,
-                                {r.name: r.size for r in regions})
+                                tuple((r.name, r.size) for r in regions))
     return kernel
 
 

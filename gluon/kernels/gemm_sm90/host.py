@@ -303,7 +303,7 @@ def _past_the_shared_memory(cfg: GemmConfig, e: SharedMemoryError) -> str:
     fit = stages_that_fit(e, cfg.STAGES, _RINGS)
     if fit >= 2:
         return f"{head}; STAGES={fit} fits ({kib(stage_bytes(e, cfg.STAGES, _RINGS))} of A and B a stage)"
-    c_tiles = sum(size for name, size in e.regions.items() if name.startswith("c_tile"))
+    c_tiles = sum(size for name, size in e.regions if name.startswith("c_tile"))
     direct = stages_that_fit(e, cfg.STAGES, _RINGS, freed=c_tiles) if c_tiles else 0
     if direct >= 2:
         return (f"{head}; EPILOGUE='direct' (C stored from registers, no {kib(c_tiles)} C tile) fits with "
