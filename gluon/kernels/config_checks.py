@@ -75,9 +75,9 @@ def state_without_hash(self) -> dict:
 
 @contextmanager
 def in_config_terms(describe: Callable[[SharedMemoryError], str]) -> Iterator[None]:
-    """A SharedMemoryError from compiling a shipped kernel (or launching it in the interpreter, which runs the
-    passes then) as one GluonError line that `describe` writes in the config's fields; the allocator's list of
-    regions is for kernel writers."""
+    """A SharedMemoryError from compiling a shipped kernel as one GluonError line that `describe` writes in the
+    config's fields; the allocator's list of regions is for kernel writers. (The launch paths catch it with a plain
+    try: this costs a generator a call.)"""
     try:
         yield
     except SharedMemoryError as e:
