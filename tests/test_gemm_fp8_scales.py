@@ -9,6 +9,7 @@ torch = pytest.importorskip("torch")
 from gluon.ir import GluonError  # noqa: E402
 from gluon.kernels.gemm_sm90 import launch  # noqa: E402
 from gluon.tuning.templates.gemm_sm90_fp8_scales import dequantized  # noqa: E402
+from gluon.kernels.gemm_sm90.block_scaled import block_scaled_overrides  # noqa: E402
 
 NAN = float("nan")
 
@@ -189,9 +190,9 @@ def test_a_callers_256_rows_take_a_warpgroup_per_128(shape):
     registers), each warpgroup its own role or both cooperative, as the pick's SPLIT_WGS says; the picks keep theirs."""
     from gluon.kernels.gemm_sm90 import host
     from gluon.kernels.gemm_sm90.config import resolve_config
-    given = host._block_scaled_overrides(*shape, 132, 2, True, dict(BLOCK_M=256))
+    given = block_scaled_overrides(*shape, 132, 2, True, dict(BLOCK_M=256))
     assert resolve_config(*shape, 132, 2, True, given, 1).CONSUMER_WGS == 2
-    given = host._block_scaled_overrides(*shape, 132, 2, True, dict(BLOCK_M=128))
+    given = block_scaled_overrides(*shape, 132, 2, True, dict(BLOCK_M=128))
     assert resolve_config(*shape, 132, 2, True, given, 1).CONSUMER_WGS == 2
 
 
@@ -202,7 +203,7 @@ def _block_pick(kw: dict | None, out: str = "bf16", shape=(4096, 4096, 4096)):
     from gluon.kernels.gemm_sm90.config import num_warps, resolve_config
     from gluon.kernels.gemm_sm90.kernel import gemm_sm90
     out = DType[out]
-    given = host._block_scaled_overrides(*shape, 132, out.bits // 8, True, kw)
+    given = block_scaled_overrides(*shape, 132, out.bits // 8, True, kw)
     cfg = resolve_config(*shape, 132, out.bits // 8, True, given, 1)
     return cfg, gemm_sm90.compile(*host.stand_ins(DType.f8e4m3, out), num_warps=num_warps(cfg), CFG=cfg,
                                   B_KMAJOR=True, SCALE="block")
@@ -257,7 +258,7 @@ def test_block_scales_on_256_columns_in_two_halves(interpret_env, monkeypatch, M
     scale or another k-step's shows; a grid of 2, so programs run several units."""
     from gluon.kernels.gemm_sm90 import host
     from gluon.kernels.gemm_sm90.config import resolve_config
-    given = host._block_scaled_overrides(M, N, K, 2, 2, True, dict(BLOCK_N=256, QUARTERS=quarters,
+    given = block_scaled_overrides(M, N, K, 2, 2, True, dict(BLOCK_N=256, QUARTERS=quarters,
                                                                     SCALES_AHEAD=ahead, **kw))
     cfg = resolve_config(M, N, K, 2, 2, True, given, splits or 1)
     assert cfg.BLOCK_N == 256 and cfg.SPLIT_WGS and cfg.BLOCK_M == 64 * cfg.CONSUMER_WGS
@@ -531,14 +532,14 @@ def test_block_scaled_tiles_where_they_measured_faster(shape, kind):
     caller's tile fields keep theirs."""
     from gluon.kernels.gemm_sm90 import host
     from gluon.kernels.gemm_sm90.config import resolve_config
-    cfg = resolve_config(*shape, 132, 2, True, host._block_scaled_overrides(*shape, 132, 2, True, None), 1)
+    cfg = resolve_config(*shape, 132, 2, True, block_scaled_overrides(*shape, 132, 2, True, None), 1)
     want = {"wide": (128, 256, 2), "tall": (192, 128, 3), "square": (cfg.BLOCK_M, cfg.BLOCK_N, 2)}[kind]
     assert (cfg.BLOCK_M, cfg.BLOCK_N, cfg.CONSUMER_WGS) == want
     assert kind != "square" or (cfg.BLOCK_M <= 128 and cfg.BLOCK_N <= 128)
     for asked in (dict(BLOCK_M=128), dict(BLOCK_N=128)):
-        given = host._block_scaled_overrides(*shape, 132, 2, True, asked)
+        given = block_scaled_overrides(*shape, 132, 2, True, asked)
         assert resolve_config(*shape, 132, 2, True, given, 1).BLOCK_N <= 128
-    given = host._block_scaled_overrides(*shape, 132, 2, True, dict(BLOCK_M=128))
+    given = block_scaled_overrides(*shape, 132, 2, True, dict(BLOCK_M=128))
     assert resolve_config(*shape, 132, 2, True, given, 1).BLOCK_M == 128
 
 

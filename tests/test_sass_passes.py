@@ -14,10 +14,11 @@ _REUSE = 0xF << 58
 def _block_scaled(ffma_yield: bool, **kw):
     from gluon.dtypes import DType
     from gluon.kernels.gemm_sm90 import host
+    from gluon.kernels.gemm_sm90.block_scaled import block_scaled_overrides
     from gluon.kernels.gemm_sm90.config import num_warps, resolve_config
     from gluon.kernels.gemm_sm90.kernel import gemm_sm90
     shape = (4096, 4096, 4096)
-    cfg = resolve_config(*shape, 132, 2, True, host._block_scaled_overrides(*shape, 132, 2, True,
+    cfg = resolve_config(*shape, 132, 2, True, block_scaled_overrides(*shape, 132, 2, True,
                                                                           dict(kw, FFMA_YIELD=ffma_yield)), 1)
     ck = gemm_sm90.compile(*host.stand_ins(DType.f8e4m3, DType.bf16), num_warps=num_warps(cfg), CFG=cfg,
                            B_KMAJOR=True, SCALE="block")

@@ -396,22 +396,6 @@ WAVE_CONFIGS = (
 )
 WAVE_MARGIN = 1.03                  # ... taken where it beats 128x256 by this much (the model is rough)
 
-# fp8 with 128 x 128 block scales (one B block per tile, so 128 columns): 192-row tiles on three warpgroups run
-# a round about 6% faster than 128x128 on two (8192^3 +5.3%, 8192x28672x4096 +6.4%; at 4096^3 their part-empty
-# last round loses 2.4%: docs/PERF.md, twenty-sixth session); taken where that beats the slot use by WAVE_MARGIN
-BLOCK_SCALED_TALL = dict(BLOCK_M=192, CONSUMER_WGS=3, CONSUMER_REGS=152, SPLIT_WGS=True)
-BLOCK_SCALED_TALL_SPEED = 1.06
-# ... and 128 x 256 tiles, each warpgroup's 64 rows as two 128-column halves (A read into registers once for both,
-# `fp8_scales.block_scaled_halves`): about 8% faster a round than 128x128 from K 512 and M 128 (5-18% where the
-# rounds fill alike), and faster than 192x128 from K 4096 (1-6%; 4-25% slower at K 1024-3072): docs/PERF.md,
-# forty-third session
-BLOCK_SCALED_WIDE = dict(BLOCK_M=128, BLOCK_N=256, CONSUMER_WGS=2, SPLIT_WGS=True, CONSUMER_REGS=240,
-                         PRODUCER_REGS=24)
-BLOCK_SCALED_WIDE_SPEED = 1.08
-BLOCK_SCALED_WIDE_K = 4096          # ... over 192x128
-BLOCK_SCALED_WIDE_MIN_K = 512       # ... over 128x128: the least K timed, and the fewest rows (128x28672x4096 +5%;
-BLOCK_SCALED_WIDE_MIN_M = 128       # decode below them unmeasured)
-
 # Few output tiles over a deep K: 128x128 tiles on one consumer warpgroup, 2-CTA clusters multicasting
 # each B tile (half the L2 reads of B), the K split by `split_k` so about a wave of units runs.
 DEEP_K_CONFIG = DEFAULT_CONFIG.replace(BLOCK_M=128, BLOCK_N=128, STAGES=6, CONSUMER_WGS=1, CLUSTER_M=2)
@@ -679,28 +663,6 @@ def _rows_fit(M: int, N: int, swapped: GemmConfig, num_sms: int) -> bool:
     64-row B tiles)."""
     t = tiles(M, N, DECODE_ROWS)
     return 32 <= M <= 64 and 64 in (swapped.BLOCK_M, swapped.BLOCK_N) and num_sms * 13 <= t * 20 and t <= num_sms
-
-
-def block_scaled_tall(M: int, N: int, num_sms: int) -> bool:
-    """Whether block-scaled fp8 with 128-column tiles takes BLOCK_SCALED_TALL's 192 rows over 128 (problems of
-    a wave of 128x256 tiles or more, where `choose_config` picks DEFAULT_CONFIG's family)."""
-    square = DEFAULT_CONFIG.replace(BLOCK_N=128)
-    tall = square.replace(**BLOCK_SCALED_TALL)
-    return (fills_a_wave(M, N, num_sms) and
-            slot_use(M, N, tall, num_sms) * BLOCK_SCALED_TALL_SPEED >= slot_use(M, N, square, num_sms) * WAVE_MARGIN)
-
-
-def block_scaled_wide(M: int, N: int, K: int, num_sms: int) -> bool:
-    """Whether block-scaled fp8 takes BLOCK_SCALED_WIDE's 128x256 tiles: over `block_scaled_tall`'s 192 rows from
-    BLOCK_SCALED_WIDE_K with two rounds of them or more; over 128x128 tiles from BLOCK_SCALED_WIDE_MIN_K and
-    _MIN_M where their slot use times their speed beats 128x128's by WAVE_MARGIN (half as many tiles: below a
-    round of them, or with a part-empty last round, the 128x128 tiles keep more SMs busy)."""
-    wide = DEFAULT_CONFIG.replace(BLOCK_M=128, BLOCK_N=256)
-    if block_scaled_tall(M, N, num_sms):
-        return K >= BLOCK_SCALED_WIDE_K and tiles(M, N, wide) >= 2 * num_sms
-    square = DEFAULT_CONFIG.replace(BLOCK_M=128, BLOCK_N=128)
-    return (K >= BLOCK_SCALED_WIDE_MIN_K and M >= BLOCK_SCALED_WIDE_MIN_M and
-            slot_use(M, N, wide, num_sms) * BLOCK_SCALED_WIDE_SPEED >= slot_use(M, N, square, num_sms) * WAVE_MARGIN)
 
 
 def stores_by_address(config: GemmConfig | Mapping | None) -> bool:

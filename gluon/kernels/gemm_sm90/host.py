@@ -26,8 +26,9 @@ from gluon.types import SharedMemoryError, TensorRef
 
 from ..config_checks import in_config_terms, past_the_shared_memory, stage_bytes, stages_that_fit
 from ..tensor_checks import device_sms, interpreting, on_the_launch_device
-from .config import (BLOCK_SCALED_TALL, BLOCK_SCALED_WIDE, CLUSTER_K_SIZES, DEFAULT_CONFIG, SPLITK_GRID_SIZES,
-                     GemmConfig, block_scaled_tall, block_scaled_wide, by_address, choose_config, grid, num_warps,
+from .block_scaled import block_scaled_overrides
+from .config import (CLUSTER_K_SIZES, DEFAULT_CONFIG, SPLITK_GRID_SIZES,
+                     GemmConfig, by_address, choose_config, grid, num_warps,
                      resolve_config, split_k, stages_beside, stores_by_address, tiles, to_config, units)
 from .kernel import gemm_sm90
 from .padding import PadPlan, pad_plan, tma_ready
@@ -402,7 +403,7 @@ def _plan(a, c, M: int, N: int, K: int, config: GemmConfig | Mapping | None, b_k
         dev = a.device.index if a.device.index is not None else torch.cuda.current_device()
         sms = sm_count(dev)
     if scale in ("block", "block_m") and not isinstance(config, GemmConfig):
-        config = _block_scaled_overrides(M, N, K, sms, c.element_size(), pitch_aligned, config)
+        config = block_scaled_overrides(M, N, K, sms, c.element_size(), pitch_aligned, config)
     cfg = resolve_config(M, N, K, sms, c.element_size(), pitch_aligned, config, a.element_size())
     if c_addr:
         cfg = by_address(cfg)
@@ -451,58 +452,6 @@ def _plan(a, c, M: int, N: int, K: int, config: GemmConfig | Mapping | None, b_k
     return _Plan(bound, dev, S, kw, fixup=S > 1 and cfg.SPLITK_FIXUP, meet=meet,
                  meet_asked=bool(meet) and _asks_for(config, "SPLITK_GRID"),
                  reduce_kw=_reduce_kw(S, cfg.PDL) if second_pass else None)
-
-
-def _block_scaled_overrides(M: int, N: int, K: int, sms: int, out_size: int, pitch_aligned: bool, config) -> dict:
-    """The caller's overrides (a dict or None) with what block scales need where the caller left it open: one
-    128 x 128 B block per tile (BLOCK_N 128, or the pick's if below), a 128-deep k-step, no SWAP_AB, 128 x 256
-    tiles in two halves where `block_scaled_wide` says, else 192 rows on three warpgroups where `block_scaled_tall`
-    says (either only where the caller sets none of the tile's fields), and a
-    warpgroup per 64 rows where one would hold more than 64 accumulator values a thread (the k-step's product
-    sits beside the sum: the deep-K pick's 128x128 tile on one warpgroup spilled 384 bytes before the rows could
-    run in parts), or per 128 rows from 256 rows up (more than three warpgroups do not fit the registers; each
-    takes its 128 rows in two 64-row parts, `fp8_scales.block_scaled_two_parts`, as one does wherever the caller
-    sets CONSUMER_WGS so). A caller's BLOCK_N 256 runs a warpgroup's 64 rows as two 128-column halves
-    (`fp8_scales.block_scaled_halves`): each warpgroup its own role, with the registers the halves need."""
-    given = dict(config or {})
-    pick = choose_config(M, N, K, sms, pitch_aligned, out_size, swap_ab=False, wave_tiles=False)
-    given.setdefault("SWAP_AB", False)
-    tile_fields = ("BLOCK_M", "BLOCK_N", "CONSUMER_WGS", "CONSUMER_REGS", "SPLIT_WGS", "PRODUCER_REGS")
-    # switches of the 128-column k-loops (the halves refuse the first two and run SCALES_AHEAD their own way)
-    narrow_only = ("MMA_TURNS", "PIPELINED_PROMOTION", "SCALES_AHEAD")
-    if (out_size == 2 and pitch_aligned and not any(k in given for k in tile_fields)
-            and not any(given.get(k) for k in narrow_only) and given.get("EPILOGUE") not in ("tma2", "ring")
-            and pick.BLOCK_N >= 128 and block_scaled_wide(M, N, K, sms)):
-        given.update(BLOCK_SCALED_WIDE)
-    bn = given.setdefault("BLOCK_N", min(pick.BLOCK_N, 128))
-    given.setdefault("BLOCK_K", 128)
-    tall_fields = ("BLOCK_M", "CONSUMER_WGS", "CONSUMER_REGS", "SPLIT_WGS")
-    if (bn == 128 and out_size == 2 and pitch_aligned and not any(k in given for k in tall_fields)
-            and block_scaled_tall(M, N, sms)):
-        given.update(BLOCK_SCALED_TALL)
-    bm, wgs = given.get("BLOCK_M", pick.BLOCK_M), given.get("CONSUMER_WGS", pick.CONSUMER_WGS)
-    if bn == 256:       # two 128-column halves a warpgroup of 64 rows, each its own role, with 240 registers
-        for field, value in (("BLOCK_M", 128), ("SPLIT_WGS", True), ("PRODUCER_REGS", 24)):
-            given.setdefault(field, value)
-        if given["SPLIT_WGS"]:
-            given.setdefault("CONSUMER_REGS", 240)
-        if out_size > 2:    # an fp32 C from registers: staged, its tiles pass the shared memory or spill
-            given.setdefault("EPILOGUE", "direct")
-            if given["EPILOGUE"] != "direct" and "STAGES" not in given:
-                given["STAGES"] = _halves_stages(given.get("BLOCK_M", 128), given.get("BLOCK_K", 128), out_size)
-        bm = given["BLOCK_M"]
-        if "CONSUMER_WGS" not in given and bm % 64 == 0:
-            given["CONSUMER_WGS"] = bm // 64
-    if "CONSUMER_WGS" not in given and bm * bn > 64 * 128 * wgs and bm % 64 == 0:
-        given["CONSUMER_WGS"] = bm // 128 if bm >= 256 and bm % 128 == 0 else bm // 64
-    return given
-
-
-def _halves_stages(block_m: int, block_k: int, out_size: int) -> int:
-    """The ring's stages beside the halves' staged C: each role stages its 64 x 256 outputs (two 64 x 128 tiles),
-    the whole tile where `_stages_that_fit` counts half of it; an fp32 C so leaves room for two 128 x 256 stages
-    of fp8, not the pick's three."""
-    return stages_beside((block_m + 256) * block_k, block_m * 256 * out_size)
 
 
 def _asks_for(config, field: str) -> bool:

@@ -20,7 +20,7 @@ import hashlib
 from pathlib import Path
 
 from gluon.kernels.gemm_sm90 import DEFAULT_CONFIG
-from gluon.kernels.gemm_sm90.config import BLOCK_SCALED_TALL, BLOCK_SCALED_WIDE
+from gluon.kernels.gemm_sm90.block_scaled import BLOCK_SCALED_TALL, BLOCK_SCALED_WIDE
 
 from .gemm_sm90 import _GemmSM90Tuning
 
