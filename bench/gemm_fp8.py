@@ -1,6 +1,6 @@
 """fp8 GEMM: `gemm_sm90.launch` with fp8 inputs against torch._scaled_mm (cuBLASLt), in the same run.
 
-    python3 bench/gemm_fp8.py [--shapes 4096x4096x4096,...] [--fp8 e4m3,e5m2] [--scales tensor,rowcol,block]
+    python3 bench/gemm_fp8.py [--shapes llm|decode|4096x4096x4096,...] [--fp8 e4m3,e5m2] [--scales tensor,rowcol,block]
                               [--graph] [--configs ';MMA_TURNS=True,SPLIT_WGS=True'] [--scale-a-m-major] [--repeats 3]
                               [--round-ms 1000] [--json out.json]
 
@@ -22,10 +22,11 @@ import sys
 
 sys.path[0] = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 from bench.common import environment, graphed, interleaved, need_gpu, parser, table, write_json  # noqa: E402
-from bench.gemm import _parse_configs  # noqa: E402
+from bench.gemm import DECODE_SHAPES, _parse_configs  # noqa: E402
 
 SHAPES = ["4096x4096x4096", "8192x8192x8192", "16384x8192x1024", "8192x28672x4096", "8192x4096x14336",
           "4096x14336x4096"]
+SHAPE_SETS = {"llm": SHAPES, "decode": DECODE_SHAPES}      # decode: bench/gemm.py's (M of 1 to 128; N, K by 128)
 
 
 def _quantized(x, dtype, per_row: bool):
@@ -50,7 +51,8 @@ def _block_quantized(x, dtype, rows: int):
 
 def main() -> int:
     p = parser(__doc__)
-    p.add_argument("--shapes", default=",".join(SHAPES), help="MxNxK list")
+    p.add_argument("--shapes", default="llm", help="MxNxK list, or named sets: 'llm' (the default: 4096^3, 8192^3 "
+                   "and LLM prefill shapes), 'decode' (M of 1 to 128 against N, K of 4096 to 28672)")
     p.add_argument("--fp8", default="e4m3", help="comma list of e4m3, e5m2")
     p.add_argument("--scales", default="tensor,rowcol,block", help="comma list of tensor, rowcol, block")
     p.add_argument("--graph", action="store_true", help="time CUDA-graph replays (GPU time without host cost)")
@@ -68,7 +70,7 @@ def main() -> int:
     from gluon.tuning.templates.gemm_sm90_fp8_scales import scaled_mm_blockwise
     dts = {"e4m3": torch.float8_e4m3fn, "e5m2": torch.float8_e5m2}
     rows, meta = [], dict(environment(), complete=False)
-    for shape in args.shapes.split(","):
+    for shape in [x for name in args.shapes.split(",") for x in SHAPE_SETS.get(name, [name])]:
         M, N, K = map(int, shape.split("x"))
         for fp8 in args.fp8.split(","):
             for mode in args.scales.split(","):

@@ -139,3 +139,14 @@ def test_without_a_gpu_a_bench_says_so_in_one_line():
     assert r.returncode == 2 and "unknown kernels ['nope']" in r.stderr and "Traceback" not in r.stderr
     r = subprocess.run(gemm + ["--chain", "0"], cwd=root, capture_output=True, text=True, timeout=120)
     assert r.returncode == 2 and "--chain 0: the number of GEMMs" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_fp8_bench_decode_set_takes_block_scales():
+    """`bench/gemm_fp8.py --shapes decode` is bench/gemm.py's decode set, every shape one that block scales take
+    (N and K multiples of 128)."""
+    from bench.gemm import DECODE_SHAPES
+    from bench.gemm_fp8 import SHAPE_SETS
+    assert SHAPE_SETS["decode"] == DECODE_SHAPES
+    for shape in SHAPE_SETS["decode"] + SHAPE_SETS["llm"]:
+        M, N, K = map(int, shape.split("x"))
+        assert N % 128 == 0 and K % 128 == 0, shape
