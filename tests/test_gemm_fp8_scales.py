@@ -18,7 +18,7 @@ def _fp8(*shape, dtype=torch.float8_e4m3fn):
     return (torch.randn(*shape) * 2).to(dtype)
 
 
-@pytest.mark.parametrize("M,N,K,kw", [(200, 136, 320, {}), (64, 256, 384, {}), (1, 300, 256, {}),
+@pytest.mark.parametrize("M,N,K,kw", [(200, 136, 320, {}), (64, 256, 384, {}), (1, 300, 256, {}), (5, 200, 16384, {}),
                                        (130, 200, 128, dict(splits=1)),
                                        (200, 136, 520, dict(splits=2)), (96, 300, 256, dict(config=dict(BLOCK_N=64)))])
 @pytest.mark.parametrize("dtype", [torch.float8_e4m3fn, torch.float8_e5m2])
@@ -541,6 +541,38 @@ def test_block_scaled_tiles_where_they_measured_faster(shape, kind):
         assert resolve_config(*shape, 132, 2, True, given, 1).BLOCK_N <= 128
     given = block_scaled_overrides(*shape, 132, 2, True, dict(BLOCK_M=128))
     assert resolve_config(*shape, 132, 2, True, given, 1).BLOCK_M == 128
+
+
+# bench/gemm_fp8.py --shapes decode, block scales, the pick against 64 x 128 tiles on one warpgroup over six stages
+# (docs/PERF.md, forty-fourth session): "rows" where those were faster, else the pick as it was
+_DECODE_ROWS = [(M, N, K) for N, K in ((28672, 4096), (14336, 4096), (8192, 28672), (4096, 14336))
+                for M in (1, 8, 16, 32, 64)]
+_DECODE_KEPT = [(M, 4096, 4096, (64, 64, 1)) for M in (1, 8, 16, 32, 64, 128)] + [
+    (128, 28672, 4096, (128, 256, 2)), (128, 14336, 4096, (128, 128, 2)), (128, 8192, 28672, (128, 128, 2))]
+
+
+@pytest.mark.parametrize("shape", _DECODE_ROWS)
+def test_block_scaled_decode_takes_64_row_tiles_where_they_measured_faster(shape):
+    """Up to 64 rows of A: 64 x 128 tiles on one warpgroup over six stages where the pick's tiles had 128 rows (half
+    past M; 1.5-34% faster at N 8192 to 28672), or 64 columns in as many units (N 4096 at K 14336, 2-9%). The
+    caller's tile fields and stages keep theirs."""
+    from gluon.kernels.gemm_sm90.block_scaled import BLOCK_SCALED_ROWS
+    from gluon.kernels.gemm_sm90.config import resolve_config
+    cfg = resolve_config(*shape, 132, 2, True, block_scaled_overrides(*shape, 132, 2, True, None), 1)
+    assert {k: getattr(cfg, k) for k in BLOCK_SCALED_ROWS} == BLOCK_SCALED_ROWS and cfg.BLOCK_K == 128
+    asked = resolve_config(*shape, 132, 2, True, block_scaled_overrides(*shape, 132, 2, True, dict(STAGES=4)), 1)
+    assert (asked.BLOCK_M, asked.BLOCK_N, asked.STAGES) == (64, 128, 4)
+    kept = resolve_config(*shape, 132, 2, True, block_scaled_overrides(*shape, 132, 2, True, dict(BLOCK_M=128)), 1)
+    assert kept.BLOCK_M == 128
+
+
+@pytest.mark.parametrize("M,N,K,tile", _DECODE_KEPT)
+def test_block_scaled_decode_keeps_the_pick_where_it_measured_faster(M, N, K, tile):
+    """N = K = 4096 up to 128 rows: 64 x 64 tiles over two K slices, twice the units 64 x 128 tiles make (those 1-4%
+    slower; 10% at 128 rows); at 128 rows the 128-row picks (64 x 128 tiles 1-8% slower)."""
+    from gluon.kernels.gemm_sm90.config import resolve_config
+    cfg = resolve_config(M, N, K, 132, 2, True, block_scaled_overrides(M, N, K, 132, 2, True, None), 1)
+    assert (cfg.BLOCK_M, cfg.BLOCK_N, cfg.CONSUMER_WGS) == tile
 
 
 @pytest.mark.parametrize("shape", [(512, 1024, 16384), (256, 512, 65536), (4096, 4096, 4096), (1000, 1000, 1000),

@@ -5,7 +5,8 @@ measured ones (docs/PERF.md); the k-loops they pick between are in fp8_scales.py
 """
 from __future__ import annotations
 
-from .config import DEFAULT_CONFIG, WAVE_MARGIN, choose_config, fills_a_wave, slot_use, stages_beside, tiles
+from .config import (DEFAULT_CONFIG, WAVE_MARGIN, GemmConfig, choose_config, fills_a_wave, slot_use, split_k,
+                     stages_beside, tiles)
 
 # fp8 with 128 x 128 block scales (one B block per tile, so 128 columns): 192-row tiles on three warpgroups run
 # a round about 6% faster than 128x128 on two (8192^3 +5.3%, 8192x28672x4096 +6.4%; at 4096^3 their part-empty
@@ -22,6 +23,12 @@ BLOCK_SCALED_WIDE_SPEED = 1.08
 BLOCK_SCALED_WIDE_K = 4096          # ... over 192x128
 BLOCK_SCALED_WIDE_MIN_K = 512       # ... over 128x128: the least K timed, and the fewest rows (128x28672x4096 +5%;
 BLOCK_SCALED_WIDE_MIN_M = 128       # decode below them unmeasured)
+# ... and at decode (up to 64 rows of A), 64 x 128 tiles on one warpgroup over six stages where the pick's tiles
+# have 128 rows (half of them past M; 1.5-34% faster at 20 shapes of N 8192 to 28672), or 64 columns whose K slices
+# make no more units than these (N 4096 at K 14336: 2-9%; at K 4096 half as many units, 1-4% slower):
+# docs/PERF.md, forty-fourth session
+BLOCK_SCALED_ROWS = dict(BLOCK_M=64, BLOCK_N=128, CONSUMER_WGS=1, STAGES=6)
+BLOCK_SCALED_ROWS_MAX_M = 64
 
 
 def block_scaled_tall(M: int, N: int, num_sms: int) -> bool:
@@ -46,11 +53,26 @@ def block_scaled_wide(M: int, N: int, K: int, num_sms: int) -> bool:
             slot_use(M, N, wide, num_sms) * BLOCK_SCALED_WIDE_SPEED >= slot_use(M, N, square, num_sms) * WAVE_MARGIN)
 
 
+def block_scaled_rows(M: int, N: int, K: int, num_sms: int, pick: GemmConfig) -> bool:
+    """Whether block-scaled fp8 takes BLOCK_SCALED_ROWS' 64 x 128 tiles over `pick`'s (choose_config's unswapped
+    pick, its columns cut to 128): up to BLOCK_SCALED_ROWS_MAX_M rows of A, where the pick's tiles have more rows
+    than 64 or its units (tiles times K slices) are no more than theirs."""
+    if M > BLOCK_SCALED_ROWS_MAX_M:
+        return False
+    square = pick.replace(BLOCK_N=min(pick.BLOCK_N, 128), BLOCK_K=128, SWAP_AB=False)
+    if square.BLOCK_M > 64:
+        return True
+    rows = DEFAULT_CONFIG.replace(BLOCK_K=128, **BLOCK_SCALED_ROWS)
+    return (tiles(M, N, rows) * split_k(M, N, K, rows, num_sms) >=
+            tiles(M, N, square) * split_k(M, N, K, square, num_sms))
+
+
 def block_scaled_overrides(M: int, N: int, K: int, sms: int, out_size: int, pitch_aligned: bool, config) -> dict:
     """The caller's overrides (a dict or None) with what block scales need where the caller left it open: one
     128 x 128 B block per tile (BLOCK_N 128, or the pick's if below), a 128-deep k-step, no SWAP_AB, 128 x 256
-    tiles in two halves where `block_scaled_wide` says, else 192 rows on three warpgroups where `block_scaled_tall`
-    says (either only where the caller sets none of the tile's fields), and a
+    tiles in two halves where `block_scaled_wide` says, 64 x 128 tiles on one warpgroup where `block_scaled_rows`
+    says, else 192 rows on three warpgroups where `block_scaled_tall` says (each only where the caller sets none of
+    the tile's fields), and a
     warpgroup per 64 rows where one would hold more than 64 accumulator values a thread (the k-step's product
     sits beside the sum: the deep-K pick's 128x128 tile on one warpgroup spilled 384 bytes before the rows could
     run in parts), or per 128 rows from 256 rows up (more than three warpgroups do not fit the registers; each
@@ -67,6 +89,10 @@ def block_scaled_overrides(M: int, N: int, K: int, sms: int, out_size: int, pitc
             and not any(given.get(k) for k in narrow_only) and given.get("EPILOGUE") not in ("tma2", "ring")
             and pick.BLOCK_N >= 128 and block_scaled_wide(M, N, K, sms)):
         given.update(BLOCK_SCALED_WIDE)
+    elif (out_size == 2 and pitch_aligned and not any(k in given for k in tile_fields)
+            and not any(given.get(k) for k in narrow_only) and given.get("EPILOGUE") not in ("tma2", "ring")
+            and block_scaled_rows(M, N, K, sms, pick)):
+        given.update({k: v for k, v in BLOCK_SCALED_ROWS.items() if k not in given})
     bn = given.setdefault("BLOCK_N", min(pick.BLOCK_N, 128))
     given.setdefault("BLOCK_K", 128)
     tall_fields = ("BLOCK_M", "CONSUMER_WGS", "CONSUMER_REGS", "SPLIT_WGS")
