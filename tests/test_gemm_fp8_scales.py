@@ -554,7 +554,7 @@ _DECODE_KEPT = [(M, 4096, 4096, (64, 64, 1)) for M in (1, 8, 16, 32, 64, 128)] +
 @pytest.mark.parametrize("shape", _DECODE_ROWS)
 def test_block_scaled_decode_takes_64_row_tiles_where_they_measured_faster(shape):
     """Up to 64 rows of A: 64 x 128 tiles on one warpgroup over six stages where the pick's tiles had 128 rows (half
-    past M; 1.5-34% faster at N 8192 to 28672), or 64 columns in as many units (N 4096 at K 14336, 2-9%). The
+    past M; 2-34% faster at N 8192 to 28672), or 64 columns in as many units (N 4096 at K 14336, 4-5%). The
     caller's tile fields and stages keep theirs."""
     from gluon.kernels.gemm_sm90.block_scaled import BLOCK_SCALED_ROWS
     from gluon.kernels.gemm_sm90.config import resolve_config
