@@ -487,24 +487,6 @@ def test_load_resolves_the_config_of_each_call_bucket(built, monkeypatch):
         assert k.bucket((2, 4, 512, 64, 1), "bf16")["fallback"] is True
 
 
-def test_the_gemm_loader_keeps_its_nearest_bucket_and_its_refusal(tmp_path):
-    """The template hooks' defaults are the loader's old rule: nearest in log space, no fallback."""
-    from gluon.loader import LoadedKernel
-    from gluon.tuning.build import BuildError
-    from gluon.tuning.templates.gemm_sm90 import TUNING as GEMM
-    k = LoadedKernel.__new__(LoadedKernel)
-    k.name, k.template, k._choice = "gemm_sm90", GEMM, {}
-    k.entries = [{"shape": [8192, 8192, 8192], "dtype": "fp16", "config": {"BLOCK_N": 256}},
-                 {"shape": [1024, 1024, 1024], "dtype": "fp16", "config": {"BLOCK_N": 128}}]
-    assert k.bucket((6000, 6000, 6000), "fp16")["config"] == {"BLOCK_N": 256}
-    assert k.bucket((512, 2048, 1024), "fp16")["config"] == {"BLOCK_N": 128}
-    with pytest.raises(BuildError, match="built for fp16, not bf16"):
-        k.bucket((512, 512, 512), "bf16")
-    a = torch.empty(64, 32, dtype=torch.float16)
-    assert GEMM.shape_of(a, torch.empty(32, 16, dtype=torch.float16), out=None) == (64, 16, 32)
-    assert GEMM.dtype_of(a, a, out=None) == "fp16" and GEMM.call_kwargs({}) == {}
-
-
 def test_tuned_bench_rebuilds_the_call_with_its_causal_flag():
     inputs = TUNING.make_inputs((1, 2, 32, 64, 1), "fp16", "cpu", 0)
     q, k, v = TUNING.call_args(inputs)

@@ -21,8 +21,9 @@ from gluon.dtypes import DType
 from gluon.ir import GluonError
 from gluon.kernels.gemm_sm90 import (DEFAULT_CONFIG, GemmConfig, gemm_sm90, launch, num_warps, promises_n16,
                                      resolve_config, split_k, stand_ins, tiles)
+from gluon.kernels.gemm_sm90.config import SMALL_M
 from gluon.tuning.template import (H200_PEAK_BW, H200_PEAK_FLOPS, H200_SMS, TuningTemplate, dtype_name, element_size,
-                                   gluon_dtype, torch_dtype, waves_efficiency)
+                                   gluon_dtype, log_distance, torch_dtype, waves_efficiency)
 
 _SPEC_NAMES = ("CONSUMER_WARPS", "CONSUMER_REGS", "PRODUCER_WARPS", "SPLIT_K")
 _KERNEL_DIR = Path(_kernel_package.__file__).parent
@@ -206,6 +207,17 @@ class _GemmSM90Tuning(TuningTemplate):
                 raise GluonError(f"{self.name}: {name} must be a 2-D torch.Tensor, got {got}")
         return (a.shape[0], b.shape[0] if a.element_size() == 1 else b.shape[1], a.shape[1])
 
+    def bucket_distance(self, built, shape):
+        """The log-space distance, but None across the decode boundary (SMALL_M rows of A, where `launch` swaps A
+        and B): a prefill bucket's tiles would leave most SMs idle at a few rows (128x256 tiles: 16 of them at 1 x
+        4096 x 4096), a decode bucket's swapped tiles would run prefill on 64-row tiles."""
+        if (built[0] <= SMALL_M) != (shape[0] <= SMALL_M):
+            return None
+        return log_distance(built, shape)
+
+    def fallback_config(self, shape, dtype):
+        return {}                   # `launch`'s own pick for the call (choose_config), with the loader's warning
+
     def call(self, config, a, b, out=None, scale_a=None, scale_b=None):
         """c = a @ b (a [M, K], b [K, N] row-major, one dtype); fp8: c = (scale_a a) @ (scale_b b).T in bf16,
         b [N, K] (nn.Linear's weight), scales fp32 of one element each. `out` is written when given."""
@@ -219,7 +231,8 @@ class _GemmSM90Tuning(TuningTemplate):
         """`call` with `config` mapped to its GemmConfig and split count once (gluon.load's callable keeps it
         per call key): per call the output's allocation and `launch`."""
         import torch
-        cfg = self.knobs(config)                # "auto" values: `launch` resolves them per problem, once
+        # "auto" values: `launch` resolves them per problem, once; no config (the fallback): `launch`'s own pick
+        cfg = self.knobs(config) if config else None
         s = config.get("SPLIT_K", "auto")
         splits = None if _auto(s) else int(s)
         empty, bf16 = torch.empty, torch.bfloat16
