@@ -1,7 +1,8 @@
 """Which tiles fp8 GEMMs with DeepGEMM's block scales take (`launch` with 1 x 128 A and 128 x 128 B scales):
 128 columns a tile (one B scale block), 128-deep k-steps, and where they run faster than 128 x 128 tiles, 192 rows
-on three warpgroups (`block_scaled_tall`) or 128 x 256 tiles in two halves (`block_scaled_wide`). The rules are
-measured ones (docs/PERF.md); the k-loops they pick between are in fp8_scales.py.
+on three warpgroups (`block_scaled_tall`), 128 x 256 tiles in two halves (`block_scaled_wide`) or, at decode, 64 x
+128 tiles on one warpgroup (`block_scaled_rows`). The rules are measured ones (docs/PERF.md); the k-loops they pick
+between are in fp8_scales.py.
 """
 from __future__ import annotations
 
@@ -86,14 +87,13 @@ def block_scaled_overrides(M: int, N: int, K: int, sms: int, out_size: int, pitc
     tile_fields = ("BLOCK_M", "BLOCK_N", "CONSUMER_WGS", "CONSUMER_REGS", "SPLIT_WGS", "PRODUCER_REGS")
     # switches of the 128-column k-loops (the halves refuse the first two and run SCALES_AHEAD their own way)
     narrow_only = ("MMA_TURNS", "PIPELINED_PROMOTION", "SCALES_AHEAD")
-    if (out_size == 2 and pitch_aligned and not any(k in given for k in tile_fields)
-            and not any(given.get(k) for k in narrow_only) and given.get("EPILOGUE") not in ("tma2", "ring")
-            and pick.BLOCK_N >= 128 and block_scaled_wide(M, N, K, sms)):
+    # the measured picks' conditions: a bf16 / fp16 C, aligned rows, the tile and the k-loop left to the launch
+    measured = (out_size == 2 and pitch_aligned and not any(k in given for k in tile_fields)
+                and not any(given.get(k) for k in narrow_only) and given.get("EPILOGUE") not in ("tma2", "ring"))
+    if measured and pick.BLOCK_N >= 128 and block_scaled_wide(M, N, K, sms):
         given.update(BLOCK_SCALED_WIDE)
-    elif (out_size == 2 and pitch_aligned and not any(k in given for k in tile_fields)
-            and not any(given.get(k) for k in narrow_only) and given.get("EPILOGUE") not in ("tma2", "ring")
-            and block_scaled_rows(M, N, K, sms, pick)):
-        given.update({k: v for k, v in BLOCK_SCALED_ROWS.items() if k not in given})
+    elif measured and block_scaled_rows(M, N, K, sms, pick):
+        given.update({k: v for k, v in BLOCK_SCALED_ROWS.items() if k not in given})     # the caller's STAGES stay
     bn = given.setdefault("BLOCK_N", min(pick.BLOCK_N, 128))
     given.setdefault("BLOCK_K", 128)
     tall_fields = ("BLOCK_M", "CONSUMER_WGS", "CONSUMER_REGS", "SPLIT_WGS")

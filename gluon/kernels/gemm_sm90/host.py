@@ -27,9 +27,8 @@ from gluon.types import SharedMemoryError, TensorRef
 from ..config_checks import in_config_terms, past_the_shared_memory, stage_bytes, stages_that_fit
 from ..tensor_checks import device_sms, interpreting, on_the_launch_device
 from .block_scaled import block_scaled_overrides
-from .config import (CLUSTER_K_SIZES, DEFAULT_CONFIG, SPLITK_GRID_SIZES,
-                     GemmConfig, by_address, choose_config, grid, num_warps,
-                     resolve_config, split_k, stages_beside, stores_by_address, tiles, to_config, units)
+from .config import (CLUSTER_K_SIZES, DEFAULT_CONFIG, SPLITK_GRID_SIZES, GemmConfig, by_address, choose_config, grid,
+                     num_warps, resolve_config, split_k, stores_by_address, tiles, to_config, units)
 from .kernel import gemm_sm90
 from .padding import PadPlan, pad_plan, tma_ready
 
