@@ -28,8 +28,24 @@ def test_the_spec_loads_and_names_the_block_template():
     halves = [c for c in configs if c["BLOCK_N"] == 256]
     assert halves and all(c["SPLIT_WGS"] and c["BLOCK_M"] == 16 * c["CONSUMER_WARPS"] and c["CONSUMER_REGS"] == 240
                           and not c["MMA_TURNS"] for c in halves)
-    for seed in T.seed_configs():
+    for seed in T.seed_configs(shapes=spec.shapes, dtypes=spec.dtypes):
         assert {k: seed[k] for k in spec.space.params} in configs
+
+
+def test_the_block_spec_has_decode_buckets_seeded_with_launchs_pick():
+    """The spec's buckets of a few rows (gluon.load serves calls of up to 128 rows from those only) are seeded with
+    what `launch` runs there: 64x128 tiles on one warpgroup at 16 x 28672 x 4096 (`block_scaled_rows`), 64x64 at
+    64 x 4096 x 4096; a pick equal to a fixed seed is not measured twice."""
+    spec = load_spec(SPECS / "gemm_sm90_fp8_block.toml")
+    decode = [s for s in spec.shapes if s[0] <= 128]
+    assert decode
+    seeds = T.seed_configs(shapes=spec.shapes, dtypes=spec.dtypes)
+    tiles = {(s["BLOCK_M"], s["BLOCK_N"], s["CONSUMER_WARPS"]) for s in seeds}
+    assert {(64, 128, 4), (64, 64, 4)} <= tiles
+    names = list(spec.space.params)
+    projected = [tuple(s[k] for k in names) for s in seeds]
+    assert len(projected) == len(set(projected))
+    assert T.pick((16, 28672, 4096), "fp8e4m3")["STAGES"] == 6
 
 
 def test_a_trace_is_the_block_scaled_kernel():

@@ -19,8 +19,9 @@ from __future__ import annotations
 import hashlib
 from pathlib import Path
 
-from gluon.kernels.gemm_sm90 import DEFAULT_CONFIG
-from gluon.kernels.gemm_sm90.block_scaled import BLOCK_SCALED_TALL, BLOCK_SCALED_WIDE
+from gluon.kernels.gemm_sm90 import DEFAULT_CONFIG, resolve_config
+from gluon.kernels.gemm_sm90.block_scaled import BLOCK_SCALED_TALL, BLOCK_SCALED_WIDE, block_scaled_overrides
+from gluon.tuning.template import H200_SMS
 
 from .gemm_sm90 import _GemmSM90Tuning
 
@@ -127,13 +128,15 @@ class _BlockFP8Tuning(_ScaledFP8Tuning):
         sb = inputs["scale_b"].amax(dim=1).repeat_interleave(128)[: b.shape[0]].reshape(1, -1).contiguous()
         return lambda: torch._scaled_mm(a, b.t(), scale_a=sa, scale_b=sb, out_dtype=torch.bfloat16, out=o)
 
-    def seed_configs(self):
+    def seed_configs(self, shapes=(), dtypes=()):
         """What `launch` runs for block scales at several tiles a program: 128x128 tiles, two warpgroups each
         its own role, K_ZIGZAG; then that with the warpgroups taking turns (MMA_TURNS); then without
         K_ZIGZAG; then with the scales loaded a k-step ahead (SCALES_AHEAD); then with cuBLAS's k-loop
         (PIPELINED_PROMOTION); then 192x128 tiles on three warpgroups (`block_scaled_tall`'s pick at 16384x8192x1024);
         then 128x256 tiles in two halves (`block_scaled_wide`'s pick: 4096^3, 8192^3, the LLM shapes, and from K 512
-        where their rounds fill as the 128x128 tiles' do)."""
+        where their rounds fill as the 128x128 tiles' do). Then what `launch` runs at each of `shapes` (`pick`: the
+        decode buckets' 64x128 tiles on one warpgroup, `block_scaled_rows`), so `gluon build --best` serves no bucket
+        slower than it."""
         d = DEFAULT_CONFIG
         cfg = dict(BLOCK_M=128, BLOCK_N=128, BLOCK_K=128, STAGES=3, GROUP_M=d.GROUP_M, PRODUCER_REGS=d.PRODUCER_REGS,
                    SWIZZLE=d.SWIZZLE, EPILOGUE="tma", SPLIT_WGS=True, CONSUMER_REGS=d.CONSUMER_REGS,
@@ -143,8 +146,24 @@ class _BlockFP8Tuning(_ScaledFP8Tuning):
         tall = dict(cfg, **tall, CONSUMER_WARPS=4 * BLOCK_SCALED_TALL["CONSUMER_WGS"])
         wide = {k: v for k, v in BLOCK_SCALED_WIDE.items() if k != "CONSUMER_WGS"}
         wide = dict(cfg, **wide, CONSUMER_WARPS=4 * BLOCK_SCALED_WIDE["CONSUMER_WGS"])
-        return [cfg, dict(cfg, MMA_TURNS=True), dict(cfg, K_ZIGZAG=False), dict(cfg, SCALES_AHEAD=True),
-                dict(cfg, PIPELINED_PROMOTION=True), tall, wide]
+        seeds = [cfg, dict(cfg, MMA_TURNS=True), dict(cfg, K_ZIGZAG=False), dict(cfg, SCALES_AHEAD=True),
+                 dict(cfg, PIPELINED_PROMOTION=True), tall, wide]
+        seen = [{k: s[k] for k in cfg} for s in seeds]         # a pick equal to a seed in the seeds' names is one
+        for shape in shapes:
+            for dtype in (d for d in dtypes if d in self.dtypes):
+                pick = self.pick(shape, dtype)
+                if {k: pick.get(k) for k in cfg} not in seen:
+                    seen.append({k: pick.get(k) for k in cfg})
+                    seeds.append(pick)
+        return seeds
+
+    def pick(self, shape, dtype: str, num_sms: int = H200_SMS) -> dict:
+        """`launch`'s config for block-scaled operands of `shape` (contiguous, bf16 C: `block_scaled_overrides`,
+        "auto" values resolved, the split count left to "auto"), in the spec's names."""
+        M, N, K = shape
+        cfg = resolve_config(M, N, K, num_sms, 2, True, block_scaled_overrides(M, N, K, num_sms, 2, True, None), 1)
+        out = {k: v for k, v in cfg.to_dict().items() if k in self.params}
+        return dict(out, CONSUMER_WARPS=4 * cfg.CONSUMER_WGS, PRODUCER_WARPS=1)
 
 
 ROWCOL = _RowColFP8Tuning()
