@@ -480,6 +480,29 @@ def test_cpu_operands_get_one_line_naming_the_operand():
         launch(a, a, torch.empty(64, 64).half())
 
 
+def test_a_plan_made_in_the_interpreter_serves_no_launch_outside_it():
+    """The plan cache keys on the device and on whether the interpreter runs the launch: a CPU problem first planned
+    (and compiled) in the interpreter, then launched without it or on meta tensors, still gets the device check's
+    line (the cached plan skipped it: the interpreter's binary ran a CPU call outside the interpreter)."""
+    import torch
+    from gluon.interpret import set_enabled
+    from gluon.ir import GluonError
+    from gluon.kernels.gemm_sm90.host import launch
+    a = torch.randn(64, 48).half()
+    meta = torch.empty(64, 48, dtype=torch.float16, device="meta")
+    was = set_enabled(True)
+    try:
+        c = launch(a, a.T.contiguous(), torch.empty(64, 64).half())
+        # a meta tensor's device index is a CPU tensor's (-1): the plan keys on the device itself
+        with pytest.raises(GluonError, match="CPU interpreter"):
+            launch(meta, meta.T.contiguous(), torch.empty(64, 64, dtype=torch.float16, device="meta"))
+    finally:
+        set_enabled(was)
+    torch.testing.assert_close(c.float(), a.float() @ a.float().T, rtol=1e-2, atol=1e-2)
+    with pytest.raises(GluonError, match="gemm: a is on cpu; the kernel runs on a CUDA device"):
+        launch(a, a.T.contiguous(), torch.empty(64, 64).half())
+
+
 # ------------------------------------------------------------------------------ small M: SWAP_AB, split-K fixup
 
 @pytest.mark.parametrize("M,N,K,want", [

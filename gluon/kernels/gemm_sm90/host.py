@@ -153,8 +153,11 @@ def _launch(a, b, c, config, b_kmajor: bool, splits, compiled, scale_a, scale_b,
     aligned = sa[0] * es % 128 == 0 and sb[0] * es % 128 == 0
     # everything the plan and the kernel's specialization depend on (the operands are TMA-ready, so
     # 16-byte aligned): repeated launches of one problem take the cached compiled kernel directly
-    plan_key = (a.get_device(), M, N, K, a.dtype, b.dtype, c.dtype, b_kmajor, splits, aligned, scale, c_addr,
-                config if isinstance(config, GemmConfig) else tuple(sorted(config.items())) if config else ())
+    # (the device, not its index: a CPU and a meta tensor share -1; and whether the interpreter runs it: a plan made
+    # there holds its binary, and a cached plan skips the device check)
+    plan_key = (a.device, M, N, K, a.dtype, b.dtype, c.dtype, b_kmajor, splits, aligned, scale, c_addr,
+                config if isinstance(config, GemmConfig) else tuple(sorted(config.items())) if config else (),
+                interpreting())
     plan = _PLANS.get(plan_key)
     if plan is None:
         on_the_launch_device("gemm", a=a, b=b, c=c)     # when a problem is first seen: no per-call cost
