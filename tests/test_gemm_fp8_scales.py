@@ -19,6 +19,7 @@ def _fp8(*shape, dtype=torch.float8_e4m3fn):
 
 
 @pytest.mark.parametrize("M,N,K,kw", [(200, 136, 320, {}), (64, 256, 384, {}), (1, 300, 256, {}), (5, 200, 16384, {}),
+                                       (70, 8300, 200, {}),
                                        (130, 200, 128, dict(splits=1)),
                                        (200, 136, 520, dict(splits=2)), (96, 300, 256, dict(config=dict(BLOCK_N=64)))])
 @pytest.mark.parametrize("dtype", [torch.float8_e4m3fn, torch.float8_e5m2])
@@ -508,7 +509,9 @@ def test_pipelined_promotion_issues_the_next_wgmma_after_the_promotion(shape, tu
     assert loops >= cfg.CONSUMER_WGS
 
 
-# each as measured (docs/PERF.md, forty-first and forty-third sessions: the pick against the others, same run)
+# each as measured (docs/PERF.md, forty-first and forty-third sessions: the pick against the others, same run); 128 x
+# 28672 x 4096, measured there too, takes the forty-fourth's decode tiles (_DECODE_RESIDENT below), 128 x 16384 x
+# 4096 takes them untimed
 @pytest.mark.parametrize("shape,kind", [((8192, 8192, 8192), "wide"), ((8192, 28672, 4096), "wide"),
                                         ((4096, 4096, 4096), "wide"), ((8192, 4096, 14336), "wide"),
                                         ((8192, 8192, 4096), "wide"), ((4096, 14336, 4096), "wide"),
@@ -519,8 +522,7 @@ def test_pipelined_promotion_issues_the_next_wgmma_after_the_promotion(shape, tu
                                         ((512, 8192, 8192), "wide"), ((1000, 3000, 784), "wide"),
                                         ((384, 8192, 4096), "wide"), ((256, 28672, 4096), "wide"),
                                         ((256, 14336, 4096), "wide"), ((256, 14336, 2048), "wide"),
-                                        ((128, 28672, 4096), "wide"), ((384, 14336, 4096), "tall"),
-                                        ((384, 4096, 4096), "square"), ((128, 16384, 4096), "square"),
+                                        ((384, 14336, 4096), "tall"), ((384, 4096, 4096), "square"),
                                         ((16384, 8192, 1024), "tall"), ((8192, 8192, 2048), "tall"),
                                         ((8192, 8192, 3072), "tall"), ((4096, 14336, 2048), "tall"),
                                         ((3072, 3072, 2048), "tall"), ((512, 4096, 4096), "square"),
@@ -548,7 +550,9 @@ def test_block_scaled_tiles_where_they_measured_faster(shape, kind):
 _DECODE_ROWS = [(M, N, K) for N, K in ((28672, 4096), (14336, 4096), (8192, 28672), (4096, 14336))
                 for M in (1, 8, 16, 32, 64)]
 _DECODE_KEPT = [(M, 4096, 4096, (64, 64, 1)) for M in (1, 8, 16, 32, 64, 128)] + [
-    (128, 28672, 4096, (128, 256, 2)), (128, 14336, 4096, (128, 128, 2)), (128, 8192, 28672, (128, 128, 2))]
+    (128, 8192, 28672, (128, 128, 2)), (128, 4096, 14336, (64, 64, 1))]
+# ... and from 65 rows, the same tiles at two CTAs an SM where they were faster (s44d / s44f)
+_DECODE_RESIDENT = [(128, 28672, 4096), (128, 14336, 4096), (96, 14336, 4096), (80, 28672, 4096)]
 
 
 @pytest.mark.parametrize("shape", _DECODE_ROWS)
@@ -566,17 +570,29 @@ def test_block_scaled_decode_takes_64_row_tiles_where_they_measured_faster(shape
     assert kept.BLOCK_M == 128
 
 
+@pytest.mark.parametrize("shape", _DECODE_RESIDENT)
+def test_block_scaled_decode_takes_two_ctas_an_sm_from_65_rows_where_they_measured_faster(shape):
+    """65 to 128 rows, where the pick's tiles had 128 rows and these need no K split: 64 x 128 tiles on one
+    warpgroup over four stages at two CTAs an SM (2-7% faster than the pick, 128 x 256 halves at 128 x 28672)."""
+    from gluon.kernels.gemm_sm90.block_scaled import BLOCK_SCALED_RESIDENT
+    from gluon.kernels.gemm_sm90.config import resolve_config, split_k
+    cfg = resolve_config(*shape, 132, 2, True, block_scaled_overrides(*shape, 132, 2, True, None), 1)
+    assert {k: getattr(cfg, k) for k in BLOCK_SCALED_RESIDENT} == BLOCK_SCALED_RESIDENT
+    assert split_k(*shape, cfg, 132) == 1
+
+
 @pytest.mark.parametrize("M,N,K,tile", _DECODE_KEPT)
 def test_block_scaled_decode_keeps_the_pick_where_it_measured_faster(M, N, K, tile):
     """N = K = 4096 up to 128 rows: 64 x 64 tiles over two K slices, twice the units 64 x 128 tiles make (those 1-4%
-    slower; 10% at 128 rows); at 128 rows the 128-row picks (64 x 128 tiles 1-8% slower)."""
+    slower; 10% at 128 rows); 128 x 8192 x 28672 (two CTAs an SM of 64 x 128 tiles, split in two, 0-4% slower);
+    128 x 4096 x 14336 (untimed there at two CTAs an SM; 64x128 on one CTA an SM 9% faster, one reading)."""
     from gluon.kernels.gemm_sm90.config import resolve_config
     cfg = resolve_config(M, N, K, 132, 2, True, block_scaled_overrides(M, N, K, 132, 2, True, None), 1)
     assert (cfg.BLOCK_M, cfg.BLOCK_N, cfg.CONSUMER_WGS) == tile
 
 
 @pytest.mark.parametrize("shape", [(512, 1024, 16384), (256, 512, 65536), (4096, 4096, 4096), (1000, 1000, 1000),
-                                   (8192, 8192, 8192)])
+                                   (8192, 8192, 8192), (16, 28672, 4096), (96, 14336, 4096)])
 def test_block_scaled_picks_compile_without_spills(shape):
     """The k-step's product sits beside the fp32 sum, so a block-scaled tile takes a warpgroup per 64 rows where
     one would hold more than 64 values a thread: the deep-K pick (128x128 on one warpgroup) spilled 384 bytes. (The

@@ -34,7 +34,7 @@ def test_the_spec_loads_and_names_the_block_template():
 
 def test_the_block_spec_has_decode_buckets_seeded_with_launchs_pick():
     """The spec's buckets of a few rows (gluon.load serves calls of up to 128 rows from those only) are seeded with
-    what `launch` runs there: 64x128 tiles on one warpgroup at 16 x 28672 x 4096 (`block_scaled_rows`), 64x64 at
+    what `launch` runs there: 64x128 tiles on one warpgroup at 16 x 28672 x 4096 (`block_scaled_decode`), 64x64 at
     64 x 4096 x 4096; a pick equal to a fixed seed is not measured twice."""
     spec = load_spec(SPECS / "gemm_sm90_fp8_block.toml")
     decode = [s for s in spec.shapes if s[0] <= 128]

@@ -1,7 +1,7 @@
 """Which tiles fp8 GEMMs with DeepGEMM's block scales take (`launch` with 1 x 128 A and 128 x 128 B scales):
 128 columns a tile (one B scale block), 128-deep k-steps, and where they run faster than 128 x 128 tiles, 192 rows
 on three warpgroups (`block_scaled_tall`), 128 x 256 tiles in two halves (`block_scaled_wide`) or, at decode, 64 x
-128 tiles on one warpgroup (`block_scaled_rows`). The rules are measured ones (docs/PERF.md); the k-loops they pick
+128 tiles on one warpgroup (`block_scaled_decode`). The rules are measured ones (docs/PERF.md); the k-loops they pick
 between are in fp8_scales.py.
 """
 from __future__ import annotations
@@ -31,6 +31,11 @@ BLOCK_SCALED_WIDE_MIN_M = 128       # at 64 rows, 64x256 halves on one warpgroup
 # docs/PERF.md, forty-fourth session
 BLOCK_SCALED_ROWS = dict(BLOCK_M=64, BLOCK_N=128, CONSUMER_WGS=1, STAGES=6)
 BLOCK_SCALED_ROWS_MAX_M = 64
+# ... and from 65 to 128 rows the same tiles over four stages at two CTAs an SM, where the pick's tiles have 128 rows
+# and these need no K split (2-7% faster at 80 / 96 / 128 x 14336 / 28672 x 4096; 4% slower at 128 x 8192 x 28672,
+# split in two): docs/PERF.md, forty-fourth session
+BLOCK_SCALED_RESIDENT = dict(BLOCK_M=64, BLOCK_N=128, CONSUMER_WGS=1, STAGES=4, CTAS_PER_SM=2)
+BLOCK_SCALED_RESIDENT_MAX_M = 128
 
 
 def block_scaled_tall(M: int, N: int, num_sms: int) -> bool:
@@ -55,24 +60,28 @@ def block_scaled_wide(M: int, N: int, K: int, num_sms: int) -> bool:
             slot_use(M, N, wide, num_sms) * BLOCK_SCALED_WIDE_SPEED >= slot_use(M, N, square, num_sms) * WAVE_MARGIN)
 
 
-def block_scaled_rows(M: int, N: int, K: int, num_sms: int, pick: GemmConfig) -> bool:
-    """Whether block-scaled fp8 takes BLOCK_SCALED_ROWS' 64 x 128 tiles over `pick`'s (choose_config's unswapped
-    pick, its columns cut to 128): up to BLOCK_SCALED_ROWS_MAX_M rows of A, where the pick's tiles have more rows
-    than 64 or its units (tiles times K slices) are no more than theirs."""
-    if M > BLOCK_SCALED_ROWS_MAX_M:
-        return False
+def block_scaled_decode(M: int, N: int, K: int, num_sms: int, pick: GemmConfig) -> dict | None:
+    """The decode tiles block-scaled fp8 takes over `pick`'s (choose_config's unswapped pick, its columns cut to
+    128), or None: up to BLOCK_SCALED_ROWS_MAX_M rows of A, BLOCK_SCALED_ROWS where the pick's tiles have more rows
+    than 64 or its units (tiles times K slices) are no more than theirs; up to BLOCK_SCALED_RESIDENT_MAX_M,
+    BLOCK_SCALED_RESIDENT where the pick's tiles have 128 rows and these need no K split."""
     square = pick.replace(BLOCK_N=min(pick.BLOCK_N, 128), BLOCK_K=128, SWAP_AB=False)
-    if square.BLOCK_M > 64:
-        return True
-    rows = DEFAULT_CONFIG.replace(BLOCK_K=128, **BLOCK_SCALED_ROWS)
-    return (tiles(M, N, rows) * split_k(M, N, K, rows, num_sms) >=
-            tiles(M, N, square) * split_k(M, N, K, square, num_sms))
+    if M <= BLOCK_SCALED_ROWS_MAX_M:
+        if square.BLOCK_M > 64:
+            return BLOCK_SCALED_ROWS
+        rows = DEFAULT_CONFIG.replace(BLOCK_K=128, **BLOCK_SCALED_ROWS)
+        units = tiles(M, N, rows) * split_k(M, N, K, rows, num_sms)
+        return BLOCK_SCALED_ROWS if units >= tiles(M, N, square) * split_k(M, N, K, square, num_sms) else None
+    resident = DEFAULT_CONFIG.replace(BLOCK_K=128, **BLOCK_SCALED_RESIDENT)
+    if M <= BLOCK_SCALED_RESIDENT_MAX_M and square.BLOCK_M == 128 and split_k(M, N, K, resident, num_sms) == 1:
+        return BLOCK_SCALED_RESIDENT
+    return None
 
 
 def block_scaled_overrides(M: int, N: int, K: int, sms: int, out_size: int, pitch_aligned: bool, config) -> dict:
     """The caller's overrides (a dict or None) with what block scales need where the caller left it open: one
     128 x 128 B block per tile (BLOCK_N 128, or the pick's if below), a 128-deep k-step, no SWAP_AB, 128 x 256
-    tiles in two halves where `block_scaled_wide` says, 64 x 128 tiles on one warpgroup where `block_scaled_rows`
+    tiles in two halves where `block_scaled_wide` says, 64 x 128 tiles on one warpgroup where `block_scaled_decode`
     says, else 192 rows on three warpgroups where `block_scaled_tall` says (each only where the caller sets none of
     the tile's fields), and a
     warpgroup per 64 rows where one would hold more than 64 accumulator values a thread (the k-step's product
@@ -90,10 +99,11 @@ def block_scaled_overrides(M: int, N: int, K: int, sms: int, out_size: int, pitc
     # the measured picks' conditions: a bf16 / fp16 C, aligned rows, the tile and the k-loop left to the launch
     measured = (out_size == 2 and pitch_aligned and not any(k in given for k in tile_fields)
                 and not any(given.get(k) for k in narrow_only) and given.get("EPILOGUE") not in ("tma2", "ring"))
-    if measured and pick.BLOCK_N >= 128 and block_scaled_wide(M, N, K, sms):
+    decode = block_scaled_decode(M, N, K, sms, pick) if measured else None
+    if decode is not None:
+        given.update({k: v for k, v in decode.items() if k not in given})     # the caller's STAGES stay
+    elif measured and pick.BLOCK_N >= 128 and block_scaled_wide(M, N, K, sms):
         given.update(BLOCK_SCALED_WIDE)
-    elif measured and block_scaled_rows(M, N, K, sms, pick):
-        given.update({k: v for k, v in BLOCK_SCALED_ROWS.items() if k not in given})     # the caller's STAGES stay
     bn = given.setdefault("BLOCK_N", min(pick.BLOCK_N, 128))
     given.setdefault("BLOCK_K", 128)
     tall_fields = ("BLOCK_M", "CONSUMER_WGS", "CONSUMER_REGS", "SPLIT_WGS")

@@ -135,7 +135,7 @@ class _BlockFP8Tuning(_ScaledFP8Tuning):
         (PIPELINED_PROMOTION); then 192x128 tiles on three warpgroups (`block_scaled_tall`'s pick at 16384x8192x1024);
         then 128x256 tiles in two halves (`block_scaled_wide`'s pick: 4096^3, 8192^3, the LLM shapes, and from K 512
         where their rounds fill as the 128x128 tiles' do). Then what `launch` runs at each of `shapes` (`pick`: the
-        decode buckets' 64x128 tiles on one warpgroup, `block_scaled_rows`), so `gluon build --best` serves no bucket
+        decode buckets' 64x128 tiles on one warpgroup, `block_scaled_decode`), so `gluon build --best` serves no bucket
         slower than it."""
         d = DEFAULT_CONFIG
         cfg = dict(BLOCK_M=128, BLOCK_N=128, BLOCK_K=128, STAGES=3, GROUP_M=d.GROUP_M, PRODUCER_REGS=d.PRODUCER_REGS,
