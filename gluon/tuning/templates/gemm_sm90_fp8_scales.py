@@ -150,7 +150,7 @@ class _BlockFP8Tuning(_ScaledFP8Tuning):
                  dict(cfg, PIPELINED_PROMOTION=True), tall, wide]
         seen = [{k: s[k] for k in cfg} for s in seeds]         # a pick equal to a seed in the seeds' names is one
         for shape in shapes:
-            for dtype in (d for d in dtypes if d in self.dtypes):
+            for dtype in (t for t in dtypes if t in self.dtypes):
                 pick = self.pick(shape, dtype)
                 if {k: pick.get(k) for k in cfg} not in seen:
                     seen.append({k: pick.get(k) for k in cfg})
