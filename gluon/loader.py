@@ -6,8 +6,8 @@ bucket traces the kernel (milliseconds) and finds its binary there: nothing is r
 call is the spec template's to say (`shape_of` / `dtype_of` of the call's arguments, `bucket_distance` to
 each built bucket of that dtype): by default the nearest in log space over the dims, so every shape gets a
 measured config; a template can rule buckets out (attention: another head dim or causal flag), and where
-none is left its `fallback_config` runs (attention: the kernel's default config, with a one-line
-warning) or, without one, the call is refused (BuildError).
+none is left its `fallback_config` runs (the GEMM and attention: the kernel's own pick for the shape, with a
+one-line warning) or, without one, the call is refused (BuildError).
 """
 from __future__ import annotations
 
@@ -128,7 +128,7 @@ class LoadedKernel:
                     raise BuildError(f"no built bucket of {self.name} serves shape {_shape_text(shape)} {dtype} "
                                      f"(built: {', '.join(_shape_text(e['shape']) for e in of_dtype)})")
                 warnings.warn(f"gluon.load({self.name!r}): no built bucket serves shape {_shape_text(shape)} {dtype}; "
-                              "running the kernel's default config", stacklevel=3)
+                              "running the kernel's own pick for it (no tuned config)", stacklevel=3)
                 e = {"shape": list(shape), "dtype": dtype, "config": config, "fallback": True}
             self._choice[key] = e
         return e

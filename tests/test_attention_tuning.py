@@ -475,7 +475,7 @@ def test_load_resolves_the_config_of_each_call_bucket(built, monkeypatch):
     assert (kw["causal"], kw["scale"], kw["return_lse"], kw["layout"]) == (True, 0.25, True, "bhsd")
     # no bucket with D 64 and the mask, none of fp16: the default config for the head dim, warned once
     with pytest.warns(UserWarning, match=r"no built bucket serves shape 4x2x1000x64x1 bf16; running the kernel's "
-                                         r"default config"):
+                                         r"own pick for it \(no tuned config\)"):
         assert run(4, 2, 1000, 64, causal=True)["config"] is None
     with warnings.catch_warnings():
         warnings.simplefilter("error")
