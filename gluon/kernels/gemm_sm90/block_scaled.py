@@ -22,8 +22,9 @@ BLOCK_SCALED_WIDE = dict(BLOCK_M=128, BLOCK_N=256, CONSUMER_WGS=2, SPLIT_WGS=Tru
                          PRODUCER_REGS=24)
 BLOCK_SCALED_WIDE_SPEED = 1.08
 BLOCK_SCALED_WIDE_K = 4096          # ... over 192x128
-BLOCK_SCALED_WIDE_MIN_K = 512       # ... over 128x128: the least K timed, and the fewest rows (128x28672x4096 +5%;
-BLOCK_SCALED_WIDE_MIN_M = 128       # at 64 rows, 64x256 halves on one warpgroup against 64x128 tiles: +1% at 1 x
+BLOCK_SCALED_WIDE_MIN_K = 512       # ... over 128x128: the least K timed
+BLOCK_SCALED_WIDE_MIN_M = 128       # ... and the fewest rows (128x28672x4096 +5%, where the decode tiles below run
+                                    # now; at 64 rows 64x256 halves on one warpgroup against 64x128 tiles: +1% at 1 x
                                     # 28672 x 4096, -5% / -17% at 64 x 28672 / 14336 x 4096, s44a)
 # ... and at decode (up to 64 rows of A), 64 x 128 tiles on one warpgroup over six stages where the pick's tiles
 # have 128 rows (half of them past M; 2-34% faster at 15 shapes of N 8192 to 28672), or 64 columns whose K slices
