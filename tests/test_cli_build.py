@@ -3,6 +3,7 @@ import json
 import os
 import subprocess
 import sys
+import warnings
 
 import pytest
 
@@ -160,7 +161,8 @@ def test_load_unknown_name_says_what_to_run(tmp_path):
 
 def test_the_loaded_gemm_names_an_operand_it_cannot_take(interpret_env):
     """gluon.load("gemm_sm90")(a, b) with a 1-D or non-tensor operand, or shapes that disagree: one GluonError
-    naming it (an IndexError or AttributeError from the bucket's shape before)."""
+    naming it (an IndexError or AttributeError from the bucket's shape before), before a bucket is chosen (a call
+    no bucket serves warned of its fallback first)."""
     import torch
 
     from gluon.ir import GluonError
@@ -171,7 +173,10 @@ def test_the_loaded_gemm_names_an_operand_it_cannot_take(interpret_env):
     h = torch.randn(64, 64).half()
     for args, msg in (((h, torch.randn(64).half()), r"b must be a 2-D torch.Tensor, got shape \[64\]"),
                       (([[1.0]], h), "a must be a 2-D torch.Tensor, got list"),
-                      ((torch.randn(64, 32).half(), torch.randn(48, 64).half()), r"b \[48, 64\].*has K = 48")):
-        with pytest.raises(GluonError, match=msg):
-            k(*args)
+                      ((torch.randn(64, 32).half(), torch.randn(48, 64).half()), r"b \[48, 64\].*has K = 48"),
+                      ((torch.randn(256, 32).half(), torch.randn(48, 64).half()), r"b \[48, 64\].*has K = 48")):
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")          # refused before a bucket is chosen: no fallback's warning
+            with pytest.raises(GluonError, match=msg):
+                k(*args)
     assert torch.allclose(k(h, h).float(), h.float() @ h.float(), rtol=1e-2, atol=1e-1)

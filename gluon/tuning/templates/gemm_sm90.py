@@ -205,7 +205,13 @@ class _GemmSM90Tuning(TuningTemplate):
             if not isinstance(t, torch.Tensor) or t.dim() != 2:
                 got = f"shape {list(t.shape)}" if isinstance(t, torch.Tensor) else type(t).__name__
                 raise GluonError(f"{self.name}: {name} must be a 2-D torch.Tensor, got {got}")
-        return (a.shape[0], b.shape[0] if a.element_size() == 1 else b.shape[1], a.shape[1])
+        fp8 = a.element_size() == 1
+        bK = b.shape[1] if fp8 else b.shape[0]
+        if bK != a.shape[1]:        # here, before a bucket is chosen (and a fallback warned of) for a bad call
+            form = "[N, K] (fp8)" if fp8 else "[K, N]"
+            raise GluonError(f"{self.name}: a is {list(a.shape)} (K = {a.shape[1]}) and b {list(b.shape)}, read as "
+                             f"{form}, has K = {bK}")
+        return (a.shape[0], b.shape[0] if fp8 else b.shape[1], a.shape[1])
 
     def bucket_distance(self, built, shape):
         """The log-space distance, but None across the decode boundary (SMALL_M rows of A, where `launch` swaps A
