@@ -19,9 +19,8 @@ from __future__ import annotations
 import hashlib
 from pathlib import Path
 
-from gluon.kernels.gemm_sm90 import DEFAULT_CONFIG, resolve_config
+from gluon.kernels.gemm_sm90 import DEFAULT_CONFIG
 from gluon.kernels.gemm_sm90.block_scaled import BLOCK_SCALED_TALL, BLOCK_SCALED_WIDE, block_scaled_overrides
-from gluon.tuning.template import H200_SMS
 
 from .gemm_sm90 import _GemmSM90Tuning
 
@@ -157,13 +156,9 @@ class _BlockFP8Tuning(_ScaledFP8Tuning):
                     seeds.append(pick)
         return seeds
 
-    def pick(self, shape, dtype: str, num_sms: int = H200_SMS) -> dict:
-        """`launch`'s config for block-scaled operands of `shape` (contiguous, bf16 C: `block_scaled_overrides`,
-        "auto" values resolved, the split count left to "auto"), in the spec's names."""
-        M, N, K = shape
-        cfg = resolve_config(M, N, K, num_sms, 2, True, block_scaled_overrides(M, N, K, num_sms, 2, True, None), 1)
-        out = {k: v for k, v in cfg.to_dict().items() if k in self.params}
-        return dict(out, CONSUMER_WARPS=4 * cfg.CONSUMER_WGS, PRODUCER_WARPS=1)
+    def launch_overrides(self, M, N, K, num_sms, out_size, aligned):
+        """Block scales' tiles (`block_scaled_overrides`), as `launch` puts them on choose_config's pick."""
+        return block_scaled_overrides(M, N, K, num_sms, out_size, aligned, None)
 
 
 ROWCOL = _RowColFP8Tuning()
