@@ -26,7 +26,8 @@ from .language.nvidia.ampere import (cp_async, cp_async_commit, cp_async_wait, m
                                       named_barrier_sync)
 from .language.nvidia.blackwell import tcgen05_mma, tmem_alloc, tmem_load  # noqa: F401
 from .language.nvidia.hopper import (  # noqa: F401
-    Barrier, barrier_arrive, barrier_expect, barrier_wait, cluster_rank, cluster_sync, fence_async_shared,
+    Barrier, barrier_arrive, barrier_expect, barrier_wait, cluster_rank, cluster_sync, cp_async_arrive,
+    fence_async_shared,
     griddep_launch_dependents, griddep_wait, mbarrier, set_cluster, set_ffma_yield, set_lean_prologue, set_tma_prefetch,
     split_cols,
     tma_load, tma_store, tma_store_wait, wgmma, wgmma_wait,

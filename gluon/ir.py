@@ -232,6 +232,8 @@ _register("named_barrier_arrive", "PTX bar.arrive: count attrs['num_threads'] to
 _register("cp_async", "cp.async global -> shared: (ptr, offsets, dst, mask?)", "cp_async", same_layout=True)
 _register("cp_async_commit", "close a cp.async group", "cp_async")
 _register("cp_async_wait", "wait until at most attrs['num'] cp.async groups are pending", "cp_async")
+_register("cp_async_arrive", "an arrival on the mbarrier operand once this thread's cp.async copies so far have "
+          "landed (cp.async.mbarrier.arrive: the phase's pending count raised at the op, lowered then)", "mbarrier")
 _register("mma", "Ampere tensor-core dot (HMMA): (a, b, acc) register operands", "mma", verify_dot, same_layout=True)
 _register("mfma", "CDNA matrix-core dot (MFMA): (a, b, acc) register operands", "mfma", verify_dot, same_layout=True)
 _register("wgmma", "Hopper warpgroup dot: (a smem|tile, b smem, acc) -> acc; attrs is_async", "wgmma", verify_dot,

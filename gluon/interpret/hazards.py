@@ -17,7 +17,8 @@ whichever order the interpreter happened to run the roles in.
   progress when it was issued: the barrier is itself a component of the clocks, counting completions,
   so "the reader has waited for the phase that completes this load" is `clock[bar] >= completion`.
 * Async reads under a token (an async WGMMA's group, a TMA store's) are in flight until the reader's
-  wait retires the token (`on_async_done`); cp.async writes likewise until their group is waited for.
+  wait retires the token (`on_async_done`); cp.async writes likewise until their group is waited for, or
+  until a `cp_async_arrive` on an mbarrier binds them to its phase in progress, as a TMA load is.
 * `fence_async_shared` marks the writer's register-to-shared writes so far as fenced; an async-proxy
   read (TMA store, WGMMA) of a generic write needs the writer's fence, ordered before the read.
 
@@ -69,6 +70,7 @@ class _Write:
     bar: MBarrier | None = None     # a TMA load: visible once `bar` completes phase `completion - 1`
     completion: int = 0
     token: Any = None               # a cp.async group not yet waited for
+    what: str = "TMA load"          # what a `bar`-bound write is: a TMA load, or cp.async copies handed to `bar`
     fence: int | None = None        # the writer's epoch at its first fence_async_shared after the write
 
 
@@ -192,6 +194,16 @@ class HazardTracker:
     def on_async_commit(self, group: Any, who: Any, loc) -> None:
         """A cp.async group closed; its copies stay in flight until a cp_async_wait retires it."""
 
+    def on_copies_arrive(self, bar: MBarrier, who: Any, groups: list) -> None:
+        """cp_async_arrive by `who` on `bar`: its copies under `groups` (not yet waited for) become visible as a
+        TMA load does, with the completion of the barrier's phase in progress."""
+        bc = self._sync(bar)
+        for g in groups:
+            for acc in self.tokens.pop(g, ()):
+                if isinstance(acc, _Write):
+                    acc.bar, acc.completion, acc.token, acc.what = bar, bar.phase + 1, None, "cp.async copies"
+        join(bc.pending, self.release(who))
+
     def on_async_done(self, token: Any, who: Any, loc) -> None:
         """`who` waited for `token` (wgmma_wait, tma_store_wait, cp_async_wait): the reads and writes under
         it are complete now, at `who`'s current point."""
@@ -277,7 +289,8 @@ class HazardTracker:
                 raise InterpretError(
                     f"{actor(who)} reads {sp.name} while the cp.async copies into it{_at(w.loc)} are in flight: "
                     f"{'wait for them' if w.who == who else 'the copying role must wait for them'} (cp_async_commit, "
-                    "then cp_async_wait) before the read", loc)
+                    "then cp_async_wait) before the read, or hand them to an mbarrier this role waits on "
+                    "(bar.arrive_after_copies() before the arrive that completes its phase)", loc)
             elif w.who != who and c.get(w.who, 0) < w.epoch:
                 raise InterpretError(
                     f"{actor(who)} reads {sp.name}, which {actor(w.who)} wrote{_at(w.loc)} with nothing ordering "
@@ -308,8 +321,9 @@ class HazardTracker:
         else:
             why = (f"the last phase it has seen complete is {seen - 1} (a wait with the wrong parity returns at "
                    "once)")
-        return (f"{actor(who)} reads {sp.name} before the TMA load into it{_at(w.loc)} has completed for it: the "
-                f"load completes phase {phase} (parity {phase & 1}) of mbarrier {bar}, and {why}; wait on {bar} "
+        done, subject, verb = ("has", "load", "completes") if w.what == "TMA load" else ("have", "copies", "complete")
+        return (f"{actor(who)} reads {sp.name} before the {w.what} into it{_at(w.loc)} {done} completed for it: the "
+                f"{subject} {verb} phase {phase} (parity {phase & 1}) of mbarrier {bar}, and {why}; wait on {bar} "
                 f"with parity {phase & 1} before reading")
 
     def _write(self, region: SmemRegion, sp: _Span, who: Any, proxy: str, loc, via: Any) -> None:
@@ -337,7 +351,7 @@ class HazardTracker:
                 continue
             if w.bar is not None and c.get(w.bar, 0) < w.completion:
                 raise InterpretError(
-                    f"{actor(who)} overwrites {sp.name} while it is still in use: the TMA load into it"
+                    f"{actor(who)} overwrites {sp.name} while it is still in use: the {w.what} into it"
                     f"{' at ' + str(w.loc) if w.loc else ''}, completing phase {w.completion - 1} of mbarrier "
                     f"{self.label(w.bar)}, has not been consumed and released to this role; wait for the consumer's "
                     "release of the stage (its 'empty' "

@@ -9,7 +9,7 @@ starts with.
 
 cp.async copies land at the op (the copy is done when cp_async returns here); the write names its group
 (an `AsyncGroup`, open until `cp_async_commit` closes it), which `cp_async_wait(num)` completes: all
-committed groups but the newest `num`. Masked-off elements are written as zeros, as cp.async with a
+committed groups but the newest `num`, or `cp_async_arrive` hands them to an mbarrier's phase. Masked-off elements are written as zeros, as cp.async with a
 source size of 0 writes them (Triton's lowering of a masked async copy).
 """
 from __future__ import annotations
@@ -22,7 +22,7 @@ import numpy as np
 from ..ir import SmemType
 from .memory import _addresses
 from .ops import InterpretError, rule
-from .shared import SmemRegion, SmemView
+from .shared import BarrierView, SmemRegion, SmemView
 from .values import mem_dtype
 
 
@@ -227,6 +227,26 @@ def _cp_async_commit(it, op, args):
 def _cp_async_wait(it, op, args):
     async_groups(it, "cp_async").retire(it, int(op.attrs.get("num", 0)), op.loc)
     return [None] if op.results else []
+
+
+@rule("cp_async_arrive")
+def _cp_async_arrive(it, op, args):
+    """cp.async.mbarrier.arrive: the role's copies so far landed at their ops, so the arrival is due at once and
+    the pending count it raised is lowered again (no change to the phase); the copies are handed from their
+    groups to the barrier's phase in progress, which whoever reads them must wait for."""
+    view = args[0]
+    if not isinstance(view, BarrierView):
+        raise InterpretError(f"cp_async_arrive needs an mbarrier, got {type(view).__name__}", op.loc)
+    if view.index is None and len(view.barriers) != 1:
+        raise InterpretError(f"cp_async_arrive on the whole set of {len(view.barriers)} mbarriers '{view.name}': "
+                             "index one stage first (bars[s])", op.loc)
+    groups = async_groups(it, "cp_async")
+    handed = groups.pending + ([groups.open] if groups.open is not None else [])
+    groups.pending, groups.open = [], None
+    for g in handed:
+        g.done = True
+    notify(it, "on_copies_arrive", view.one, it.who, handed)
+    return []
 
 
 __all__ = ["AsyncGroup", "AsyncGroups", "async_groups", "local_state", "notify", "observer_of", "one_stage", "view_of", "watch"]

@@ -46,6 +46,9 @@ class Barrier(_Handle):
     def wait(self, phase) -> None:
         barrier_wait(self, phase)
 
+    def arrive_after_copies(self) -> None:
+        cp_async_arrive(self)
+
 
 def mbarrier(count: int = 1, name: str = "", stages: int = 1) -> Barrier:
     t = _tr()
@@ -80,6 +83,19 @@ def barrier_arrive(bar, count: int = 1, cluster: bool = False) -> None:
                                 _user_loc())
         attrs["cluster"] = True
     t.emit("barrier_arrive", [_barrier(bar)], [], attrs)
+
+
+def cp_async_arrive(bar) -> None:
+    """PTX `cp.async.mbarrier.arrive`: an arrival on `bar` once every cp.async copy this thread has issued so far
+    has landed. The phase's pending count is raised by one at the op and lowered when the copies land, so the
+    barrier's count per phase stays what its other arrives make it, and the phase cannot complete before the
+    copies: call it before the arrive that completes the phase (a ring's `expect`), and the copies land with the
+    stage's TMA loads for whoever waits on it (DeepGEMM's scales beside the operands). No commit or wait is
+    needed for these copies."""
+    t = _tr()
+    t.require("mbarrier", "cp_async_arrive")
+    t.require("cp_async", "cp_async_arrive")
+    t.emit("cp_async_arrive", [_barrier(bar)], [])
 
 
 def barrier_wait(bar, phase) -> None:

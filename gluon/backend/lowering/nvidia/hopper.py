@@ -140,6 +140,13 @@ def lower_barrier_arrive(lw: KernelLowering, op: Op) -> None:
     lw.emit(f"ttng.arrive_barrier {lw.ref(bar)}, {count}, {_pred(lw, op, 1)} : {lw.ty(bar.type)}")
 
 
+@rule("cp_async_arrive")
+def lower_cp_async_arrive(lw: KernelLowering, op: Op) -> None:
+    bar = op.operands[0]
+    lw.single_stage(bar, "barrier")
+    lw.emit(f"ttng.async_copy_mbarrier_arrive {lw.ref(bar)} : {lw.ty(bar.type)}")
+
+
 @rule("barrier_wait")
 def lower_barrier_wait(lw: KernelLowering, op: Op) -> None:
     bar, phase = op.operands[:2]
