@@ -199,3 +199,18 @@ def test_block_scales_on_256_columns_into_an_fp32_output(M, N, K, epilogue):
     torch.cuda.synchronize()
     assert not torch.isnan(c).any()
     assert ((c.double() - ref).norm() / ref.norm()).item() < 1e-3
+
+
+@pytest.mark.parametrize("M,N,K,kw", [(4096, 4096, 4096, {}), (4096, 4096, 4096, _SQUARE), (8192, 8192, 8192, {}),
+                                       (1000, 3000, 784, {}), (200, 14000, 1000, {}), (2200, 4096, 1024, {}),
+                                       (128, 512, 8192, dict(splits=4)), (1000, 3000, 784, dict(config=_THREE)),
+                                       (4096, 4096, 4096, dict(config=dict(BLOCK_N=128, PIPELINED_PROMOTION=True))),
+                                       (4096, 4096, 4096, dict(config=_TURNS)),
+                                       (100, 9000, 1000, {}), (7, 4096, 14336, {}), (100, 4096, 11008, {})])
+@pytest.mark.parametrize("m_major", [False, True])
+def test_scales_in_the_ring_give_the_same_c_bit_for_bit(M, N, K, kw, m_major):
+    """SCALES_IN_RING (the producer copies each k-step's scales into the stage by cp.async, counted by its ready
+    barrier) multiplies the same scales: C equal to the launch that loads them itself, on poisoned outputs, within
+    1e-2 of fp64, and again on a repeat (a stage read before its copies landed would show as a race). The picks'
+    tiles (the halves, 192 x 128, the decode forms), 128 x 128 and its pipelined loop, turns, split K."""
+    _same_c_with_and_without("SCALES_IN_RING", M, N, K, kw, seed=9, m_major=m_major)

@@ -458,7 +458,8 @@ def test_early_loads_auto_reaching_the_kernel_is_an_error():
     (dict(K_ZIGZAG="auto"), r"GemmConfig K_ZIGZAG='auto': takes True or False"),
     (dict(EARLY_LOADS="yes"), r"GemmConfig EARLY_LOADS='yes': takes True, False or 'auto'"),
     (dict(LEAN_PROLOGUE=True, EPILOGUE="ring"), r"LEAN_PROLOGUE is verified for the cooperative kernel without "
-                                                r"multicast clusters or the ring epilogue \(EPILOGUE='ring'\)"),
+                                                r"multicast clusters, the ring epilogue or scales in the ring "
+                                                r"\(EPILOGUE='ring'\)"),
     (dict(CONSUMER_REGS=232), r"GemmConfig CONSUMER_REGS=232: .* with SPLIT_WGS=True"),
 ])
 def test_gemm_config_errors_name_the_field(kw, match):

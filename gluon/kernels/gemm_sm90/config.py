@@ -24,7 +24,7 @@ _INTS = ("BLOCK_M", "BLOCK_N", "BLOCK_K", "STAGES", "GROUP_M", "CONSUMER_WGS", "
 CLUSTER_K_SIZES = (1, 2, 4, 8)      # a portable cluster holds at most 8 CTAs
 SPLITK_GRID_SIZES = (1, 2, 4, 8, 16)
 _BOOLS = ("SPLIT_WGS", "K_ZIGZAG", "TMA_PREFETCH", "SPLITK_FIXUP", "SWAP_AB", "MMA_TURNS", "SCALES_AHEAD", "PDL",
-          "FFMA_YIELD", "PIPELINED_PROMOTION", "QUARTERS")
+          "FFMA_YIELD", "PIPELINED_PROMOTION", "QUARTERS", "SCALES_IN_RING")
 _AUTO_BOOLS = ("EARLY_LOADS", "LEAN_PROLOGUE")
 _SWIZZLES = tuple(m.value for m in SwizzleMode)
 _SPLIT_CONSUMER_REGS = 216          # the second consumer warpgroup's setmaxnreg with SPLIT_WGS
@@ -104,6 +104,10 @@ class GemmConfig:
     QUARTERS                    fp8 block scales at BLOCK_N 256: each half's WGMMA as two of 64 columns, two in
                                 flight at a time, so each quarter's promotion runs under the next one's WGMMA
                                 (`fp8_scales.block_scaled_quarters`); opt-in
+    SCALES_IN_RING              fp8 block scales: the producer copies each k-step's A and B scales into the ring's
+                                stage by cp.async, counted by its `ready` barrier, so consumers read them from
+                                shared memory after the wait they make anyway (DeepGEMM's, cuBLAS's); not with
+                                SCALES_AHEAD, QUARTERS or EARLY_LOADS (opt-in: 6-14% slower where timed)
     PDL                         programmatic dependent launch: the kernel is launched as a dependent of the kernel
                                 before it (its prologue overlaps that one's end; it waits, `griddep_wait`, before
                                 its first global access) and lets the next launch at its start; the split-K second
@@ -146,6 +150,7 @@ class GemmConfig:
     FFMA_YIELD: bool = False
     PIPELINED_PROMOTION: bool = False
     QUARTERS: bool = False
+    SCALES_IN_RING: bool = False
 
     __hash__ = cached_hash
     __getstate__ = state_without_hash
@@ -174,15 +179,16 @@ class GemmConfig:
             raise GluonError(f"GemmConfig EPILOGUE='coalesced' has not run in a cluster (CLUSTER_M={self.CLUSTER_M} "
                              "> 1) on a GPU yet; use EPILOGUE='tma' there")
         if not self.early_loads_fit:
-            why = f"CLUSTER_M={self.CLUSTER_M}" if self.CLUSTER_M > 1 else "EPILOGUE='ring'"
+            why = (f"CLUSTER_M={self.CLUSTER_M}" if self.CLUSTER_M > 1 else "EPILOGUE='ring'" if self.EPILOGUE == "ring"
+                   else "SCALES_IN_RING=True")
             if self.EARLY_LOADS is True:
                 raise GluonError(f"GemmConfig EARLY_LOADS=True: EARLY_LOADS is written for the kernel without "
-                                 f"multicast clusters or the ring epilogue ({why}); use EARLY_LOADS=False (or "
-                                 "'auto') with those")
+                                 f"multicast clusters, the ring epilogue or scales in the ring ({why}); use "
+                                 "EARLY_LOADS=False (or 'auto') with those")
             if self.LEAN_PROLOGUE is True:
                 raise GluonError(f"GemmConfig LEAN_PROLOGUE=True: LEAN_PROLOGUE is verified for the cooperative "
-                                 f"kernel without multicast clusters or the ring epilogue ({why}); use "
-                                 "LEAN_PROLOGUE=False (or 'auto') with those")
+                                 f"kernel without multicast clusters, the ring epilogue or scales in the ring ({why}); "
+                                 "use LEAN_PROLOGUE=False (or 'auto') with those")
         if self.SPLITK_FIXUP and self.EPILOGUE not in ("direct", AUTO):
             raise GluonError(f"GemmConfig SPLITK_FIXUP=True with EPILOGUE={self.EPILOGUE!r}: the fixup stores C from "
                              "registers, and a kernel reaches C either by pointer or by TMA; use EPILOGUE='direct' "
@@ -205,6 +211,10 @@ class GemmConfig:
         if self.QUARTERS and self.BLOCK_N != 256:
             raise GluonError(f"GemmConfig QUARTERS=True splits the halves of fp8 block scales' 256-column tiles; it "
                              f"takes BLOCK_N=256, got BLOCK_N={self.BLOCK_N}")
+        if self.SCALES_IN_RING and (self.SCALES_AHEAD or self.QUARTERS):
+            raise GluonError("GemmConfig SCALES_IN_RING=True reads each k-step's scales from the ring's stage; leave "
+                             f"SCALES_AHEAD and QUARTERS False (got SCALES_AHEAD={self.SCALES_AHEAD}, "
+                             f"QUARTERS={self.QUARTERS})")
         if self.PIPELINED_PROMOTION and self.SCALES_AHEAD:
             raise GluonError("GemmConfig PIPELINED_PROMOTION=True runs its own k-loop, which loads the scales under "
                              "the WGMMA itself: leave SCALES_AHEAD=False")
@@ -218,9 +228,9 @@ class GemmConfig:
     @property
     def early_loads_fit(self) -> bool:
         """Where EARLY_LOADS and LEAN_PROLOGUE run (and "auto" turns them on): no multicast cluster, not the
-        ring epilogue. With CLUSTER_K each CTA loads its own K slice, so its first stages may go before the
-        cluster meets."""
-        return self.CLUSTER_M == 1 and self.EPILOGUE != "ring"
+        ring epilogue, no scales in the ring (the producer's copies). With CLUSTER_K each CTA loads its own K
+        slice, so its first stages may go before the cluster meets."""
+        return self.CLUSTER_M == 1 and self.EPILOGUE != "ring" and not self.SCALES_IN_RING
 
     @property
     def cluster_size(self) -> int:

@@ -2,9 +2,11 @@
 the tile's K loop, or staged into shared memory by cp.async where registers would not hold them) and
 DeepSeek's DeepGEMM block scales, whose 128-deep k-steps are each promoted into the fp32 sum
 (`block_scaled_k_loop`, and its forms: cuBLAS's pipelined loop, rows in two parts, 256 columns in halves or
-quarters with A in registers). Traced into gemm_sm90 (kernel.py); measurements in docs/PERF.md.
+quarters with A in registers), their scales loaded by the consumers or copied into the ring by the producer
+(SCALES_IN_RING). Traced into gemm_sm90 (kernel.py); measurements in docs/PERF.md.
 """
 import gluon.language as gl
+from gluon.language.control import static_range
 from gluon.language.nvidia.ampere import cp_async, cp_async_commit, cp_async_wait, named_barrier_sync
 from gluon.language.nvidia.hopper import wgmma, wgmma_wait
 from gluon.types import DotOperandLayout, Layout, SliceLayout
@@ -100,6 +102,33 @@ def _staged_block_scales(acc, ahead, slot):
 
 
 @gl.helper
+def copy_ring_scales(ring, s, SA, SB, off_m, off_n, kb, M, N, KB, NB: int, SA_M_MAJOR: bool, PW: int):
+    """SCALES_IN_RING, the producer's part (PW warps): k-block kb's scales into stage s of a consumer role's scale
+    ring by cp.async, for the ring's `ready` barrier to count (`arrive_after_copies`): A's of the role's rows from
+    off_m at slot (1 + NB) * s, then the B scale of each of the tile's NB 128-column blocks, copied to every row's
+    place (zeros past M and N, where TMA's operands are zeros too)."""
+    one_d = Layout.blocked([1], [32], [PW], [0])
+    r = gl.arange(0, ring.shape[0], layout=one_d)
+    rows = off_m + r
+    base = (1 + NB) * s
+    cp_async(ring[base], _a_scale_ptrs(SA, rows, kb, M, KB, SA_M_MAJOR), mask=rows < M)
+    for j in static_range(NB):
+        cp_async(ring[base + 1 + j], SB + ((off_n // 128 + j) * KB + kb) + r * 0, mask=(r >= 0) & (off_n + 128 * j < N))
+
+
+@gl.helper
+def ring_scales(acc, ring, s, NB: int):
+    """SCALES_IN_RING, the consumers' part: stage s's scales as `copy_ring_scales` put them, in acc's row layout:
+    A's, then each B block's (a row vector each: the product of two is the rows' factor)."""
+    rows = SliceLayout(1, acc.layout)
+    base = (1 + NB) * s
+    a = ring[base].load(layout=rows)
+    if NB == 1:
+        return a, ring[base + 1].load(layout=rows)
+    return a, ring[base + 1].load(layout=rows), ring[base + 2].load(layout=rows)
+
+
+@gl.helper
 def _k_block(kk, k_top, ZIG: bool):
     """The 128-deep block of K that k-step kk reads: k_top - kk where the unit's slice runs top down (ZIG)."""
     return gl.where(k_top >= 0, k_top - kk, kk) if ZIG else kk
@@ -130,7 +159,7 @@ def _wait_then_pass_turn(part, a_tile, b_tile, sa, sb, anchor, g: int, TURNS: bo
 @gl.helper
 def block_scaled_k_loop(acc, a_s, b_s, ready, empty, cnt, k_lo, k_hi, k_top, SA, SB, off_m, off_n, M, KB,
                         STAGES: int, CL: int, B_KMAJOR: bool, ZIG: bool, TURNS: bool, g: int, WGS: int,
-                        SA_M_MAJOR: bool, RW: int, ahead=None, anchor=None):
+                        SA_M_MAJOR: bool, RW: int, ahead=None, anchor=None, ring=None):
     """SCALE="block" (DeepSeek's DeepGEMM scaling): k-steps kk in [k_lo, k_hi) of 128 K each, A scaled per row
     and 128-deep block of K (SA [M, KB]), B per 128 x 128 block (SB [ceil(N / 128), KB]). Each k-step's WGMMA
     product starts from zero and is added to the fp32 `acc` times SA[row, kk] * SB[off_n // 128, kk]: the
@@ -144,7 +173,9 @@ def block_scaled_k_loop(acc, a_s, b_s, ready, empty, cnt, k_lo, k_hi, k_top, SA,
     its i-th stage holds block k_top - i. With TURNS (MMA_TURNS) warpgroup `g` of WGS runs each k-step's WGMMAs
     in its turn, held until they are done (gluon/kernels/turns.py), so the warpgroups' WGMMAs run one at a time,
     each under the others' promotions. SA_M_MAJOR: SA is [KB, M] (scale_a M-major, as torch._scaled_mm and
-    DeepGEMM take it; a warp's rows then load together). (acc, cnt) after the slice."""
+    DeepGEMM take it; a warp's rows then load together). With `ring` (SCALES_IN_RING: the role's scale ring) the
+    scales are read from shared memory, where the producer copied them into the stage (`copy_ring_scales`).
+    (acc, cnt) after the slice."""
     rows = off_m + gl.arange(0, acc.shape[0], layout=SliceLayout(1, acc.layout))
     row_ok = rows < M
     sb_row = SB + (off_n // 128) * KB
@@ -168,7 +199,10 @@ def block_scaled_k_loop(acc, a_s, b_s, ready, empty, cnt, k_lo, k_hi, k_top, SA,
             _stage_block_scales(ahead, (cnt + 1) % 2, SA, sb_row, off_m, kk + 1, k_hi, k_top, M, KB, ZIG,
                                 SA_M_MAJOR, RW)
         else:
-            sa_k, sb_k = _block_scales(SA, sb_row, rows, row_ok, kk, k_top, M, KB, ZIG, SA_M_MAJOR)
+            if ring is not None:
+                sa_k, sb_k = ring_scales(acc, ring, s, 1)
+            else:
+                sa_k, sb_k = _block_scales(SA, sb_row, rows, row_ok, kk, k_top, M, KB, ZIG, SA_M_MAJOR)
             # the turn passes once the WGMMA is done, so the next warpgroup's runs alone while this one promotes
             part, held = _wait_then_pass_turn(part, a_s[s], b_s[s], sa_k, sb_k, anchor, g, TURNS, WGS)
             empty[s].arrive(cluster=CL > 1)
@@ -181,7 +215,7 @@ def block_scaled_k_loop(acc, a_s, b_s, ready, empty, cnt, k_lo, k_hi, k_top, SA,
 @gl.helper
 def block_scaled_pipelined(acc, a_s, b_s, ready, empty, cnt, k_lo, k_hi, k_top, SA, SB, off_m, off_n, M, KB,
                            STAGES: int, CL: int, B_KMAJOR: bool, ZIG: bool, SA_M_MAJOR: bool, TURNS: bool, g: int,
-                           WGS: int):
+                           WGS: int, ring=None):
     """`block_scaled_k_loop` in cuBLAS's blockwise kernel's shape (PIPELINED_PROMOTION; docs/PERF.md, fortieth
     session): k-step kk+1's WGMMA is issued right after k-step kk's promotion, into the product's registers,
     and waited for in the next iteration, after stage kk+1's ready wait and its scale loads, which so run under
@@ -190,7 +224,7 @@ def block_scaled_pipelined(acc, a_s, b_s, ready, empty, cnt, k_lo, k_hi, k_top, 
     on right after the issue, as cuBLAS's warpgroups do around one named barrier: the issues alternate and the
     WGMMAs run while the other warpgroups promote (the serial loop's turns are held until the WGMMAs are done).
     The same products, added in the same order, as the serial loop. An empty slice (k_lo == k_hi) runs nothing.
-    (acc, cnt) after the slice."""
+    `ring` as there. (acc, cnt) after the slice."""
     rows = off_m + gl.arange(0, acc.shape[0], layout=SliceLayout(1, acc.layout))
     row_ok = rows < M
     sb_row = SB + (off_n // 128) * KB
@@ -203,7 +237,7 @@ def block_scaled_pipelined(acc, a_s, b_s, ready, empty, cnt, k_lo, k_hi, k_top, 
         for kk in range(k_lo, k_hi - 1):
             s = cnt % STAGES
             nxt = (cnt + 1) % STAGES
-            sa_k, sb_k = _block_scales(SA, sb_row, rows, row_ok, kk, k_top, M, KB, ZIG, SA_M_MAJOR)
+            sa_k, sb_k = _step_block_scales(acc, ring, s, SA, sb_row, rows, row_ok, kk, k_top, M, KB, ZIG, SA_M_MAJOR)
             ready[nxt].wait(((cnt + 1) // STAGES) & 1)
             part = wgmma_wait(part, a_s[s], b_s[s], pendings=0)
             empty[s].arrive(cluster=CL > 1)
@@ -213,12 +247,21 @@ def block_scaled_pipelined(acc, a_s, b_s, ready, empty, cnt, k_lo, k_hi, k_top, 
             turn_end(g, TURNS, WGS)
             cnt = cnt + 1
         s = cnt % STAGES
-        sa_k, sb_k = _block_scales(SA, sb_row, rows, row_ok, k_hi - 1, k_top, M, KB, ZIG, SA_M_MAJOR)
+        sa_k, sb_k = _step_block_scales(acc, ring, s, SA, sb_row, rows, row_ok, k_hi - 1, k_top, M, KB, ZIG,
+                                        SA_M_MAJOR)
         part = wgmma_wait(part, a_s[s], b_s[s], pendings=0)
         empty[s].arrive(cluster=CL > 1)
         acc = acc + part * (sa_k * sb_k)[:, None]
         cnt = cnt + 1
     return acc, cnt
+
+
+@gl.helper
+def _step_block_scales(acc, ring, s, SA, sb_row, rows, row_ok, kk, k_top, M, KB, ZIG: bool, SA_M_MAJOR: bool):
+    """k-step kk's A and B scales: from stage s of the scale `ring` where there is one, else loaded."""
+    if ring is not None:
+        return ring_scales(acc, ring, s, 1)
+    return _block_scales(SA, sb_row, rows, row_ok, kk, k_top, M, KB, ZIG, SA_M_MAJOR)
 
 
 @gl.helper
@@ -250,7 +293,7 @@ def _step_scales(ahead, SA, sb_row, rows, row_ok, right_ok, kk, k_hi, k_top, M, 
 
 @gl.helper
 def block_scaled_halves(acc, acc_r, a_s, b_halves, ready, empty, cnt, k_lo, k_hi, k_top, SA, SB, off_m, off_n, M, N,
-                        KB, STAGES: int, CL: int, ZIG: bool, SA_M_MAJOR: bool, AHEAD: bool = False):
+                        KB, STAGES: int, CL: int, ZIG: bool, SA_M_MAJOR: bool, AHEAD: bool = False, ring=None):
     """`block_scaled_k_loop` on a role's 256 columns of the tile as two halves, acc's left of acc_r's, each
     half its own 128 x 128 B block (its own B scale). Each k-step loads the role's A rows into registers once
     (`ldmatrix`) and runs both halves' WGMMAs from there, one after the other, each waited for and promoted
@@ -260,7 +303,8 @@ def block_scaled_halves(acc, acc_r, a_s, b_halves, ready, empty, cnt, k_lo, k_hi
     ring seen as two 128-row halves a stage, `Shared.reinterpret`). With AHEAD (SCALES_AHEAD) each k-step's scales
     are loaded into registers a k-step earlier, right after that k-step's first WGMMA is issued: a whole k-step
     (two WGMMAs and their promotions) hides the load, which the next k-step's first promotion would otherwise wait
-    for. (acc, acc_r, cnt) after the slice."""
+    for. With `ring` (SCALES_IN_RING) the scales are read from the stage, where the producer copied them.
+    (acc, acc_r, cnt) after the slice."""
     rows, row_ok, sb_row, right_ok, never = _wide_rows(acc, SB, off_m, off_n, M, N, KB)
     a_layout = DotOperandLayout(0, acc.layout, 32 // a_s.dtype.bits)
     ahead = _wide_scales(SA, sb_row, rows, row_ok, right_ok, k_lo, k_top, M, KB, ZIG, SA_M_MAJOR,
@@ -270,8 +314,11 @@ def block_scaled_halves(acc, acc_r, a_s, b_halves, ready, empty, cnt, k_lo, k_hi
         ready[s].wait((cnt // STAGES) & 1)
         a = a_s[s].load(layout=a_layout)
         part = wgmma(a, b_halves[2 * s].T, acc, wait=False, use_acc=False)
-        (sa_k, sb_l, sb_r), ahead = _step_scales(ahead, SA, sb_row, rows, row_ok, right_ok, kk, k_hi, k_top, M, KB,
-                                                 ZIG, SA_M_MAJOR)
+        if ring is not None:
+            sa_k, sb_l, sb_r = ring_scales(acc, ring, s, 2)
+        else:
+            (sa_k, sb_l, sb_r), ahead = _step_scales(ahead, SA, sb_row, rows, row_ok, right_ok, kk, k_hi, k_top, M,
+                                                     KB, ZIG, SA_M_MAJOR)
         part = wgmma_wait(part, b_halves[2 * s], pendings=0)
         acc = acc + part * (sa_k * sb_l)[:, None]
         # the right half's product starts from zeros that depend on the promoted left sum (`never` is False, which

@@ -305,7 +305,8 @@ def _past_the_shared_memory(cfg: GemmConfig, e: SharedMemoryError) -> str:
                                           f"STAGES={cfg.STAGES}, EPILOGUE={cfg.EPILOGUE!r}", e)
     fit = stages_that_fit(e, cfg.STAGES, _RINGS)
     if fit >= 2:
-        return f"{head}; STAGES={fit} fits ({kib(stage_bytes(e, cfg.STAGES, _RINGS))} of A and B a stage)"
+        rings = "A, B and scales" if cfg.SCALES_IN_RING else "A and B"
+        return f"{head}; STAGES={fit} fits ({kib(stage_bytes(e, cfg.STAGES, _RINGS))} of {rings} a stage)"
     c_tiles = sum(size for name, size in e.regions if name.startswith("c_tile"))
     direct = stages_that_fit(e, cfg.STAGES, _RINGS, freed=c_tiles) if c_tiles else 0
     if direct >= 2:
@@ -314,7 +315,7 @@ def _past_the_shared_memory(cfg: GemmConfig, e: SharedMemoryError) -> str:
     return f"{head}; use a smaller BLOCK_M, BLOCK_N or BLOCK_K"
 
 
-_RINGS = ("a_ring", "b_ring")      # the kernel's TMA ring, STAGES deep
+_RINGS = ("a_ring", "b_ring", "scale_ring")      # the kernel's rings, STAGES deep
 
 
 def _keep(cache: dict, key, value) -> None:

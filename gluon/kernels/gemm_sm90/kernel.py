@@ -40,7 +40,8 @@ from gluon.types import Layout, SliceLayout, SwizzleMode, WarpRole
 from ..turns import turns_close, turns_open
 from .config import kernel_config
 from .fp8_scales import (apply_scales, block_scaled_halves, block_scaled_k_loop, block_scaled_pipelined,
-                         block_scaled_quarters, block_scaled_two_parts, load_scales, stage_scales, staged_scales)
+                         block_scaled_quarters, block_scaled_two_parts, copy_ring_scales, load_scales, stage_scales,
+                         staged_scales)
 
 
 def _tile_coords(tile, num_pid_m, num_pid_n, GROUP_M: int):
@@ -224,6 +225,9 @@ def gemm_sm90(A, B, C, W, CNT, SA, SB, SPLITS, CFG: gl.constexpr, B_KMAJOR: gl.c
         raise GluonError(f"fp8 block scales take BLOCK_K=128 (one scale block per k-step), BLOCK_N 64 or 128 (one B "
                          f"scale per tile) or 256 (two halves) and no SWAP_AB; got BLOCK_K={CFG.BLOCK_K}, "
                          f"BLOCK_N={CFG.BLOCK_N}, SWAP_AB={CFG.SWAP_AB}")
+    if CFG.SCALES_IN_RING and SCALE != "block":
+        raise GluonError(f"SCALES_IN_RING=True is for fp8 block scales (SCALE='block'), which the producer then copies "
+                         f"into the ring; this launch has SCALE={SCALE!r}: leave SCALES_IN_RING=False")
     if CFG.QUARTERS and SCALE != "block":
         raise GluonError(f"QUARTERS=True is for fp8 block scales (SCALE='block') at BLOCK_N=256; this launch has "
                          f"SCALE={SCALE!r}: leave QUARTERS=False")
@@ -281,6 +285,10 @@ def gemm_sm90(A, B, C, W, CNT, SA, SB, SPLITS, CFG: gl.constexpr, B_KMAJOR: gl.c
                          f"MMA_TURNS={CFG.MMA_TURNS}, SCALES_AHEAD={CFG.SCALES_AHEAD}, PIPELINED_PROMOTION="
                          f"{CFG.PIPELINED_PROMOTION} (or give each 64 rows a warpgroup: CONSUMER_WGS="
                          f"{CFG.BLOCK_M // 64}, SPLIT_WGS=True)")
+    if CFG.SCALES_IN_RING and PARTS > 1:
+        raise GluonError(f"SCALES_IN_RING=True reads a role's scales in its accumulator's rows, which {RM} rows on "
+                         f"{RW // 4} warpgroup(s) run in two parts; give each 64 rows a warpgroup (CONSUMER_WGS="
+                         f"{CFG.BLOCK_M // 64}, SPLIT_WGS=True) or leave SCALES_IN_RING=False")
     a_rings = [smem(A.dtype, Layout.swizzled(RM, CFG.BLOCK_K, sw), name=f"a_ring{g}" if ROLES > 1 else "a_ring",
                     stages=CFG.STAGES) for g in range(ROLES)]
     if B_KMAJOR:
@@ -348,6 +356,11 @@ def gemm_sm90(A, B, C, W, CNT, SA, SB, SPLITS, CFG: gl.constexpr, B_KMAJOR: gl.c
     ahead_bufs = [(smem(gl.float32, vec1, shape=(RM,), name=f"ahead_a{g}", stages=2),
                    smem(gl.float32, vec1, shape=(RM,), name=f"ahead_b{g}", stages=2))
                   for g in range(ROLES)] if CFG.SCALES_AHEAD and SCALE == "block" and COL_PARTS == 1 else [None] * ROLES
+
+    # SCALES_IN_RING: each role's ring of its k-steps' scales beside the operands' (A's, then each B block's in every
+    # row's place: 1 + COL_PARTS vectors a stage), copied by the producer and counted by `ready`
+    scale_rings = [smem(gl.float32, vec1, shape=(RM,), name=f"scale_ring{g}", stages=CFG.STAGES * (1 + COL_PARTS))
+                   for g in range(ROLES)] if CFG.SCALES_IN_RING else [None] * ROLES
 
     # work unit = (a cluster's tiles: CM stacked along M, K slice); a cluster's CTAs take the tiles of
     # one unit, which share their B columns: each CTA loads 1/CM of the shared tile and multicasts it
@@ -441,16 +454,16 @@ def gemm_sm90(A, B, C, W, CNT, SA, SB, SPLITS, CFG: gl.constexpr, B_KMAJOR: gl.c
                 elif COL_PARTS > 1:
                     acc, acc2, cnt = block_scaled_halves(acc, acc2, a_s, b_cols, ready, empty, cnt, k_lo, k_hi, k_top,
                                                          SA, SB, off_m, off_n, M, N, gl.cdiv(K, 128), CFG.STAGES, CM,
-                                                         ZIG, SA_M_MAJOR, CFG.SCALES_AHEAD)
+                                                         ZIG, SA_M_MAJOR, CFG.SCALES_AHEAD, scale_rings[g])
                 elif SCALE == "block" and CFG.PIPELINED_PROMOTION:
                     acc, cnt = block_scaled_pipelined(acc, a_s, b_s, ready, empty, cnt, k_lo, k_hi, k_top, SA, SB,
                                                       off_m, off_n, M, gl.cdiv(K, 128), CFG.STAGES, CM, B_KMAJOR, ZIG,
-                                                      SA_M_MAJOR, CFG.MMA_TURNS, g, ROLES)
+                                                      SA_M_MAJOR, CFG.MMA_TURNS, g, ROLES, scale_rings[g])
                 elif SCALE == "block":              # each 128-deep k-step's product scaled into fp32 (below)
                     acc, cnt = block_scaled_k_loop(acc, a_s, b_s, ready, empty, cnt, k_lo, k_hi, k_top, SA, SB,
                                                    off_m, off_n, M, gl.cdiv(K, 128), CFG.STAGES, CM, B_KMAJOR, ZIG,
                                                    CFG.MMA_TURNS, g, ROLES, SA_M_MAJOR, RW, ahead_bufs[g],
-                                                   turn_bufs[g])
+                                                   turn_bufs[g], scale_rings[g])
                 else:
                     for kk in range(k_lo, k_hi):
                         s = cnt % CFG.STAGES
@@ -560,6 +573,11 @@ def gemm_sm90(A, B, C, W, CNT, SA, SB, SPLITS, CFG: gl.constexpr, B_KMAJOR: gl.c
                 else:
                     k_at = kk
                 empty[s].wait(((cnt // CFG.STAGES) & 1) ^ 1)   # fresh barriers pass phase 1 at once
+                if CFG.SCALES_IN_RING:              # the k-step's scales, counted by `ready` before its expect
+                    for g in static_range(ROLES):
+                        copy_ring_scales(scale_rings[g], s, SA, SB, off_m + g * RM, off_n, k_at, M, N, gl.cdiv(K, 128),
+                                         COL_PARTS, SA_M_MAJOR, PW)
+                    ready[s].arrive_after_copies()
                 ready[s].expect(stage_bytes)
                 # in a cluster, this CTA's part of the shared B tile, multicast into every CTA of the cluster
                 _load_stage(a_rings, b_s, b_parts if CM > 1 else None, s, A, B, ready[s], off_m, off_n, k_at, rank,
