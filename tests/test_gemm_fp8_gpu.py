@@ -61,8 +61,9 @@ _HALVES = dict(BLOCK_M=128, BLOCK_N=256, CONSUMER_WGS=2, SPLIT_WGS=True, STAGES=
                                        # decode's 64 x 128 tiles on one warpgroup (block_scaled_decode): N off them, K
                                        # off 128; N 4096 over four K slices
                                        (40, 9000, 1000, {}), (7, 4096, 14336, {}),
-                                       # ... from 65 rows at two CTAs an SM, M, N and K off the tiles
-                                       (100, 9000, 1000, {}),
+                                       # ... from 65 rows at two CTAs an SM, M, N and K off the tiles; on one over
+                                       # two K slices (N 4096)
+                                       (100, 9000, 1000, {}), (100, 4096, 11008, {}),
                                        # MMA_TURNS: the warpgroups take turns issuing (named barriers)
                                        (4096, 4096, 4096, dict(config=_TURNS)), (1000, 3000, 784, dict(config=_TURNS)),
                                        (128, 512, 8192, dict(splits=4, config=dict(_TURNS, CONSUMER_WGS=2, BLOCK_M=128,

@@ -37,6 +37,10 @@ BLOCK_SCALED_ROWS_MAX_M = 64
 # split in two): docs/PERF.md, forty-fourth session
 BLOCK_SCALED_RESIDENT = dict(BLOCK_M=64, BLOCK_N=128, CONSUMER_WGS=1, STAGES=4, CTAS_PER_SM=2)
 BLOCK_SCALED_RESIDENT_MAX_M = 128
+# ... and there BLOCK_SCALED_ROWS where the pick's tiles are 64 x 64 and these make as many units of K slices at
+# least 28 k-steps deep (128 x 4096 x 14336: +6% at two CTAs an SM, +9% on one over six stages; at K 4096, slices of
+# 16, 7-9% slower at 96 and 128 rows): docs/PERF.md, forty-fourth and forty-fifth sessions
+BLOCK_SCALED_ROWS_MIN_STEPS = 28
 
 
 def block_scaled_tall(M: int, N: int, num_sms: int) -> bool:
@@ -65,7 +69,9 @@ def block_scaled_decode(M: int, N: int, K: int, num_sms: int, pick: GemmConfig) 
     """The decode tiles block-scaled fp8 takes over `pick`'s (choose_config's unswapped pick, its columns cut to
     128), or None: up to BLOCK_SCALED_ROWS_MAX_M rows of A, BLOCK_SCALED_ROWS where the pick's tiles have more rows
     than 64 or its units (tiles times K slices) are no more than theirs; up to BLOCK_SCALED_RESIDENT_MAX_M,
-    BLOCK_SCALED_RESIDENT where the pick's tiles have 128 rows and these need no K split."""
+    BLOCK_SCALED_RESIDENT where the pick's tiles have 128 rows and these need no K split, and BLOCK_SCALED_ROWS
+    where its tiles have 64 rows, no more units than these, and these' K slices are BLOCK_SCALED_ROWS_MIN_STEPS
+    deep or more."""
     square = pick.replace(BLOCK_N=min(pick.BLOCK_N, 128), BLOCK_K=128, SWAP_AB=False)
     if M <= BLOCK_SCALED_ROWS_MAX_M:
         if square.BLOCK_M > 64:
@@ -73,9 +79,16 @@ def block_scaled_decode(M: int, N: int, K: int, num_sms: int, pick: GemmConfig) 
         rows = DEFAULT_CONFIG.replace(BLOCK_K=128, **BLOCK_SCALED_ROWS)
         units = tiles(M, N, rows) * split_k(M, N, K, rows, num_sms)
         return BLOCK_SCALED_ROWS if units >= tiles(M, N, square) * split_k(M, N, K, square, num_sms) else None
+    if M > BLOCK_SCALED_RESIDENT_MAX_M:
+        return None
     resident = DEFAULT_CONFIG.replace(BLOCK_K=128, **BLOCK_SCALED_RESIDENT)
-    if M <= BLOCK_SCALED_RESIDENT_MAX_M and square.BLOCK_M == 128 and split_k(M, N, K, resident, num_sms) == 1:
+    if square.BLOCK_M == 128 and split_k(M, N, K, resident, num_sms) == 1:
         return BLOCK_SCALED_RESIDENT
+    rows = DEFAULT_CONFIG.replace(BLOCK_K=128, **BLOCK_SCALED_ROWS)
+    slices = split_k(M, N, K, rows, num_sms)
+    if (square.BLOCK_M == 64 and tiles(M, N, rows) * slices >= tiles(M, N, square) * split_k(M, N, K, square, num_sms)
+            and -(-K // 128) // slices >= BLOCK_SCALED_ROWS_MIN_STEPS):
+        return BLOCK_SCALED_ROWS
     return None
 
 
