@@ -258,7 +258,10 @@ def _fp8(x, dtype):
                                    (4096, 4096, 4096),
                                    # rowcol scales by cp.async into shared memory: one 128x256 tile a CTA (eight
                                    # warps), several 64x256 ones a warpgroup (SPLIT_WGS), C's rows off 16 bytes
-                                   (2048, 2048, 2048), (8192, 4096, 1024), (1000, 3001, 1024)])
+                                   (2048, 2048, 2048), (8192, 4096, 1024), (1000, 3001, 1024),
+                                   # 65 to 128 rows, unswapped 64x128 tiles at two CTAs an SM (FP8_RESIDENT): M, N
+                                   # and K off the tiles
+                                   (96, 14336, 4096), (100, 14000, 1000)])
 @pytest.mark.parametrize("scale", ["tensor", "rowcol"])
 @pytest.mark.parametrize("fp8", ["e4m3", "e5m2"])
 def test_fp8_matches_the_dequantized_fp64_product(M, N, K, scale, fp8):

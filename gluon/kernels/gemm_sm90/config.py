@@ -693,6 +693,21 @@ def by_address(cfg: GemmConfig) -> GemmConfig:
     return cfg
 
 
+# fp8 from 65 to 128 rows where the swapped pick is 128x128 tiles with no K split (N about 14336 at K 4096): 64x128
+# tiles unswapped, 128-deep k-steps over 4 stages, two CTAs an SM (block scales' decode form): per tensor on an H100
+# +4.5 / +4.8% at 96 / 128 x 14336 x 4096; over other picks -15% at 128 x 4096 x 4096 (K split in a cluster), -4% at
+# 128 x 8192 x 28672, +0.4% at 128 x 28672 x 4096 (docs/PERF.md, forty-fifth session)
+FP8_RESIDENT = DEFAULT_CONFIG.replace(BLOCK_M=64, BLOCK_N=128, BLOCK_K=128, STAGES=4, CONSUMER_WGS=1, CTAS_PER_SM=2)
+
+
+def _fp8_resident(M: int, N: int, K: int, swapped: GemmConfig, num_sms: int, out_size: int) -> bool:
+    """Whether FP8_RESIDENT takes the place of fp8's `swapped` pick (its k-step already doubled): the measured
+    conditions, a 16-bit C, and no K split on either side."""
+    return (_SWAP_ALWAYS_M < M <= SMALL_M and out_size <= 2 and swapped.SWAP_AB and swapped.CLUSTER_K == 1
+            and (swapped.BLOCK_M, swapped.BLOCK_N, swapped.BLOCK_K) == (128, 128, 128)
+            and split_k(M, N, K, swapped, num_sms) == 1 and split_k(M, N, K, FP8_RESIDENT, num_sms) == 1)
+
+
 def resolve_config(M: int, N: int, K: int, num_sms: int, out_size: int, pitch_aligned: bool = True,
                    config: GemmConfig | Mapping | None = None, in_size: int = 2) -> GemmConfig:
     """The config `launch` runs for a problem: `config` if it is a GemmConfig, else `choose_config` with
@@ -700,7 +715,8 @@ def resolve_config(M: int, N: int, K: int, num_sms: int, out_size: int, pitch_al
     of what a switch the dict turns on does not run with and the dict leaves open (`_base_for`); its "auto"
     values resolved for an output of `out_size`-byte elements. For 1-byte (fp8) inputs choose_config's k-step
     holds twice the elements: the same bytes per stage, and no few-wave or deep-K 128x256 tiles (`wave_tiles`:
-    measured for 16-bit inputs only). A dict that leaves STAGES open gets as many as fit where the pick's would
+    measured for 16-bit inputs only), and from 65 to 128 rows FP8_RESIDENT where `_fp8_resident` says. A dict that
+    leaves STAGES open gets as many as fit where the pick's would
     not beside its tiles (`_stages_that_fit`)."""
     if not isinstance(config, GemmConfig):
         # a dict of overrides that does not ask for SWAP_AB overrides the ordinary kernel's pick: its fields
@@ -710,6 +726,8 @@ def resolve_config(M: int, N: int, K: int, num_sms: int, out_size: int, pitch_al
                              wave_tiles=in_size == 2, pairs=not config and in_size == 2)
         if in_size == 1:
             base = base.replace(BLOCK_K=base.BLOCK_K * 2)
+            if not config and _fp8_resident(M, N, K, base, num_sms, out_size):
+                base = FP8_RESIDENT
         given = config or {}
         config = to_config(given, _base_for(given, base))
         if "STAGES" not in given:
