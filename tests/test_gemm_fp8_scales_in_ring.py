@@ -11,13 +11,7 @@ torch = pytest.importorskip("torch")
 
 from gluon.ir import GluonError  # noqa: E402
 from gluon.kernels.gemm_sm90 import GemmConfig, launch  # noqa: E402
-from gluon.tuning.templates.gemm_sm90_fp8_scales import dequantized  # noqa: E402
-
-NAN = float("nan")
-
-
-def _fp8(*shape):
-    return (torch.randn(*shape) * 2).to(torch.float8_e4m3fn)
+from test_gemm_fp8_scales import _check_on_two_programs, _fp8  # noqa: E402
 
 
 @pytest.mark.parametrize("M,N,K,splits,kw", [
@@ -38,18 +32,8 @@ def _fp8(*shape):
 def test_scales_in_the_ring_match_the_dequantized_product(interpret_env, monkeypatch, M, N, K, splits, kw, m_major):
     """Scales that differ by block and row, so a stage read with another k-step's (or row's, or half's) scales
     shows; a grid of 2, so programs run several units, both K orders and every ring slot more than once."""
-    import gluon.kernels.gemm_sm90.host as host
     cfg = GemmConfig(**{**dict(BLOCK_N=128, BLOCK_K=128, SPLIT_WGS=True, STAGES=3, SCALES_IN_RING=True), **kw})
-    torch.manual_seed(13)
-    a, b = _fp8(M, K), _fp8(N, K)
-    KB, NB = -(-K // 128), -(-N // 128)
-    sa, sb = torch.rand(M, KB) * 2 + 0.25, torch.rand(NB, KB) * 2 + 0.25
-    c = torch.full((M, N), NAN).bfloat16()
-    monkeypatch.setattr(host, "device_sms", lambda d: 2)
-    launch(a, b, c, b_kmajor=True, scale_a=sa.T.contiguous().T if m_major else sa, scale_b=sb, config=cfg,
-           splits=splits)
-    ref = dequantized(a, b, sa, sb)
-    torch.testing.assert_close(c.double(), ref, rtol=1e-2, atol=1e-2 * ref.abs().max().item())
+    _check_on_two_programs(monkeypatch, M, N, K, cfg, splits, m_major, seed=13)
 
 
 def test_scales_in_the_ring_refuse_what_they_do_not_run(interpret_env):

@@ -9,8 +9,9 @@ starts with.
 
 cp.async copies land at the op (the copy is done when cp_async returns here); the write names its group
 (an `AsyncGroup`, open until `cp_async_commit` closes it), which `cp_async_wait(num)` completes: all
-committed groups but the newest `num`, or `cp_async_arrive` hands them to an mbarrier's phase. Masked-off elements are written as zeros, as cp.async with a
-source size of 0 writes them (Triton's lowering of a masked async copy).
+committed groups but the newest `num`; or `cp_async_arrive` hands the groups to an mbarrier's phase. Masked-off
+elements are written as zeros, as cp.async with a source size of 0 writes them (Triton's lowering of a masked
+async copy).
 """
 from __future__ import annotations
 
