@@ -83,6 +83,9 @@ def test_a_gemm_study_is_seeded_with_launchs_pick_at_each_bucket():
     from gluon.tuning.templates.gemm_sm90 import TUNING
     decode = load_spec(SPECS / "gemm_sm90_decode.toml")
     seeds = template_seeds(TUNING, decode.shapes, decode.dtypes)
+    # the picks first, so a short search measures them before any other config
+    assert seeds[:len(decode.shapes) * len(decode.dtypes)] == [TUNING.pick(s, d) for s in decode.shapes
+                                                                for d in decode.dtypes]
     fixed = decode.space.fixed()
     for M, N, K in decode.shapes:
         for dtype in decode.dtypes:

@@ -173,13 +173,13 @@ class _GemmSM90Tuning(TuningTemplate):
         return a.double() @ b.double()
 
     def seed_configs(self, shapes=(), dtypes=()):
-        """What choose_config runs where programs have several tiles (DEFAULT_CONFIG with SPLIT_WGS and
-        K_ZIGZAG: 1.01-1.04x cuBLAS at 4096^3-8192^3 on the H200, docs/PERF.md), then without K_ZIGZAG,
-        then the cooperative form, in the spec's names; then the same with fp8's k-step (128 one-byte
-        elements, what `launch` runs for fp8 inputs). A spec's study takes those in its space (a 16-bit spec
-        the first three, an fp8 one the last three). Then what `launch` runs at each of `shapes` x `dtypes`
-        (`pick`), so every bucket of a spec whose problems differ (decode's M = 1 .. 128) has its pick measured
-        and `gluon build --best` serves none slower than it."""
+        """What `launch` runs at each of `shapes` x `dtypes` (`pick`), first: every bucket of a spec whose problems
+        differ (decode's M = 1 .. 128) has its pick measured before anything else, so `gluon build --best` serves
+        none slower than it even after a short search. Then what choose_config runs where programs have several
+        tiles (DEFAULT_CONFIG with SPLIT_WGS and K_ZIGZAG: 1.01-1.04x cuBLAS at 4096^3-8192^3 on the H200,
+        docs/PERF.md), without K_ZIGZAG, and the cooperative form, in the spec's names; then the same with fp8's
+        k-step (128 one-byte elements, what `launch` runs for fp8 inputs). A spec's study takes those in its
+        space (a 16-bit spec the first three, an fp8 one the last three), each config once."""
         d = DEFAULT_CONFIG
         cfg = dict(BLOCK_M=d.BLOCK_M, BLOCK_N=d.BLOCK_N, BLOCK_K=d.BLOCK_K, STAGES=d.STAGES, GROUP_M=d.GROUP_M,
                    PRODUCER_REGS=d.PRODUCER_REGS, SWIZZLE=d.SWIZZLE, EPILOGUE="tma", SPLIT_WGS=d.SPLIT_WGS,
@@ -187,7 +187,7 @@ class _GemmSM90Tuning(TuningTemplate):
                    PRODUCER_WARPS=1, K_ZIGZAG=False)
         sixteen = [dict(cfg, SPLIT_WGS=True, K_ZIGZAG=True), dict(cfg, SPLIT_WGS=True), cfg]
         picks = [self.pick(shape, dtype) for shape in shapes for dtype in dtypes if dtype in self.dtypes]
-        return sixteen + [dict(c, BLOCK_K=2 * c["BLOCK_K"]) for c in sixteen] + picks
+        return picks + sixteen + [dict(c, BLOCK_K=2 * c["BLOCK_K"]) for c in sixteen]
 
     def pick(self, shape, dtype: str, num_sms: int = H200_SMS) -> dict:
         """`launch`'s config for contiguous operands of `shape` and `dtype` (choose_config's, "auto" values

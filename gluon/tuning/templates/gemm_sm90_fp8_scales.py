@@ -128,14 +128,13 @@ class _BlockFP8Tuning(_ScaledFP8Tuning):
         return lambda: torch._scaled_mm(a, b.t(), scale_a=sa, scale_b=sb, out_dtype=torch.bfloat16, out=o)
 
     def seed_configs(self, shapes=(), dtypes=()):
-        """What `launch` runs for block scales at several tiles a program: 128x128 tiles, two warpgroups each
-        its own role, K_ZIGZAG; then that with the warpgroups taking turns (MMA_TURNS); then without
-        K_ZIGZAG; then with the scales loaded a k-step ahead (SCALES_AHEAD); then with cuBLAS's k-loop
-        (PIPELINED_PROMOTION); then 192x128 tiles on three warpgroups (`block_scaled_tall`'s pick at 16384x8192x1024);
-        then 128x256 tiles in two halves (`block_scaled_wide`'s pick: 4096^3, 8192^3, the LLM shapes, and from K 512
-        where their rounds fill as the 128x128 tiles' do). Then what `launch` runs at each of `shapes` (`pick`: the
-        decode buckets' 64x128 tiles on one warpgroup, `block_scaled_decode`), so `gluon build --best` serves no bucket
-        slower than it."""
+        """What `launch` runs at each of `shapes` (`pick`: the 128x256 halves at the LLM shapes, the decode buckets'
+        64x128 tiles on one warpgroup, ...), first, so `gluon build --best` serves no bucket slower than it even
+        after a short search. Then the block-scaled forms `launch` has run or can: 128x128 tiles, two warpgroups
+        each its own role, K_ZIGZAG; that with the warpgroups taking turns (MMA_TURNS); without K_ZIGZAG; with the
+        scales loaded a k-step ahead (SCALES_AHEAD); with cuBLAS's k-loop (PIPELINED_PROMOTION); 192x128 tiles on
+        three warpgroups (`block_scaled_tall`); 128x256 tiles in two halves (`block_scaled_wide`). Each config
+        once."""
         d = DEFAULT_CONFIG
         cfg = dict(BLOCK_M=128, BLOCK_N=128, BLOCK_K=128, STAGES=3, GROUP_M=d.GROUP_M, PRODUCER_REGS=d.PRODUCER_REGS,
                    SWIZZLE=d.SWIZZLE, EPILOGUE="tma", SPLIT_WGS=True, CONSUMER_REGS=d.CONSUMER_REGS,
@@ -145,15 +144,14 @@ class _BlockFP8Tuning(_ScaledFP8Tuning):
         tall = dict(cfg, **tall, CONSUMER_WARPS=4 * BLOCK_SCALED_TALL["CONSUMER_WGS"])
         wide = {k: v for k, v in BLOCK_SCALED_WIDE.items() if k != "CONSUMER_WGS"}
         wide = dict(cfg, **wide, CONSUMER_WARPS=4 * BLOCK_SCALED_WIDE["CONSUMER_WGS"])
-        seeds = [cfg, dict(cfg, MMA_TURNS=True), dict(cfg, K_ZIGZAG=False), dict(cfg, SCALES_AHEAD=True),
-                 dict(cfg, PIPELINED_PROMOTION=True), tall, wide]
-        seen = [{k: s[k] for k in cfg} for s in seeds]         # a pick equal to a seed in the seeds' names is one
-        for shape in shapes:
-            for dtype in (t for t in dtypes if t in self.dtypes):
-                pick = self.pick(shape, dtype)
-                if {k: pick.get(k) for k in cfg} not in seen:
-                    seen.append({k: pick.get(k) for k in cfg})
-                    seeds.append(pick)
+        picks = [self.pick(shape, dtype) for shape in shapes for dtype in dtypes if dtype in self.dtypes]
+        seeds, seen = [], []                # a seed equal to an earlier one in the fixed seeds' names is that one
+        for seed in picks + [cfg, dict(cfg, MMA_TURNS=True), dict(cfg, K_ZIGZAG=False), dict(cfg, SCALES_AHEAD=True),
+                             dict(cfg, PIPELINED_PROMOTION=True), tall, wide]:
+            key = {k: seed.get(k) for k in cfg}
+            if key not in seen:
+                seen.append(key)
+                seeds.append(seed)
         return seeds
 
     def launch_overrides(self, M, N, K, num_sms, out_size, aligned):
