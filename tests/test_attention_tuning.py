@@ -94,6 +94,20 @@ def test_the_shipped_spec_validates():
     assert (seeds[2]["PINGPONG"], seeds[2]["PIN_SOFTMAX"]) == (False, True)
     for seed in seeds:
         assert {k: seed[k] for k in p} in configs
+    # with the spec's buckets: what `attention` runs at each first (D64's three serial warpgroups among them), each
+    # config once, all in the space
+    from gluon.kernels.attention_sm90.config import choose_config
+    from gluon.tuning.templates.attention_sm90 import _spec_config
+    bucketed = TUNING.seed_configs(shapes=spec.shapes, dtypes=spec.dtypes)
+    picks = []
+    for _, _, S, D, C in spec.shapes:
+        pick = _spec_config(choose_config(D, S, bool(C)))
+        if pick not in picks:
+            picks.append(pick)
+    assert bucketed[:len(picks)] == picks and len(bucketed) == len({str(s) for s in bucketed})
+    assert any(s["CONSUMER_WARPS"] == 12 for s in picks)
+    for seed in bucketed:
+        assert {k: seed[k] for k in p} in configs
     # every AttentionConfig field is a spec parameter by its own name, and a seed maps back to its config
     from gluon.kernels.attention_sm90.config import FIELDS, SHORT_CAUSAL_D128
     assert set(FIELDS) <= set(TUNING.params) and "P_SMEM" in TUNING.params

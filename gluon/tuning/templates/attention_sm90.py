@@ -45,7 +45,7 @@ import gluon.kernels.attention_sm90 as _kernel_package
 from gluon.ir import GluonError
 from gluon.kernels.attention_sm90 import (HEAD_DIMS, AttentionConfig, attention, attention_sm90, default_config,
                                           num_warps, stand_ins, to_config)
-from gluon.kernels.attention_sm90.config import FIELDS, LONG_D128, SHORT_CAUSAL_D128, WRONG_ON_GPU
+from gluon.kernels.attention_sm90.config import FIELDS, LONG_D128, SHORT_CAUSAL_D128, WRONG_ON_GPU, choose_config
 from gluon.kernels.attention_sm90.reference import reference as reference_attention
 from gluon.tuning.template import (H200_PEAK_BW, H200_PEAK_FLOPS, H200_SMS, TuningTemplate, dtype_name, element_size,
                                    gluon_dtype, log_distance, torch_dtype, waves_efficiency)
@@ -202,10 +202,18 @@ class _AttentionSM90Tuning(TuningTemplate):
             return default
         return cudnn
 
-    def seed_configs(self):
-        """What `attention` runs at D 128: the default, short causal problems' 64-key config and long unmasked
-        ones' config without ping-pong, every field in the spec's names (the study keeps those the spec searches)."""
-        return [_spec_config(d) for d in (default_config(128), SHORT_CAUSAL_D128, LONG_D128)]
+    def seed_configs(self, shapes=(), dtypes=()):
+        """What `attention` runs at each of `shapes` ([B, H, S, D, CAUSAL]: `choose_config`, D64's three serial
+        warpgroups among them), first, so `gluon build --best` serves no bucket slower than it even after a short
+        search; then what it runs at D 128: the default, short causal problems' 64-key config and long unmasked
+        ones' config without ping-pong. Every field in the spec's names (the study keeps those the spec searches),
+        each config once."""
+        picks = [choose_config(int(D), int(S), bool(C)) for _, _, S, D, C in shapes]
+        seeds = []
+        for cfg in picks + [default_config(128), SHORT_CAUSAL_D128, LONG_D128]:
+            if _spec_config(cfg) not in seeds:
+                seeds.append(_spec_config(cfg))
+        return seeds
 
     # -- what gluon.load's callable uses -------------------------------------------------------------------
     @staticmethod
