@@ -159,8 +159,12 @@ class LoadedKernel:
             self._replays.keep(key, replay)
             return out
         # a template's kernel: a call like one seen before (tensors of the same shapes, dtypes and devices, the
-        # same other arguments) runs what that one's bucket bound, past shape_of, dtype_of and the bucket
-        key = _plain_key(args, kwargs)
+        # same other arguments; or what the template's `bucket_key` says its bucket depends on) runs what that
+        # one's bucket bound, past shape_of, dtype_of and the bucket
+        bucket_key = getattr(self.template, "bucket_key", None)
+        key = bucket_key(args, kwargs) if bucket_key is not None else None
+        if key is None:
+            key = _plain_key(args, kwargs)
         fn = self._bound.get(key) if key is not None else None
         if fn is None:
             shape = tuple(int(d) for d in self.template.shape_of(*args, **kwargs))

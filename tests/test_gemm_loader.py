@@ -50,3 +50,24 @@ def test_a_gemm_call_no_bucket_serves_runs_launchs_own_pick(interpret_env, monke
         c = k(a, b)
     assert seen == [None]
     torch.testing.assert_close(c.float(), a.float() @ b.float(), rtol=1e-2, atol=1e-2)
+
+
+def test_a_loaded_gemm_binds_its_calls_by_the_operands_shapes_and_dtype(monkeypatch):
+    """The loader's cache of bound calls keys a GEMM call on what its bucket depends on (`bucket_key`: a's and b's
+    shapes, a's dtype): other strides, `out` or scales reuse the bound call (launch keys its own fast path on them);
+    another shape binds again; anything but two positional tensors takes the loader's general key."""
+    from gluon.loader import LoadedKernel
+    from gluon.tuning.templates.gemm_sm90 import TUNING as GEMM
+    binds = []
+    monkeypatch.setattr(GEMM, "bind", lambda config: binds.append(config) or (lambda *a, **k: "ran"))
+    k = LoadedKernel.of_entries("gemm_sm90", GEMM, [{"shape": [64, 64, 64], "dtype": "fp16", "config": {}}])
+    a, b = torch.empty(64, 64, dtype=torch.float16), torch.empty(64, 32, dtype=torch.float16)
+    wide = torch.empty(64, 128, dtype=torch.float16)
+    for call in ((a, b), (a, b), (wide[:, :64], b), (a, b, torch.empty(64, 32, dtype=torch.float16))):
+        assert k(*call) == "ran"
+    assert len(binds) == 1
+    k(a, torch.empty(64, 48, dtype=torch.float16))
+    assert len(binds) == 2
+    assert GEMM.bucket_key((a,), {"b": b}) is None and GEMM.bucket_key(([1.0], b), {}) is None
+    k(a, b=b)                                           # the general key: bound once more
+    assert len(binds) == 3

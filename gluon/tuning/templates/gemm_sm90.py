@@ -22,6 +22,7 @@ from gluon.ir import GluonError
 from gluon.kernels.gemm_sm90 import (DEFAULT_CONFIG, GemmConfig, gemm_sm90, launch, num_warps, promises_n16,
                                      resolve_config, split_k, stand_ins, tiles)
 from gluon.kernels.gemm_sm90.config import SMALL_M
+from gluon.tuning.declared_replay import tensor_type
 from gluon.tuning.template import (H200_PEAK_BW, H200_PEAK_FLOPS, H200_SMS, TuningTemplate, dtype_name, element_size,
                                    gluon_dtype, log_distance, torch_dtype, waves_efficiency)
 
@@ -225,6 +226,19 @@ class _GemmSM90Tuning(TuningTemplate):
         if (built[0] <= SMALL_M) != (shape[0] <= SMALL_M):
             return None
         return log_distance(built, shape)
+
+    def bucket_key(self, args: tuple, kwargs: dict) -> tuple | None:
+        """What a `gluon.load` call's bucket depends on, for the loader's cache of bound calls: a's and b's
+        shapes and a's dtype (shape_of's and dtype_of's inputs; strides, devices, `out` and the scales are
+        `launch`'s, which keys its own fast path on them), or None where a and b are not the first two
+        positional tensors (the loader's general key then)."""
+        if len(args) < 2:
+            return None
+        a, b = args[0], args[1]
+        T = tensor_type()
+        if type(a) is not T or type(b) is not T:
+            return None
+        return "gemm", a.shape, b.shape, a.dtype
 
     def fallback_config(self, shape, dtype):
         return {}                   # `launch`'s own pick for the call (choose_config), with the loader's warning
