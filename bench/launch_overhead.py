@@ -12,6 +12,9 @@ work in the same run (absolute times vary 2x between boards: compare within one 
   (`ck(grid, ...)`: argument binding, then launch) and through its Launcher with bound arguments;
 * GEMM 256^3 fp16: `torch.matmul` (allocating) against `gemm_sm90.launch(a, b, c)` (preallocated c) and
   `gluon.load("gemm_sm90")(a, b)` (allocating; a bucket of the GEMM spec's first seed config, compiled here);
+* GEMM 256^3 fp8 e4m3 with DeepGEMM's block scales: `torch._scaled_mm` blockwise (into a preallocated C) against
+  `gemm_sm90.launch(a, b, c, b_kmajor=True, scale_a=..., scale_b=...)` (preallocated c) and the fp8 block spec's
+  `gluon.load` callable (allocating; a bucket of `launch`'s pick there);
 * GEMM 256x256x250 fp16, A's rows off 16 bytes: `torch.matmul` against `gemm_sm90.launch(a, b, c)` (A copied
   into its cached padded buffer, then the GEMM);
 * softmax 64x1000 bf16: `torch.softmax` against the declared spec's call (`specs/softmax.toml`, what
@@ -72,6 +75,19 @@ def _cases() -> list[tuple[str, str, object]]:
     from gluon.tuning.templates.gemm_sm90 import TUNING
     loaded = LoadedKernel.of_entries("gemm_sm90", TUNING, [{"shape": [256, 256, 256], "dtype": "fp16",
                                                             "config": TUNING.seed_configs()[0]}])
+    from gluon.tuning.templates.gemm_sm90_fp8_scales import BLOCK, scaled_mm_blockwise
+    f8 = [torch.randn(256, 256, device="cuda").to(torch.float8_e4m3fn) for _ in range(2)]
+    sa, sb = torch.rand(256, 2, device="cuda") + 0.25, torch.rand(2, 2, device="cuda") + 0.25
+    c8 = torch.empty(256, 256, device="cuda", dtype=torch.bfloat16)
+    blockwise = scaled_mm_blockwise(*f8, sa, sb, torch.empty_like(c8))
+    loaded8 = LoadedKernel.of_entries("gemm_sm90_fp8_block", BLOCK, [{"shape": [256, 256, 256], "dtype": "fp8e4m3",
+                                                                     "config": BLOCK.pick((256, 256, 256), "fp8e4m3")}])
+    fp8 = "GEMM 256^3 fp8 block scales"
+    fp8_rows = [] if blockwise is None else [
+        (fp8, "torch._scaled_mm blockwise (out=)", blockwise),
+        (fp8, "ours: gemm_sm90.launch(a, b, c, scales)",
+         lambda: gemm_sm90.launch(*f8, c8, b_kmajor=True, scale_a=sa, scale_b=sb)),
+        (fp8, "ours: gluon.load's callable (a, b, scales)", lambda: loaded8(*f8, scale_a=sa, scale_b=sb))]
     return [
         ("copy 4096 fp32", "torch copy_", lambda: dst.copy_(src)),
         ("copy 4096 fp32", "plain Triton", lambda: triton_copy[grid](dst, src, 4096, BLOCK=1024)),
@@ -81,6 +97,7 @@ def _cases() -> list[tuple[str, str, object]]:
         ("GEMM 256^3 fp16", "torch.matmul", lambda: torch.matmul(a, b)),
         ("GEMM 256^3 fp16", "ours: gemm_sm90.launch(a, b, c)", lambda: gemm_sm90.launch(a, b, c)),
         ("GEMM 256^3 fp16", "ours: gluon.load's callable (a, b)", lambda: loaded(a, b)),
+        *fp8_rows,
         ("GEMM 256x256x250 fp16 (rows off 16 B)", "torch.matmul", lambda: torch.matmul(a_odd, b_odd)),
         ("GEMM 256x256x250 fp16 (rows off 16 B)", "ours: gemm_sm90.launch(a, b, c)",
          lambda: gemm_sm90.launch(a_odd, b_odd, c)),
