@@ -180,7 +180,7 @@ class _GemmSM90Tuning(TuningTemplate):
         tiles (DEFAULT_CONFIG with SPLIT_WGS and K_ZIGZAG: 1.01-1.04x cuBLAS at 4096^3-8192^3 on the H200,
         docs/PERF.md), without K_ZIGZAG, and the cooperative form, in the spec's names; then the same with fp8's
         k-step (128 one-byte elements, what `launch` runs for fp8 inputs). A spec's study takes those in its
-        space (a 16-bit spec the first three, an fp8 one the last three), each config once."""
+        space (a 16-bit spec the first three, an fp8 one the last three) and queues each config once."""
         d = DEFAULT_CONFIG
         cfg = dict(BLOCK_M=d.BLOCK_M, BLOCK_N=d.BLOCK_N, BLOCK_K=d.BLOCK_K, STAGES=d.STAGES, GROUP_M=d.GROUP_M,
                    PRODUCER_REGS=d.PRODUCER_REGS, SWIZZLE=d.SWIZZLE, EPILOGUE="tma", SPLIT_WGS=d.SPLIT_WGS,
