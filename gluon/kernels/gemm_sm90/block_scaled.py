@@ -72,22 +72,18 @@ def block_scaled_decode(M: int, N: int, K: int, num_sms: int, pick: GemmConfig) 
     BLOCK_SCALED_RESIDENT where the pick's tiles have 128 rows and these need no K split, and BLOCK_SCALED_ROWS
     where its tiles have 64 rows, no more units than these, and these' K slices are BLOCK_SCALED_ROWS_MIN_STEPS
     deep or more."""
-    square = pick.replace(BLOCK_N=min(pick.BLOCK_N, 128), BLOCK_K=128, SWAP_AB=False)
-    if M <= BLOCK_SCALED_ROWS_MAX_M:
-        if square.BLOCK_M > 64:
-            return BLOCK_SCALED_ROWS
-        rows = DEFAULT_CONFIG.replace(BLOCK_K=128, **BLOCK_SCALED_ROWS)
-        units = tiles(M, N, rows) * split_k(M, N, K, rows, num_sms)
-        return BLOCK_SCALED_ROWS if units >= tiles(M, N, square) * split_k(M, N, K, square, num_sms) else None
     if M > BLOCK_SCALED_RESIDENT_MAX_M:
         return None
+    square = pick.replace(BLOCK_N=min(pick.BLOCK_N, 128), BLOCK_K=128, SWAP_AB=False)
+    rows = DEFAULT_CONFIG.replace(BLOCK_K=128, **BLOCK_SCALED_ROWS)
+    slices = split_k(M, N, K, rows, num_sms)
+    as_many = tiles(M, N, rows) * slices >= tiles(M, N, square) * split_k(M, N, K, square, num_sms)
+    if M <= BLOCK_SCALED_ROWS_MAX_M:
+        return BLOCK_SCALED_ROWS if square.BLOCK_M > 64 or as_many else None
     resident = DEFAULT_CONFIG.replace(BLOCK_K=128, **BLOCK_SCALED_RESIDENT)
     if square.BLOCK_M == 128 and split_k(M, N, K, resident, num_sms) == 1:
         return BLOCK_SCALED_RESIDENT
-    rows = DEFAULT_CONFIG.replace(BLOCK_K=128, **BLOCK_SCALED_ROWS)
-    slices = split_k(M, N, K, rows, num_sms)
-    if (square.BLOCK_M == 64 and tiles(M, N, rows) * slices >= tiles(M, N, square) * split_k(M, N, K, square, num_sms)
-            and -(-K // 128) // slices >= BLOCK_SCALED_ROWS_MIN_STEPS):
+    if square.BLOCK_M == 64 and as_many and -(-K // 128) // slices >= BLOCK_SCALED_ROWS_MIN_STEPS:
         return BLOCK_SCALED_ROWS
     return None
 

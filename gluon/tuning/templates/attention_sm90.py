@@ -210,9 +210,9 @@ class _AttentionSM90Tuning(TuningTemplate):
         each config once."""
         picks = [choose_config(int(D), int(S), bool(C)) for _, _, S, D, C in shapes]
         seeds = []
-        for cfg in picks + [default_config(128), SHORT_CAUSAL_D128, LONG_D128]:
-            if _spec_config(cfg) not in seeds:
-                seeds.append(_spec_config(cfg))
+        for seed in map(_spec_config, picks + [default_config(128), SHORT_CAUSAL_D128, LONG_D128]):
+            if seed not in seeds:
+                seeds.append(seed)
         return seeds
 
     # -- what gluon.load's callable uses -------------------------------------------------------------------
