@@ -90,8 +90,8 @@ def _kernels(ws_configs: list[dict], tile_configs: list[dict] = ({},), b_kmajor:
     for cfg in () if b_kmajor else tile_configs:
         ks[config_name("tile", cfg)] = (lambda cfg: lambda a, b, c: tile_launch(a, b, c, **cfg))(cfg)
     for cfg in ws_configs:
-        # the default as None, as a user calls it: a dict config (even an empty one) takes launch's full path on
-        # every call, so its eager host time would not be the prepared repeat's users get
+        # the default as None, as a user calls it; a named config as the dict of its overrides (a repeat of either
+        # takes the prepared launch, so the eager host time is the one users get)
         kcfg = {k: v for k, v in cfg.items() if k != "SPLIT_K"} or None
         splits = cfg.get("SPLIT_K")
         ks[config_name("ws", cfg)] = (lambda kcfg, splits: lambda a, b, c: ws_launch(

@@ -12,8 +12,8 @@ the next where no GPU is at hand. Rows:
   arguments, the JIT `copy_kernel_explicit[grid](...)` (a call seen before);
 * softmax 64x1000 bf16 (specs/softmax.toml): the declared template's call (what `gluon.load("softmax")(x)`
   runs once its bucket is chosen), output allocated;
-* GEMM 256^3 fp16: `gemm_sm90.launch(a, b, c)` (c given; its TMA descriptors from the descriptor cache), and
-  `gluon.load("gemm_sm90")(a, b)` over a built bucket of the GEMM spec's first seed config (output allocated);
+* GEMM 256^3 fp16: `gemm_sm90.launch(a, b, c)` (c given; its TMA descriptors from the descriptor cache), the
+  same with a dict config (`{"STAGES": 3}`: a repeat keyed by its items), and `gluon.load("gemm_sm90")(a, b)` over a built bucket of the GEMM spec's first seed config (output allocated);
   at 256x256x250 (A's rows off 16 bytes) the launch with A's copy into its padded buffer (a CPU copy here);
 * for scale: `torch.empty_like` of the softmax input (the output allocation inside the declared call) and a
   Python call that does nothing.
@@ -103,6 +103,7 @@ def _cases() -> list[tuple[str, str, object]]:
         ("copy 4096 fp32", "JIT kernel[grid](...)", lambda: copy_kernel_explicit[grid](dst, src, 4096, **kw)),
         ("softmax 64x1000 bf16", "declared call (gluon.load's)", lambda: sm.call(sm_config, x)),
         ("GEMM 256^3 fp16", "gemm_sm90.launch(a, b, c)", lambda: launch(a, b, c)),
+        ("GEMM 256^3 fp16", "gemm_sm90.launch(a, b, c, {\"STAGES\": 3})", lambda: launch(a, b, c, {"STAGES": 3})),
         ("GEMM 256^3 fp16", "gluon.load's callable (a, b)", lambda: loaded(a, b)),
         ("GEMM 256x256x250 fp16 (rows off 16 B)", "gemm_sm90.launch(a, b, c)", lambda: launch(a_odd, b_odd, c)),
         ("for scale", "torch.empty_like(x)", lambda: torch.empty_like(x)),

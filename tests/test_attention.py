@@ -492,10 +492,11 @@ def test_the_reference_takes_head_subsets_and_gives_the_lse():
                           atol=1e-5)
 
 
-@pytest.mark.parametrize("case", ["bhsd", "bshd causal", "gqa lse", "d128 persistent"])
+@pytest.mark.parametrize("case", ["bhsd", "bshd causal", "gqa lse", "d128 persistent", "dict config"])
 def test_a_repeated_call_launches_what_the_first_call_did(monkeypatch, case):
-    """The second call of the same shapes, strides and dtypes skips the checks and the views (`_FAST`) and
-    launches exactly the first call's arguments but for its own output (and log-sum-exp) buffer."""
+    """The second call of the same shapes, strides and dtypes (and a dict config of the same content) skips the
+    checks and the views (`_FAST`) and launches exactly the first call's arguments but for its own output (and
+    log-sum-exp) buffer."""
     import sys
     import os
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -506,6 +507,11 @@ def test_a_repeated_call_launches_what_the_first_call_did(monkeypatch, case):
     monkeypatch.setattr(cuda, "DEFAULT_BACKEND", fake)
     monkeypatch.setattr(host, "sm_count", lambda d: 132)
     monkeypatch.setattr(host, "_FAST", {})
+    monkeypatch.setattr(host, "_PLANS", {})
+    from gluon.jit import _jit_of
+    jf = _jit_of(host.attention_sm90)           # its compiled kernels keep the backend their launcher was made with
+    for name, empty in (("cache", {}), ("seen", {}), ("exact", {}), ("last", None)):
+        monkeypatch.setattr(jf, name, empty)
     B, H, HK, S, D = 2, 4, 4, 40, 64
     kw = {}
     if case == "bshd causal":
@@ -514,11 +520,16 @@ def test_a_repeated_call_launches_what_the_first_call_did(monkeypatch, case):
         HK, kw = 2, dict(return_lse=True, scale=0.3)
     elif case == "d128 persistent":
         D, kw = 128, dict(causal=True)
+    elif case == "dict config":
+        kw = dict(config={"STAGES": 2})
     shape = lambda h: (B, S, h, D) if kw.get("layout") == "bshd" else (B, h, S, D)  # noqa: E731
     q, k, v = torch.randn(*shape(H)).half(), torch.randn(*shape(HK)).half(), torch.randn(*shape(HK)).half()
     first = attention(q, k, v, **kw)
     assert len(host._FAST) == 1
+    if "config" in kw:
+        kw = dict(config=dict(kw["config"]))                    # another dict of the same content
     again = attention(q, k, v, **kw)
+    assert len(host._FAST) == 1
     full, fast = fake.calls[-2], fake.calls[-1]
     outs = lambda r: (r,) if isinstance(r, torch.Tensor) else r      # noqa: E731
     for a, b in zip(outs(first), outs(again)):
@@ -529,6 +540,22 @@ def test_a_repeated_call_launches_what_the_first_call_did(monkeypatch, case):
         assert x == y or ptrs.get(x) == y or (isinstance(x, tuple) and ptrs.get(x[1][0]) == y[1][0]
                                               and x[1][1:] == y[1][1:])
     assert sum(x != y for x, y in zip(full, fast)) == len(ptrs)      # exactly the outputs moved
+
+
+def test_a_dict_config_equal_in_value_but_not_in_type_meets_the_checks(monkeypatch):
+    """{"STAGES": 2.0} after {"STAGES": 2}: equal values, so neither the prepared launch nor the plan of the first
+    may take it: its field's error, as on a first call."""
+    import gluon.kernels.attention_sm90.host as host
+    import gluon.runtime.cuda as cuda
+    from test_runtime import FakeBackend
+    monkeypatch.setattr(cuda, "DEFAULT_BACKEND", FakeBackend())
+    monkeypatch.setattr(host, "sm_count", lambda d: 132)
+    q, k, v = (torch.randn(2, 4, 40, 64).half() for _ in range(3))
+    attention(q, k, v, config={"STAGES": 2})
+    with pytest.raises(GluonError, match="STAGES=2.0"):
+        attention(q, k, v, config={"STAGES": 2.0})
+    with pytest.raises(GluonError, match="STAGES"):
+        attention(q, k, v, config={"STAGES": [2]})
 
 
 def test_a_repeated_call_with_a_misaligned_input_takes_the_full_path(monkeypatch):

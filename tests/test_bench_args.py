@@ -20,8 +20,8 @@ def test_kernel_names_carry_their_configs():
 
 
 def test_the_default_kernel_is_called_as_a_user_calls_it(monkeypatch):
-    """`ws` launches with config None (a repeat takes the prepared launch, as a user's does; a dict, even
-    empty, takes the full path every call), a named config with its dict."""
+    """`ws` launches with config None, as a user calls it, a named config with its dict (a repeat of either
+    takes the prepared launch, as a user's does)."""
     import gluon.kernels.gemm_sm90 as gemm
     seen = []
     monkeypatch.setattr(gemm, "launch", lambda a, b, c, config=None, **kw: seen.append(config))

@@ -74,10 +74,30 @@ def test_what_the_launch_depends_on_takes_the_full_path(backend):
     a2 = torch.empty(1024, 576, dtype=torch.float16)[:, :512]         # another row pitch
     a2.copy_(a)
     g.launch(a2, b, c)
-    g.launch(a, b, c, {"STAGES": 2})                                  # a dict config: always the full path
+    g.launch(a, b, c, {"STAGES": 2})                                  # a dict config
     g.launch(a, b, c, g.GemmConfig(BLOCK_N=128))                      # another config
-    assert len(g._FAST) == 4 and len(g._PLANS) == 4       # a2 shares a's plan (its pitch is 128-byte aligned too)
+    assert len(g._FAST) == 5 and len(g._PLANS) == 4       # a2 shares a's plan (its pitch is 128-byte aligned too)
     assert _maps(backend.calls[2])[0] == a2.data_ptr()
+
+
+def test_a_repeated_dict_config_takes_the_prepared_launch_keyed_by_its_content(backend, monkeypatch):
+    """A dict of overrides (what users and `--set` pass) is keyed by its items and their types: the same content
+    again (another dict object too) skips the plan; changed content, or an equal value of another type, takes
+    the full path, which checks it."""
+    a, b, c = _operands()
+    g.launch(a, b, c, {"STAGES": 2, "BLOCK_N": 128})
+    full = [0]
+    real_check = g._check_call
+    monkeypatch.setattr(g, "_check_call", lambda *a, **k: full.__setitem__(0, full[0] + 1) or real_check(*a, **k))
+    g.launch(a, b, c, {"STAGES": 2, "BLOCK_N": 128})
+    assert full[0] == 0 and len(backend.calls) == 2 and len(g._FAST) == 1
+    g.launch(a, b, c, {"STAGES": 3, "BLOCK_N": 128})                  # changed content: its own launch
+    assert full[0] == 1 and len(g._FAST) == 2
+    with pytest.raises(g.GluonError, match="STAGES=2.0"):             # equal to 2, but not an int
+        g.launch(a, b, c, {"STAGES": 2.0, "BLOCK_N": 128})
+    with pytest.raises(g.GluonError, match="SPLIT_WGS"):
+        g.launch(a, b, c, {"SPLIT_WGS": [1]})                         # unhashable: the full path's message
+    assert len(g._FAST) == 2
 
 
 def test_an_address_that_lost_its_alignment_falls_back_to_the_padded_copy(backend):

@@ -99,8 +99,8 @@ def test_the_gpu_cases_sum_in_the_second_pass(M, N, K, kmajor):
 
 
 def _pdl_config(M, N, K, pdl, **over):
-    """The pick with PDL on or off, as a GemmConfig (a dict config takes the full path on every call; a
-    GemmConfig's repeats the prepared one)."""
+    """The pick with PDL on or off, as a GemmConfig (what a repeat's prepared launch is keyed by, as a dict
+    config's is by its items)."""
     return resolve_config(M, N, K, torch.cuda.get_device_properties(0).multi_processor_count, 2, True,
                           dict(over, PDL=pdl))
 

@@ -1,8 +1,8 @@
 """What every shipped kernel's frozen config checks of its own fields, in one wording: positive ints,
 flags (True/False, or 1/0 from `--set KEY=1`), unknown field names (with the nearest one), and a
 `config` argument as the entry points take it (None, a whole config, or a dict of overrides); the configs'
-hash, computed once (`cached_hash`); and a config past the shared memory, refused in its own fields
-(`in_config_terms`)."""
+hash, computed once (`cached_hash`); what a repeated call's fast path keys a `config` argument by
+(`fast_config_key`); and a config past the shared memory, refused in its own fields (`in_config_terms`)."""
 from __future__ import annotations
 
 from contextlib import contextmanager
@@ -65,6 +65,37 @@ def cached_hash(self) -> int:
         h = hash(tuple(getattr(self, f.name) for f in dataclasses.fields(self)))
         object.__setattr__(self, "_hash", h)
     return h
+
+
+NOT_KEYED = object()        # `fast_config_key`'s answer for a config a fast path cannot key: the full path every call
+
+
+def fast_config_key(config, cls: type):
+    """What a host function's cache of repeated calls keys its `config` argument by: None or a whole `cls` as
+    itself, a dict of overrides by its items and their types (by content: a dict changed between calls keys a
+    launch of its own; the types keep 128.0 or 1 apart from 128 or True, which the full path checks), else
+    NOT_KEYED (another type, an unhashable value: the full path takes and checks it every call)."""
+    if config is None or type(config) is cls:
+        return config
+    if type(config) is not dict:
+        return NOT_KEYED
+    key = (tuple(config.items()), tuple(map(type, config.values())))
+    try:
+        hash(key)
+    except TypeError:
+        return NOT_KEYED
+    return key
+
+
+def plan_config_key(config, base):
+    """A plan cache's key of a `config` argument as the entry points take it (None, a whole config of base's
+    type, a mapping of overrides): `fast_config_key`'s, so 2.0 or 1 is not 2 or True and each such call meets the
+    checks; a mapping it cannot key (an unhashable value, another Mapping type) by the config it makes, checked
+    here (a GluonError naming the field)."""
+    key = fast_config_key(config, type(base))
+    if key is NOT_KEYED:
+        key = fast_config_key(dict(config), type(base)) if isinstance(config, Mapping) else NOT_KEYED
+    return overridden(config, base) if key is NOT_KEYED else key
 
 
 def state_without_hash(self) -> dict:

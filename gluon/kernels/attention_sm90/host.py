@@ -20,7 +20,8 @@ from gluon.passes.common import kib
 from gluon.runtime.cuda import sm_count
 from gluon.types import SharedMemoryError, TensorRef
 
-from ..config_checks import in_config_terms, past_the_shared_memory, stage_bytes, stages_that_fit
+from ..config_checks import (NOT_KEYED, fast_config_key, in_config_terms, past_the_shared_memory, plan_config_key,
+                             stage_bytes, stages_that_fit)
 from ..tensor_checks import device_sms, interpreting, on_the_launch_device
 from .config import HEAD_DIMS, AttentionConfig, choose_config, default_config, gpu_problem, grid, num_warps, to_config
 from .kernel import attention_sm90
@@ -53,9 +54,12 @@ def _fast_key(q, k, v, causal, scale, config, return_lse, layout):
     """The key of `_FAST` for a call of plain torch tensors, else None (the full path checks the rest)."""
     import torch
     T = torch.Tensor
-    if type(q) is not T or type(k) is not T or type(v) is not T or not (config is None or
-                                                                      isinstance(config, AttentionConfig)):
+    if type(q) is not T or type(k) is not T or type(v) is not T:
         return None
+    if config is not None and type(config) is not AttentionConfig:
+        config = fast_config_key(config, AttentionConfig)
+        if config is NOT_KEYED:
+            return None
     return (q.shape, q.stride(), k.shape, k.stride(), v.shape, v.stride(), q.dtype, k.dtype, v.dtype, q.device,
             k.device, v.device, causal, scale, return_lse, layout, config)
 
@@ -219,7 +223,7 @@ def attention(q, k, v, causal: bool = False, scale: float | None = None,
     o2 = got[0]
     lse = torch.empty(B, H, Sq, device=q.device, dtype=torch.float32) if return_lse else _lse_dummy(q.device)
     key = (q.device.index, B, H, HK, Sq, Skv, D, q.dtype, causal, q_bshd, k_bshd, v_bshd, return_lse,
-           config if isinstance(config, AttentionConfig) or config is None else tuple(sorted(config.items())))
+           plan_config_key(config, default_config(D)))
     plan = _PLANS.get(key)
     if plan is None:
         cfg = to_config(config, choose_config(D, Skv, bool(causal)))

@@ -24,7 +24,8 @@ import gluon.runtime.cuda as _cuda
 from gluon.runtime.cuda import sm_count
 from gluon.types import SharedMemoryError, TensorRef
 
-from ..config_checks import in_config_terms, past_the_shared_memory, stage_bytes, stages_that_fit
+from ..config_checks import (NOT_KEYED, fast_config_key, in_config_terms, past_the_shared_memory, plan_config_key,
+                             stage_bytes, stages_that_fit)
 from ..tensor_checks import device_sms, interpreting, on_the_launch_device
 from .block_scaled import block_scaled_overrides
 from .config import (CLUSTER_K_SIZES, DEFAULT_CONFIG, SPLITK_GRID_SIZES, GemmConfig, by_address, choose_config, grid,
@@ -156,7 +157,7 @@ def _launch(a, b, c, config, b_kmajor: bool, splits, compiled, scale_a, scale_b,
     # (the device, not its index: a CPU and a meta tensor share -1; and whether the interpreter runs it: a plan made
     # there holds its binary, and a cached plan skips the device check)
     plan_key = (a.device, M, N, K, a.dtype, b.dtype, c.dtype, b_kmajor, splits, aligned, scale, c_addr,
-                config if isinstance(config, GemmConfig) else tuple(sorted(config.items())) if config else (),
+                plan_config_key(config, DEFAULT_CONFIG),
                 interpreting())
     plan = _PLANS.get(plan_key)
     if plan is None:
@@ -250,11 +251,16 @@ def _stream_of(t):
 def _fast_key(a, b, c, config, b_kmajor, splits, compiled, scale_a, scale_b) -> tuple | None:
     """What a call's launch depends on besides its operands' addresses (dtypes, shapes, strides, devices,
     the arguments, the current stream: the split-K workspace is the stream's), or None where the full
-    path must look (a dict config, something that is not a tensor). Its last item is the stream."""
+    path must look (a config of another type or with unhashable values, something that is not a tensor). Its
+    last item is the stream."""
     import torch
     T = torch.Tensor
-    if type(a) is not T or type(b) is not T or type(c) is not T or not (config is None or type(config) is GemmConfig):
+    if type(a) is not T or type(b) is not T or type(c) is not T:
         return None
+    if config is not None and type(config) is not GemmConfig:
+        config = fast_config_key(config, GemmConfig)
+        if config is NOT_KEYED:
+            return None
     if scale_a is not None or scale_b is not None:
         if type(scale_a) is not T or type(scale_b) is not T:
             return None
