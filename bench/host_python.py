@@ -13,8 +13,9 @@ the next where no GPU is at hand. Rows:
 * softmax 64x1000 bf16 (specs/softmax.toml): the declared template's call (what `gluon.load("softmax")(x)`
   runs once its bucket is chosen), output allocated;
 * GEMM 256^3 fp16: `gemm_sm90.launch(a, b, c)` (c given; its TMA descriptors from the descriptor cache), the
-  same with a dict config (`{"STAGES": 3}`: a repeat keyed by its items), and `gluon.load("gemm_sm90")(a, b)` over a built bucket of the GEMM spec's first seed config (output allocated);
-  at 256x256x250 (A's rows off 16 bytes) the launch with A's copy into its padded buffer (a CPU copy here);
+  same with a dict config (`{"STAGES": 3}`: a repeat keyed by its items), and `gluon.load("gemm_sm90")(a, b)`
+  over a built bucket of the GEMM spec's first seed config (output allocated); at 256x256x250 (A's rows off
+  16 bytes) the launch with A's copy into its padded buffer (a CPU copy here);
 * for scale: `torch.empty_like` of the softmax input (the output allocation inside the declared call) and a
   Python call that does nothing.
 """
