@@ -16,6 +16,9 @@ the next where no GPU is at hand. Rows:
   same with a dict config (`{"STAGES": 3}`: a repeat keyed by its items), and `gluon.load("gemm_sm90")(a, b)`
   over a built bucket of the GEMM spec's first seed config (output allocated); at 256x256x250 (A's rows off
   16 bytes) the launch with A's copy into its padded buffer (a CPU copy here);
+* GEMM 256^3 fp8 e4m3 with DeepGEMM's block scales: `launch(a, b, c, b_kmajor=True, scale_a=..., scale_b=...)`
+  and the fp8 block spec's `gluon.load` callable over a bucket of `launch`'s pick (output allocated), the rows
+  bench/launch_overhead.py times against `torch._scaled_mm`;
 * for scale: `torch.empty_like` of the softmax input (the output allocation inside the declared call) and a
   Python call that does nothing.
 """
@@ -98,6 +101,14 @@ def _cases() -> list[tuple[str, str, object]]:
     a, b, c = (torch.randn(256, 256).half() for _ in range(3))
     a_odd, b_odd = torch.randn(256, 250).half(), torch.randn(250, 256).half()
     loaded = _loaded_gemm()
+    from gluon.loader import LoadedKernel
+    from gluon.tuning.templates.gemm_sm90_fp8_scales import BLOCK
+    f8 = [torch.randn(256, 256).to(torch.float8_e4m3fn) for _ in range(2)]
+    sa, sb = torch.rand(256, 2) + 0.25, torch.rand(2, 2) + 0.25
+    c8 = torch.empty(256, 256, dtype=torch.bfloat16)
+    loaded8 = LoadedKernel.of_entries("gemm_sm90_fp8_block", BLOCK, [{"shape": [256, 256, 256], "dtype": "fp8e4m3",
+                                                                     "config": BLOCK.pick((256, 256, 256), "fp8e4m3")}])
+    fp8 = "GEMM 256^3 fp8 block scales"
     return [
         ("copy 4096 fp32", "compiled ck(grid, ...)", lambda: ck(grid, dst, src, 4096)),
         ("copy 4096 fp32", "Launcher, bound args", lambda: ck.launcher(grid, *bound)),
@@ -106,6 +117,8 @@ def _cases() -> list[tuple[str, str, object]]:
         ("GEMM 256^3 fp16", "gemm_sm90.launch(a, b, c)", lambda: launch(a, b, c)),
         ("GEMM 256^3 fp16", "gemm_sm90.launch(a, b, c, {\"STAGES\": 3})", lambda: launch(a, b, c, {"STAGES": 3})),
         ("GEMM 256^3 fp16", "gluon.load's callable (a, b)", lambda: loaded(a, b)),
+        (fp8, "gemm_sm90.launch(a, b, c, scales)", lambda: launch(*f8, c8, b_kmajor=True, scale_a=sa, scale_b=sb)),
+        (fp8, "gluon.load's callable (a, b, scales)", lambda: loaded8(*f8, scale_a=sa, scale_b=sb)),
         ("GEMM 256x256x250 fp16 (rows off 16 B)", "gemm_sm90.launch(a, b, c)", lambda: launch(a_odd, b_odd, c)),
         ("for scale", "torch.empty_like(x)", lambda: torch.empty_like(x)),
         ("for scale", "a Python call doing nothing", lambda: None),

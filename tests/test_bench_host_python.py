@@ -20,6 +20,7 @@ def test_the_python_per_call_bench_runs_without_a_gpu(tmp_path):
     data = json.loads(out.read_text())
     paths = [row["path"] for row in data["rows"]]
     assert "JIT kernel[grid](...)" in paths and "declared call (gluon.load's)" in paths and data["meta"]["complete"]
+    assert "gluon.load's callable (a, b, scales)" in paths             # the fp8 block-scaled loaded call
     assert all(row["us"] > 0 for row in data["rows"]) and "us/call" in r.stdout
 
 
