@@ -148,6 +148,21 @@ def need_gpu(script: str) -> None:
         raise SystemExit(1)
 
 
+def loaded_gemms_256() -> tuple:
+    """What `gluon.load` returns over a one-bucket build at 256^3 (no build folder: the manifest's entries only;
+    compiled on first use), for the host-time benches: the GEMM spec's fp16 bucket of its first seed config, and
+    the fp8 block spec's e4m3 bucket of `launch`'s pick."""
+    from gluon.loader import LoadedKernel
+    from gluon.tuning.templates.gemm_sm90 import TUNING
+    from gluon.tuning.templates.gemm_sm90_fp8_scales import BLOCK
+    shape = [256, 256, 256]
+    fp16 = LoadedKernel.of_entries("gemm_sm90", TUNING, [{"shape": shape, "dtype": "fp16",
+                                                          "config": TUNING.seed_configs()[0]}])
+    fp8 = LoadedKernel.of_entries("gemm_sm90_fp8_block", BLOCK, [{"shape": shape, "dtype": "fp8e4m3",
+                                                                  "config": BLOCK.pick(tuple(shape), "fp8e4m3")}])
+    return fp16, fp8
+
+
 def environment() -> dict:
     import torch
     import triton

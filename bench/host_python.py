@@ -31,7 +31,7 @@ import sys
 import timeit
 
 sys.path[0] = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-from bench.common import ROOT, environment, table, write_json  # noqa: E402
+from bench.common import ROOT, environment, loaded_gemms_256, table, write_json  # noqa: E402
 
 
 class NoLaunchBackend:
@@ -100,14 +100,10 @@ def _cases() -> list[tuple[str, str, object]]:
     from gluon.kernels.gemm_sm90 import launch
     a, b, c = (torch.randn(256, 256).half() for _ in range(3))
     a_odd, b_odd = torch.randn(256, 250).half(), torch.randn(250, 256).half()
-    loaded = _loaded_gemm()
-    from gluon.loader import LoadedKernel
-    from gluon.tuning.templates.gemm_sm90_fp8_scales import BLOCK
+    loaded, loaded8 = loaded_gemms_256()
     f8 = [torch.randn(256, 256).to(torch.float8_e4m3fn) for _ in range(2)]
     sa, sb = torch.rand(256, 2) + 0.25, torch.rand(2, 2) + 0.25
     c8 = torch.empty(256, 256, dtype=torch.bfloat16)
-    loaded8 = LoadedKernel.of_entries("gemm_sm90_fp8_block", BLOCK, [{"shape": [256, 256, 256], "dtype": "fp8e4m3",
-                                                                     "config": BLOCK.pick((256, 256, 256), "fp8e4m3")}])
     fp8 = "GEMM 256^3 fp8 block scales"
     return [
         ("copy 4096 fp32", "compiled ck(grid, ...)", lambda: ck(grid, dst, src, 4096)),
@@ -123,15 +119,6 @@ def _cases() -> list[tuple[str, str, object]]:
         ("for scale", "torch.empty_like(x)", lambda: torch.empty_like(x)),
         ("for scale", "a Python call doing nothing", lambda: None),
     ]
-
-
-def _loaded_gemm():
-    """What `gluon.load("gemm_sm90")` returns over a build with one fp16 bucket of the GEMM spec's first seed
-    config (no build folder: the manifest's entries only)."""
-    from gluon.loader import LoadedKernel
-    from gluon.tuning.templates.gemm_sm90 import TUNING
-    return LoadedKernel.of_entries("gemm_sm90", TUNING, [{"shape": [256, 256, 256], "dtype": "fp16",
-                                                           "config": TUNING.seed_configs()[0]}])
 
 
 def main() -> int:

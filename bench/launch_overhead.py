@@ -32,7 +32,7 @@ import statistics
 import sys
 
 sys.path[0] = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-from bench.common import ROOT, environment, host_us_per_call, parser, table, write_json  # noqa: E402
+from bench.common import ROOT, environment, host_us_per_call, loaded_gemms_256, parser, table, write_json  # noqa: E402
 
 
 def _cases() -> list[tuple[str, str, object]]:
@@ -71,17 +71,12 @@ def _cases() -> list[tuple[str, str, object]]:
     from gluon.kernels.attention_sm90 import attention
     q, k, v = (torch.randn(1, 8, 256, 64, device="cuda", dtype=torch.float16) for _ in range(3))
     sdpa = torch.nn.functional.scaled_dot_product_attention
-    from gluon.loader import LoadedKernel
-    from gluon.tuning.templates.gemm_sm90 import TUNING
-    loaded = LoadedKernel.of_entries("gemm_sm90", TUNING, [{"shape": [256, 256, 256], "dtype": "fp16",
-                                                            "config": TUNING.seed_configs()[0]}])
-    from gluon.tuning.templates.gemm_sm90_fp8_scales import BLOCK, scaled_mm_blockwise
+    loaded, loaded8 = loaded_gemms_256()
+    from gluon.tuning.templates.gemm_sm90_fp8_scales import scaled_mm_blockwise
     f8 = [torch.randn(256, 256, device="cuda").to(torch.float8_e4m3fn) for _ in range(2)]
     sa, sb = torch.rand(256, 2, device="cuda") + 0.25, torch.rand(2, 2, device="cuda") + 0.25
     c8 = torch.empty(256, 256, device="cuda", dtype=torch.bfloat16)
     blockwise = scaled_mm_blockwise(*f8, sa, sb, torch.empty_like(c8))
-    loaded8 = LoadedKernel.of_entries("gemm_sm90_fp8_block", BLOCK, [{"shape": [256, 256, 256], "dtype": "fp8e4m3",
-                                                                     "config": BLOCK.pick((256, 256, 256), "fp8e4m3")}])
     fp8 = "GEMM 256^3 fp8 block scales"
     fp8_rows = [] if blockwise is None else [
         (fp8, "torch._scaled_mm blockwise (out=)", blockwise),
