@@ -492,6 +492,17 @@ def test_the_reference_takes_head_subsets_and_gives_the_lse():
                           atol=1e-5)
 
 
+def _fresh_caches(monkeypatch, host) -> None:
+    """Empty `attention`'s kept launches and plans and the JIT's compiled kernels for the test: a compiled kernel
+    keeps the backend its launcher was made with, so one left by an earlier test would launch on that one."""
+    from gluon.jit import _jit_of
+    monkeypatch.setattr(host, "_FAST", {})
+    monkeypatch.setattr(host, "_PLANS", {})
+    jf = _jit_of(host.attention_sm90)
+    for name, empty in (("cache", {}), ("seen", {}), ("exact", {}), ("last", None)):
+        monkeypatch.setattr(jf, name, empty)
+
+
 @pytest.mark.parametrize("case", ["bhsd", "bshd causal", "gqa lse", "d128 persistent", "dict config"])
 def test_a_repeated_call_launches_what_the_first_call_did(monkeypatch, case):
     """The second call of the same shapes, strides and dtypes (and a dict config of the same content) skips the
@@ -506,12 +517,7 @@ def test_a_repeated_call_launches_what_the_first_call_did(monkeypatch, case):
     fake = FakeBackend()                                 # records launches; CPU tensors pass its device check
     monkeypatch.setattr(cuda, "DEFAULT_BACKEND", fake)
     monkeypatch.setattr(host, "sm_count", lambda d: 132)
-    monkeypatch.setattr(host, "_FAST", {})
-    monkeypatch.setattr(host, "_PLANS", {})
-    from gluon.jit import _jit_of
-    jf = _jit_of(host.attention_sm90)           # its compiled kernels keep the backend their launcher was made with
-    for name, empty in (("cache", {}), ("seen", {}), ("exact", {}), ("last", None)):
-        monkeypatch.setattr(jf, name, empty)
+    _fresh_caches(monkeypatch, host)
     B, H, HK, S, D = 2, 4, 4, 40, 64
     kw = {}
     if case == "bshd causal":
@@ -550,6 +556,7 @@ def test_a_dict_config_equal_in_value_but_not_in_type_meets_the_checks(monkeypat
     from test_runtime import FakeBackend
     monkeypatch.setattr(cuda, "DEFAULT_BACKEND", FakeBackend())
     monkeypatch.setattr(host, "sm_count", lambda d: 132)
+    _fresh_caches(monkeypatch, host)
     q, k, v = (torch.randn(2, 4, 40, 64).half() for _ in range(3))
     attention(q, k, v, config={"STAGES": 2})
     with pytest.raises(GluonError, match="STAGES=2.0"):
@@ -570,14 +577,7 @@ def test_a_repeated_call_with_a_misaligned_input_takes_the_full_path(monkeypatch
     fake = FakeBackend()
     monkeypatch.setattr(cuda, "DEFAULT_BACKEND", fake)
     monkeypatch.setattr(host, "sm_count", lambda d: 132)
-    monkeypatch.setattr(host, "_FAST", {})
-    monkeypatch.setattr(host, "_PLANS", {})
-    from gluon.jit import _jit_of
-    jf = _jit_of(host.attention_sm90)           # its compiled kernels keep the backend their launcher was made with
-    monkeypatch.setattr(jf, "cache", {})
-    monkeypatch.setattr(jf, "seen", {})
-    monkeypatch.setattr(jf, "exact", {})
-    monkeypatch.setattr(jf, "last", None)
+    _fresh_caches(monkeypatch, host)
     q, k, v = (torch.randn(2, 4, 40, 64).half() for _ in range(3))
     attention(q, k, v)
     (fp,) = host._FAST.values()
