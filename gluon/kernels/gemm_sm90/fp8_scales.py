@@ -199,10 +199,7 @@ def block_scaled_k_loop(acc, a_s, b_s, ready, empty, cnt, k_lo, k_hi, k_top, SA,
             _stage_block_scales(ahead, (cnt + 1) % 2, SA, sb_row, off_m, kk + 1, k_hi, k_top, M, KB, ZIG,
                                 SA_M_MAJOR, RW)
         else:
-            if ring is not None:
-                sa_k, sb_k = ring_scales(acc, ring, s, 1)
-            else:
-                sa_k, sb_k = _block_scales(SA, sb_row, rows, row_ok, kk, k_top, M, KB, ZIG, SA_M_MAJOR)
+            sa_k, sb_k = _step_block_scales(acc, ring, s, SA, sb_row, rows, row_ok, kk, k_top, M, KB, ZIG, SA_M_MAJOR)
             # the turn passes once the WGMMA is done, so the next warpgroup's runs alone while this one promotes
             part, held = _wait_then_pass_turn(part, a_s[s], b_s[s], sa_k, sb_k, anchor, g, TURNS, WGS)
             empty[s].arrive(cluster=CL > 1)
