@@ -7,7 +7,7 @@ torch = pytest.importorskip("torch")
 
 from gluon.kernels.gemm_sm90 import DEFAULT_CONFIG, launch  # noqa: E402
 from gluon.kernels.gemm_sm90.config import (DECODE_PAIRS, DECODE_ROWS, DECODE_ROWS_WIDE, DECODE_WIDE,  # noqa: E402
-                                            DECODE_WIDE_DEEP, choose_config)
+                                            DECODE_WIDE_DEEP, choose_config, resolve_config)
 from gluon.kernels.gemm_sm90 import host as gemm_host  # noqa: E402
 
 FIXUP = DEFAULT_CONFIG.replace(BLOCK_M=64, BLOCK_N=64, CONSUMER_WGS=1, STAGES=8, SPLITK_FIXUP=True)
@@ -97,6 +97,18 @@ def test_decode_rows_default_matches_fp64(M, N, K, b_kmajor, pick, dtype):
     off the tiles, both B layouts: within 1e-2 of fp64, every element written, the same bits twice."""
     assert choose_config(M, N, K, 132) == pick
     _agree_bit_for_bit(M, N, K, dtype, b_kmajor, [(None, None), (None, None)])     # no config: launch's pick
+
+
+@pytest.mark.parametrize("M,N,K", [(1, 28672, 4096), (5, 30000, 1000), (16, 26000, 777), (32, 33000, 4096)])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_k_major_b_decode_pick_takes_128_deep_steps_and_matches_fp64(M, N, K, dtype):
+    """Up to 32 rows where 256-row B tiles would make most of a wave, B [N, K]: launch's pick is 64-row B tiles on
+    128-deep k-steps (B [K, N] keeps the 256-row, 64-deep ones); on poisoned outputs, sizes on and off the tiles
+    (K = 777: B's rows off 16 bytes, padded): within 1e-2 of fp64, every element written, the same bits twice."""
+    cfg = resolve_config(M, N, K, 132, 2, b_kmajor=True)
+    assert (cfg.SWAP_AB, cfg.BLOCK_N, cfg.BLOCK_K) == (True, 64, 128)
+    assert resolve_config(M, N, K, 132, 2).BLOCK_N == 256
+    _agree_bit_for_bit(M, N, K, dtype, True, [(None, None), (None, None)])     # no config: launch's pick
 
 
 def _swap(M, BN=64, BK=64, STAGES=8):

@@ -567,13 +567,16 @@ _SWAP_ALWAYS_M = 64                 # ... and above this only where 128x256 tile
 _SMEM_BUDGET = 216 * 1024           # what the rings may take (the barriers and Triton's scratch need the rest)
 
 
-def small_m_config(M: int, N: int, num_sms: int) -> GemmConfig:
+def small_m_config(M: int, N: int, num_sms: int, b_kmajor: bool = False) -> GemmConfig:
     """The decode-like problem's config (M <= SMALL_M): SWAP_AB with A's rows padded to a WGMMA width
     (a power of two >= 8), and the widest B tile (256, 128, 64 rows; an accumulator of at most 128
     registers per thread) whose tiles make 3/4 to one wave, so B streams once with no K split; 128-deep
     k-steps (64 where fewer than 4 stages would fit), as many stages as fit. Otherwise 64-row B tiles, the
-    waves evened out by `split_k`."""
+    waves evened out by `split_k`. With B [N, K] (`b_kmajor`, 16-bit) and A's rows padded to at most 32, a
+    tile that fits only 64-deep k-steps is passed over: its TMA boxes read B in pieces of 128 bytes a row,
+    which stream slower than the 256 of 128-deep ones (B [K, N] reads whole tile rows of 512)."""
     bm = max(8, 1 << (M - 1).bit_length())
+    deep_only = b_kmajor and bm <= 32
 
     def fit(bn: int, bk: int) -> GemmConfig | None:
         st = min(16, _SMEM_BUDGET // ((bm + bn) * bk * 2))
@@ -585,19 +588,20 @@ def small_m_config(M: int, N: int, num_sms: int) -> GemmConfig:
         if bn * bm > 128 * 128:             # the accumulator: at most 128 fp32 registers per thread
             continue
         if num_sms * 3 <= _cdiv(N, bn) * 4 <= num_sms * 4:
-            cfg = fit(bn, 128) or fit(bn, 64)
+            cfg = fit(bn, 128) or (None if deep_only else fit(bn, 64))
             if cfg is not None:
                 return cfg
     return fit(64, 128)
 
 
 def choose_config(M: int, N: int, K: int, num_sms: int, pitch_aligned: bool = True, out_size: int = 2,
-                  swap_ab: bool = True, wave_tiles: bool = True, pairs: bool = True) -> GemmConfig:
+                  swap_ab: bool = True, wave_tiles: bool = True, pairs: bool = True,
+                  b_kmajor: bool = False) -> GemmConfig:
     """The hand-picked configuration for a problem when the caller gives none (a rule on tile counts,
     not a table of shapes; its "auto" values are resolved by `resolve_config`):
 
     * M <= 64, or M <= SMALL_M where 128x256 tiles make under 3/4 of a wave (decode):
-      `small_m_config`, A and B swapped (unless `swap_ab` is False: the ordinary kernel's pick), its two K
+      `small_m_config` (for B [N, K] where `b_kmajor`), A and B swapped (unless `swap_ab` is False: the ordinary kernel's pick), its two K
       slices (where `split_k` makes two) summed in 2-CTA clusters (CLUSTER_K=2), launched as a programmatic
       dependent (PDL: its prologue under the end of the kernel before, as in a model's GEMMs back to back);
       above 64 rows where the swapped tiles need no K split, DECODE_PAIRS instead (where `pairs`: `resolve_config`
@@ -621,7 +625,7 @@ def choose_config(M: int, N: int, K: int, num_sms: int, pitch_aligned: bool = Tr
 
     The measurements behind each rule: docs/PERF.md."""
     if swap_ab and (M <= _SWAP_ALWAYS_M or (M <= SMALL_M and tiles(M, N, DEFAULT_CONFIG) * 4 < num_sms * 3)):
-        cfg = small_m_config(M, N, num_sms)
+        cfg = small_m_config(M, N, num_sms, b_kmajor)
         # two K slices: summed by the two CTAs of a cluster (no second kernel); more slices keep splitk_reduce
         # (clusters of 4 measured 0.57-0.77x cuBLAS at 4096^2: fewer of them fit on the GPU at once)
         # and, with no second kernel, PDL (8 decode GEMMs back to back: +3 to +6% at 4096^2)
@@ -709,20 +713,22 @@ def _fp8_resident(M: int, N: int, K: int, swapped: GemmConfig, num_sms: int, out
 
 
 def resolve_config(M: int, N: int, K: int, num_sms: int, out_size: int, pitch_aligned: bool = True,
-                   config: GemmConfig | Mapping | None = None, in_size: int = 2) -> GemmConfig:
+                   config: GemmConfig | Mapping | None = None, in_size: int = 2, b_kmajor: bool = False) -> GemmConfig:
     """The config `launch` runs for a problem: `config` if it is a GemmConfig, else `choose_config` with
     the dict's overrides on top (of the unswapped pick unless the dict sets SWAP_AB), the pick first stripped
     of what a switch the dict turns on does not run with and the dict leaves open (`_base_for`); its "auto"
     values resolved for an output of `out_size`-byte elements. For 1-byte (fp8) inputs choose_config's k-step
     holds twice the elements: the same bytes per stage, and no few-wave or deep-K 128x256 tiles (`wave_tiles`:
-    measured for 16-bit inputs only), and from 65 to 128 rows FP8_RESIDENT where `_fp8_resident` says. A dict that
+    measured for 16-bit inputs only), and from 65 to 128 rows FP8_RESIDENT where `_fp8_resident` says; `b_kmajor` (B
+    [N, K]) reaches `small_m_config` for 16-bit inputs only (fp8 is always K-major, its picks timed so). A dict that
     leaves STAGES open gets as many as fit where the pick's would not beside its tiles (`_stages_that_fit`)."""
     if not isinstance(config, GemmConfig):
         # a dict of overrides that does not ask for SWAP_AB overrides the ordinary kernel's pick: its fields
         # (SPLIT_WGS, CONSUMER_WGS, a BLOCK_N for 128-row tiles) mean that family
         swap = not config or bool(config.get("SWAP_AB"))
         base = choose_config(M, N, K, num_sms, pitch_aligned, out_size, swap_ab=swap,
-                             wave_tiles=in_size == 2, pairs=not config and in_size == 2)
+                             wave_tiles=in_size == 2, pairs=not config and in_size == 2,
+                             b_kmajor=b_kmajor and in_size == 2)
         if in_size == 1:
             base = base.replace(BLOCK_K=base.BLOCK_K * 2)
             if not config and _fp8_resident(M, N, K, base, num_sms, out_size):

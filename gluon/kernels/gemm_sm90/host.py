@@ -413,7 +413,7 @@ def _plan(a, c, M: int, N: int, K: int, config: GemmConfig | Mapping | None, b_k
         sms = sm_count(dev)
     if scale in ("block", "block_m") and not isinstance(config, GemmConfig):
         config = block_scaled_overrides(M, N, K, sms, c.element_size(), pitch_aligned, config)
-    cfg = resolve_config(M, N, K, sms, c.element_size(), pitch_aligned, config, a.element_size())
+    cfg = resolve_config(M, N, K, sms, c.element_size(), pitch_aligned, config, a.element_size(), b_kmajor)
     if c_addr:
         cfg = by_address(cfg)
     if interp and cfg.cluster_size > 1 and not (_asks_for(config, "CLUSTER_M") or _asks_for(config, "CLUSTER_K")):
