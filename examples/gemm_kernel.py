@@ -59,7 +59,7 @@ def resolved_config(args, num_sms: int = 132):
     width = 2                                   # fp16 / bf16 operands
     aligned = args.K * width % 128 == 0 and (args.K if args.b_col_major else args.N) * width % 128 == 0
     return resolve_config(args.M, args.N, args.K, num_sms, 4 if args.out_dtype == "fp32" else 2, aligned,
-                          args.overrides)
+                          args.overrides, b_kmajor=args.b_col_major)
 
 
 def describe(args) -> int:

@@ -601,9 +601,10 @@ def choose_config(M: int, N: int, K: int, num_sms: int, pitch_aligned: bool = Tr
     not a table of shapes; its "auto" values are resolved by `resolve_config`):
 
     * M <= 64, or M <= SMALL_M where 128x256 tiles make under 3/4 of a wave (decode):
-      `small_m_config` (for B [N, K] where `b_kmajor`), A and B swapped (unless `swap_ab` is False: the ordinary kernel's pick), its two K
-      slices (where `split_k` makes two) summed in 2-CTA clusters (CLUSTER_K=2), launched as a programmatic
-      dependent (PDL: its prologue under the end of the kernel before, as in a model's GEMMs back to back);
+      `small_m_config` (B [N, K] where `b_kmajor`), A and B swapped (unless `swap_ab` is False: the ordinary
+      kernel's pick), its two K slices (where `split_k` makes two) summed in 2-CTA clusters (CLUSTER_K=2),
+      launched as a programmatic dependent (PDL: its prologue under the end of the kernel before, as in a
+      model's GEMMs back to back);
       above 64 rows where the swapped tiles need no K split, DECODE_PAIRS instead (where `pairs`: `resolve_config`
       asks for them with no overrides and 16-bit inputs; and a 16-bit output: what was timed), or DECODE_WIDE's
       128x128 tiles where they make half a wave to one; from 32 to 64 rows with no K split, DECODE_ROWS's 64x128
