@@ -522,14 +522,15 @@ def test_small_m_config_swaps_a_and_b(M, N, K, want):
 @pytest.mark.parametrize("M,N,K,stages", [(1, 28672, 4096, 12), (16, 28672, 8192, 10), (32, 32768, 4096, 9),
                                           (8, 25600, 1000, 12)])
 def test_k_major_b_decode_takes_128_deep_steps_where_256_rows_fit_only_64(M, N, K, stages):
-    """B [N, K], 16-bit, up to 32 rows: the 256-row B tiles (64-deep k-steps: TMA reads 128 bytes a row of B) give
-    way to 64-row ones on 128-deep k-steps; B [K, N], fp8, 33 rows and more, and tiles that fit 128-deep steps keep
-    their picks."""
+    """B [N, K] up to 32 rows: the 256-row B tiles (64-deep k-steps of 16-bit elements, 128 of fp8: TMA reads 128
+    bytes a row of B) give way to 64-row ones on k-steps twice as deep; B [K, N], 33 rows and more, and tiles that fit
+    the deeper steps keep their picks."""
     from gluon.kernels.gemm_sm90.config import DECODE_ROWS_WIDE
     nk = resolve_config(M, N, K, 132, 2, b_kmajor=True)
     assert (nk.SWAP_AB, nk.BLOCK_N, nk.BLOCK_K, nk.STAGES, nk.CLUSTER_K) == (True, 64, 128, stages, 1)
     assert (resolve_config(M, N, K, 132, 2).BLOCK_N, resolve_config(M, N, K, 132, 2).BLOCK_K) == (256, 64)
-    assert resolve_config(M, N, K, 132, 2, in_size=1, b_kmajor=True) == resolve_config(M, N, K, 132, 2, in_size=1)
+    fp8 = resolve_config(M, N, K, 132, 2, in_size=1)           # fp8: B [N, K] always, 256-deep (256 bytes)
+    assert (fp8.SWAP_AB, fp8.BLOCK_N, fp8.BLOCK_K, fp8.STAGES) == (True, 64, 256, stages)
     assert resolve_config(48, N, K, 132, 2, b_kmajor=True) == DECODE_ROWS_WIDE.resolve(2)
     for n in (14336, 57344, 4096):                  # 128-row tiles (128-deep) or 64-row ones already
         assert resolve_config(M, n, K, 132, 2, b_kmajor=True) == resolve_config(M, n, K, 132, 2)

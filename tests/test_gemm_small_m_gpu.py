@@ -273,7 +273,10 @@ def _fp8(x, dtype):
                                    (2048, 2048, 2048), (8192, 4096, 1024), (1000, 3001, 1024),
                                    # 65 to 128 rows, unswapped 64x128 tiles at two CTAs an SM (FP8_RESIDENT): M, N
                                    # and K off the tiles
-                                   (96, 14336, 4096), (100, 14000, 1000)])
+                                   (96, 14336, 4096), (100, 14000, 1000),
+                                   # up to 32 rows, 64-row B tiles on 256-deep k-steps where 256-row ones fit only
+                                   # 128: K on and off them
+                                   (1, 28672, 4096), (20, 30000, 1040)])
 @pytest.mark.parametrize("scale", ["tensor", "rowcol"])
 @pytest.mark.parametrize("fp8", ["e4m3", "e5m2"])
 def test_fp8_matches_the_dequantized_fp64_product(M, N, K, scale, fp8):

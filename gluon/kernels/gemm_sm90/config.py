@@ -572,9 +572,10 @@ def small_m_config(M: int, N: int, num_sms: int, b_kmajor: bool = False) -> Gemm
     (a power of two >= 8), and the widest B tile (256, 128, 64 rows; an accumulator of at most 128
     registers per thread) whose tiles make 3/4 to one wave, so B streams once with no K split; 128-deep
     k-steps (64 where fewer than 4 stages would fit), as many stages as fit. Otherwise 64-row B tiles, the
-    waves evened out by `split_k`. With B [N, K] (`b_kmajor`, 16-bit) and A's rows padded to at most 32, a
-    tile that fits only 64-deep k-steps is passed over: its TMA boxes read B in pieces of 128 bytes a row,
-    which stream slower than the 256 of 128-deep ones (B [K, N] reads whole tile rows of 512)."""
+    waves evened out by `split_k`. With B [N, K] (`b_kmajor`) and A's rows padded to at most 32, a tile
+    that fits only 64-deep k-steps (of 16-bit elements; fp8's `resolve_config` doubles) is passed over: its
+    TMA boxes read B in pieces of 128 bytes a row, which stream slower than the 256 of the deeper ones (B
+    [K, N] reads whole tile rows of 512)."""
     bm = max(8, 1 << (M - 1).bit_length())
     deep_only = b_kmajor and bm <= 32
 
@@ -720,16 +721,16 @@ def resolve_config(M: int, N: int, K: int, num_sms: int, out_size: int, pitch_al
     of what a switch the dict turns on does not run with and the dict leaves open (`_base_for`); its "auto"
     values resolved for an output of `out_size`-byte elements. For 1-byte (fp8) inputs choose_config's k-step
     holds twice the elements: the same bytes per stage, and no few-wave or deep-K 128x256 tiles (`wave_tiles`:
-    measured for 16-bit inputs only), and from 65 to 128 rows FP8_RESIDENT where `_fp8_resident` says; `b_kmajor` (B
-    [N, K]) reaches `small_m_config` for 16-bit inputs only (fp8 is always K-major, its picks timed so). A dict that
-    leaves STAGES open gets as many as fit where the pick's would not beside its tiles (`_stages_that_fit`)."""
+    measured for 16-bit inputs only), and from 65 to 128 rows FP8_RESIDENT where `_fp8_resident` says; B [N, K]
+    (`b_kmajor`, and always for fp8) reaches `small_m_config`. A dict that leaves STAGES open gets as many as fit
+    where the pick's would not beside its tiles (`_stages_that_fit`)."""
     if not isinstance(config, GemmConfig):
         # a dict of overrides that does not ask for SWAP_AB overrides the ordinary kernel's pick: its fields
         # (SPLIT_WGS, CONSUMER_WGS, a BLOCK_N for 128-row tiles) mean that family
         swap = not config or bool(config.get("SWAP_AB"))
         base = choose_config(M, N, K, num_sms, pitch_aligned, out_size, swap_ab=swap,
                              wave_tiles=in_size == 2, pairs=not config and in_size == 2,
-                             b_kmajor=b_kmajor and in_size == 2)
+                             b_kmajor=b_kmajor or in_size == 1)
         if in_size == 1:
             base = base.replace(BLOCK_K=base.BLOCK_K * 2)
             if not config and _fp8_resident(M, N, K, base, num_sms, out_size):
