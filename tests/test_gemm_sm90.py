@@ -531,7 +531,7 @@ def test_k_major_b_decode_takes_128_deep_steps_where_256_rows_fit_only_64(M, N, 
     assert (resolve_config(M, N, K, 132, 2).BLOCK_N, resolve_config(M, N, K, 132, 2).BLOCK_K) == (256, 64)
     fp8 = resolve_config(M, N, K, 132, 2, in_size=1)           # fp8: B [N, K] always, 256-deep (256 bytes)
     assert (fp8.SWAP_AB, fp8.BLOCK_N, fp8.BLOCK_K, fp8.STAGES) == (True, 64, 256, stages)
-    assert resolve_config(48, N, K, 132, 2, b_kmajor=True) == DECODE_ROWS_WIDE.resolve(2)
+    assert resolve_config(48, N, K, 132, 2) == DECODE_ROWS_WIDE.resolve(2)     # B [K, N] at 33 to 64 rows
     for n in (14336, 57344, 4096):                  # 128-row tiles (128-deep) or 64-row ones already
         assert resolve_config(M, n, K, 132, 2, b_kmajor=True) == resolve_config(M, n, K, 132, 2)
 
@@ -568,12 +568,41 @@ def test_m_from_33_to_64_takes_the_swapped_64x256_tiles_unswapped():
         assert choose_config(M, 28672, 4096, 132, out_size=4).SWAP_AB                   # an fp32 output: not timed
     assert choose_config(32, 28672, 4096, 132).SWAP_AB                                  # 32x256 swapped tiles stay
     assert choose_config(96, 28672, 4096, 132) != DECODE_ROWS_WIDE
-    assert resolve_config(64, 28672, 4096, 132, 2, True, None, in_size=1).SWAP_AB      # fp8: not timed
     wide = resolve_config(64, 28672, 4096, 132, 2, True, None)
     assert wide == DECODE_ROWS_WIDE.resolve(2)
     for b_kmajor in (False, True):                      # its shared memory and registers pass the compiler's checks
         run_passes(gemm_sm90.trace(*stand_ins(DType.bf16, DType.bf16), num_warps=num_warps(wide), CFG=wide,
                                    B_KMAJOR=b_kmajor))
+
+
+def test_k_major_b_from_33_to_128_rows_takes_128_deep_steps_over_the_256_wide_64_deep_picks():
+    """B [N, K] where the pick would be 64x256 (33 to 64 rows) or 128x256 tiles (65 to 128, 3/4 to 0.9 of a wave) on
+    64-deep k-steps: DECODE_ROWS and DECODE_WIDE_DEEP (128-deep; fp8 256-deep), which pass the compiler's checks;
+    B [K, N], overrides, and shapes either side keep their picks."""
+    from gluon.kernels.gemm_sm90.config import DECODE_ROWS, DECODE_ROWS_WIDE, DECODE_WIDE_DEEP
+    for M in (33, 48, 64):
+        assert choose_config(M, 28672, 4096, 132, b_kmajor=True) == DECODE_ROWS
+        assert choose_config(M, 33792, 4096, 132, b_kmajor=True) == DECODE_ROWS                 # 132 B tiles
+        assert choose_config(M, 28672, 4096, 132) == DECODE_ROWS_WIDE                           # B [K, N]
+        assert choose_config(M, 28672, 4096, 132, pairs=False, b_kmajor=True).SWAP_AB           # overrides
+        assert choose_config(M, 25088, 4096, 132, b_kmajor=True).SWAP_AB                        # under 3/4 of a wave
+        assert resolve_config(M, 28672, 4096, 132, 2, in_size=1) == DECODE_ROWS.replace(BLOCK_K=256).resolve(2)
+    for M in (65, 96, 128):
+        for N in (25089, 28672, 30208):                 # 99 to 118 tiles of 128x256
+            assert choose_config(M, N, 4096, 132, b_kmajor=True) == DECODE_WIDE_DEEP
+            assert choose_config(M, N, 4096, 132) == DEFAULT_CONFIG
+            fp8 = resolve_config(M, N, 4096, 132, 2, in_size=1)
+            assert fp8 == DECODE_WIDE_DEEP.replace(BLOCK_K=256).resolve(2)
+        for N in (25088, 30209):                        # the swapped family; a wave of 128x256 tiles
+            assert choose_config(M, N, 4096, 132, b_kmajor=True) == choose_config(M, N, 4096, 132)
+    assert choose_config(129, 28672, 4096, 132, b_kmajor=True) == choose_config(129, 28672, 4096, 132)
+    assert choose_config(32, 28672, 4096, 132, b_kmajor=True).SWAP_AB                           # the s47 rule's
+    for cfg, dt in ((DECODE_ROWS, DType.bf16), (DECODE_WIDE_DEEP, DType.bf16), (DECODE_ROWS, DType.f8e4m3),
+                    (DECODE_WIDE_DEEP, DType.f8e4m3)):
+        cfg = cfg.replace(BLOCK_K=cfg.BLOCK_K * (2 if dt == DType.f8e4m3 else 1)).resolve(2)
+        extra = {"SCALE": "tensor"} if dt == DType.f8e4m3 else {}
+        run_passes(gemm_sm90.trace(*stand_ins(dt, DType.bf16), num_warps=num_warps(cfg), CFG=cfg, B_KMAJOR=True,
+                                   **extra))
 
 
 def test_m_up_to_128_swaps_or_pairs_unless_the_tiles_fill_a_wave():

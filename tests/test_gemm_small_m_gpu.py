@@ -111,6 +111,18 @@ def test_k_major_b_decode_pick_takes_128_deep_steps_and_matches_fp64(M, N, K, dt
     _agree_bit_for_bit(M, N, K, dtype, True, [(None, None), (None, None)])     # no config: launch's pick
 
 
+@pytest.mark.parametrize("M,N,K", [(48, 28672, 4096), (64, 26000, 777), (100, 28000, 1000), (128, 30208, 4096)])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_k_major_b_above_32_rows_pick_takes_128_deep_steps_and_matches_fp64(M, N, K, dtype):
+    """33 to 128 rows where the pick would be 64x256 or 128x256 tiles on 64-deep k-steps, B [N, K]: launch's pick is
+    DECODE_ROWS or DECODE_WIDE_DEEP (128-deep), unswapped; on poisoned outputs, sizes on and off the tiles (K = 777:
+    B's rows off 16 bytes, padded): within 1e-2 of fp64, every element written, the same bits twice."""
+    cfg = resolve_config(M, N, K, 132, 2, b_kmajor=True)
+    assert (cfg.SWAP_AB, cfg.BLOCK_N, cfg.BLOCK_K) == (False, 128, 128)
+    assert resolve_config(M, N, K, 132, 2).BLOCK_N == 256
+    _agree_bit_for_bit(M, N, K, dtype, True, [(None, None), (None, None)])     # no config: launch's pick
+
+
 def _swap(M, BN=64, BK=64, STAGES=8):
     return DEFAULT_CONFIG.replace(BLOCK_M=max(8, 1 << (M - 1).bit_length()), BLOCK_N=BN, BLOCK_K=BK, STAGES=STAGES, CONSUMER_WGS=1,
                                   SWAP_AB=True, EPILOGUE="direct", SPLIT_WGS=False, K_ZIGZAG=False)
@@ -276,7 +288,9 @@ def _fp8(x, dtype):
                                    (96, 14336, 4096), (100, 14000, 1000),
                                    # up to 32 rows, 64-row B tiles on 256-deep k-steps where 256-row ones fit only
                                    # 128: K on and off them
-                                   (1, 28672, 4096), (20, 30000, 1040)])
+                                   (1, 28672, 4096), (20, 30000, 1040),
+                                   # 33 to 128 rows there: 128-row B tiles, unswapped, 256-deep
+                                   (64, 28672, 4096), (120, 27000, 1040)])
 @pytest.mark.parametrize("scale", ["tensor", "rowcol"])
 @pytest.mark.parametrize("fp8", ["e4m3", "e5m2"])
 def test_fp8_matches_the_dequantized_fp64_product(M, N, K, scale, fp8):

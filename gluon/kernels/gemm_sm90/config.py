@@ -485,6 +485,11 @@ DECODE_ROWS = DEFAULT_CONFIG.replace(BLOCK_M=64, BLOCK_N=128, BLOCK_K=128, STAGE
 # 48 / 64 x 28672 x 4096, both B layouts, on an H100 (64x28672x4096 0.969 -> 0.986x cuBLAS B [N, K], 0.981 -> 1.002
 # B [K, N]; docs/PERF.md, thirty-third and thirty-fifth sessions)
 DECODE_ROWS_WIDE = DEFAULT_CONFIG.replace(BLOCK_M=64, BLOCK_N=256, BLOCK_K=64, STAGES=4, CONSUMER_WGS=1, PDL=True)
+# With B [N, K] the 64-deep k-steps of those 64x256 tiles, and of the 128x256 tiles picked from 65 to 128 rows where
+# they make 3/4 to 0.9 of a wave (N 25089-30208), read B in TMA boxes of 128 bytes a row: DECODE_ROWS and
+# DECODE_WIDE_DEEP there instead (128-deep; fp8's 256-deep), on an H100 against those picks in one run each: bf16
+# +2.5 / +2.3% at 48 / 64 x 28672 x 4096, +2.0 to +2.4% at 96 / 128 x 28672 x 4096 and 128x28672x8192; fp8 e4m3
+# per tensor +6.3 / +6.6% and +2.1 / +3.0% (docs/PERF.md, forty-eighth session)
 
 
 SMALL_M = 128                       # up to this many rows of A, choose_config swaps A and B ...
@@ -522,7 +527,7 @@ def small_m_config(M: int, N: int, num_sms: int, b_kmajor: bool = False) -> Gemm
 
 def choose_config(M: int, N: int, K: int, num_sms: int, pitch_aligned: bool = True, out_size: int = 2,
                   swap_ab: bool = True, wave_tiles: bool = True, pairs: bool = True,
-                  b_kmajor: bool = False) -> GemmConfig:
+                  b_kmajor: bool = False, in_size: int = 2) -> GemmConfig:
     """The hand-picked configuration for a problem when the caller gives none (a rule on tile counts,
     not a table of shapes; its "auto" values are resolved by `resolve_config`):
 
@@ -532,14 +537,16 @@ def choose_config(M: int, N: int, K: int, num_sms: int, pitch_aligned: bool = Tr
       launched as a programmatic dependent (PDL: its prologue under the end of the kernel before, as in a
       model's GEMMs back to back);
       above 64 rows where the swapped tiles need no K split, DECODE_PAIRS instead (where `pairs`: `resolve_config`
-      asks for them with no overrides and 16-bit inputs; and a 16-bit output: what was timed), or DECODE_WIDE's
-      128x128 tiles where they make half a wave to one; from 32 to 64 rows with no K split, DECODE_ROWS's 64x128
-      tiles unswapped where they make 0.65 to one wave and the swapped tiles are 64 wide on either side (the same
-      conditions), and DECODE_ROWS_WIDE's 64x256 tiles unswapped where the swapped pick is those tiles;
+      asks for them with no overrides; 16-bit inputs, `in_size` 2; and a 16-bit output: what was timed), or
+      DECODE_WIDE's 128x128 tiles where they make half a wave to one; from 32 to 64 rows with no K split,
+      DECODE_ROWS's 64x128 tiles unswapped where they make 0.65 to one wave and the swapped tiles are 64 wide on
+      either side (the same conditions), and DECODE_ROWS_WIDE's 64x256 tiles unswapped where the swapped pick is
+      those tiles (DECODE_ROWS there with B [N, K], fp8 inputs too: 64-deep k-steps read B [N, K] 128 bytes a row);
       DECODE_WIDE_DEEP (128-deep k-steps) where DECODE_WIDE's tiles make 0.7 of a wave or more;
     * K >= DEEP_K with under half a wave of 128x128 tiles: `deep_k_config`'s 128x128 tiles, or 128x256 where
       `wave_tiles` (split along K by `split_k`; no cluster where A has an odd count of tile rows);
-    * under about one wave of 128x256 tiles: the first of SMALL_CONFIGS whose tiles fit in one wave;
+    * under about one wave of 128x256 tiles: the first of SMALL_CONFIGS whose tiles fit in one wave; else, from
+      65 to SMALL_M rows with B [N, K], DECODE_WIDE_DEEP (128-deep k-steps, not 128x256's 64);
     * an fp32 output (`out_size` 4): FP32_OUT_CONFIG;
     * a few waves of 128x256 tiles, the last part empty (aligned rows, 16-bit inputs: `wave_tiles`, which
       `resolve_config` turns off for fp8, where it is not measured): `wave_config`'s 192x128 or 128x128 tiles
@@ -560,6 +567,10 @@ def choose_config(M: int, N: int, K: int, num_sms: int, pitch_aligned: bool = Tr
         if splits == 2:
             return cfg.replace(CLUSTER_K=2, PDL=True)
         if splits == 1 and pairs and out_size <= 2:         # no K split, 16-bit output, no overrides: timed forms
+            if (cfg.BLOCK_M, cfg.BLOCK_N) == (64, 256) and b_kmajor:
+                return DECODE_ROWS          # 16-bit and fp8 inputs (`resolve_config` doubles its k-step)
+            if in_size != 2:
+                return cfg
             if _rows_fit(M, N, cfg, num_sms):
                 return DECODE_ROWS
             if (cfg.BLOCK_M, cfg.BLOCK_N) == (64, 256):
@@ -588,6 +599,8 @@ def choose_config(M: int, N: int, K: int, num_sms: int, pitch_aligned: bool = Tr
     for cfg in SMALL_CONFIGS:
         if tiles(M, N, cfg) <= num_sms:
             return cfg
+    if b_kmajor and _SWAP_ALWAYS_M < M <= SMALL_M:
+        return DECODE_WIDE_DEEP
     return DEFAULT_CONFIG
 
 
@@ -654,8 +667,8 @@ def resolve_config(M: int, N: int, K: int, num_sms: int, out_size: int, pitch_al
         # (SPLIT_WGS, CONSUMER_WGS, a BLOCK_N for 128-row tiles) mean that family
         swap = not config or bool(config.get("SWAP_AB"))
         base = choose_config(M, N, K, num_sms, pitch_aligned, out_size, swap_ab=swap,
-                             wave_tiles=in_size == 2, pairs=not config and in_size == 2,
-                             b_kmajor=b_kmajor or in_size == 1)
+                             wave_tiles=in_size == 2, pairs=not config, b_kmajor=b_kmajor or in_size == 1,
+                             in_size=in_size)
         if in_size == 1:
             base = base.replace(BLOCK_K=base.BLOCK_K * 2)
             if not config and _fp8_resident(M, N, K, base, num_sms, out_size):
