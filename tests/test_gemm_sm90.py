@@ -577,8 +577,8 @@ def test_m_from_33_to_64_takes_the_swapped_64x256_tiles_unswapped():
 
 def test_k_major_b_from_33_to_128_rows_takes_128_deep_steps_over_the_256_wide_64_deep_picks():
     """B [N, K] where the pick would be 64x256 (33 to 64 rows) or 128x256 tiles (65 to 128, 3/4 to 0.9 of a wave) on
-    64-deep k-steps: DECODE_ROWS and DECODE_WIDE_DEEP (128-deep; fp8 256-deep), which pass the compiler's checks;
-    B [K, N], overrides, and shapes either side keep their picks."""
+    64-deep k-steps, and those make 0.8 of a wave or more: DECODE_ROWS and DECODE_WIDE_DEEP (128-deep; fp8 256-deep),
+    which pass the compiler's checks; B [K, N], overrides, and shapes either side keep their picks."""
     from gluon.kernels.gemm_sm90.config import DECODE_ROWS, DECODE_ROWS_WIDE, DECODE_WIDE_DEEP
     for M in (33, 48, 64):
         assert choose_config(M, 28672, 4096, 132, b_kmajor=True) == DECODE_ROWS
@@ -586,14 +586,15 @@ def test_k_major_b_from_33_to_128_rows_takes_128_deep_steps_over_the_256_wide_64
         assert choose_config(M, 28672, 4096, 132) == DECODE_ROWS_WIDE                           # B [K, N]
         assert choose_config(M, 28672, 4096, 132, pairs=False, b_kmajor=True).SWAP_AB           # overrides
         assert choose_config(M, 25088, 4096, 132, b_kmajor=True).SWAP_AB                        # under 3/4 of a wave
+        assert choose_config(M, 26880, 4096, 132, b_kmajor=True) == DECODE_ROWS_WIDE            # under 0.8
         assert resolve_config(M, 28672, 4096, 132, 2, in_size=1) == DECODE_ROWS.replace(BLOCK_K=256).resolve(2)
     for M in (65, 96, 128):
-        for N in (25089, 28672, 30208):                 # 99 to 118 tiles of 128x256
+        for N in (26881, 28672, 30208):                 # 106 to 118 tiles of 128x256 (0.8 to 0.9 of a wave)
             assert choose_config(M, N, 4096, 132, b_kmajor=True) == DECODE_WIDE_DEEP
             assert choose_config(M, N, 4096, 132) == DEFAULT_CONFIG
             fp8 = resolve_config(M, N, 4096, 132, 2, in_size=1)
             assert fp8 == DECODE_WIDE_DEEP.replace(BLOCK_K=256).resolve(2)
-        for N in (25088, 30209):                        # the swapped family; a wave of 128x256 tiles
+        for N in (25088, 26880, 30209):                 # swapped; 105 tiles: 128-row ones fill too little; a wave
             assert choose_config(M, N, 4096, 132, b_kmajor=True) == choose_config(M, N, 4096, 132)
     assert choose_config(129, 28672, 4096, 132, b_kmajor=True) == choose_config(129, 28672, 4096, 132)
     assert choose_config(32, 28672, 4096, 132, b_kmajor=True).SWAP_AB                           # the s47 rule's
