@@ -668,8 +668,8 @@ def resolve_config(M: int, N: int, K: int, num_sms: int, out_size: int, pitch_al
     values resolved for an output of `out_size`-byte elements. For 1-byte (fp8) inputs choose_config's k-step
     holds twice the elements: the same bytes per stage, and no few-wave or deep-K 128x256 tiles (`wave_tiles`:
     measured for 16-bit inputs only), and from 65 to 128 rows FP8_RESIDENT where `_fp8_resident` says; B [N, K]
-    (`b_kmajor`, and always for fp8) reaches `small_m_config`. A dict that leaves STAGES open gets as many as fit
-    where the pick's would not beside its tiles (`_stages_that_fit`)."""
+    (`b_kmajor`, and always for fp8) reaches choose_config's k-step depth rules. A dict that leaves STAGES open gets
+    as many as fit where the pick's would not beside its tiles (`_stages_that_fit`)."""
     if not isinstance(config, GemmConfig):
         # a dict of overrides that does not ask for SWAP_AB overrides the ordinary kernel's pick: its fields
         # (SPLIT_WGS, CONSUMER_WGS, a BLOCK_N for 128-row tiles) mean that family
