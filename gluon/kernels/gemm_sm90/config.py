@@ -17,7 +17,7 @@ from gluon.types import SwizzleMode
 
 from ..config_checks import cached_hash, flag, overridden, positive_int, state_without_hash
 from .geometry import (  # noqa: F401  (re-exported: the rules' callers import them from here)
-    balanced_splits, grid, num_warps, slice_work, slot_use, split_k, tiles, units)
+    balanced_splits, cdiv, grid, num_warps, slice_work, slot_use, split_k, tiles, units)
 
 EPILOGUES = ("tma", "tma2", "ring", "coalesced", "direct")
 AUTO = "auto"
@@ -31,9 +31,6 @@ _AUTO_BOOLS = ("EARLY_LOADS", "LEAN_PROLOGUE")
 _SWIZZLES = tuple(m.value for m in SwizzleMode)
 _SPLIT_CONSUMER_REGS = 216          # the second consumer warpgroup's setmaxnreg with SPLIT_WGS
 
-
-def _cdiv(a: int, b: int) -> int:
-    return -(-a // b)
 
 
 @dataclass(frozen=True)
@@ -447,7 +444,7 @@ def deep_k_config(M: int, N: int, K: int, num_sms: int, out_size: int = 2, wide:
     pairs only over an even count of tile rows: over an odd one the last pair's second CTA has no rows and takes an
     SM, which lost 1-26% to no cluster (docs/PERF.md, twenty-eighth session)."""
     def paired(cfg: GemmConfig) -> GemmConfig:
-        return cfg if _cdiv(M, cfg.BLOCK_M) % 2 == 0 else cfg.replace(CLUSTER_M=1)
+        return cfg if cdiv(M, cfg.BLOCK_M) % 2 == 0 else cfg.replace(CLUSTER_M=1)
     # an fp32 output's 64 KiB staging tile fits beside 5 of the ring's 32 KiB stages, not 6
     deep = paired(DEEP_K_CONFIG if out_size <= 2 else DEEP_K_CONFIG.replace(STAGES=5))
     if out_size > 2 or not wide:
@@ -519,7 +516,7 @@ def small_m_config(M: int, N: int, num_sms: int, b_kmajor: bool = False) -> Gemm
     for bn in (256, 128, 64):
         if bn * bm > 128 * 128:             # the accumulator: at most 128 fp32 registers per thread
             continue
-        if num_sms * 3 <= _cdiv(N, bn) * 4 <= num_sms * 4:
+        if num_sms * 3 <= cdiv(N, bn) * 4 <= num_sms * 4:
             cfg = fit(bn, 128) or (None if deep_only else fit(bn, 64))
             if cfg is not None:
                 return cfg
@@ -568,7 +565,7 @@ def choose_config(M: int, N: int, K: int, num_sms: int, pitch_aligned: bool = Tr
         if splits == 2:
             return cfg.replace(CLUSTER_K=2, PDL=True)
         if splits == 1 and pairs and out_size <= 2:         # no K split, 16-bit output, no overrides: timed forms
-            if (cfg.BLOCK_M, cfg.BLOCK_N) == (64, 256) and b_kmajor and _deeper_fill(N, num_sms):
+            if (cfg.BLOCK_M, cfg.BLOCK_N) == (64, 256) and b_kmajor and _deeper_fill(M, N, num_sms):
                 return DECODE_ROWS          # 16-bit and fp8 inputs (`resolve_config` doubles its k-step)
             if in_size != 2:
                 return cfg
@@ -600,7 +597,7 @@ def choose_config(M: int, N: int, K: int, num_sms: int, pitch_aligned: bool = Tr
     for cfg in SMALL_CONFIGS:
         if tiles(M, N, cfg) <= num_sms:
             return cfg
-    if b_kmajor and _SWAP_ALWAYS_M < M <= SMALL_M and _deeper_fill(N, num_sms):
+    if b_kmajor and _SWAP_ALWAYS_M < M <= SMALL_M and _deeper_fill(M, N, num_sms):
         return DECODE_WIDE_DEEP
     return DEFAULT_CONFIG
 
@@ -612,11 +609,12 @@ def _stores_bound(K: int, cfg: GemmConfig, wide_inputs: bool) -> bool:
                                                                               DEFAULT_CONFIG.BLOCK_N)
 
 
-def _deeper_fill(N: int, num_sms: int) -> bool:
+def _deeper_fill(M: int, N: int, num_sms: int) -> bool:
     """Whether the 128-row B tiles that replace 256-row ones on 64-deep k-steps (B [N, K], 33 to 128 rows) fill their
-    second round enough: the 256-row tiles make 0.8 of a wave or more (N 28672 gained 1-2.5%; N 26000, whose 128-row
-    tiles leave 60 of 132 SMs idle in the second round, lost 7% at 100 rows)."""
-    return _cdiv(N, 256) * 5 >= num_sms * 4
+    second round enough: DEFAULT_CONFIG's 128x256 tiles (as many as the swapped 64x256 ones there) make 0.8 of a wave
+    or more (N 28672 gained 1-2.5%; N 26000, whose 128-row tiles leave 60 of 132 SMs idle in the second round, lost
+    7% at 100 rows)."""
+    return tiles(M, N, DEFAULT_CONFIG) * 5 >= num_sms * 4
 
 
 def _rows_fit(M: int, N: int, swapped: GemmConfig, num_sms: int) -> bool:

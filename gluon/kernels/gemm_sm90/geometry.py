@@ -11,24 +11,25 @@ if TYPE_CHECKING:
     from .config import GemmConfig
 
 
-def _cdiv(a: int, b: int) -> int:
+def cdiv(a: int, b: int) -> int:
+    """Ceiling division of sizes."""
     return -(-a // b)
 
 
 def tiles(M: int, N: int, config: GemmConfig) -> int:
-    return _cdiv(M, config.BLOCK_M) * _cdiv(N, config.BLOCK_N)
+    return cdiv(M, config.BLOCK_M) * cdiv(N, config.BLOCK_N)
 
 
 def slot_use(M: int, N: int, config: GemmConfig, num_sms: int) -> float:
     """The share of the persistent programs' tile slots (rounds x SMs x tile) that hold output: what a
     part-empty last round, or tiles hanging over the edges, cost."""
-    return M * N / (_cdiv(tiles(M, N, config), num_sms) * num_sms * config.BLOCK_M * config.BLOCK_N)
+    return M * N / (cdiv(tiles(M, N, config), num_sms) * num_sms * config.BLOCK_M * config.BLOCK_N)
 
 
 def units(M: int, N: int, config: GemmConfig, splits: int = 1) -> int:
     """Units of work of the persistent grid: a cluster's tiles (CLUSTER_M stacked along M), times the K
     slices."""
-    return _cdiv(_cdiv(M, config.BLOCK_M), config.CLUSTER_M) * _cdiv(N, config.BLOCK_N) * splits
+    return cdiv(cdiv(M, config.BLOCK_M), config.CLUSTER_M) * cdiv(N, config.BLOCK_N) * splits
 
 
 def num_warps(config: GemmConfig) -> int:
@@ -51,10 +52,10 @@ def balanced_splits(t: int, k_tiles: int, num_sms: int, min_k: int = 8, max_spli
     problems that stream B once (small M), where a K slice costs only its small fp32 partial."""
     def busy(s: int) -> float:
         u = t * s
-        return u / (_cdiv(u, num_sms) * num_sms)
+        return u / (cdiv(u, num_sms) * num_sms)
     best = 1
     for s in range(2, max_splits + 1):
-        if _cdiv(k_tiles, s) < min_k:
+        if cdiv(k_tiles, s) < min_k:
             break
         if busy(s) > busy(best) + 0.02:
             best = s
@@ -71,7 +72,7 @@ def split_k(M: int, N: int, K: int, config: GemmConfig, num_sms: int) -> int:
     if config.SPLITK_GRID > 1:      # the slices that meet at a tile's counter
         return config.SPLITK_GRID
     t = tiles(M, N, config)
-    k_tiles = _cdiv(K, config.BLOCK_K)
+    k_tiles = cdiv(K, config.BLOCK_K)
     slots = num_sms * config.CTAS_PER_SM    # CTAs resident at once
     if config.SWAP_AB:              # a few tiles less than a wave already stream B at full bandwidth
         return 1 if t * 4 >= slots * 3 else balanced_splits(t, k_tiles, slots)
@@ -81,12 +82,12 @@ def split_k(M: int, N: int, K: int, config: GemmConfig, num_sms: int) -> int:
     want = min(slots // ctas, k_tiles // 16, 16)
     if want <= 1:
         return 1
-    per = _cdiv(k_tiles, want)
-    return _cdiv(k_tiles, per)
+    per = cdiv(k_tiles, want)
+    return cdiv(k_tiles, per)
 
 
 def slice_work(M: int, N: int, K: int, config: GemmConfig, num_sms: int) -> int:
     """Multiply-adds of one CTA's unit, its tile times its K slice (`split_k`'s): what a deep-K launch's time
     follows, all its units running at once."""
-    k_tiles = _cdiv(K, config.BLOCK_K)
-    return config.BLOCK_M * config.BLOCK_N * _cdiv(k_tiles, split_k(M, N, K, config, num_sms)) * config.BLOCK_K
+    k_tiles = cdiv(K, config.BLOCK_K)
+    return config.BLOCK_M * config.BLOCK_N * cdiv(k_tiles, split_k(M, N, K, config, num_sms)) * config.BLOCK_K
