@@ -99,26 +99,18 @@ def test_decode_rows_default_matches_fp64(M, N, K, b_kmajor, pick, dtype):
     _agree_bit_for_bit(M, N, K, dtype, b_kmajor, [(None, None), (None, None)])     # no config: launch's pick
 
 
-@pytest.mark.parametrize("M,N,K", [(1, 28672, 4096), (5, 30000, 1000), (16, 26000, 777), (32, 33000, 4096)])
+@pytest.mark.parametrize("M,N,K,swapped", [(1, 28672, 4096, True), (5, 30000, 1000, True), (16, 26000, 777, True),
+                                            (32, 33000, 4096, True), (48, 28672, 4096, False),
+                                            (64, 27000, 777, False), (100, 28000, 1000, False),
+                                            (128, 30208, 4096, False)])
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
-def test_k_major_b_decode_pick_takes_128_deep_steps_and_matches_fp64(M, N, K, dtype):
-    """Up to 32 rows where 256-row B tiles would make most of a wave, B [N, K]: launch's pick is 64-row B tiles on
-    128-deep k-steps (B [K, N] keeps the 256-row, 64-deep ones); on poisoned outputs, sizes on and off the tiles
-    (K = 777: B's rows off 16 bytes, padded): within 1e-2 of fp64, every element written, the same bits twice."""
+def test_k_major_b_decode_pick_takes_128_deep_steps_and_matches_fp64(M, N, K, swapped, dtype):
+    """Where 256-row B tiles would make most of a wave, B [N, K]: launch's pick steps 128 deep, up to 32 rows on
+    64-row B tiles (swapped), from 33 to 128 on DECODE_ROWS or DECODE_WIDE_DEEP (128-row B tiles, unswapped); B [K, N]
+    keeps the 256-row, 64-deep ones. On poisoned outputs, sizes on and off the tiles (K = 777: B's rows off 16 bytes,
+    padded): within 1e-2 of fp64, every element written, the same bits twice."""
     cfg = resolve_config(M, N, K, 132, 2, b_kmajor=True)
-    assert (cfg.SWAP_AB, cfg.BLOCK_N, cfg.BLOCK_K) == (True, 64, 128)
-    assert resolve_config(M, N, K, 132, 2).BLOCK_N == 256
-    _agree_bit_for_bit(M, N, K, dtype, True, [(None, None), (None, None)])     # no config: launch's pick
-
-
-@pytest.mark.parametrize("M,N,K", [(48, 28672, 4096), (64, 27000, 777), (100, 28000, 1000), (128, 30208, 4096)])
-@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
-def test_k_major_b_above_32_rows_pick_takes_128_deep_steps_and_matches_fp64(M, N, K, dtype):
-    """33 to 128 rows where the pick would be 64x256 or 128x256 tiles on 64-deep k-steps, B [N, K]: launch's pick is
-    DECODE_ROWS or DECODE_WIDE_DEEP (128-deep), unswapped; on poisoned outputs, sizes on and off the tiles (K = 777:
-    B's rows off 16 bytes, padded): within 1e-2 of fp64, every element written, the same bits twice."""
-    cfg = resolve_config(M, N, K, 132, 2, b_kmajor=True)
-    assert (cfg.SWAP_AB, cfg.BLOCK_N, cfg.BLOCK_K) == (False, 128, 128)
+    assert (cfg.SWAP_AB, cfg.BLOCK_N, cfg.BLOCK_K) == ((True, 64, 128) if swapped else (False, 128, 128))
     assert resolve_config(M, N, K, 132, 2).BLOCK_N == 256
     _agree_bit_for_bit(M, N, K, dtype, True, [(None, None), (None, None)])     # no config: launch's pick
 
