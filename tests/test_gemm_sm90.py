@@ -575,35 +575,29 @@ def test_m_from_33_to_64_takes_the_swapped_64x256_tiles_unswapped():
                                    B_KMAJOR=b_kmajor))
 
 
-def test_k_major_b_from_33_to_128_rows_takes_128_deep_steps_over_the_256_wide_64_deep_picks():
-    """B [N, K] where the pick would be 64x256 (33 to 64 rows) or 128x256 tiles (65 to 128, 3/4 to 0.9 of a wave) on
-    64-deep k-steps, and those make 0.8 of a wave or more: DECODE_ROWS and DECODE_WIDE_DEEP (128-deep; fp8 256-deep),
-    which pass the compiler's checks; B [K, N], overrides, and shapes either side keep their picks."""
-    from gluon.kernels.gemm_sm90.config import DECODE_ROWS, DECODE_ROWS_WIDE, DECODE_WIDE_DEEP
+def test_fp8_from_33_to_64_rows_takes_256_deep_steps_over_the_swapped_64x256_pick():
+    """fp8 (B [N, K]) where the swapped pick would be 64x256 tiles on 128-deep k-steps (33 to 64 rows) and those make
+    0.8 of a wave or more: DECODE_ROWS on 256-deep k-steps, which passes the compiler's checks. 16-bit inputs with B
+    [N, K] keep B [K, N]'s picks (DECODE_ROWS_WIDE; 128x256 tiles from 65 to 128 rows: the deeper forms lost on the
+    H200), fp8 above 64 rows the 128x256 tiles, and shapes either side their picks."""
+    from gluon.kernels.gemm_sm90.config import DECODE_ROWS, DECODE_ROWS_WIDE
     for M in (33, 48, 64):
-        assert choose_config(M, 28672, 4096, 132, b_kmajor=True) == DECODE_ROWS
-        assert choose_config(M, 33792, 4096, 132, b_kmajor=True) == DECODE_ROWS                 # 132 B tiles
-        assert choose_config(M, 28672, 4096, 132) == DECODE_ROWS_WIDE                           # B [K, N]
-        assert choose_config(M, 28672, 4096, 132, pairs=False, b_kmajor=True).SWAP_AB           # overrides
-        assert choose_config(M, 25088, 4096, 132, b_kmajor=True).SWAP_AB                        # under 3/4 of a wave
-        assert choose_config(M, 26880, 4096, 132, b_kmajor=True) == DECODE_ROWS_WIDE            # under 0.8
-        assert resolve_config(M, 28672, 4096, 132, 2, in_size=1) == DECODE_ROWS.replace(BLOCK_K=256).resolve(2)
+        for N in (28672, 33792):                                                                # 132 B tiles
+            assert resolve_config(M, N, 4096, 132, 2, in_size=1) == DECODE_ROWS.replace(BLOCK_K=256).resolve(2)
+            assert choose_config(M, N, 4096, 132, b_kmajor=True) == choose_config(M, N, 4096, 132)
+        assert choose_config(M, 28672, 4096, 132, b_kmajor=True) == DECODE_ROWS_WIDE
+        assert resolve_config(M, 28672, 4096, 132, 2, in_size=1, config={"SWAP_AB": True}).BLOCK_N == 256  # overrides
+        assert resolve_config(M, 25088, 4096, 132, 2, in_size=1).SWAP_AB                       # under 3/4 of a wave
+        assert resolve_config(M, 26880, 4096, 132, 2, in_size=1).SWAP_AB                       # under 0.8
     for M in (65, 96, 128):
         for N in (26881, 28672, 30208):                 # 106 to 118 tiles of 128x256 (0.8 to 0.9 of a wave)
-            assert choose_config(M, N, 4096, 132, b_kmajor=True) == DECODE_WIDE_DEEP
-            assert choose_config(M, N, 4096, 132) == DEFAULT_CONFIG
+            assert choose_config(M, N, 4096, 132, b_kmajor=True) == DEFAULT_CONFIG == choose_config(M, N, 4096, 132)
             fp8 = resolve_config(M, N, 4096, 132, 2, in_size=1)
-            assert fp8 == DECODE_WIDE_DEEP.replace(BLOCK_K=256).resolve(2)
-        for N in (25088, 26880, 30209):                 # swapped; 105 tiles: 128-row ones fill too little; a wave
-            assert choose_config(M, N, 4096, 132, b_kmajor=True) == choose_config(M, N, 4096, 132)
-    assert choose_config(129, 28672, 4096, 132, b_kmajor=True) == choose_config(129, 28672, 4096, 132)
+            assert (fp8.BLOCK_M, fp8.BLOCK_N, fp8.BLOCK_K, fp8.SWAP_AB) == (128, 256, 128, False)
     assert choose_config(32, 28672, 4096, 132, b_kmajor=True).SWAP_AB                           # the s47 rule's
-    for cfg, dt in ((DECODE_ROWS, DType.bf16), (DECODE_WIDE_DEEP, DType.bf16), (DECODE_ROWS, DType.f8e4m3),
-                    (DECODE_WIDE_DEEP, DType.f8e4m3)):
-        cfg = cfg.replace(BLOCK_K=cfg.BLOCK_K * (2 if dt == DType.f8e4m3 else 1)).resolve(2)
-        extra = {"SCALE": "tensor"} if dt == DType.f8e4m3 else {}
-        run_passes(gemm_sm90.trace(*stand_ins(dt, DType.bf16), num_warps=num_warps(cfg), CFG=cfg, B_KMAJOR=True,
-                                   **extra))
+    cfg = DECODE_ROWS.replace(BLOCK_K=256).resolve(2)
+    run_passes(gemm_sm90.trace(*stand_ins(DType.f8e4m3, DType.bf16), num_warps=num_warps(cfg), CFG=cfg, B_KMAJOR=True,
+                               SCALE="tensor"))
 
 
 def test_m_up_to_128_swaps_or_pairs_unless_the_tiles_fill_a_wave():

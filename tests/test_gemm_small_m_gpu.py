@@ -104,14 +104,17 @@ def test_decode_rows_default_matches_fp64(M, N, K, b_kmajor, pick, dtype):
                                             (64, 27000, 777, False), (100, 28000, 1000, False),
                                             (128, 30208, 4096, False)])
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
-def test_k_major_b_decode_pick_takes_128_deep_steps_and_matches_fp64(M, N, K, swapped, dtype):
-    """Where 256-row B tiles would make most of a wave, B [N, K]: launch's pick steps 128 deep, up to 32 rows on
-    64-row B tiles (swapped), from 33 to 128 on DECODE_ROWS or DECODE_WIDE_DEEP (128-row B tiles, unswapped); B [K, N]
-    keeps the 256-row, 64-deep ones. On poisoned outputs, sizes on and off the tiles (K = 777: B's rows off 16 bytes,
-    padded): within 1e-2 of fp64, every element written, the same bits twice."""
+def test_k_major_b_decode_pick_matches_fp64(M, N, K, swapped, dtype):
+    """Where 256-row B tiles would make most of a wave, B [N, K]: launch's pick steps 128 deep up to 32 rows, on
+    64-row B tiles (swapped); from 33 to 128 rows it is B [K, N]'s (256-wide tiles on 64-deep k-steps, unswapped).
+    On poisoned outputs, sizes on and off the tiles (K = 777: B's rows off 16 bytes, padded): within 1e-2 of fp64,
+    every element written, the same bits twice."""
     cfg = resolve_config(M, N, K, 132, 2, b_kmajor=True)
-    assert (cfg.SWAP_AB, cfg.BLOCK_N, cfg.BLOCK_K) == ((True, 64, 128) if swapped else (False, 128, 128))
-    assert resolve_config(M, N, K, 132, 2).BLOCK_N == 256
+    if swapped:
+        assert (cfg.SWAP_AB, cfg.BLOCK_N, cfg.BLOCK_K) == (True, 64, 128)
+        assert resolve_config(M, N, K, 132, 2).BLOCK_N == 256
+    else:
+        assert cfg == resolve_config(M, N, K, 132, 2) and (cfg.BLOCK_N, cfg.BLOCK_K) == (256, 64)
     _agree_bit_for_bit(M, N, K, dtype, True, [(None, None), (None, None)])     # no config: launch's pick
 
 
@@ -281,7 +284,7 @@ def _fp8(x, dtype):
                                    # up to 32 rows, 64-row B tiles on 256-deep k-steps where 256-row ones fit only
                                    # 128: K on and off them
                                    (1, 28672, 4096), (20, 30000, 1040),
-                                   # 33 to 128 rows there: 128-row B tiles, unswapped, 256-deep
+                                   # 33 to 64 rows there: 128-row B tiles, unswapped, 256-deep; 120 rows: 128x256
                                    (64, 28672, 4096), (120, 27000, 1040)])
 @pytest.mark.parametrize("scale", ["tensor", "rowcol"])
 @pytest.mark.parametrize("fp8", ["e4m3", "e5m2"])

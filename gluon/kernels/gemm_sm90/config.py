@@ -482,12 +482,12 @@ DECODE_ROWS = DEFAULT_CONFIG.replace(BLOCK_M=64, BLOCK_N=128, BLOCK_K=128, STAGE
 # 48 / 64 x 28672 x 4096, both B layouts, on an H100 (64x28672x4096 0.969 -> 0.986x cuBLAS B [N, K], 0.981 -> 1.002
 # B [K, N]; docs/PERF.md, thirty-third and thirty-fifth sessions)
 DECODE_ROWS_WIDE = DEFAULT_CONFIG.replace(BLOCK_M=64, BLOCK_N=256, BLOCK_K=64, STAGES=4, CONSUMER_WGS=1, PDL=True)
-# With B [N, K] the 64-deep k-steps of those 64x256 tiles, and of the 128x256 tiles picked from 65 to 128 rows where
-# they make 3/4 to 0.9 of a wave, read B in TMA boxes of 128 bytes a row: DECODE_ROWS and DECODE_WIDE_DEEP instead
-# (128-deep; fp8's 256-deep) where the 256-row tiles make 0.8 of a wave or more (N 26881 up), on an H100 against
-# those picks, same runs: bf16 +0.9 to +2.5% at 48 / 64 x 28672 x 4096, +1.6 to +2.4% at 128 x 28672 x 4096 / 8192
-# and 128x30208x4096 (96x28672x4096 +2.0 and -1.0% in two runs); fp8 e4m3 per tensor +6.3 / +6.6% and +2.1 / +3.0%
-# (docs/PERF.md, forty-eighth session)
+# With fp8 B [N, K] (fp8's only layout) the 128-deep k-steps of those 64x256 tiles read B in TMA boxes of 128 bytes a
+# row: DECODE_ROWS instead (256-deep) where the 256-row tiles make 0.8 of a wave or more (N 26881 up); on the H200
+# against the swapped pick, same run, e4m3 per tensor: +5.1 / +5.9% at 48 / 64 x 28672 x 4096. The same swap for bf16
+# (+0.9% on an H100) lost 0.4-0.7% on the H200, and DECODE_WIDE_DEEP over 128x256 tiles from 65 to 128 rows (+2% on
+# an H100) lost 0.1-7% for bf16 and fp8 there (96x28672x4096 0.938 -> 0.873x cuBLAS): not taken (docs/PERF.md,
+# forty-eighth and forty-ninth sessions)
 
 
 SMALL_M = 128                       # up to this many rows of A, choose_config swaps A and B ...
@@ -539,12 +539,11 @@ def choose_config(M: int, N: int, K: int, num_sms: int, pitch_aligned: bool = Tr
       DECODE_WIDE's 128x128 tiles where they make half a wave to one; from 32 to 64 rows with no K split,
       DECODE_ROWS's 64x128 tiles unswapped where they make 0.65 to one wave and the swapped tiles are 64 wide on
       either side (the same conditions), and DECODE_ROWS_WIDE's 64x256 tiles unswapped where the swapped pick is
-      those tiles (with B [N, K], fp8 inputs too, where `_deeper_fill`: DECODE_ROWS, 128-deep k-steps);
+      those tiles (fp8 inputs, where `_deeper_fill`: DECODE_ROWS, 256-deep k-steps);
       DECODE_WIDE_DEEP (128-deep k-steps) where DECODE_WIDE's tiles make 0.7 of a wave or more;
     * K >= DEEP_K with under half a wave of 128x128 tiles: `deep_k_config`'s 128x128 tiles, or 128x256 where
       `wave_tiles` (split along K by `split_k`; no cluster where A has an odd count of tile rows);
-    * under about one wave of 128x256 tiles: the first of SMALL_CONFIGS whose tiles fit in one wave; else, from
-      65 to SMALL_M rows with B [N, K], DECODE_WIDE_DEEP where `_deeper_fill` (128-deep k-steps, not 128x256's 64);
+    * under about one wave of 128x256 tiles: the first of SMALL_CONFIGS whose tiles fit in one wave;
     * an fp32 output (`out_size` 4): FP32_OUT_CONFIG;
     * a few waves of 128x256 tiles, the last part empty (aligned rows, 16-bit inputs: `wave_tiles`, which
       `resolve_config` turns off for fp8, where it is not measured): `wave_config`'s 192x128 or 128x128 tiles
@@ -565,8 +564,8 @@ def choose_config(M: int, N: int, K: int, num_sms: int, pitch_aligned: bool = Tr
         if splits == 2:
             return cfg.replace(CLUSTER_K=2, PDL=True)
         if splits == 1 and pairs and out_size <= 2:         # no K split, 16-bit output, no overrides: timed forms
-            if (cfg.BLOCK_M, cfg.BLOCK_N) == (64, 256) and b_kmajor and _deeper_fill(M, N, num_sms):
-                return DECODE_ROWS          # 16-bit and fp8 inputs (`resolve_config` doubles its k-step)
+            if (cfg.BLOCK_M, cfg.BLOCK_N) == (64, 256) and in_size == 1 and _deeper_fill(M, N, num_sms):
+                return DECODE_ROWS          # fp8 (B [N, K]); `resolve_config` doubles its k-step
             if in_size != 2:
                 return cfg
             if _rows_fit(M, N, cfg, num_sms):
@@ -597,8 +596,6 @@ def choose_config(M: int, N: int, K: int, num_sms: int, pitch_aligned: bool = Tr
     for cfg in SMALL_CONFIGS:
         if tiles(M, N, cfg) <= num_sms:
             return cfg
-    if b_kmajor and _SWAP_ALWAYS_M < M <= SMALL_M and _deeper_fill(M, N, num_sms):
-        return DECODE_WIDE_DEEP
     return DEFAULT_CONFIG
 
 
@@ -610,10 +607,10 @@ def _stores_bound(K: int, cfg: GemmConfig, wide_inputs: bool) -> bool:
 
 
 def _deeper_fill(M: int, N: int, num_sms: int) -> bool:
-    """Whether the 128-row B tiles that replace 256-row ones on 64-deep k-steps (B [N, K], 33 to 128 rows) fill their
-    second round enough: DEFAULT_CONFIG's 128x256 tiles (as many as the swapped 64x256 ones there) make 0.8 of a wave
-    or more (N 28672 gained 1-2.5%; N 26000, whose 128-row tiles leave 60 of 132 SMs idle in the second round, lost
-    7% at 100 rows)."""
+    """Whether DECODE_ROWS's 128-row B tiles that replace fp8's swapped 64x256 ones (33 to 64 rows) fill their second
+    round enough: DEFAULT_CONFIG's 128x256 tiles (as many as the swapped 64x256 ones there) make 0.8 of a wave or
+    more (N 28672 gained 5-6%; with bf16 at N 26000, 128-row tiles leaving 60 of 132 SMs idle in the second round
+    lost 7% at 100 rows)."""
     return tiles(M, N, DEFAULT_CONFIG) * 5 >= num_sms * 4
 
 
