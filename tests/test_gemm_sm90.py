@@ -575,6 +575,27 @@ def test_m_from_33_to_64_takes_the_swapped_64x256_tiles_unswapped():
                                    B_KMAJOR=b_kmajor))
 
 
+def test_decode_k_halves_give_way_to_halved_rows_where_those_fill_the_wave():
+    """Where the swapped pick would split K in two (CLUSTER_K=2) and A's row tile halved makes 3/4 of a wave or more
+    with no split: that, with as many stages as fit (the same CTAs, each over all of K). 8 rows (no half tile),
+    fewer tiles (the halves would split again), overrides, fp8 and an fp32 output keep the K halves."""
+    from gluon.kernels.gemm_sm90.geometry import tiles
+    for M, bm in ((16, 8), (32, 16), (33, 32), (64, 32), (96, 64), (128, 64)):
+        for b_kmajor in (False, True):
+            cfg = choose_config(M, 4096, 4096, 132, b_kmajor=b_kmajor)
+            assert (cfg.SWAP_AB, cfg.BLOCK_M, cfg.BLOCK_N, cfg.CLUSTER_K, cfg.PDL) == (True, bm, 64, 1, True)
+            assert tiles(M, 4096, cfg) == 128 and split_k(M, 4096, 4096, cfg, 132) == 1
+            assert (bm + 64) * cfg.BLOCK_K * 2 * cfg.STAGES <= 216 * 1024 < (bm + 64) * cfg.BLOCK_K * 2 * (cfg.STAGES + 1)
+    assert choose_config(100, 4097, 2048, 132).BLOCK_M == 64                            # 130 tiles, K 2048
+    assert choose_config(8, 4096, 4096, 132).CLUSTER_K == 2
+    assert choose_config(64, 3072, 4096, 132).CLUSTER_K == 2                            # 96 tiles halved
+    assert choose_config(64, 4096, 4096, 132, pairs=False).CLUSTER_K == 2               # overrides
+    assert resolve_config(64, 4096, 4096, 132, 2, in_size=1).CLUSTER_K == 2             # fp8
+    assert choose_config(64, 4096, 4096, 132, out_size=4).CLUSTER_K == 2                # fp32 out
+    cfg = resolve_config(16, 4096, 4096, 132, 2, b_kmajor=True)
+    run_passes(gemm_sm90.trace(*stand_ins(DType.bf16, DType.bf16), num_warps=num_warps(cfg), CFG=cfg, B_KMAJOR=True))
+
+
 def test_fp8_from_33_to_64_rows_takes_256_deep_steps_over_the_swapped_64x256_pick():
     """fp8 (B [N, K]) where the swapped pick would be 64x256 tiles on 128-deep k-steps (33 to 64 rows) and those make
     0.8 of a wave or more: DECODE_ROWS on 256-deep k-steps, which passes the compiler's checks. 16-bit inputs with B

@@ -118,6 +118,18 @@ def test_k_major_b_decode_pick_matches_fp64(M, N, K, swapped, dtype):
     _agree_bit_for_bit(M, N, K, dtype, True, [(None, None), (None, None)])     # no config: launch's pick
 
 
+@pytest.mark.parametrize("M,N,K", [(16, 4096, 4096), (64, 4096, 4096), (128, 4096, 4096), (100, 4097, 2048),
+                                   (24, 4000, 2050), (96, 4100, 3000)])
+@pytest.mark.parametrize("b_kmajor", [False, True])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_decode_halved_rows_pick_matches_fp64(M, N, K, b_kmajor, dtype):
+    """Where the swapped pick's K halves give way to A's row tile halved (`_halved_rows`): on poisoned outputs, sizes
+    on and off the tiles, both B layouts: within 1e-2 of fp64, every element written, the same bits twice."""
+    cfg = resolve_config(M, N, K, 132, 2, b_kmajor=b_kmajor)
+    assert cfg.SWAP_AB and cfg.CLUSTER_K == 1 and resolve_config(M, N, K, 132, 2, config={"SWAP_AB": True}).CLUSTER_K == 2
+    _agree_bit_for_bit(M, N, K, dtype, b_kmajor, [(None, None), (None, None)])     # no config: launch's pick
+
+
 def _swap(M, BN=64, BK=64, STAGES=8):
     return DEFAULT_CONFIG.replace(BLOCK_M=max(8, 1 << (M - 1).bit_length()), BLOCK_N=BN, BLOCK_K=BK, STAGES=STAGES, CONSUMER_WGS=1,
                                   SWAP_AB=True, EPILOGUE="direct", SPLIT_WGS=False, K_ZIGZAG=False)

@@ -531,7 +531,8 @@ def choose_config(M: int, N: int, K: int, num_sms: int, pitch_aligned: bool = Tr
 
     * M <= 64, or M <= SMALL_M where 128x256 tiles make under 3/4 of a wave (decode):
       `small_m_config` (B [N, K] where `b_kmajor`), A and B swapped (unless `swap_ab` is False: the ordinary
-      kernel's pick), its two K slices (where `split_k` makes two) summed in 2-CTA clusters (CLUSTER_K=2),
+      kernel's pick), its two K slices (where `split_k` makes two) summed in 2-CTA clusters (CLUSTER_K=2), or
+      where A's row tile halved needs no split, that instead (`_halved_rows`; where `pairs`, 16-bit in and out),
       launched as a programmatic dependent (PDL: its prologue under the end of the kernel before, as in a
       model's GEMMs back to back);
       above 64 rows where the swapped tiles need no K split, DECODE_PAIRS instead (where `pairs`: `resolve_config`
@@ -562,6 +563,9 @@ def choose_config(M: int, N: int, K: int, num_sms: int, pitch_aligned: bool = Tr
         # and, with no second kernel, PDL (8 decode GEMMs back to back: +3 to +6% at 4096^2)
         splits = split_k(M, N, K, cfg, num_sms)
         if splits == 2:
+            rows = _halved_rows(cfg)
+            if pairs and in_size == 2 and out_size <= 2 and split_k(M, N, K, rows, num_sms) == 1:
+                return rows.replace(PDL=True)
             return cfg.replace(CLUSTER_K=2, PDL=True)
         if splits == 1 and pairs and out_size <= 2:         # no K split, 16-bit output, no overrides: timed forms
             if (cfg.BLOCK_M, cfg.BLOCK_N) == (64, 256) and in_size == 1 and _deeper_fill(M, N, num_sms):
@@ -604,6 +608,16 @@ def _stores_bound(K: int, cfg: GemmConfig, wide_inputs: bool) -> bool:
     128x256 tiles, 16-bit inputs (`wide_inputs`)."""
     return K <= SHALLOW_K and wide_inputs and (cfg.BLOCK_M, cfg.BLOCK_N) == (DEFAULT_CONFIG.BLOCK_M,
                                                                               DEFAULT_CONFIG.BLOCK_N)
+
+
+def _halved_rows(swapped: GemmConfig) -> GemmConfig:
+    """The swapped pick with A's row tile halved (at least 8 rows), as many stages as fit: where its K would be
+    split in two, as many CTAs each take the whole K of half the rows, sharing B's tile through L2, and no
+    partial sums meet (64 / 128 x 4096 x 4096 and 64x4096x14336, both B layouts, on an H100: +0.7 to +4.0% over
+    the K halves; docs/PERF.md, forty-ninth session)."""
+    bm = max(8, swapped.BLOCK_M // 2)
+    stages = min(16, _SMEM_BUDGET // ((bm + swapped.BLOCK_N) * swapped.BLOCK_K * 2))
+    return swapped.replace(BLOCK_M=bm, STAGES=stages)
 
 
 def _deeper_fill(M: int, N: int, num_sms: int) -> bool:
