@@ -193,3 +193,64 @@ def test_c_by_address_over_several_tiles_a_program(padded_env, monkeypatch, conf
         launch(a, b, c, config, b_kmajor=True)
         _check(a, b, c, True)
     assert not padding._SCRATCH
+
+
+def _memmove_rows(calls, runs=None):
+    """A stand-in for the backend's `row_copy` on CPU tensors: the same rows moved by address (ctypes), each
+    prepared copy's geometry recorded in `calls`, each run of one in `runs`."""
+    import ctypes
+
+    def make(width, height, src_pitch, dst_pitch):
+        calls.append((width, height, src_pitch, dst_pitch))
+
+        def copy(src, dst):
+            if runs is not None:
+                runs.append(width)
+            for r in range(height):
+                ctypes.memmove(dst + r * dst_pitch, src + r * src_pitch, width)
+        return copy
+    return make
+
+
+@pytest.mark.parametrize("case", ["K off 16 bytes", "kmajor K", "strided C", "a's base"])
+def test_padded_copies_by_the_driver_take_each_rows_pitch(padded_env, monkeypatch, case):
+    """Where the backend prepares copies of rows (cuMemcpy2DAsync on the GPU; memmove here), the padded operands
+    go through them, not torch's copy_: one prepared copy per padded operand with its rows' width and both
+    pitches in bytes, and the values right, first call and a repeat with new tensors."""
+    calls, runs = [], []
+    monkeypatch.setattr(host, "_row_copy_on", lambda t, stream: _memmove_rows(calls, runs))
+    torch.manual_seed(17)
+    M, N, K, kmajor, config = 200, 136, 77, case == "kmajor K", None
+    a = torch.randn(M, K).half()
+    if case == "a's base":
+        K = 72
+        a = _odd_view(M, K, torch.half).copy_(torch.randn(M, K).half())
+    b = (torch.randn(N, K) if kmajor else torch.randn(K, N)).half()
+    c = torch.full((M, N), NAN).half()
+    if case == "strided C":
+        K, N, config = 64, 130, {"EPILOGUE": "tma", "STAGES": 2}
+        a, b = torch.randn(M, K).half(), torch.randn(K, N).half()
+        big = torch.full((M, N + 3), NAN).half()
+        c = big[:, :N]
+    expected = {"K off 16 bytes": [(154, 200, 154, 160)], "kmajor K": [(154, 200, 154, 160), (154, 136, 154, 160)],
+                "strided C": [(260, 64, 260, 272), (260, 200, 272, 266)], "a's base": [(144, 200, 144, 144)]}[case]
+    for _ in range(2):
+        launch(a, b, c, config, b_kmajor=kmajor)
+        _check(a, b, c, kmajor)
+        assert calls == expected            # prepared once, with the plan
+        a = torch.randn_like(a) if case != "a's base" else _odd_view(M, K, torch.half).copy_(torch.randn(M, K).half())
+        c.fill_(NAN)
+    assert len(runs) == 2 * len(expected)  # each call's copies went through them
+    if case == "strided C":
+        assert big[:, N:].isnan().all()
+
+
+def test_row_copies_are_left_to_torch_where_rows_are_not_contiguous():
+    """A transposed or broadcast operand has no rows for a 2D copy: `_row_copy` says None and torch copies."""
+    made = []
+    make = _memmove_rows(made)
+    x = torch.randn(77, 40).half()
+    assert padding._row_copy(make, x.T, torch.empty(40, 80).half()[:, :77]) is None
+    assert padding._row_copy(make, torch.randn(1, 77).half().expand(5, 77), torch.empty(5, 80).half()[:, :77]) is None
+    assert padding._row_copy(None, x, torch.empty(77, 48).half()[:, :40]) is None
+    assert padding._row_copy(make, x, torch.empty(77, 48).half()[:, :40]) is not None and made == [(80, 77, 80, 96)]

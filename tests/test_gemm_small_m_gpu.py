@@ -251,6 +251,41 @@ def test_unaligned_calls_allocate_nothing_after_the_first(M, N, K, b_kmajor):
         assert not torch.isnan(c).any() and _rel_err(c, a, b, b_kmajor) < 1e-2
 
 
+@pytest.mark.parametrize("M,N,K,b_kmajor,config", [(256, 256, 250, False, None), (7, 4097, 1000, True, None),
+                                                  (130, 130, 64, True, {"EPILOGUE": "tma", "STAGES": 2})])
+def test_padded_copies_by_the_driver_match_fp64_eagerly_and_in_a_graph(M, N, K, b_kmajor, config):
+    """With cuda-python's driver bindings the padded operands are copied by cuMemcpy2DAsync (`row_copy`), C out of
+    its padded buffer too (a strided C under a TMA epilogue): poisoned outputs within 1e-2 of fp64 eagerly, and in
+    a CUDA graph replayed on new values in the same tensors (the copies captured as memcpy nodes)."""
+    pytest.importorskip("cuda.bindings.driver")
+    a, b = _operands(M, N, K, torch.bfloat16, b_kmajor, seed=6)
+    big = torch.full((M, N + 3), float("nan"), device="cuda", dtype=torch.bfloat16)
+    c = big[:, :N] if config else big[:, :N].contiguous()
+    gemm_host._PADS.clear()
+    launch(a, b, c, config, b_kmajor=b_kmajor)
+    torch.cuda.synchronize()
+    assert not torch.isnan(c).any() and _rel_err(c, a, b, b_kmajor) < 1e-2
+    pad, = gemm_host._PADS.values()
+    assert all((getattr(pad, x) is None) == (getattr(pad, x + "_copy") is None) for x in ("a", "b", "c"))
+    assert any(getattr(pad, x + "_copy") is not None for x in ("a", "b", "c"))
+    stream = torch.cuda.Stream()
+    with torch.cuda.stream(stream):
+        launch(a, b, c, config, b_kmajor=b_kmajor)      # the capture stream's plan, made outside the capture
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph, stream=stream):
+            launch(a, b, c, config, b_kmajor=b_kmajor)
+    for seed in (7, 8):
+        a2, b2 = _operands(M, N, K, torch.bfloat16, b_kmajor, seed=seed)
+        a.copy_(a2)
+        b.copy_(b2)
+        c.fill_(float("nan"))
+        graph.replay()
+        torch.cuda.synchronize()
+        assert not torch.isnan(c).any() and _rel_err(c, a, b, b_kmajor) < 1e-2
+    if config:
+        assert big[:, N:].isnan().all()
+
+
 @pytest.mark.parametrize("M,N,K,b_kmajor,out_dtype,odd_base", [
     (4095, 4097, 1023, True, torch.bfloat16, False),    # one wave of 128x256 tiles: "coalesced" for "tma"
     (4096, 8191, 1024, True, torch.bfloat16, False),    # several tiles per program (SPLIT_WGS)

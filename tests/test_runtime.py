@@ -787,3 +787,39 @@ def test_the_launcher_calls_the_c_function_with_the_scratch_slots_empty():
 def test_a_1d_grid_out_of_range_is_still_refused():
     with pytest.raises(LaunchError, match="out of range"):
         copy_launcher()((2**31,), torch.randn(64).half(), torch.empty(64).half(), 64)
+
+
+def test_row_copy_prepares_one_driver_descriptor_and_names_a_failure(monkeypatch):
+    """CudaBackend.row_copy: without cuda-python's driver bindings, None (torch copies); with them (a stand-in
+    module here), one CUDA_MEMCPY2D built at preparation, each call setting the two addresses and enqueueing it
+    on the prepared stream; a driver error is a LaunchError naming the copy."""
+    import sys
+    import types
+
+    from gluon.runtime.cuda import CudaBackend
+    from gluon.runtime.errors import LaunchError
+    for name in ("cuda", "cuda.bindings", "cuda.bindings.driver"):  # not installed
+        monkeypatch.setitem(sys.modules, name, None)
+    assert CudaBackend().row_copy(10, 2, 10, 16, 7) is None
+    enqueued = []
+
+    class Desc:
+        pass
+    drv = types.SimpleNamespace(CUDA_MEMCPY2D=Desc, CUmemorytype=types.SimpleNamespace(CU_MEMORYTYPE_DEVICE="dev"),
+                                CUresult=types.SimpleNamespace(CUDA_SUCCESS=0))
+    drv.cuMemcpy2DAsync = lambda d, s: (enqueued.append((d.srcDevice, d.dstDevice, d.srcPitch, d.dstPitch,
+                                                         d.WidthInBytes, d.Height, d.srcMemoryType, s)) or
+                                        (types.SimpleNamespace(name="CUDA_ERROR_INVALID_VALUE") if d.srcDevice < 0
+                                         else 0,))
+    pkg = types.ModuleType("cuda")
+    pkg.bindings = types.ModuleType("cuda.bindings")
+    pkg.bindings.driver = drv
+    monkeypatch.setitem(sys.modules, "cuda", pkg)
+    monkeypatch.setitem(sys.modules, "cuda.bindings", pkg.bindings)
+    monkeypatch.setitem(sys.modules, "cuda.bindings.driver", drv)
+    copy = CudaBackend().row_copy(500, 256, 500, 512, 7)
+    copy(4096, 8192)
+    copy(4608, 8192)
+    assert enqueued == [(4096, 8192, 500, 512, 500, 256, "dev", 7), (4608, 8192, 500, 512, 500, 256, "dev", 7)]
+    with pytest.raises(LaunchError, match="cuMemcpy2DAsync of 256 rows of 500 bytes .* CUDA_ERROR_INVALID_VALUE"):
+        copy(-1, 8192)

@@ -143,6 +143,38 @@ class CudaBackend:
         return enter, exit_
 
 
+    _memcpy2d = None
+
+    def row_copy(self, width: int, height: int, src_pitch: int, dst_pitch: int, stream: int):
+        """A prepared device-to-device copy of `height` rows of `width` bytes, `src_pitch` / `dst_pitch` bytes
+        apart, on `stream`: a function of (source address, destination address) that enqueues it by the driver's
+        cuMemcpy2DAsync (cuda-python), its descriptor built here once, so a call costs two field writes and the
+        driver's enqueue, where torch's `copy_` of the same rows builds a TensorIterator and launches a kernel.
+        None where cuda-python's driver bindings are not installed (the caller copies with torch)."""
+        drv = self._memcpy2d
+        if drv is None:
+            try:
+                from cuda.bindings import driver as drv
+            except ImportError:
+                drv = False
+            self._memcpy2d = drv
+        if drv is False:
+            return None
+        desc = drv.CUDA_MEMCPY2D()
+        desc.srcMemoryType = desc.dstMemoryType = drv.CUmemorytype.CU_MEMORYTYPE_DEVICE
+        desc.srcPitch, desc.dstPitch, desc.WidthInBytes, desc.Height = src_pitch, dst_pitch, width, height
+        enqueue, ok = drv.cuMemcpy2DAsync, drv.CUresult.CUDA_SUCCESS
+
+        def copy(src: int, dst: int) -> None:
+            desc.srcDevice = src
+            desc.dstDevice = dst
+            err, = enqueue(desc, stream)
+            if err != ok:
+                raise LaunchError(f"cuMemcpy2DAsync of {height} rows of {width} bytes (pitches {src_pitch} and "
+                                  f"{dst_pitch}) failed: {err.name}")
+        return copy
+
+
 DEFAULT_BACKEND = CudaBackend()
 
 

@@ -11,7 +11,7 @@ per-(device, stream) int32 buffer; with SPLITK_GRID, the tile's slices, meeting 
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Mapping
 
 import gluon.language as gl
@@ -112,10 +112,12 @@ def launch(a, b, c, config: GemmConfig | Mapping | None = None, b_kmajor: bool =
     return _launch(a, b, c, config, b_kmajor, splits, compiled, scale_a, scale_b, fast_key)
 
 
-def _launch_padded(a, b, c, config=None, b_kmajor=False, splits=None, compiled=None, scale_a=None, scale_b=None):
+def _launch_padded(a, b, c, config=None, b_kmajor=False, splits=None, compiled=None, scale_a=None, scale_b=None,
+                   key=None):
     """`launch` of a PadPlan's operands, whose extents may run past each other (the kernel takes K from A
-    and N from C; TMA reads zeros past an operand's own): as `launch`, but for its check of the shapes."""
-    fast_key = _fast_key(a, b, c, config, b_kmajor, splits, compiled, scale_a, scale_b)
+    and N from C; TMA reads zeros past an operand's own): as `launch`, but for its check of the shapes. `key`:
+    these operands' `_fast_key`, where the PadPlan keeps it."""
+    fast_key = key if key is not None else _fast_key(a, b, c, config, b_kmajor, splits, compiled, scale_a, scale_b)
     if fast_key is not None and _launched_fast(fast_key, a, b, c, scale_a, scale_b):
         return c
     return _launch(a, b, c, config, b_kmajor, splits, compiled, scale_a, scale_b, fast_key)
@@ -143,8 +145,11 @@ def _launch(a, b, c, config, b_kmajor: bool, splits, compiled, scale_a, scale_b,
     # a C TMA cannot store (rows off 16 bytes) but plain stores can: the kernel stores it by address
     c_addr = not c_tma and c.is_contiguous() and stores_by_address(config)
     if not (tma_ready(a, sa) and tma_ready(b, sb) and (c_tma or c_addr)):
-        pad = pad_plan(a, b, c, scale_b, fast_key[-1] if fast_key is not None else _stream_of(a), pad_c=not c_addr)
-        if fast_key is not None:    # a repeat goes from launch's lookup straight to it
+        stream = fast_key[-1] if fast_key is not None else _stream_of(a)
+        pad = pad_plan(a, b, c, scale_b, stream, pad_c=not c_addr, row_copy=_row_copy_on(a, stream))
+        if fast_key is not None:    # a repeat goes from launch's lookup straight to it, and on to the padded launch
+            pa, pb, pc, psb = pad.operands(a, b, c, scale_b)
+            pad = replace(pad, launch_key=_fast_key(pa, pb, pc, config, b_kmajor, splits, compiled, scale_a, psb))
             _keep(_PADS, fast_key, pad)
         return pad.launch(_launch_padded, a, b, c, scale_b, config=config, b_kmajor=b_kmajor, splits=splits,
                           compiled=compiled, scale_a=scale_a)
@@ -240,6 +245,16 @@ def _fit_grid(plan: _Plan, ck) -> bool:
         plan.reduce_kw = _reduce_kw(plan.splits, cfg.PDL)
     plan.bound = gemm_sm90[(n,)]
     return changed
+
+
+def _row_copy_on(t, stream):
+    """The backend's prepared copy of rows on `stream` (`CudaBackend.row_copy`) as `pad_plan` takes it, for a
+    tensor on the GPU while the interpreter is off; else None (torch copies)."""
+    backend = _cuda.DEFAULT_BACKEND
+    make = getattr(backend, "row_copy", None)
+    if make is None or t.get_device() < 0 or interpreting() or backend.device_type != "cuda":
+        return None
+    return lambda width, height, src_pitch, dst_pitch: make(width, height, src_pitch, dst_pitch, stream)
 
 
 def _stream_of(t):

@@ -48,8 +48,11 @@ def _scratch(role: str, t, rows: int, cols: int, zeroed: bool, stream):
 class PadPlan:
     """The padded buffers of a call's operands TMA cannot take (None: the caller's operand, as given) and
     the views to copy through: `*_in` views of a padded buffer to copy the caller's operand into before the
-    launch, `c_out` the view of C's buffer to copy into the caller's C after it. It holds no tensor of the
-    caller's, so a repeat with other tensors of the same shapes and strides takes it."""
+    launch, `c_out` the view of C's buffer to copy into the caller's C after it; `*_copy` the same copies
+    prepared for the driver (`row_copy`: a function of the source and destination addresses), where the backend
+    offers them. It holds no tensor of the caller's, so a repeat with other tensors of the same shapes and
+    strides takes it; `launch_key` is the caller's key of the padded launch (opaque here), kept so a repeat need
+    not derive it again."""
     a: object = None
     b: object = None
     c: object = None
@@ -58,40 +61,76 @@ class PadPlan:
     b_in: object = None
     c_out: object = None
     scale_b_in: object = None
+    a_copy: object = None
+    b_copy: object = None
+    c_copy: object = None
+    launch_key: object = None
+
+    def operands(self, a, b, c, scale_b) -> tuple:
+        """The tensors the padded launch takes in place of (a, b, c, scale_b)."""
+        return (a if self.a is None else self.a, b if self.b is None else self.b, c if self.c is None else self.c,
+                scale_b if self.scale_b is None else self.scale_b)
 
     def launch(self, launch, a, b, c, scale_b, **kw):
-        """Copy in, `launch(A, B, C, scale_b=...)` on the padded operands (the others as given), copy C out."""
+        """Copy in, `launch(A, B, C, scale_b=..., key=launch_key)` on the padded operands (the others as given),
+        copy C out."""
         if self.a is not None:
-            self.a_in.copy_(a)
+            if self.a_copy is not None:
+                self.a_copy(a.data_ptr(), self.a.data_ptr())
+            else:
+                self.a_in.copy_(a)
             a = self.a
         if self.b is not None:
-            self.b_in.copy_(b)
+            if self.b_copy is not None:
+                self.b_copy(b.data_ptr(), self.b.data_ptr())
+            else:
+                self.b_in.copy_(b)
             b = self.b
         if self.scale_b is not None:
             self.scale_b_in.copy_(scale_b)
             scale_b = self.scale_b
-        launch(a, b, c if self.c is None else self.c, scale_b=scale_b, **kw)
+        launch(a, b, c if self.c is None else self.c, scale_b=scale_b, key=self.launch_key, **kw)
         if self.c is not None:
-            c.copy_(self.c_out)
+            if self.c_copy is not None:
+                self.c_copy(self.c.data_ptr(), c.data_ptr())
+            else:
+                c.copy_(self.c_out)
         return c
 
 
-def pad_plan(a, b, c, scale_b, stream, pad_c: bool = True) -> PadPlan:
+def _row_copy(row_copy, src, dst):
+    """`row_copy`'s copy of `src`'s rows into `dst`'s (same shape), or None where there is none or a row of
+    either is not contiguous (torch copies those)."""
+    if row_copy is None or src.dim() != 2 or src.stride(1) != 1 or dst.stride(1) != 1 or not src.numel():
+        return None
+    es = src.element_size()
+    width = src.shape[1] * es
+    pitches = [max(t.stride(0) * es, width) if t.shape[0] == 1 else t.stride(0) * es for t in (src, dst)]
+    if min(pitches) < width:        # rows that overlap (a broadcast): not a 2D copy
+        return None
+    return row_copy(width, src.shape[0], *pitches)
+
+
+def pad_plan(a, b, c, scale_b, stream, pad_c: bool = True, row_copy=None) -> PadPlan:
     """The PadPlan of a call whose operands are not all TMA-ready (C only with `pad_c`: the launch stores a
     contiguous C by address instead unless a TMA epilogue is asked for). A row of a padded operand is rounded
     up to 16 bytes; a per-column scale_b is padded (with zeros) to a padded C's columns, so the kernel reads
-    none past its end."""
+    none past its end. `row_copy(width, height, src_pitch, dst_pitch)`, where given, prepares the driver's copy
+    of rows (bytes) on the call's stream, or says None."""
     kw = {}
     M, N = c.shape
     if not tma_ready(a):
         kw["a"] = _scratch("a", a, a.shape[0], _roundup(a.shape[1], 16 // a.element_size()), True, stream)
         kw["a_in"] = kw["a"][:, : a.shape[1]]
+        kw["a_copy"] = _row_copy(row_copy, a, kw["a_in"])
     if not tma_ready(b):
         kw["b"] = _scratch("b", b, b.shape[0], _roundup(b.shape[1], 16 // b.element_size()), True, stream)
         kw["b_in"] = kw["b"][:, : b.shape[1]]
+        kw["b_copy"] = _row_copy(row_copy, b, kw["b_in"])
     if pad_c and not tma_ready(c):
         kw["c"] = _scratch("c", c, M, _roundup(N, 16 // c.element_size()), False, stream)
         kw["c_out"] = kw["c"][:, :N]
+        kw["c_copy"] = _row_copy(row_copy, kw["c_out"], c)
         if scale_b is not None and scale_b.numel() == N and N > 1:
             kw["scale_b"] = _scratch("sb", scale_b.reshape(1, N), 1, kw["c"].shape[1], True, stream).reshape(-1)
             kw["scale_b_in"] = kw["scale_b"][:N]
