@@ -142,7 +142,6 @@ class CudaBackend:
             return None, None
         return enter, exit_
 
-
     _memcpy2d = None
 
     def row_copy(self, width: int, height: int, src_pitch: int, dst_pitch: int, stream: int):

@@ -249,10 +249,12 @@ def _fit_grid(plan: _Plan, ck) -> bool:
 
 def _row_copy_on(t, stream):
     """The backend's prepared copy of rows on `stream` (`CudaBackend.row_copy`) as `pad_plan` takes it, for a
-    tensor on the GPU while the interpreter is off; else None (torch copies)."""
+    tensor on the current GPU (whose context and stream the driver's copy runs in) while the interpreter is off;
+    else None (torch copies)."""
     backend = _cuda.DEFAULT_BACKEND
     make = getattr(backend, "row_copy", None)
-    if make is None or t.get_device() < 0 or interpreting() or backend.device_type != "cuda":
+    if (make is None or backend.device_type != "cuda" or interpreting() or t.get_device() < 0
+            or t.get_device() != backend.current_device()):
         return None
     return lambda width, height, src_pitch, dst_pitch: make(width, height, src_pitch, dst_pitch, stream)
 
