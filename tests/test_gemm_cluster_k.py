@@ -70,10 +70,11 @@ def test_cluster_k_refuses_a_different_split_count(interpret_env):
 
 @pytest.mark.parametrize("M", [1, 16, 64, 128])
 def test_choose_config_sums_two_k_slices_in_a_cluster(M):
-    """Where the decode pick splits K in two (4096 x 4096: 64 B tiles of 64 rows), the two slices are a 2-CTA
-    cluster's; where it splits in more or none, splitk_reduce or nothing sums them."""
+    """Where the decode pick splits K in two (4096 x 4096: 64 B tiles of 64 rows; the swapped family's pick, as with
+    overrides: with none, from 9 rows A's row tile halved takes its place, `_halved_rows`), the two slices are a
+    2-CTA cluster's; where it splits in more or none, splitk_reduce or nothing sums them."""
     from gluon.kernels.gemm_sm90 import choose_config
-    cfg = choose_config(M, 4096, 4096, 132)
+    cfg = choose_config(M, 4096, 4096, 132, pairs=False)
     assert cfg.SWAP_AB and cfg.CLUSTER_K == 2 and split_k(M, 4096, 4096, cfg, 132) == 2
     assert choose_config(M, 2048, 8192, 132).CLUSTER_K == 1          # four slices
     assert choose_config(M, 28672 if M < 128 else 14336, 4096, 132).CLUSTER_K == 1   # no split

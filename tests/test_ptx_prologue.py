@@ -120,9 +120,10 @@ def test_the_decode_picks_lose_their_prologue_barriers_with_early_loads(M):
     """The swapped decode picks (K halves summed in a 2-CTA cluster, launched as programmatic dependents) start with
     no cluster barrier, so their prologue is the plain kernel's with PDL's wait in it: "auto" turns LEAN_PROLOGUE
     on there (with EARLY_LOADS: 1-3% faster on the GPU), and it drops most of the barriers the early loads
-    brought, keeping the one before the first load of another thread."""
+    brought, keeping the one before the first load of another thread. (The swapped family's pick, as with overrides:
+    with none, A's row tile halved takes the K halves' place at these shapes.)"""
     from gluon.kernels.gemm_sm90.config import choose_config
-    pick = choose_config(M, 4096, 4096, 132)
+    pick = choose_config(M, 4096, 4096, 132, pairs=False)
     assert pick.CLUSTER_K == 2 and pick.PDL and pick.resolve(2).LEAN_PROLOGUE and pick.resolve(2).EARLY_LOADS
     kw = dict(pick.to_dict(), EARLY_LOADS=True)
     lean = compile_variant(DType.bf16, B_KMAJOR=True, **dict(kw, LEAN_PROLOGUE=True))
