@@ -585,7 +585,8 @@ def test_decode_k_halves_give_way_to_halved_rows_where_those_fill_the_wave():
             cfg = choose_config(M, 4096, 4096, 132, b_kmajor=b_kmajor)
             assert (cfg.SWAP_AB, cfg.BLOCK_M, cfg.BLOCK_N, cfg.CLUSTER_K, cfg.PDL) == (True, bm, 64, 1, True)
             assert tiles(M, 4096, cfg) == 128 and split_k(M, 4096, 4096, cfg, 132) == 1
-            assert (bm + 64) * cfg.BLOCK_K * 2 * cfg.STAGES <= 216 * 1024 < (bm + 64) * cfg.BLOCK_K * 2 * (cfg.STAGES + 1)
+            stage = (bm + 64) * cfg.BLOCK_K * 2
+            assert stage * cfg.STAGES <= 216 * 1024 < stage * (cfg.STAGES + 1)
     assert choose_config(100, 4097, 2048, 132).BLOCK_M == 64                            # 130 tiles, K 2048
     assert choose_config(8, 4096, 4096, 132).CLUSTER_K == 2
     assert choose_config(64, 3072, 4096, 132).CLUSTER_K == 2                            # 96 tiles halved
