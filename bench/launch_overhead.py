@@ -17,6 +17,8 @@ work in the same run (absolute times vary 2x between boards: compare within one 
   `gluon.load` callable (allocating; a bucket of `launch`'s pick there);
 * GEMM 256x256x250 fp16, A's rows off 16 bytes: `torch.matmul` against `gemm_sm90.launch(a, b, c)` (A copied
   into its cached padded buffer, then the GEMM);
+* the copy of that A into its padded buffer alone: torch's `copy_` into the buffer's view against the driver's
+  cuMemcpy2DAsync prepared as the GEMM's launch prepares it (`CudaBackend.row_copy`; where cuda-python is installed);
 * softmax 64x1000 bf16: `torch.softmax` against the declared spec's call (`specs/softmax.toml`, what
   `gluon.load("softmax")` runs: argument reading, the plan cache, the compiled specialization);
 * attention [1, 8, 256, 64] fp16: torch's `scaled_dot_product_attention` (its flash kernel) against
@@ -77,6 +79,12 @@ def _cases() -> list[tuple[str, str, object]]:
     sa, sb = torch.rand(256, 2, device="cuda") + 0.25, torch.rand(2, 2, device="cuda") + 0.25
     c8 = torch.empty(256, 256, device="cuda", dtype=torch.bfloat16)
     blockwise = scaled_mm_blockwise(*f8, sa, sb, torch.empty_like(c8))
+    padded = torch.zeros(256, 256, device="cuda", dtype=torch.float16)
+    row_copy = be.row_copy(500, 256, 500, 512, be.current_stream(0))
+    pad = "copy of A 256x250 fp16 into a padded buffer"
+    pad_rows = [(pad, "torch copy_ into the buffer's view", lambda: padded[:, :250].copy_(a_odd))] + (
+        [] if row_copy is None else [(pad, "ours: the driver's 2D copy (row_copy)",
+                                      lambda: row_copy(a_odd.data_ptr(), padded.data_ptr()))])
     fp8 = "GEMM 256^3 fp8 block scales"
     fp8_rows = [] if blockwise is None else [
         (fp8, "torch._scaled_mm blockwise (out=)", blockwise),
@@ -96,6 +104,7 @@ def _cases() -> list[tuple[str, str, object]]:
         ("GEMM 256x256x250 fp16 (rows off 16 B)", "torch.matmul", lambda: torch.matmul(a_odd, b_odd)),
         ("GEMM 256x256x250 fp16 (rows off 16 B)", "ours: gemm_sm90.launch(a, b, c)",
          lambda: gemm_sm90.launch(a_odd, b_odd, c)),
+        *pad_rows,
         ("softmax 64x1000 bf16", "torch.softmax", lambda: torch.softmax(x, dim=-1)),
         ("softmax 64x1000 bf16", "ours: declared call (gluon.load's)", lambda: sm.call(sm_config, x)),
         ("attention 1x8x256x64 fp16", "torch SDPA", lambda: sdpa(q, k, v)),
