@@ -32,7 +32,6 @@ _SWIZZLES = tuple(m.value for m in SwizzleMode)
 _SPLIT_CONSUMER_REGS = 216          # the second consumer warpgroup's setmaxnreg with SPLIT_WGS
 
 
-
 @dataclass(frozen=True)
 class GemmConfig:
     """The knobs of `gemm_sm90`. `GemmConfig()` is DEFAULT_CONFIG: 128x256x64 tiles, 3 stages, two
@@ -495,6 +494,12 @@ _SWAP_ALWAYS_M = 64                 # ... and above this only where 128x256 tile
 _SMEM_BUDGET = 216 * 1024           # what the rings may take (the barriers and Triton's scratch need the rest)
 
 
+def _swapped_stages(bm: int, bn: int, bk: int) -> int:
+    """Stages of a swapped decode tile (bm rows of A, bn of B, bk-deep 16-bit k-steps) that fit `_SMEM_BUDGET`, at
+    most 16 (C leaves from registers: no staging tile beside them)."""
+    return min(16, _SMEM_BUDGET // ((bm + bn) * bk * 2))
+
+
 def small_m_config(M: int, N: int, num_sms: int, b_kmajor: bool = False) -> GemmConfig:
     """The decode-like problem's config (M <= SMALL_M): SWAP_AB with A's rows padded to a WGMMA width
     (a power of two >= 8), and the widest B tile (256, 128, 64 rows; an accumulator of at most 128
@@ -508,7 +513,7 @@ def small_m_config(M: int, N: int, num_sms: int, b_kmajor: bool = False) -> Gemm
     deep_only = b_kmajor and bm <= 32
 
     def fit(bn: int, bk: int) -> GemmConfig | None:
-        st = min(16, _SMEM_BUDGET // ((bm + bn) * bk * 2))
+        st = _swapped_stages(bm, bn, bk)
         if st < 4:
             return None
         return DEFAULT_CONFIG.replace(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, STAGES=st, CONSUMER_WGS=1, SWAP_AB=True,
@@ -616,8 +621,7 @@ def _halved_rows(swapped: GemmConfig) -> GemmConfig:
     partial sums meet (64 / 128 x 4096 x 4096 and 64x4096x14336, both B layouts, on an H100: +0.7 to +4.0% over
     the K halves; docs/PERF.md, forty-ninth session)."""
     bm = max(8, swapped.BLOCK_M // 2)
-    stages = min(16, _SMEM_BUDGET // ((bm + swapped.BLOCK_N) * swapped.BLOCK_K * 2))
-    return swapped.replace(BLOCK_M=bm, STAGES=stages)
+    return swapped.replace(BLOCK_M=bm, STAGES=_swapped_stages(bm, swapped.BLOCK_N, swapped.BLOCK_K))
 
 
 def _deeper_fill(M: int, N: int, num_sms: int) -> bool:
