@@ -75,27 +75,27 @@ class PadPlan:
         """Copy in, `launch(A, B, C, scale_b=..., key=launch_key)` on the padded operands (the others as given),
         copy C out."""
         if self.a is not None:
-            if self.a_copy is not None:
-                self.a_copy(a.data_ptr(), self.a.data_ptr())
-            else:
-                self.a_in.copy_(a)
+            _copy(self.a_copy, a, self.a_in)
             a = self.a
         if self.b is not None:
-            if self.b_copy is not None:
-                self.b_copy(b.data_ptr(), self.b.data_ptr())
-            else:
-                self.b_in.copy_(b)
+            _copy(self.b_copy, b, self.b_in)
             b = self.b
         if self.scale_b is not None:
             self.scale_b_in.copy_(scale_b)
             scale_b = self.scale_b
         launch(a, b, c if self.c is None else self.c, scale_b=scale_b, key=self.launch_key, **kw)
         if self.c is not None:
-            if self.c_copy is not None:
-                self.c_copy(self.c.data_ptr(), c.data_ptr())
-            else:
-                c.copy_(self.c_out)
+            _copy(self.c_copy, self.c_out, c)
         return c
+
+
+def _copy(prepared, src, dst) -> None:
+    """src's rows into dst's: by the driver's `prepared` copy (`_row_copy`'s, of these shapes and strides), else
+    torch's copy_."""
+    if prepared is not None:
+        prepared(src.data_ptr(), dst.data_ptr())
+    else:
+        dst.copy_(src)
 
 
 def _row_copy(row_copy, src, dst):
