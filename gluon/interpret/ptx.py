@@ -3,6 +3,7 @@ give (read off gluon/language/nvidia/ptx.py, matched on their exact text); any o
 its line, since its meaning is the target's, not the IR's.
 
     fence.<sem>.<scope>            a no-op: the interpreter runs one op at a time, every access in program order
+    fence.proxy.async.global       a no-op too (one memory, whatever proxy reads it)
     %globaltimer                   nanoseconds of the host's monotonic clock
     %clock64                       a counter that grows by one per read (cycles cannot be modelled)
     ex2 / rcp / rsqrt .approx.ftz  2**x, 1/x, 1/sqrt(x) in fp32 (exact where the GPU's are within 1-2 ulp;
@@ -14,7 +15,7 @@ its line, since its meaning is the target's, not the IR's.
 
 `elect_one` (one lane of each warp) has no meaning in the interpreter's model, where a program's elements
 are whole tiles with no lanes: refused like other assembly. `grid_meet` waits for other programs, which the
-interpreter runs one after another: refused with that reason.
+interpreter runs one after another: refused with that reason (`grid_meet_all` too).
 """
 from __future__ import annotations
 
@@ -53,7 +54,7 @@ _UNARY = {
 
 def _template(asm: str) -> Callable | None:
     """The numpy meaning of one of ptx.py's templates (a function of the operand values), or None."""
-    if re.fullmatch(r"fence\.(acq_rel|sc)\.(cta|cluster|gpu|sys);\s*mov\.u32 \$0, 0;", asm):
+    if re.fullmatch(r"fence\.((acq_rel|sc)\.(cta|cluster|gpu|sys)|proxy\.async\.global);\s*mov\.u32 \$0, 0;", asm):
         return lambda args: 0
     if asm == "mov.u64 $0, %globaltimer;":
         return lambda args: time.monotonic_ns()

@@ -156,6 +156,15 @@ class GlobalTensor(_Handle):
             rm.append(self.value.name)
         return Pointer(self.value)
 
+    @property
+    def base(self) -> Pointer:
+        """The address of the tensor's first element, for a kernel that indexes it with strides it is given (a
+        view with rows apart, at any alignment): a pointer parameter the launch takes any strides for, where
+        `ptr` (and `+`, `[]`) index it as a dense row-major tensor and need it contiguous."""
+        self._use("pointer")
+        self.value.type = ir.PointerType(self.dtype)
+        return Pointer(self.value)
+
     def stride(self, axis: int):
         """Element stride of `axis` for the row-major layout of a TensorRef."""
         s = 1

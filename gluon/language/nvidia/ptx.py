@@ -1,8 +1,9 @@
 """PTX templates on `inline_asm_elementwise`: what Triton's language has no op for, spelled once.
 
 Timers and clocks (`globaltimer`, `clock`), memory fences (`fence`: `fence.acq_rel` / `fence.sc` at a
-scope, the one fence a whole batch of relaxed atomics needs), lane election (`elect_one`), a meeting of the
-programs that share a counter in global memory (`grid_meet`), the
+scope, the one fence a whole batch of relaxed atomics needs; `fence_proxy_async_global` before TMA reads
+of what ordinary stores wrote), lane election (`elect_one`), a meeting of the
+programs that share a counter in global memory (`grid_meet`; every program of a launch: `grid_meet_all`), the
 approximate math units (`ex2_approx`, `rcp_approx`, `rsqrt_approx`, `tanh_approx`), 2**x split between the
 special function unit and a polynomial on the FMA pipe (`ex2_mixed`) and a packed conversion
 (`cvt_rn_bf16x2`). Each needs an NVIDIA arch (`ArchError` on CDNA3 at the user's line).
@@ -11,7 +12,7 @@ from __future__ import annotations
 
 from ... import ir
 from ...types import DType
-from ..core import Tensor, _to_tensor, cast
+from ..core import Tensor, _to_tensor, cast, num_programs, program_id, where
 from ..inline_asm import inline_asm_elementwise
 from ..memory import _address
 from ..tracing import _tr, _user_loc
@@ -61,16 +62,17 @@ GRID_MEET_MARK = "// gluon grid_meet"
 GRID_MEET_UNIT = 1 << 16        # what one launch's arrivals add to a counter, whatever their number
 
 
-def grid_meet_asm(arrivals: int) -> str:
+def grid_meet_asm(arrivals: int | None) -> str:
     """The PTX of `grid_meet` for `arrivals` warps a launch: $0 a dummy result, $1 the counters' base address,
-    $2 the counter's index (int64)."""
+    $2 the counter's index (int64); arrivals None (`grid_meet_all`): each warp adds $3, its share of the unit."""
+    add = "$3" if arrivals is None else str(GRID_MEET_UNIT // arrivals)
     return "\n\t".join([
-        f"{GRID_MEET_MARK} {arrivals}", "{", ".reg .pred p;", ".reg .b32 o, g, v, d;", ".reg .b64 a;",
+        f"{GRID_MEET_MARK} {arrivals or 'all'}", "{", ".reg .pred p;", ".reg .b32 o, g, v, d;", ".reg .b64 a;",
         "bar.warp.sync -1;",                        # every lane's earlier stores ordered before lane 0's fence
         "mov.u32 v, %laneid;", "setp.ne.u32 p, v, 0;", "@p bra DONE;",
         "shl.b64 a, $2, 2;", "add.s64 a, $1, a;",   # the counter's address: base + 4 * index
         "fence.acq_rel.gpu;",                       # release: this warp's stores, then its arrival
-        f"atom.relaxed.gpu.global.add.u32 o, [a], {GRID_MEET_UNIT // arrivals};",
+        f"atom.relaxed.gpu.global.add.u32 o, [a], {add};",
         f"and.b32 g, o, {-GRID_MEET_UNIT & 0xFFFFFFFF};",   # this launch's base: a multiple of the unit ...
         f"add.u32 g, g, {GRID_MEET_UNIT};",         # ... and where the counter stands once all have arrived
         "WAIT:", "ld.acquire.gpu.global.u32 v, [a];",
@@ -99,6 +101,42 @@ def grid_meet(counter, arrivals: int) -> None:
                             "warps that meet, each calling it once a launch)", _user_loc())
     index = cast(index, DType.i64)
     inline_asm_elementwise(grid_meet_asm(arrivals), "=r,l,l", [base, index], DType.i32, is_pure=False, pack=1)
+
+
+def meet_shares(arrivals, warps):
+    """(what each of `arrivals` warps adds to a `grid_meet_all` counter, what each of program 0's `warps` adds
+    besides) so that a launch adds exactly the unit: ints, or the kernel's runtime values alike."""
+    share = GRID_MEET_UNIT // arrivals
+    return share, (GRID_MEET_UNIT - share * arrivals) // warps   # exact: the unit and arrivals are multiples of warps
+
+
+def grid_meet_all(counter, warps: int) -> None:
+    """`grid_meet` of every program of the launch, `warps` warps each (a power of two: those that run this call,
+    once a launch), however many programs there are: each warp adds 65536 // (programs * warps) to the counter
+    and program 0's warps the rest of the unit between them, so a launch still adds exactly 65536. Every
+    program must be resident at once (a persistent grid), as for `grid_meet`."""
+    _ptx("grid_meet")
+    base, index = _address(counter)
+    if index.shape or base.type.dtype not in (DType.i32, DType.u32):
+        raise ir.GluonError(f"grid_meet_all: counter must be one int32 in global memory (a pointer parameter plus a "
+                            f"scalar offset), got {base.type.dtype.name} elements at offsets of shape "
+                            f"{list(index.shape)}", _user_loc())
+    if type(warps) is not int or warps < 1 or warps > 32 or warps & (warps - 1):
+        raise ir.GluonError(f"grid_meet_all: warps={warps!r} must be a power of two from 1 to 32 (the warps of a "
+                            "program that meet, each calling it once a launch)", _user_loc())
+    share, rest = meet_shares(num_programs(0) * warps, warps)
+    add = share + where(program_id(0) == 0, rest, 0)
+    inline_asm_elementwise(grid_meet_asm(None), "=r,l,l,r", [base, cast(index, DType.i64), cast(add, DType.i32)],
+                           DType.i32, is_pure=False, pack=1)
+
+
+def fence_proxy_async_global() -> None:
+    """`fence.proxy.async.global`: this thread's view of global memory through the generic proxy (ordinary loads
+    and stores, its own and those it has acquired) ordered before its async-proxy accesses after it (TMA loads):
+    what a TMA load of data that ordinary stores wrote in this launch needs."""
+    _ptx("fence")
+    inline_asm_elementwise("fence.proxy.async.global;\n\tmov.u32 $0, 0;", "=r", [], DType.i32, is_pure=False,
+                           pack=1)
 
 
 def _f32_unary(name: str, instr: str, x) -> Tensor:
