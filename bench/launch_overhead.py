@@ -16,9 +16,10 @@ work in the same run (absolute times vary 2x between boards: compare within one 
   `gemm_sm90.launch(a, b, c, b_kmajor=True, scale_a=..., scale_b=...)` (preallocated c) and the fp8 block spec's
   `gluon.load` callable (allocating; a bucket of `launch`'s pick there);
 * GEMM 256x256x250 fp16, A's rows off 16 bytes: `torch.matmul` against `gemm_sm90.launch(a, b, c)` (A copied
-  into its cached padded buffer, then the GEMM);
-* the copy of that A into its padded buffer alone: torch's `copy_` into the buffer's view against the driver's
-  cuMemcpy2DAsync prepared as the GEMM's launch prepares it (`CudaBackend.row_copy`; where cuda-python is installed);
+  into its cached padded buffer by the GEMM kernel itself, `kernel_copies`: one launch);
+* the copy of that A into its padded buffer alone, as larger operands are copied before the launch: torch's `copy_`
+  into the buffer's view against the driver's cuMemcpy2DAsync prepared as the GEMM's launch prepares it
+  (`CudaBackend.row_copy`; where cuda-python is installed);
 * softmax 64x1000 bf16: `torch.softmax` against the declared spec's call (`specs/softmax.toml`, what
   `gluon.load("softmax")` runs: argument reading, the plan cache, the compiled specialization);
 * attention [1, 8, 256, 64] fp16: torch's `scaled_dot_product_attention` (its flash kernel) against

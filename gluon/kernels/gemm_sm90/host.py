@@ -30,8 +30,8 @@ from ..tensor_checks import device_sms, interpreting, on_the_launch_device
 from .block_scaled import block_scaled_overrides
 from .config import (CLUSTER_K_SIZES, DEFAULT_CONFIG, SPLITK_GRID_SIZES, GemmConfig, by_address, choose_config, grid,
                      num_warps, resolve_config, split_k, stores_by_address, tiles, to_config, units)
-from .kernel import gemm_sm90
-from .padding import PadPlan, pad_plan, tma_ready
+from .kernel import gemm_sm90, gemm_sm90_copying
+from .padding import PadPlan, kernel_copies, pad_plan, row_pitch, tma_ready
 
 _WORKSPACE: dict[tuple, object] = {}    # (device, stream or None, "w" | "cnt") -> buffer
 _PADS: dict[tuple, PadPlan] = {}       # a call's key (`_fast_key`) -> padded buffers of operands TMA cannot take
@@ -64,7 +64,7 @@ def _reduce_kw(splits: int, pdl: bool) -> dict:
 @dataclass
 class _Plan:
     """What a launch of one problem needs besides the operands (see `_plan`)."""
-    bound: object                   # gemm_sm90[grid]
+    bound: object                   # gemm_sm90[grid] (gemm_sm90_copying's where `copies`)
     dev: int
     splits: int
     kw: dict                        # the constexprs (CFG, B_KMAJOR, N_MULTIPLE_16) and num_warps
@@ -76,6 +76,7 @@ class _Plan:
     ck: object = None               # the compiled specialization, after the first launch
     fitted: bool = False            # the grid checked against the clusters the device holds (`_fit_grid`)
     unused: tuple | None = None     # (W, CNT) stand-ins where the kernel reads neither (no split-K), once fetched
+    copies: bool = False            # the kernel copies A or B into its padded buffer (COPY_A, COPY_B in kw)
 
 
 def launch(a, b, c, config: GemmConfig | Mapping | None = None, b_kmajor: bool = False, splits: int | None = None,
@@ -130,8 +131,10 @@ def _launched_fast(fast_key, a, b, c, scale_a, scale_b) -> bool:
     return fast is not None and not interpreting() and _fast_launch(fast, a, b, c, scale_a, scale_b, fast_key[-1])
 
 
-def _launch(a, b, c, config, b_kmajor: bool, splits, compiled, scale_a, scale_b, fast_key):
-    """`launch` past its fast path, for a checked call (`_check_call`): padding, the plan, the launch."""
+def _launch(a, b, c, config, b_kmajor: bool, splits, compiled, scale_a, scale_b, fast_key, copies=None):
+    """`launch` past its fast path, for a checked call (`_check_call`): padding, the plan, the launch. `copies`:
+    (PadPlan, the caller's a or None, its b or None) where a and b are padded buffers the kernel copies those
+    into (`kernel_copies`); the host copies them instead where the plan's kernel cannot (`_Plan.copies`)."""
     scale = "none" if scale_a is None and scale_b is None else _scale_mode(a, b, c, scale_a, scale_b)
     if not c.numel():               # nothing to write (M or N is 0)
         return c
@@ -147,6 +150,10 @@ def _launch(a, b, c, config, b_kmajor: bool, splits, compiled, scale_a, scale_b,
     if not (tma_ready(a, sa) and tma_ready(b, sb) and (c_tma or c_addr)):
         stream = fast_key[-1] if fast_key is not None else _stream_of(a)
         pad = pad_plan(a, b, c, scale_b, stream, pad_c=not c_addr, row_copy=_row_copy_on(a, stream))
+        srcs = None if interpreting() or a.get_device() < 0 else kernel_copies(pad, a, b)
+        if srcs is not None:        # one launch: the kernel copies them (its prepared launch kept by fast_key)
+            pa, pb = pad.operands(a, b, c, scale_b)[:2]
+            return _launch(pa, pb, c, config, b_kmajor, splits, compiled, scale_a, scale_b, fast_key, (pad, *srcs))
         if fast_key is not None:    # a repeat goes from launch's lookup straight to it, and on to the padded launch
             pa, pb, pc, psb = pad.operands(a, b, c, scale_b)
             pad = replace(pad, launch_key=_fast_key(pa, pb, pc, config, b_kmajor, splits, compiled, scale_a, psb))
@@ -161,13 +168,21 @@ def _launch(a, b, c, config, b_kmajor: bool, splits, compiled, scale_a, scale_b,
     # 16-byte aligned): repeated launches of one problem take the cached compiled kernel directly
     # (the device, not its index: a CPU and a meta tensor share -1; and whether the interpreter runs it: a plan made
     # there holds its binary, and a cached plan skips the device check)
+    # (a launch whose kernel copies an operand: which, and what its specialization assumes of the sources)
+    ck_key = None if copies is None else tuple(None if t is None else (t.data_ptr() % 16 == 0, row_pitch(t) % 16 == 0)
+                                               for t in copies[1:])
     plan_key = (a.device, M, N, K, a.dtype, b.dtype, c.dtype, b_kmajor, splits, aligned, scale, c_addr,
                 plan_config_key(config, DEFAULT_CONFIG),
-                interpreting())
+                interpreting(), ck_key)
     plan = _PLANS.get(plan_key)
     if plan is None:
         on_the_launch_device("gemm", a=a, b=b, c=c)     # when a problem is first seen: no per-call cost
-        plan = _PLANS[plan_key] = _plan(a, c, M, N, K, config, b_kmajor, splits, aligned, scale, c_addr)
+        plan = _PLANS[plan_key] = _plan(a, c, M, N, K, config, b_kmajor, splits, aligned, scale, c_addr,
+                                        ck_key is not None and ck_key[0] is not None,
+                                        ck_key is not None and ck_key[1] is not None)
+    if copies is not None and not plan.copies:      # this config's kernel cannot copy them: copied here first
+        copies[0].copy_in(*(t if t is not None else x for t, x in zip(copies[1:], (a, b))))
+        copies = None
     S = plan.splits
     if S > 1:                       # one fp32 workspace per (device, stream): same-stream launches run in order
         stream = _stream_of(a)
@@ -190,7 +205,14 @@ def _launch(a, b, c, config, b_kmajor: bool, splits, compiled, scale_a, scale_b,
     if ck is not None and N % 16 and ck.abi.constexprs.get("N_MULTIPLE_16"):
         raise GluonError(f"gemm: the compiled kernel passed was compiled with N_MULTIPLE_16=True (rows of C a multiple "
                          f"of 16 elements), but C is {M}x{N}; compile it for this N (N_MULTIPLE_16=False)")
-    args = (a, b, c, w, cnt, scale_a, scale_b, S)
+    if copies is None:
+        args = (a, b, c, w, cnt, scale_a, scale_b, S)
+    else:                           # gemm_sm90_copying: the sources, their pitches, the padded buffers again, and a
+        a_src, b_src = copies[1:]   # counter the programs meet at
+        cnt = _workspace((plan.dev, _stream_of(a), "copy"), 16, a.device, counters=True)
+        args = (a, b, c, w, cnt, scale_a, scale_b, S, a if a_src is None else a_src,
+                0 if a_src is None else row_pitch(a_src), a, b if b_src is None else b_src,
+                0 if b_src is None else row_pitch(b_src), b)
     # a config past the shared memory: one line in its fields (the interpreter runs the passes at its launch; a
     # plain try, not `in_config_terms`: calls with a dict config come here every time, and it costs them nothing)
     try:
@@ -210,7 +232,7 @@ def _launch(a, b, c, config, b_kmajor: bool, splits, compiled, scale_a, scale_b,
         reduce(c, w, M * N, **plan.reduce_kw)
         second = (reduce, (c, w, M * N), plan.reduce_kw)
     if fast_key is not None and not interpreting():
-        _remember(fast_key, ck, plan.bound.grid, la, second, args, compiled)
+        _remember(fast_key, ck, plan.bound.grid, la, second, args, compiled, copies is not None)
     return c
 
 
@@ -243,7 +265,7 @@ def _fit_grid(plan: _Plan, ck) -> bool:
         cfg = plan.kw["CFG"].replace(SPLITK_GRID=1)
         plan.kw, plan.meet, plan.ck, changed = dict(plan.kw, CFG=cfg), 0, None, True
         plan.reduce_kw = _reduce_kw(plan.splits, cfg.PDL)
-    plan.bound = gemm_sm90[(n,)]
+    plan.bound = (gemm_sm90_copying if plan.copies else gemm_sm90)[(n,)]
     return changed
 
 
@@ -303,15 +325,20 @@ def _fast_launch(fast: tuple, a, b, c, scale_a, scale_b, stream) -> bool:
     return True
 
 
-def _remember(key: tuple, ck, grid, la, reduce, args, compiled) -> None:
+def _remember(key: tuple, ck, grid, la, reduce, args, compiled, copied: bool = False) -> None:
     """Keep a first call's launches, prepared (gluon/runtime/prepared.py), for `_fast_launch`: A, B, C (and
     the scales when given) take new addresses, the workspaces are held; the split-K reduction's C too. A
-    caller's `compiled` kernel is held with them (the key has its id)."""
+    caller's `compiled` kernel is held with them (the key has its id). `copied`: the kernel copies A or B into a
+    padded buffer; the caller's operand is then its source (AS, BS), the buffer held."""
     if ck.abi is None:                      # no binary of ours to launch directly
         return
     scaled = key[-2] is not None
+    a_at = 8 if copied and args[8] is not args[0] else 0       # gemm_sm90_copying's AS and BS
+    b_at = 11 if copied and args[11] is not args[1] else 1
+    moved = (a_at, b_at, 2, 5, 6) if scaled else (a_at, b_at, 2)
     keep = (args[3], args[4]) if scaled else (args[3], args[4], args[5], args[6])
-    main = ck.launcher.prepare(grid, la, (0, 1, 2, 5, 6) if scaled else (0, 1, 2), keep)
+    keep += tuple(args[i] for i in (0, 1) if i not in moved)    # the padded buffers (not the caller's tensors)
+    main = ck.launcher.prepare(grid, la, moved, keep)
     second = None
     if reduce is not None:
         bound, rargs, rkw = reduce
@@ -416,11 +443,13 @@ def _scale_mode(a, b, c, scale_a, scale_b) -> str:
 
 
 def _plan(a, c, M: int, N: int, K: int, config: GemmConfig | Mapping | None, b_kmajor: bool, splits: int | None,
-          pitch_aligned: bool = True, scale: str = "none", c_addr: bool = False):
+          pitch_aligned: bool = True, scale: str = "none", c_addr: bool = False, copy_a: bool = False,
+          copy_b: bool = False):
     """What a launch of this problem needs besides the operands: resolved config, split count, grid,
     fp32 workspace. Computed once per (device, sizes, output width, config) and kept in _PLANS, so a
     repeated launch costs a dict lookup here. `c_addr`: C's rows are off 16 bytes, so the config stores C by
-    address (`by_address`)."""
+    address (`by_address`). `copy_a` / `copy_b`: the kernel is to copy A / B into their padded buffers (COPY_A,
+    COPY_B), where its config lets it (`_copies_in_kernel`)."""
     import torch
     interp = interpreting()
     if interp:                      # the CPU interpreter (GLUON_INTERPRET=1): planned as for an H200
@@ -475,9 +504,21 @@ def _plan(a, c, M: int, N: int, K: int, config: GemmConfig | Mapping | None, b_k
         kw["N_MULTIPLE_16"] = True
     second_pass = S > 1 and not cfg.SPLITK_FIXUP and cfg.CLUSTER_K == 1 and cfg.SPLITK_GRID == 1
     meet = tiles(M, N, cfg) if cfg.SPLITK_GRID > 1 else 0
-    return _Plan(bound, dev, S, kw, fixup=S > 1 and cfg.SPLITK_FIXUP, meet=meet,
+    copies = (copy_a or copy_b) and _copies_in_kernel(cfg, S)
+    if copies:
+        kw.update(COPY_A=copy_a, COPY_B=copy_b)
+        bound = gemm_sm90_copying[bound.grid]
+    return _Plan(bound, dev, S, kw, copies=copies, fixup=S > 1 and cfg.SPLITK_FIXUP, meet=meet,
                  meet_asked=bool(meet) and _asks_for(config, "SPLITK_GRID"),
                  reduce_kw=_reduce_kw(S, cfg.PDL) if second_pass else None)
+
+
+def _copies_in_kernel(cfg: GemmConfig, splits: int) -> bool:
+    """Whether the kernel under `cfg` can copy operands into their padded buffers (COPY_A / COPY_B): its programs
+    meet at a counter of their own (not while the split-K fixup's or SPLITK_GRID's counters are in use), and the
+    default warps that copy are a power of two (`grid_meet_all`)."""
+    warps = 4 * (1 if cfg.SPLIT_WGS else cfg.CONSUMER_WGS)
+    return not (splits > 1 and cfg.SPLITK_FIXUP) and cfg.SPLITK_GRID == 1 and warps & (warps - 1) == 0
 
 
 def _asks_for(config, field: str) -> bool:

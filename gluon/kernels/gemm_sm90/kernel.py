@@ -189,21 +189,46 @@ def _cluster_sum(C, W, off_m, off_n, M, N, ROWS: int, SLAB: int, CK: int, RW: in
         gl.store(C + offs, total.to(C.dtype), mask=mask)
 
 
-@kernel(arch=SM90, num_warps=9)
-def gemm_sm90(A, B, C, W, CNT, SA, SB, SPLITS, CFG: gl.constexpr, B_KMAJOR: gl.constexpr = False,
-              N_MULTIPLE_16: gl.constexpr = False, SCALE: gl.constexpr = "none", SA_M_MAJOR: gl.constexpr = False):
-    """C = A @ B under the resolved GemmConfig `CFG`, in SPLITS K slices (fp32 partials into the
-    workspace W when SPLITS > 1; with CFG.SPLITK_FIXUP the int32 arrival counters CNT, one per element of
-    C and zero between launches, let the last slice to finish sum them; with CFG.SPLITK_GRID, one per output
-    tile, zero when first used, are where the tile's slices meet, `ptx.grid_meet`); B is [N, K] with B_KMAJOR;
-    N_MULTIPLE_16 is the launch's promise that N is a multiple of 16 (the coalesced epilogue's stores, split-K's
-    partial stores and the in-kernel sums' loads then vectorize). SCALE (fp8 inputs): "tensor" multiplies the product by
-    SA[0] * SB[0], "rowcol" by SA[row] * SB[col] (fp32 scales), before the output's rounding; "block" scales
-    each 128-deep k-step's product by SA[row, k-block] * SB[col // 128, k-block] into the fp32 sum
-    (`fp8_scales.block_scaled_k_loop`; BLOCK_K 128, BLOCK_N 64, 128 or 256, no SWAP_AB; 128 rows a warpgroup at
-    BLOCK_N 128 run in two 64-row parts, `block_scaled_two_parts`; 256 columns as two 128-column halves a
-    warpgroup of 64 rows, `block_scaled_halves`, or four quarters, `block_scaled_quarters`). CLUSTER_K or
-    SPLITK_GRID > 1: SPLITS must be it."""
+@gl.helper
+def _copy_rows(src, pitch, dst, rows, cols, WARPS: int):
+    """This program's share of src's `rows` x `cols` elements (rows `pitch` elements apart, at any alignment) copied
+    into dst's rows (row-major, at least as wide): blocks of 16 rows a warp by 64 columns (32 loads a thread in
+    flight; element-wise, since nothing says the rows are aligned), taken round robin by the launch's programs."""
+    layout = Layout.blocked([1, 2], [1, 32], [WARPS, 1], [1, 0])
+    TR = 16 * WARPS
+    TC = 64
+    col_blocks = gl.cdiv(cols, TC)
+    dpitch = dst.shape[1]
+    for t in range(gl.program_id(0), gl.cdiv(rows, TR) * col_blocks, gl.num_programs(0)):
+        rb = t // col_blocks
+        r = rb * TR + gl.arange(0, TR, layout=SliceLayout(1, layout))
+        c = (t - rb * col_blocks) * TC + gl.arange(0, TC, layout=SliceLayout(0, layout))
+        mask = (r[:, None] < rows) & (c[None, :] < cols)
+        v = gl.load(src.base + (r[:, None] * pitch + c[None, :]), mask=mask)
+        gl.store(dst + (r[:, None] * dpitch + c[None, :]), v, mask=mask)
+
+
+@gl.helper
+def _copy_in(AS, A_PITCH, AD, BS, B_PITCH, BD, COPY_A: bool, COPY_B: bool, CNT, WARPS: int):
+    """COPY_A / COPY_B, by the WARPS default warps of every program before the warp roles start: their share of the
+    caller's operands (TMA cannot read their rows) into the padded buffers the descriptors describe, then the
+    meeting of every program's (`grid_meet_all` at CNT[0]: a persistent grid is resident at once), then an
+    async-proxy fence, so this CTA's TMA loads (EARLY_LOADS') read what every program wrote. The producer's wait
+    on `copied` follows."""
+    if COPY_A:
+        _copy_rows(AS, A_PITCH, AD, AS.shape[0], AS.shape[1], WARPS)
+    if COPY_B:
+        _copy_rows(BS, B_PITCH, BD, BS.shape[0], BS.shape[1], WARPS)
+    ptx.grid_meet_all(CNT + 0, WARPS)
+    ptx.fence_proxy_async_global()
+
+
+@gl.helper
+def _gemm(A, B, C, W, CNT, SA, SB, SPLITS, CFG, B_KMAJOR: bool, N_MULTIPLE_16: bool, SCALE: str, SA_M_MAJOR: bool,
+          COPIES: tuple | None):
+    """The kernel's body, shared by `gemm_sm90` and `gemm_sm90_copying` (COPIES: the latter's copy arguments,
+    `_copy_in`'s), so the kernel without copies has the parameters it always had (ptxas schedules the same PTX
+    differently when its parameters move)."""
     kernel_config(CFG)
     if CFG.MMA_TURNS and SCALE != "block":
         raise GluonError(f"MMA_TURNS=True is for fp8 block scales (SCALE='block'), whose per-k-step promotion the "
@@ -314,6 +339,9 @@ def gemm_sm90(A, B, C, W, CNT, SA, SB, SPLITS, CFG: gl.constexpr, B_KMAJOR: gl.c
     # a slot is free once every consumer role of every CTA of the cluster is done with it: in a cluster
     # the other CTAs' producers multicast their part of B into it too
     empty = mbarrier(count=ROLES * CM, name="empty", stages=CFG.STAGES)
+    COPY = COPIES is not None
+    if COPY:        # the copied operands are in their padded buffers, every program's share: the producer may load
+        copied = mbarrier(count=1, name="copied")
     EPILOGUE = CFG.EPILOGUE
     c_tiles = []
     if EPILOGUE in ("tma", "tma2", "coalesced"):    # "tma2": two staging tiles a role, used in turn
@@ -381,6 +409,9 @@ def gemm_sm90(A, B, C, W, CNT, SA, SB, SPLITS, CFG: gl.constexpr, B_KMAJOR: gl.c
         # launched as a programmatic dependent: the barrier inits above overlap the kernel before this one; no
         # global memory is touched before it has finished (the warp roles start after this point)
         gl.griddep_wait()
+    if COPY:
+        _copy_in(*COPIES, CNT, RW)
+        copied.arrive()
     if CFG.EARLY_LOADS:
         # the first unit's first stages, loaded by the default warps before the warp roles start: Triton
         # starts the producer's partition only after the barrier inits and two register hand-overs, so
@@ -541,6 +572,9 @@ def gemm_sm90(A, B, C, W, CNT, SA, SB, SPLITS, CFG: gl.constexpr, B_KMAJOR: gl.c
     with warp_role(WarpRole.PRODUCER, warp_range=(CW, CW + PW - 1), registers=CFG.PRODUCER_REGS):
         if CM > 1:
             gl.cluster_sync(memory=False)
+        if COPY:            # what the default warps of every program copied, then seen by this warp's TMA loads
+            copied.wait(0)
+            ptx.fence_proxy_async_global()
         cnt = gl.full((), 0, gl.int32)
         if CFG.EARLY_LOADS:
             cnt = cnt + early                       # the prologue filled slots 0 .. early - 1 (phase 0)
@@ -592,3 +626,35 @@ def gemm_sm90(A, B, C, W, CNT, SA, SB, SPLITS, CFG: gl.constexpr, B_KMAJOR: gl.c
                 s = cnt % CFG.STAGES
                 empty[s].wait(((cnt // CFG.STAGES) & 1) ^ 1)
                 cnt = cnt + 1
+
+
+@kernel(arch=SM90, num_warps=9)
+def gemm_sm90(A, B, C, W, CNT, SA, SB, SPLITS, CFG: gl.constexpr, B_KMAJOR: gl.constexpr = False,
+              N_MULTIPLE_16: gl.constexpr = False, SCALE: gl.constexpr = "none", SA_M_MAJOR: gl.constexpr = False):
+    """C = A @ B under the resolved GemmConfig `CFG`, in SPLITS K slices (fp32 partials into the
+    workspace W when SPLITS > 1; with CFG.SPLITK_FIXUP the int32 arrival counters CNT, one per element of
+    C and zero between launches, let the last slice to finish sum them; with CFG.SPLITK_GRID, one per output
+    tile, zero when first used, are where the tile's slices meet, `ptx.grid_meet`); B is [N, K] with B_KMAJOR;
+    N_MULTIPLE_16 is the launch's promise that N is a multiple of 16 (the coalesced epilogue's stores, split-K's
+    partial stores and the in-kernel sums' loads then vectorize). SCALE (fp8 inputs): "tensor" multiplies the product by
+    SA[0] * SB[0], "rowcol" by SA[row] * SB[col] (fp32 scales), before the output's rounding; "block" scales
+    each 128-deep k-step's product by SA[row, k-block] * SB[col // 128, k-block] into the fp32 sum
+    (`fp8_scales.block_scaled_k_loop`; BLOCK_K 128, BLOCK_N 64, 128 or 256, no SWAP_AB; 128 rows a warpgroup at
+    BLOCK_N 128 run in two 64-row parts, `block_scaled_two_parts`; 256 columns as two 128-column halves a
+    warpgroup of 64 rows, `block_scaled_halves`, or four quarters, `block_scaled_quarters`). CLUSTER_K or
+    SPLITK_GRID > 1: SPLITS must be it."""
+    _gemm(A, B, C, W, CNT, SA, SB, SPLITS, CFG, B_KMAJOR, N_MULTIPLE_16, SCALE, SA_M_MAJOR, None)
+
+
+@kernel(arch=SM90, num_warps=9)
+def gemm_sm90_copying(A, B, C, W, CNT, SA, SB, SPLITS, AS, A_PITCH, AD, BS, B_PITCH, BD, CFG: gl.constexpr,
+                      B_KMAJOR: gl.constexpr = False, N_MULTIPLE_16: gl.constexpr = False,
+                      SCALE: gl.constexpr = "none", SA_M_MAJOR: gl.constexpr = False, COPY_A: gl.constexpr = False,
+                      COPY_B: gl.constexpr = False):
+    """`gemm_sm90` whose A (COPY_A) and B (COPY_B) are zero-padded buffers the kernel first fills from the caller's
+    operands AS and BS, whose rows are A_PITCH and B_PITCH elements apart at any alignment (TMA cannot read them),
+    through the same buffers passed again as AD and BD (`_copy_in`: every program's share, then a meeting of the
+    launch's programs at the int32 counter CNT[0], zero when first used); an operand not copied is passed as
+    itself, with pitch 0. An unaligned call is then one launch (host.py's `kernel_copies`)."""
+    _gemm(A, B, C, W, CNT, SA, SB, SPLITS, CFG, B_KMAJOR, N_MULTIPLE_16, SCALE, SA_M_MAJOR,
+          (AS, A_PITCH, AD, BS, B_PITCH, BD, COPY_A, COPY_B))

@@ -14,6 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 SCRATCH_MAX = 32
+COPY_IN_KERNEL_BYTES = 4 << 20     # the most the GEMM kernel copies into padded buffers itself (`kernel_copies`)
 _SCRATCH: dict[tuple, object] = {}      # (role, device, stream, rows, cols, source shape, dtype) -> buffer
 
 
@@ -71,15 +72,18 @@ class PadPlan:
         return (a if self.a is None else self.a, b if self.b is None else self.b, c if self.c is None else self.c,
                 scale_b if self.scale_b is None else self.scale_b)
 
+    def copy_in(self, a, b) -> None:
+        """The caller's a and b into their padded buffers, where they have one."""
+        if self.a is not None:
+            _copy(self.a_copy, a, self.a_in)
+        if self.b is not None:
+            _copy(self.b_copy, b, self.b_in)
+
     def launch(self, launch, a, b, c, scale_b, **kw):
         """Copy in, `launch(A, B, C, scale_b=..., key=launch_key)` on the padded operands (the others as given),
         copy C out."""
-        if self.a is not None:
-            _copy(self.a_copy, a, self.a_in)
-            a = self.a
-        if self.b is not None:
-            _copy(self.b_copy, b, self.b_in)
-            b = self.b
+        self.copy_in(a, b)
+        a, b = self.operands(a, b, None, None)[:2]
         if self.scale_b is not None:
             self.scale_b_in.copy_(scale_b)
             scale_b = self.scale_b
@@ -135,6 +139,33 @@ def pad_plan(a, b, c, scale_b, stream, pad_c: bool = True, row_copy=None) -> Pad
             kw["scale_b"] = _scratch("sb", scale_b.reshape(1, N), 1, kw["c"].shape[1], True, stream).reshape(-1)
             kw["scale_b_in"] = kw["scale_b"][:N]
     return PadPlan(**kw)
+
+
+def kernel_copies(pad: PadPlan, a, b) -> tuple | None:
+    """(a or None, b or None): the padded operands the GEMM kernel can copy into their buffers itself (COPY_A,
+    COPY_B: one launch, where the driver's copy before it costs about a launch of host time), or None where it
+    cannot: C or a scale padded too, an operand whose rows are not contiguous or overlap or span 2**31 elements
+    (the kernel's offsets are 32-bit), or more than
+    COPY_IN_KERNEL_BYTES to copy (the kernel's copy goes element by element: above that a copy of its own is
+    faster on the GPU, and the host's share matters less)."""
+    if pad.c is not None or pad.scale_b is not None:
+        return None
+    srcs = (a if pad.a is not None else None, b if pad.b is not None else None)
+    total = 0
+    for t in srcs:
+        if t is None:
+            continue
+        if t.dim() != 2 or t.stride(1) != 1 or (t.shape[0] > 1 and t.stride(0) < t.shape[1]) or not t.numel():
+            return None
+        if (t.shape[0] - 1) * row_pitch(t) + t.shape[1] >= 2**31:     # the kernel's offsets are 32-bit
+            return None
+        total += t.numel() * t.element_size()
+    return srcs if total <= COPY_IN_KERNEL_BYTES else None
+
+
+def row_pitch(t) -> int:
+    """Elements from one row of a 2D tensor to the next, as the kernel's copy takes it (one row: its width)."""
+    return t.stride(0) if t.shape[0] > 1 else t.shape[1]
 
 
 def clear() -> None:

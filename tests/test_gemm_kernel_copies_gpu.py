@@ -1,0 +1,134 @@
+"""On the GPU: operands TMA cannot read (rows or base off 16 bytes) copied into their padded buffers by the GEMM
+kernel itself (COPY_A / COPY_B: every program's share, then a meeting of the launch's programs), so an unaligned
+call is one launch."""
+import pytest
+
+pytestmark = pytest.mark.gpu
+torch = pytest.importorskip("torch")
+
+from gluon.kernels.gemm_sm90 import launch  # noqa: E402
+from gluon.kernels.gemm_sm90 import host as gemm_host  # noqa: E402
+from gluon.kernels.gemm_sm90 import padding  # noqa: E402
+
+
+def _rand(shape, dtype, g):
+    return torch.randn(*shape, device="cuda", dtype=torch.float32, generator=g).to(dtype)
+
+
+def _operands(M, N, K, dtype, b_kmajor, odd_base, seed):
+    """a [M, K] and b ([N, K] with b_kmajor, else [K, N]); with odd_base, a is a view one element into a
+    buffer (its base off 16 bytes, its rows wherever K puts them)."""
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    if odd_base:
+        a = _rand((M * K + 1,), dtype, g)[1:].view(M, K)
+    else:
+        a = _rand((M, K), dtype, g)
+    return a, _rand((N, K) if b_kmajor else (K, N), dtype, g)
+
+
+def _rel_err(c, a, b, b_kmajor):
+    ref = a.double() @ (b.double().T if b_kmajor else b.double())
+    return ((c.double() - ref).norm() / ref.norm()).item()
+
+
+CASES = [
+    (256, 256, 250, False, torch.float16, False),     # A's rows off 16 bytes, B as given
+    (333, 200, 136, False, torch.bfloat16, False),    # more programs than tiles of a kind: A only
+    (64, 1000, 999, True, torch.bfloat16, False),     # B [N, K]: both copied
+    (128, 1001, 512, False, torch.bfloat16, False),   # B [K, N] with rows off 16 bytes, C stored by address
+    (16, 4096, 1000, True, torch.bfloat16, False),    # decode: the swapped kernel, both copied
+    (1000, 256, 512, False, torch.bfloat16, True),    # A at an odd base, rows aligned
+    (1, 3000, 777, True, torch.float16, False),       # one row
+]
+
+
+@pytest.mark.parametrize("M,N,K,b_kmajor,dtype,odd_base", CASES)
+def test_the_kernel_copies_unaligned_operands_eagerly_and_in_a_graph(M, N, K, b_kmajor, dtype, odd_base):
+    """One launch whose kernel copies the operands (no PadPlan kept, the plan's kernel copies): poisoned outputs
+    within 1e-2 of fp64 eagerly, repeated on new tensors of the same layout (the prepared launch with new source
+    addresses), allocating nothing after the first call, and in a CUDA graph replayed on new values."""
+    gemm_host._PADS.clear()
+    gemm_host._PLANS.clear()
+    c = torch.full((M, N), float("nan"), device="cuda", dtype=dtype)
+    for seed in range(3):
+        a, b = _operands(M, N, K, dtype, b_kmajor, odd_base, seed)
+        c.fill_(float("nan"))
+        launch(a, b, c, b_kmajor=b_kmajor)
+        torch.cuda.synchronize()
+        assert not torch.isnan(c).any() and _rel_err(c, a, b, b_kmajor) < 1e-2, seed
+    assert not gemm_host._PADS, "the operands were copied before the launch, not by the kernel"
+    assert any(p.copies for p in gemm_host._PLANS.values())
+    before = torch.cuda.memory_stats()["allocation.all.allocated"]
+    for _ in range(3):
+        launch(a, b, c, b_kmajor=b_kmajor)
+    torch.cuda.synchronize()
+    assert torch.cuda.memory_stats()["allocation.all.allocated"] == before
+    stream = torch.cuda.Stream()
+    with torch.cuda.stream(stream):
+        launch(a, b, c, b_kmajor=b_kmajor)      # the capture stream's plan and counter, made outside the capture
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph, stream=stream):
+            launch(a, b, c, b_kmajor=b_kmajor)
+    for seed in (7, 8):
+        a2, b2 = _operands(M, N, K, dtype, b_kmajor, False, seed)
+        a.copy_(a2)
+        b.copy_(b2)
+        c.fill_(float("nan"))
+        graph.replay()
+        torch.cuda.synchronize()
+        assert not torch.isnan(c).any() and _rel_err(c, a, b, b_kmajor) < 1e-2
+
+
+@pytest.mark.parametrize("config", [{"BLOCK_M": 64, "BLOCK_N": 64, "CONSUMER_WGS": 1, "STAGES": 4},
+                                    {"BLOCK_M": 128, "BLOCK_N": 256, "CONSUMER_WGS": 2, "SPLIT_WGS": True},
+                                    {"EARLY_LOADS": True, "PDL": True}])
+def test_the_kernel_copies_under_other_configs(config):
+    """The copy under a one-warpgroup kernel, one whose second warpgroup is a role of its own (its default warps
+    are four), and with the early loads and a programmatic dependent launch (the copy after the wait for the kernel
+    before): right against fp64 on poisoned outputs, back to back with no synchronize between the launches."""
+    M, N, K = 300, 520, 333
+    outs, ins = [], []
+    for seed in range(3):
+        a, b = _operands(M, N, K, torch.bfloat16, False, False, seed)
+        c = torch.full((M, N), float("nan"), device="cuda", dtype=torch.bfloat16)
+        launch(a, b, c, config)
+        outs.append(c)
+        ins.append((a, b))
+    torch.cuda.synchronize()
+    for c, (a, b) in zip(outs, ins):
+        assert not torch.isnan(c).any() and _rel_err(c, a, b, False) < 1e-2
+
+
+def test_above_the_limit_the_driver_copies(monkeypatch):
+    """Past COPY_IN_KERNEL_BYTES the operands are copied before the launch (a PadPlan kept for the call)."""
+    monkeypatch.setattr(padding, "COPY_IN_KERNEL_BYTES", 0)
+    gemm_host._PADS.clear()
+    a, b = _operands(256, 256, 250, torch.bfloat16, False, False, 0)
+    c = torch.full((256, 256), float("nan"), device="cuda", dtype=torch.bfloat16)
+    launch(a, b, c)
+    torch.cuda.synchronize()
+    assert gemm_host._PADS and not torch.isnan(c).any() and _rel_err(c, a, b, False) < 1e-2
+
+
+@pytest.mark.parametrize("M,N,K,scales", [(64, 256, 200, "tensor"), (100, 300, 1000, "block")])
+def test_the_kernel_copies_fp8_operands(M, N, K, scales):
+    """fp8 inputs (B [N, K]) whose K rows are off 16 bytes, with per-tensor or DeepGEMM block scales: both copied by
+    the kernel, byte by byte; poisoned outputs within 1e-2 of fp64 of the dequantized operands, twice."""
+    from gluon.tuning.templates.gemm_sm90_fp8_scales import dequantized
+    gemm_host._PADS.clear()
+    for seed in range(2):
+        g = torch.Generator(device="cuda").manual_seed(seed)
+        a = (torch.randn(M, K, device="cuda", generator=g) * 3).to(torch.float8_e4m3fn)
+        b = (torch.randn(N, K, device="cuda", generator=g) * 3).to(torch.float8_e4m3fn)
+        if scales == "tensor":
+            sa, sb = torch.rand(1, device="cuda", generator=g) + 0.25, torch.rand(1, device="cuda", generator=g) + 0.25
+            ref = (a.double() * sa.double()) @ (b.double() * sb.double()).T
+        else:
+            sa = torch.rand(M, -(-K // 128), device="cuda", generator=g) + 0.25
+            sb = torch.rand(-(-N // 128), -(-K // 128), device="cuda", generator=g) + 0.25
+            ref = dequantized(a, b, sa, sb)
+        c = torch.full((M, N), float("nan"), device="cuda", dtype=torch.bfloat16)
+        launch(a, b, c, b_kmajor=True, scale_a=sa, scale_b=sb)
+        torch.cuda.synchronize()
+        assert not torch.isnan(c).any() and ((c.double() - ref).norm() / ref.norm()).item() < 1e-2
+    assert not gemm_host._PADS
