@@ -132,3 +132,20 @@ def test_the_kernel_copies_fp8_operands(M, N, K, scales):
         torch.cuda.synchronize()
         assert not torch.isnan(c).any() and ((c.double() - ref).norm() / ref.norm()).item() < 1e-2
     assert not gemm_host._PADS
+
+
+def test_a_config_whose_kernel_cannot_copy_has_them_copied_first():
+    """Split K summed by the kernel's last slice (SPLITK_FIXUP: CNT holds its counters, so no meeting of the
+    programs there): the operands are copied before the launch instead (a PadPlan kept for the call), and repeats
+    through the call's fast path stay right on new tensors (the caller's unaligned A never reaches a descriptor)."""
+    from gluon.kernels.gemm_sm90 import DEFAULT_CONFIG
+    fixup = DEFAULT_CONFIG.replace(BLOCK_M=64, BLOCK_N=64, CONSUMER_WGS=1, STAGES=8, SPLITK_FIXUP=True)
+    gemm_host._PADS.clear()
+    c = torch.full((100, 300), float("nan"), device="cuda", dtype=torch.bfloat16)
+    for seed in range(3):
+        a, b = _operands(100, 300, 1000 - 1, torch.bfloat16, True, seed == 2, seed)
+        c.fill_(float("nan"))
+        launch(a, b, c, fixup, b_kmajor=True, splits=3)
+        torch.cuda.synchronize()
+        assert not torch.isnan(c).any() and _rel_err(c, a, b, True) < 1e-2, seed
+    assert gemm_host._PADS

@@ -124,6 +124,17 @@ def _launch_padded(a, b, c, config=None, b_kmajor=False, splits=None, compiled=N
     return _launch(a, b, c, config, b_kmajor, splits, compiled, scale_a, scale_b, fast_key)
 
 
+def _copied_first(pad: PadPlan, a, b, c, config, b_kmajor, splits, compiled, scale_a, scale_b, fast_key):
+    """The caller's operands copied into `pad`'s buffers (C out of its own after), then the padded launch; the
+    PadPlan kept by the call's key, so a repeat goes from launch's lookup straight to it."""
+    if fast_key is not None:
+        pa, pb, pc, psb = pad.operands(a, b, c, scale_b)
+        pad = replace(pad, launch_key=_fast_key(pa, pb, pc, config, b_kmajor, splits, compiled, scale_a, psb))
+        _keep(_PADS, fast_key, pad)
+    return pad.launch(_launch_padded, a, b, c, scale_b, config=config, b_kmajor=b_kmajor, splits=splits,
+                      compiled=compiled, scale_a=scale_a)
+
+
 def _launched_fast(fast_key, a, b, c, scale_a, scale_b) -> bool:
     """Whether the call went out by the launch kept for its key (a call checked and planned before). One made
     on the GPU is not taken once the interpreter is on."""
@@ -154,12 +165,7 @@ def _launch(a, b, c, config, b_kmajor: bool, splits, compiled, scale_a, scale_b,
         if srcs is not None:        # one launch: the kernel copies them (its prepared launch kept by fast_key)
             pa, pb = pad.operands(a, b, c, scale_b)[:2]
             return _launch(pa, pb, c, config, b_kmajor, splits, compiled, scale_a, scale_b, fast_key, (pad, *srcs))
-        if fast_key is not None:    # a repeat goes from launch's lookup straight to it, and on to the padded launch
-            pa, pb, pc, psb = pad.operands(a, b, c, scale_b)
-            pad = replace(pad, launch_key=_fast_key(pa, pb, pc, config, b_kmajor, splits, compiled, scale_a, psb))
-            _keep(_PADS, fast_key, pad)
-        return pad.launch(_launch_padded, a, b, c, scale_b, config=config, b_kmajor=b_kmajor, splits=splits,
-                          compiled=compiled, scale_a=scale_a)
+        return _copied_first(pad, a, b, c, config, b_kmajor, splits, compiled, scale_a, scale_b, fast_key)
     M, N = c.shape
     K = a.shape[1]
     es = a.element_size()
@@ -180,9 +186,10 @@ def _launch(a, b, c, config, b_kmajor: bool, splits, compiled, scale_a, scale_b,
         plan = _PLANS[plan_key] = _plan(a, c, M, N, K, config, b_kmajor, splits, aligned, scale, c_addr,
                                         ck_key is not None and ck_key[0] is not None,
                                         ck_key is not None and ck_key[1] is not None)
-    if copies is not None and not plan.copies:      # this config's kernel cannot copy them: copied here first
-        copies[0].copy_in(*(t if t is not None else x for t, x in zip(copies[1:], (a, b))))
-        copies = None
+    if copies is not None and not plan.copies:      # this config's kernel cannot copy them: copied first
+        pad, a_src, b_src = copies
+        return _copied_first(pad, a if a_src is None else a_src, b if b_src is None else b_src, c, config, b_kmajor,
+                             splits, compiled, scale_a, scale_b, fast_key)
     S = plan.splits
     if S > 1:                       # one fp32 workspace per (device, stream): same-stream launches run in order
         stream = _stream_of(a)

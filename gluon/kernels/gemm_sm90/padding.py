@@ -72,18 +72,15 @@ class PadPlan:
         return (a if self.a is None else self.a, b if self.b is None else self.b, c if self.c is None else self.c,
                 scale_b if self.scale_b is None else self.scale_b)
 
-    def copy_in(self, a, b) -> None:
-        """The caller's a and b into their padded buffers, where they have one."""
-        if self.a is not None:
-            _copy(self.a_copy, a, self.a_in)
-        if self.b is not None:
-            _copy(self.b_copy, b, self.b_in)
-
     def launch(self, launch, a, b, c, scale_b, **kw):
         """Copy in, `launch(A, B, C, scale_b=..., key=launch_key)` on the padded operands (the others as given),
         copy C out."""
-        self.copy_in(a, b)
-        a, b = self.operands(a, b, None, None)[:2]
+        if self.a is not None:
+            _copy(self.a_copy, a, self.a_in)
+            a = self.a
+        if self.b is not None:
+            _copy(self.b_copy, b, self.b_in)
+            b = self.b
         if self.scale_b is not None:
             self.scale_b_in.copy_(scale_b)
             scale_b = self.scale_b
@@ -145,9 +142,9 @@ def kernel_copies(pad: PadPlan, a, b) -> tuple | None:
     """(a or None, b or None): the padded operands the GEMM kernel can copy into their buffers itself (COPY_A,
     COPY_B: one launch, where the driver's copy before it costs about a launch of host time), or None where it
     cannot: C or a scale padded too, an operand whose rows are not contiguous or overlap or span 2**31 elements
-    (the kernel's offsets are 32-bit), or more than
-    COPY_IN_KERNEL_BYTES to copy (the kernel's copy goes element by element: above that a copy of its own is
-    faster on the GPU, and the host's share matters less)."""
+    (the kernel's offsets are 32-bit), or more than COPY_IN_KERNEL_BYTES to copy (the kernel's copy goes element by
+    element: above that a copy of its own is faster on the GPU, and the host's share matters less). A config whose
+    kernel cannot copy (host.py's `_copies_in_kernel`) has them copied first all the same."""
     if pad.c is not None or pad.scale_b is not None:
         return None
     srcs = (a if pad.a is not None else None, b if pad.b is not None else None)
