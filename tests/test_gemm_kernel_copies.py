@@ -85,11 +85,13 @@ def test_kernel_copies_small_padded_operands_whose_rows_it_can_index():
 
 
 def test_configs_whose_kernel_copies():
-    assert host._copies_in_kernel(DEFAULT_CONFIG, 1)
-    assert host._copies_in_kernel(DEFAULT_CONFIG.replace(CONSUMER_WGS=1), 1)
-    assert host._copies_in_kernel(DEFAULT_CONFIG.replace(BLOCK_M=192, CONSUMER_WGS=3, SPLIT_WGS=True), 1)
-    assert not host._copies_in_kernel(DEFAULT_CONFIG.replace(SPLITK_FIXUP=True), 4)   # CNT is the fixup's
-    assert not host._copies_in_kernel(DEFAULT_CONFIG.replace(SPLITK_GRID=4), 4)
+    one = DEFAULT_CONFIG.replace(CONSUMER_WGS=1)
+    assert host._copies_in_kernel(DEFAULT_CONFIG, 1, 132, 1 << 20)
+    assert host._copies_in_kernel(one, 1, 16, 4 * 16 * 4 * 1024)                   # four rounds of loads
+    assert not host._copies_in_kernel(one, 1, 16, 4 * 16 * 4 * 1024 + 1)          # more: a copy of its own
+    assert host._copies_in_kernel(DEFAULT_CONFIG.replace(BLOCK_M=192, CONSUMER_WGS=3, SPLIT_WGS=True), 1, 132, 1000)
+    assert not host._copies_in_kernel(DEFAULT_CONFIG.replace(SPLITK_FIXUP=True), 4, 132, 1000)   # CNT is the fixup's
+    assert not host._copies_in_kernel(DEFAULT_CONFIG.replace(SPLITK_GRID=4), 4, 132, 1000)
 
 
 @pytest.mark.parametrize("shape,b_kmajor", [((256, 256, 250), False), ((16, 4096, 1000), True),

@@ -11,6 +11,19 @@ from gluon.kernels.gemm_sm90 import host as gemm_host  # noqa: E402
 from gluon.kernels.gemm_sm90 import padding  # noqa: E402
 
 
+@pytest.fixture(autouse=True)
+def _copies_at_any_grid(monkeypatch):
+    """The kernel copies at every case here, however many rounds of loads its grid needs (launch's rule leaves the
+    larger copies of few programs to the driver: tests/test_gemm_kernel_copies.py); plans made so are dropped
+    after."""
+    monkeypatch.setattr(gemm_host, "COPY_ROUNDS", 1 << 20)
+    gemm_host._PLANS.clear()
+    gemm_host._FAST.clear()
+    yield
+    gemm_host._PLANS.clear()
+    gemm_host._FAST.clear()
+
+
 def _rand(shape, dtype, g):
     return torch.randn(*shape, device="cuda", dtype=torch.float32, generator=g).to(dtype)
 

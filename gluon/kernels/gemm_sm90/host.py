@@ -511,7 +511,7 @@ def _plan(a, c, M: int, N: int, K: int, config: GemmConfig | Mapping | None, b_k
         kw["N_MULTIPLE_16"] = True
     second_pass = S > 1 and not cfg.SPLITK_FIXUP and cfg.CLUSTER_K == 1 and cfg.SPLITK_GRID == 1
     meet = tiles(M, N, cfg) if cfg.SPLITK_GRID > 1 else 0
-    copies = (copy_a or copy_b) and _copies_in_kernel(cfg, S)
+    copies = (copy_a or copy_b) and _copies_in_kernel(cfg, S, bound.grid[0], (copy_a * M + copy_b * N) * K)
     if copies:
         kw.update(COPY_A=copy_a, COPY_B=copy_b)
         bound = gemm_sm90_copying[bound.grid]
@@ -520,12 +520,17 @@ def _plan(a, c, M: int, N: int, K: int, config: GemmConfig | Mapping | None, b_k
                  reduce_kw=_reduce_kw(S, cfg.PDL) if second_pass else None)
 
 
-def _copies_in_kernel(cfg: GemmConfig, splits: int) -> bool:
-    """Whether the kernel under `cfg` can copy operands into their padded buffers (COPY_A / COPY_B): its programs
-    meet at a counter of their own (not while the split-K fixup's or SPLITK_GRID's counters are in use), and the
-    default warps that copy are a power of two (`grid_meet_all`)."""
+COPY_ROUNDS = 4         # the most blocks of 32 elements a thread (`_copy_rows`' loads in flight) a kernel copies
+
+
+def _copies_in_kernel(cfg: GemmConfig, splits: int, programs: int, elements: int) -> bool:
+    """Whether the kernel under `cfg`, in `programs` programs, copies `elements` into padded buffers (COPY_A /
+    COPY_B): its programs meet at a counter of their own (not while the split-K fixup's or SPLITK_GRID's counters
+    are in use), the default warps that copy are a power of two (`grid_meet_all`), and at most COPY_ROUNDS rounds of
+    their loads do it (a grid of few programs copying much is slower than a copy of its own before the launch)."""
     warps = 4 * (1 if cfg.SPLIT_WGS else cfg.CONSUMER_WGS)
-    return not (splits > 1 and cfg.SPLITK_FIXUP) and cfg.SPLITK_GRID == 1 and warps & (warps - 1) == 0
+    return (not (splits > 1 and cfg.SPLITK_FIXUP) and cfg.SPLITK_GRID == 1 and warps & (warps - 1) == 0
+            and elements <= COPY_ROUNDS * programs * warps * 32 * 32)
 
 
 def _asks_for(config, field: str) -> bool:
