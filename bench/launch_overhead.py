@@ -16,7 +16,8 @@ work in the same run (absolute times vary 2x between boards: compare within one 
   `gemm_sm90.launch(a, b, c, b_kmajor=True, scale_a=..., scale_b=...)` (preallocated c) and the fp8 block spec's
   `gluon.load` callable (allocating; a bucket of `launch`'s pick there);
 * GEMM 256x256x250 fp16, A's rows off 16 bytes: `torch.matmul` against `gemm_sm90.launch(a, b, c)` (A copied
-  into its cached padded buffer by the GEMM kernel itself, `kernel_copies`: one launch);
+  into its cached padded buffer by the driver, then the GEMM), and against the same call with the GEMM kernel
+  copying A itself (`padding.kernel_copies`, off by default until its GPU tests have run: one launch);
 * the copy of that A into its padded buffer alone, as larger operands are copied before the launch: torch's `copy_`
   into the buffer's view against the driver's cuMemcpy2DAsync prepared as the GEMM's launch prepares it
   (`CudaBackend.row_copy`; where cuda-python is installed);
@@ -48,6 +49,7 @@ def _cases() -> list[tuple[str, str, object]]:
     import gluon.language as gl
     from copy_kernel import copy_kernel_explicit
     from gluon.kernels import gemm_sm90
+    from gluon.kernels.gemm_sm90 import padding
     from gluon.runtime.cuda import DEFAULT_BACKEND as be
 
     @triton.jit
@@ -80,6 +82,14 @@ def _cases() -> list[tuple[str, str, object]]:
     sa, sb = torch.rand(256, 2, device="cuda") + 0.25, torch.rand(2, 2, device="cuda") + 0.25
     c8 = torch.empty(256, 256, device="cuda", dtype=torch.bfloat16)
     blockwise = scaled_mm_blockwise(*f8, sa, sb, torch.empty_like(c8))
+    # the same call with the kernel copying A (padding.COPY_IN_KERNEL_BYTES on for its first call, which keeps its
+    # prepared launch by the call's key: rows 251 elements apart, so not the driver-copied call's key)
+    a_k = torch.randn(256, 251, device="cuda", dtype=torch.float16)[:, :250]
+    was, padding.COPY_IN_KERNEL_BYTES = padding.COPY_IN_KERNEL_BYTES, 4 << 20
+    try:
+        gemm_sm90.launch(a_k, b_odd, c)
+    finally:
+        padding.COPY_IN_KERNEL_BYTES = was
     padded = torch.zeros(256, 256, device="cuda", dtype=torch.float16)
     row_copy = be.row_copy(500, 256, 500, 512, be.current_stream(0))
     pad = "copy of A 256x250 fp16 into a padded buffer"
@@ -105,6 +115,8 @@ def _cases() -> list[tuple[str, str, object]]:
         ("GEMM 256x256x250 fp16 (rows off 16 B)", "torch.matmul", lambda: torch.matmul(a_odd, b_odd)),
         ("GEMM 256x256x250 fp16 (rows off 16 B)", "ours: gemm_sm90.launch(a, b, c)",
          lambda: gemm_sm90.launch(a_odd, b_odd, c)),
+        ("GEMM 256x256x250 fp16 (rows off 16 B)", "ours: launch, A copied by the kernel (COPY_IN_KERNEL_BYTES on)",
+         lambda: gemm_sm90.launch(a_k, b_odd, c)),
         *pad_rows,
         ("softmax 64x1000 bf16", "torch.softmax", lambda: torch.softmax(x, dim=-1)),
         ("softmax 64x1000 bf16", "ours: declared call (gluon.load's)", lambda: sm.call(sm_config, x)),
