@@ -91,16 +91,21 @@ def grid_meet(counter, arrivals: int) -> None:
     launches, harmlessly). Every arriving program must be resident at once (a persistent grid of at most one
     program per SM): a program waiting here for one that cannot start would wait forever."""
     _ptx("grid_meet")
-    base, index = _address(counter)
-    if index.shape or base.type.dtype not in (DType.i32, DType.u32):
-        raise ir.GluonError(f"grid_meet: counter must be one int32 in global memory (a pointer parameter plus a "
-                            f"scalar offset), got {base.type.dtype.name} elements at offsets of shape "
-                            f"{list(index.shape)}", _user_loc())
+    base, index = _meet_counter(counter, "grid_meet")
     if type(arrivals) is not int or arrivals < 1 or arrivals > GRID_MEET_UNIT or arrivals & (arrivals - 1):
         raise ir.GluonError(f"grid_meet: arrivals={arrivals!r} must be a power of two from 1 to {GRID_MEET_UNIT} (the "
                             "warps that meet, each calling it once a launch)", _user_loc())
-    index = cast(index, DType.i64)
     inline_asm_elementwise(grid_meet_asm(arrivals), "=r,l,l", [base, index], DType.i32, is_pure=False, pack=1)
+
+
+def _meet_counter(counter, name: str) -> tuple:
+    """(base pointer, int64 index) of a meeting's counter: one int32 in global memory, or a GluonError."""
+    base, index = _address(counter)
+    if index.shape or base.type.dtype not in (DType.i32, DType.u32):
+        raise ir.GluonError(f"{name}: counter must be one int32 in global memory (a pointer parameter plus a "
+                            f"scalar offset), got {base.type.dtype.name} elements at offsets of shape "
+                            f"{list(index.shape)}", _user_loc())
+    return base, cast(index, DType.i64)
 
 
 def meet_shares(arrivals, warps):
@@ -116,18 +121,14 @@ def grid_meet_all(counter, warps: int) -> None:
     and program 0's warps the rest of the unit between them, so a launch still adds exactly 65536. Every
     program must be resident at once (a persistent grid), as for `grid_meet`."""
     _ptx("grid_meet")
-    base, index = _address(counter)
-    if index.shape or base.type.dtype not in (DType.i32, DType.u32):
-        raise ir.GluonError(f"grid_meet_all: counter must be one int32 in global memory (a pointer parameter plus a "
-                            f"scalar offset), got {base.type.dtype.name} elements at offsets of shape "
-                            f"{list(index.shape)}", _user_loc())
+    base, index = _meet_counter(counter, "grid_meet_all")
     if type(warps) is not int or warps < 1 or warps > 32 or warps & (warps - 1):
         raise ir.GluonError(f"grid_meet_all: warps={warps!r} must be a power of two from 1 to 32 (the warps of a "
                             "program that meet, each calling it once a launch)", _user_loc())
     share, rest = meet_shares(num_programs(0) * warps, warps)
     add = share + where(program_id(0) == 0, rest, 0)
-    inline_asm_elementwise(grid_meet_asm(None), "=r,l,l,r", [base, cast(index, DType.i64), cast(add, DType.i32)],
-                           DType.i32, is_pure=False, pack=1)
+    inline_asm_elementwise(grid_meet_asm(None), "=r,l,l,r", [base, index, cast(add, DType.i32)], DType.i32,
+                           is_pure=False, pack=1)
 
 
 def fence_proxy_async_global() -> None:
