@@ -118,3 +118,26 @@ def test_a_kernel_that_copies_compiles_without_spills(shape, b_kmajor):
     text = ck.asm["ptx"]
     assert re.search(r"atom\.relaxed\.gpu\.global\.add\.u32 o, \[a\], %r\d+;", text)
     assert text.count("fence.proxy.async.global;") == 2
+
+
+@gluon.kernel(arch=gluon.SM90, num_warps=4)
+def _copy_rows_kernel(AS, A_PITCH, AD, WARPS: gl.constexpr):
+    from gluon.kernels.gemm_sm90.kernel import _copy_rows
+    _copy_rows(AS, A_PITCH, AD, AS.shape[0], AS.shape[1], WARPS)
+
+
+@pytest.mark.parametrize("rows,cols,pitch,programs,warps", [(256, 250, 250, 16, 4), (7, 999, 1003, 3, 8),
+                                                             (1, 777, 777, 47, 4), (130, 64, 65, 5, 4),
+                                                             (300, 333, 340, 1, 4)])
+@pytest.mark.parametrize("dtype", [torch.float16, torch.float8_e4m3fn])
+def test_copy_rows_fills_the_padded_buffer_in_the_interpreter(rows, cols, pitch, programs, warps, dtype):
+    """The kernel's copy (`_copy_rows`, each program its round-robin share of 16-row by 64-column blocks), run by
+    the interpreter over a whole grid: the padded buffer holds the source's rows (a view `pitch` elements apart, at
+    an odd base) and its padding stays as it was, whatever the programs and warps."""
+    src_buf = torch.randn(rows * pitch + 3).to(dtype)
+    src = src_buf[1:1 + rows * pitch].view(rows, pitch)[:, :cols]
+    width = -(-cols // 16) * 16
+    dst = torch.full((rows, width), 7.0).to(dtype)
+    _copy_rows_kernel.interpret((programs,), src, pitch, dst, WARPS=warps, num_warps=warps)
+    assert torch.equal(dst[:, :cols].view(torch.uint8), src.contiguous().view(torch.uint8))
+    assert (dst[:, cols:].float() == 7.0).all()
