@@ -7,8 +7,12 @@
 * config.py: `GemmConfig` (the knobs, checked when made; "auto" values resolved once per problem by
   `GemmConfig.resolve`), DEFAULT_CONFIG / FP32_OUT_CONFIG / SMALL_CONFIGS, `choose_config`, `split_k`,
   tile and unit counts, `num_warps`, `grid`.
-* kernel.py: the `@kernel` `gemm_sm90(A, B, C, W, SPLITS, CFG=<resolved GemmConfig>, B_KMAJOR,
-  N_MULTIPLE_16)` and its device-side helpers; fp8_scales.py its fp8 scale loads and block-scaled k-loops.
+* kernel.py: the `@kernel` `gemm_sm90(A, B, C, W, CNT, SA, SB, SPLITS, CFG=<resolved GemmConfig>, B_KMAJOR,
+  N_MULTIPLE_16, SCALE, SA_M_MAJOR)`, `gemm_sm90_copying` (the same body, first copying operands TMA cannot read
+  into their padded buffers) and their device-side helpers; fp8_scales.py its fp8 scale loads and block-scaled
+  k-loops.
+* padding.py: the zero-padded buffers of operands TMA cannot describe, copied into before the launch (`PadPlan`)
+  or by the kernel (`kernel_copies`).
 * block_scaled.py: which tiles fp8 with DeepGEMM's block scales takes (`block_scaled_overrides`).
 * host.py: `launch`, its plan cache, padding of operands TMA cannot describe, the split-K workspace and
   `splitk_reduce`; `compile_variant`, `compile_config` and `stand_ins` compile without a GPU.

@@ -655,6 +655,6 @@ def gemm_sm90_copying(A, B, C, W, CNT, SA, SB, SPLITS, AS, A_PITCH, AD, BS, B_PI
     operands AS and BS, whose rows are A_PITCH and B_PITCH elements apart at any alignment (TMA cannot read them),
     through the same buffers passed again as AD and BD (`_copy_in`: every program's share, then a meeting of the
     launch's programs at the int32 counter CNT[0], zero when first used); an operand not copied is passed as
-    itself, with pitch 0. An unaligned call is then one launch (host.py's `kernel_copies`)."""
+    itself, with pitch 0. An unaligned call is then one launch (padding.py's `kernel_copies`)."""
     _gemm(A, B, C, W, CNT, SA, SB, SPLITS, CFG, B_KMAJOR, N_MULTIPLE_16, SCALE, SA_M_MAJOR,
           (AS, A_PITCH, AD, BS, B_PITCH, BD, COPY_A, COPY_B))
