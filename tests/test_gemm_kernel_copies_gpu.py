@@ -163,3 +163,21 @@ def test_a_config_whose_kernel_cannot_copy_has_them_copied_first():
         torch.cuda.synchronize()
         assert not torch.isnan(c).any() and _rel_err(c, a, b, True) < 1e-2, seed
     assert gemm_host._PADS
+
+
+def test_a_callers_compiled_kernel_has_them_copied_first():
+    """A caller's own compiled gemm_sm90 (the tuner's, a loaded build's) cannot copy: its operands are copied before
+    the launch (a PadPlan kept for the call), right on poisoned outputs, repeated."""
+    from gluon.dtypes import DType
+    from gluon.kernels.gemm_sm90 import compile_config, resolve_config
+    cfg = resolve_config(256, 256, 256, torch.cuda.get_device_properties(0).multi_processor_count, 2)
+    ck = compile_config(cfg, DType.bf16)
+    gemm_host._PADS.clear()
+    c = torch.full((256, 256), float("nan"), device="cuda", dtype=torch.bfloat16)
+    for seed in range(2):
+        a, b = _operands(256, 256, 250, torch.bfloat16, False, False, seed)
+        c.fill_(float("nan"))
+        launch(a, b, c, cfg, compiled=ck)
+        torch.cuda.synchronize()
+        assert not torch.isnan(c).any() and _rel_err(c, a, b, False) < 1e-2
+    assert gemm_host._PADS

@@ -161,8 +161,9 @@ def _launch(a, b, c, config, b_kmajor: bool, splits, compiled, scale_a, scale_b,
     if not (tma_ready(a, sa) and tma_ready(b, sb) and (c_tma or c_addr)):
         stream = fast_key[-1] if fast_key is not None else _stream_of(a)
         pad = pad_plan(a, b, c, scale_b, stream, pad_c=not c_addr, row_copy=_row_copy_on(a, stream))
-        srcs = None if interpreting() or a.get_device() < 0 else kernel_copies(pad, a, b)
-        if srcs is not None:        # one launch: the kernel copies them (its prepared launch kept by fast_key)
+        # one launch where the kernel copies them (not with a caller's `compiled` gemm_sm90, which cannot)
+        srcs = None if interpreting() or compiled is not None or a.get_device() < 0 else kernel_copies(pad, a, b)
+        if srcs is not None:        # (its prepared launch kept by fast_key)
             pa, pb = pad.operands(a, b, c, scale_b)[:2]
             return _launch(pa, pb, c, config, b_kmajor, splits, compiled, scale_a, scale_b, fast_key, (pad, *srcs))
         return _copied_first(pad, a, b, c, config, b_kmajor, splits, compiled, scale_a, scale_b, fast_key)
