@@ -15,9 +15,10 @@ work in the same run (absolute times vary 2x between boards: compare within one 
 * GEMM 256^3 fp8 e4m3 with DeepGEMM's block scales: `torch._scaled_mm` blockwise (into a preallocated C) against
   `gemm_sm90.launch(a, b, c, b_kmajor=True, scale_a=..., scale_b=...)` (preallocated c) and the fp8 block spec's
   `gluon.load` callable (allocating; a bucket of `launch`'s pick there);
-* GEMM 256x256x250 fp16, A's rows off 16 bytes: `torch.matmul` against `gemm_sm90.launch(a, b, c)` (A copied
-  into its cached padded buffer by the driver, then the GEMM), and against the same call with the GEMM kernel
-  copying A itself (`padding.kernel_copies`, off by default until its GPU tests have run: one launch);
+* GEMM 256x256x250 fp16, A's rows off 16 bytes: `torch.matmul` against `gemm_sm90.launch(a, b, c)` (the GEMM
+  kernel copying A into its cached padded buffer itself, `padding.kernel_copies`: one launch), and against the
+  same call with A copied by the driver first (`padding.COPY_IN_KERNEL_BYTES` 0 for its first call: what larger
+  operands take);
 * the copy of that A into its padded buffer alone, as larger operands are copied before the launch: torch's `copy_`
   into the buffer's view against the driver's cuMemcpy2DAsync prepared as the GEMM's launch prepares it
   (`CudaBackend.row_copy`; where cuda-python is installed);
@@ -82,10 +83,10 @@ def _cases() -> list[tuple[str, str, object]]:
     sa, sb = torch.rand(256, 2, device="cuda") + 0.25, torch.rand(2, 2, device="cuda") + 0.25
     c8 = torch.empty(256, 256, device="cuda", dtype=torch.bfloat16)
     blockwise = scaled_mm_blockwise(*f8, sa, sb, torch.empty_like(c8))
-    # the same call with the kernel copying A (padding.COPY_IN_KERNEL_BYTES on for its first call, which keeps its
-    # prepared launch by the call's key: rows 251 elements apart, so not the driver-copied call's key)
+    # the same call with A copied by the driver first (padding.COPY_IN_KERNEL_BYTES 0 for its first call, which keeps
+    # its PadPlan by the call's key: rows 251 elements apart, so not the kernel-copied call's key)
     a_k = torch.randn(256, 251, device="cuda", dtype=torch.float16)[:, :250]
-    was, padding.COPY_IN_KERNEL_BYTES = padding.COPY_IN_KERNEL_BYTES, 4 << 20
+    was, padding.COPY_IN_KERNEL_BYTES = padding.COPY_IN_KERNEL_BYTES, 0
     try:
         gemm_sm90.launch(a_k, b_odd, c)
     finally:
@@ -115,7 +116,7 @@ def _cases() -> list[tuple[str, str, object]]:
         ("GEMM 256x256x250 fp16 (rows off 16 B)", "torch.matmul", lambda: torch.matmul(a_odd, b_odd)),
         ("GEMM 256x256x250 fp16 (rows off 16 B)", "ours: gemm_sm90.launch(a, b, c)",
          lambda: gemm_sm90.launch(a_odd, b_odd, c)),
-        ("GEMM 256x256x250 fp16 (rows off 16 B)", "ours: launch, A copied by the kernel (COPY_IN_KERNEL_BYTES on)",
+        ("GEMM 256x256x250 fp16 (rows off 16 B)", "ours: launch, A copied by the driver first",
          lambda: gemm_sm90.launch(a_k, b_odd, c)),
         *pad_rows,
         ("softmax 64x1000 bf16", "torch.softmax", lambda: torch.softmax(x, dim=-1)),

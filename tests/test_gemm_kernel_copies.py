@@ -61,8 +61,7 @@ def _pad(a, b, c):
     return padding.pad_plan(a, b, c, None, None)
 
 
-def test_kernel_copies_small_padded_operands_whose_rows_it_can_index(monkeypatch):
-    monkeypatch.setattr(padding, "COPY_IN_KERNEL_BYTES", 4 << 20)
+def test_kernel_copies_small_padded_operands_whose_rows_it_can_index():
     a, b = torch.randn(256, 250).half(), torch.randn(250, 256).half()
     c = torch.empty(256, 256).half()
     pad = _pad(a, b, c)
@@ -83,12 +82,6 @@ def test_kernel_copies_small_padded_operands_whose_rows_it_can_index(monkeypatch
     assert padding.kernel_copies(padding.PadPlan(a=far), far, b) is None
     assert padding.kernel_copies(padding.PadPlan(a=far), far[:1], b)[0] is not None   # one row: no pitch
     assert padding.row_pitch(a) == 250 and padding.row_pitch(big[:1]) == 1025
-
-
-def test_off_by_default_until_its_gpu_tests_have_run():
-    """COPY_IN_KERNEL_BYTES is 0 in the tree until tests/test_gemm_kernel_copies_gpu.py has passed on a GPU."""
-    a, b = torch.randn(256, 250).half(), torch.randn(250, 256).half()
-    assert padding.kernel_copies(_pad(a, b, torch.empty(256, 256).half()), a, b) is None
 
 
 def test_configs_whose_kernel_copies():

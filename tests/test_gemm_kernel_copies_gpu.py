@@ -13,11 +13,10 @@ from gluon.kernels.gemm_sm90 import padding  # noqa: E402
 
 @pytest.fixture(autouse=True)
 def _copies_at_any_grid(monkeypatch):
-    """The kernel copies at every case here (up to 4 MiB: off by default until these tests have run), however many
-    rounds of loads its grid needs (launch's rule leaves the larger copies of few programs to the driver:
-    tests/test_gemm_kernel_copies.py); plans made so are dropped after."""
+    """The kernel copies at every case here (up to COPY_IN_KERNEL_BYTES), however many rounds of loads its grid
+    needs (launch's rule leaves the larger copies of few programs to the driver: tests/test_gemm_kernel_copies.py);
+    plans made so are dropped after."""
     monkeypatch.setattr(gemm_host, "COPY_ROUNDS", 1 << 20)
-    monkeypatch.setattr(padding, "COPY_IN_KERNEL_BYTES", 4 << 20)
     gemm_host._PLANS.clear()
     gemm_host._FAST.clear()
     yield

@@ -14,9 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 SCRATCH_MAX = 32
-# the most the GEMM kernel copies into padded buffers itself (`kernel_copies`): 0, off, until its GPU tests
-# (tests/test_gemm_kernel_copies_gpu.py, which turn it on at 4 MiB) have run; docs/PERF.md, fiftieth session
-COPY_IN_KERNEL_BYTES = 0
+COPY_IN_KERNEL_BYTES = 4 << 20     # the most the GEMM kernel copies into padded buffers itself (`kernel_copies`)
 _SCRATCH: dict[tuple, object] = {}      # (role, device, stream, rows, cols, source shape, dtype) -> buffer
 
 
