@@ -18,6 +18,7 @@ torch = pytest.importorskip("torch")
 from gluon.kernels.gemm_sm90 import DEFAULT_CONFIG, num_warps, resolve_config  # noqa: E402
 from gluon.kernels.gemm_sm90.kernel import gemm_sm90_copying  # noqa: E402
 from gluon.kernels.gemm_sm90 import host, padding  # noqa: E402
+from test_gemm_splitk_grid import meet_constants, one_launch  # noqa: E402
 
 
 @pytest.mark.parametrize("programs", [1, 3, 4, 100, 132, 264, 1000])
@@ -26,21 +27,15 @@ def test_grid_meet_all_adds_a_whole_unit_a_launch_and_lets_go_at_the_last_arriva
     """Whatever the number of programs: every warp's addition (program 0's with the rest) sums to the unit, so the
     counter needs no reset; and as in grid_meet, no warp is let go before the last one has arrived (the goal each
     computes from the counter it found is the launch's end), also across the 32-bit wrap."""
+    register, mask, unit = meet_constants(None)
+    assert register is None                         # each warp's share is an operand, not an immediate
     share, rest = ptx.meet_shares(programs * warps, warps)
     adds = [share + (rest if p == 0 else 0) for p in range(programs) for _ in range(warps)]
-    assert sum(adds) == ptx.GRID_MEET_UNIT and min(adds) >= 1
-    unit, mask = ptx.GRID_MEET_UNIT, -ptx.GRID_MEET_UNIT % 2**32
+    assert sum(adds) == unit and min(adds) >= 1
     for start in (0, 2**32 - 2 * unit):
         count = start
         for order in (adds, adds[::-1]):           # program 0's warps first, or last
-            goals = set()
-            for i, add in enumerate(order):
-                old = count
-                count = (count + add) % 2**32
-                goals.add(((old & mask) + unit) % 2**32)
-                released = {((count - g) % 2**32) < 2**31 for g in goals}
-                assert released == {i == len(order) - 1}, (i, released)
-            assert count % unit == start % unit
+            count = one_launch(count, order, mask, unit)
 
 
 def test_grid_meet_all_checks_its_arguments():

@@ -44,13 +44,29 @@ def test_splitk_grid_sets_the_split_count_and_stores_c_from_registers():
     assert DEFAULT_CONFIG.replace(SPLITK_GRID=2).resolve(2).EPILOGUE == "direct"
 
 
-def _meet_constants(arrivals: int) -> tuple[int, int, int]:
-    """(what a warp adds, the mask of a launch's base, the unit) read off grid_meet's PTX."""
+def meet_constants(arrivals: int | None) -> tuple[int | None, int, int]:
+    """(what a warp adds, the mask of a launch's base, the unit) read off grid_meet's PTX (arrivals None:
+    grid_meet_all's, whose warps add a register: None)."""
     asm = ptx.grid_meet_asm(arrivals)
-    add = int(re.search(r"atom\.relaxed\.gpu\.global\.add\.u32 o, \[a\], (\d+);", asm).group(1))
+    add = re.search(r"atom\.relaxed\.gpu\.global\.add\.u32 o, \[a\], (\d+|\$3);", asm).group(1)
     mask = int(re.search(r"and\.b32 g, o, (\d+);", asm).group(1))
     unit = int(re.search(r"add\.u32 g, g, (\d+);", asm).group(1))
-    return add, mask, unit
+    return (None if add == "$3" else int(add)), mask, unit
+
+
+def one_launch(count: int, adds, mask: int, unit: int) -> int:
+    """The counter after one launch whose warps arrive adding `adds` in turn, each computing its goal from the
+    count it found as the PTX does: asserts no warp is let go before the last has arrived (the signed difference
+    to its goal >= 0), and that the launch ends on a whole unit."""
+    start, goals = count, set()
+    for i, add in enumerate(adds):
+        old = count
+        count = (count + add) % 2**32
+        goals.add(((old & mask) + unit) % 2**32)
+        released = {((count - g) % 2**32) < 2**31 for g in goals}
+        assert released == {i == len(adds) - 1}, (i, released)
+    assert count % unit == start % unit
+    return count
 
 
 @pytest.mark.parametrize("arrivals", [1, 8, 32, 128, 65536])
@@ -60,18 +76,11 @@ def test_grid_meet_counts_whole_launches_with_no_reset(arrivals, start):
     each: a warp is let go only once every warp of its launch has arrived (all of a launch's warps wait for the
     same count, whichever arrives first); the counter ends each launch on a whole unit, also where it wraps
     around 2**32."""
-    add, mask, unit = _meet_constants(arrivals)
+    add, mask, unit = meet_constants(arrivals)
     assert add * arrivals == unit
     count = start
     for _ in range(3):
-        goals = set()
-        for i in range(arrivals):
-            old = count
-            count = (count + add) % 2**32
-            goals.add(((old & mask) + unit) % 2**32)
-            released = {((count - g) % 2**32) < 2**31 for g in goals}     # the signed difference >= 0
-            assert released == {i == arrivals - 1}, (i, released)
-        assert count % unit == start % unit
+        count = one_launch(count, [add] * arrivals, mask, unit)
 
 
 def test_grid_meet_checks_its_arguments():
