@@ -25,6 +25,26 @@ def _rel_err(c, a, b, b_kmajor):
     return ((c.double() - ref).norm() / ref.norm()).item()
 
 
+def replays_match_fp64(call, a, b, c, b_kmajor, fresh) -> None:
+    """`call()` (a launch on a, b, c) captured in a CUDA graph on a side stream (its plan made there first, outside
+    the capture), then replayed on new values copied into a and b (`fresh(seed)`): the poisoned C within 1e-2 of
+    fp64 each time."""
+    stream = torch.cuda.Stream()
+    with torch.cuda.stream(stream):
+        call()
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph, stream=stream):
+            call()
+    for seed in (7, 8):
+        a2, b2 = fresh(seed)
+        a.copy_(a2)
+        b.copy_(b2)
+        c.fill_(float("nan"))
+        graph.replay()
+        torch.cuda.synchronize()
+        assert not torch.isnan(c).any() and _rel_err(c, a, b, b_kmajor) < 1e-2
+
+
 def _agree_bit_for_bit(M, N, K, dtype, b_kmajor, runs):
     """Each (config, splits) of `runs` launched on poisoned outputs, on fresh inputs twice: the first within 1e-2
     of fp64 with every element written, and every other bit-identical to it."""
@@ -272,20 +292,8 @@ def test_padded_copies_by_the_driver_match_fp64_eagerly_and_in_a_graph(M, N, K, 
     pad, = gemm_host._PADS.values()
     assert all((getattr(pad, x) is None) == (getattr(pad, x + "_copy") is None) for x in ("a", "b", "c"))
     assert any(getattr(pad, x + "_copy") is not None for x in ("a", "b", "c"))
-    stream = torch.cuda.Stream()
-    with torch.cuda.stream(stream):
-        launch(a, b, c, config, b_kmajor=b_kmajor)      # the capture stream's plan, made outside the capture
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph, stream=stream):
-            launch(a, b, c, config, b_kmajor=b_kmajor)
-    for seed in (7, 8):
-        a2, b2 = _operands(M, N, K, torch.bfloat16, b_kmajor, seed=seed)
-        a.copy_(a2)
-        b.copy_(b2)
-        c.fill_(float("nan"))
-        graph.replay()
-        torch.cuda.synchronize()
-        assert not torch.isnan(c).any() and _rel_err(c, a, b, b_kmajor) < 1e-2
+    replays_match_fp64(lambda: launch(a, b, c, config, b_kmajor=b_kmajor), a, b, c, b_kmajor,
+                       lambda seed: _operands(M, N, K, torch.bfloat16, b_kmajor, seed=seed))
     if config:
         assert big[:, N:].isnan().all()
 
