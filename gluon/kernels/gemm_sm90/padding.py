@@ -100,16 +100,13 @@ def _copy(prepared, src, dst) -> None:
 
 
 def _row_copy(row_copy, src, dst):
-    """`row_copy`'s copy of `src`'s rows into `dst`'s (same shape), or None where there is none or a row of
-    either is not contiguous (torch copies those)."""
-    if row_copy is None or src.dim() != 2 or src.stride(1) != 1 or dst.stride(1) != 1 or not src.numel():
+    """`row_copy`'s copy of `src`'s rows into `dst`'s (same shape), or None where there is none or the rows of
+    either are not contiguous and apart (`row_pitch`; torch copies those)."""
+    pitches = (row_pitch(src), row_pitch(dst))
+    if row_copy is None or None in pitches:
         return None
     es = src.element_size()
-    width = src.shape[1] * es
-    pitches = [max(t.stride(0) * es, width) if t.shape[0] == 1 else t.stride(0) * es for t in (src, dst)]
-    if min(pitches) < width:        # rows that overlap (a broadcast): not a 2D copy
-        return None
-    return row_copy(width, src.shape[0], *pitches)
+    return row_copy(src.shape[1] * es, src.shape[0], pitches[0] * es, pitches[1] * es)
 
 
 def pad_plan(a, b, c, scale_b, stream, pad_c: bool = True, row_copy=None) -> PadPlan:
@@ -152,17 +149,20 @@ def kernel_copies(pad: PadPlan, a, b) -> tuple | None:
     for t in srcs:
         if t is None:
             continue
-        if t.dim() != 2 or t.stride(1) != 1 or (t.shape[0] > 1 and t.stride(0) < t.shape[1]) or not t.numel():
-            return None
-        if (t.shape[0] - 1) * row_pitch(t) + t.shape[1] >= 2**31:     # the kernel's offsets are 32-bit
+        pitch = row_pitch(t)
+        if pitch is None or (t.shape[0] - 1) * pitch + t.shape[1] >= 2**31:     # the kernel's offsets are 32-bit
             return None
         total += t.numel() * t.element_size()
     return srcs if total <= COPY_IN_KERNEL_BYTES else None
 
 
-def row_pitch(t) -> int:
-    """Elements from one row of a 2D tensor to the next, as the kernel's copy takes it (one row: its width)."""
-    return t.stride(0) if t.shape[0] > 1 else t.shape[1]
+def row_pitch(t) -> int | None:
+    """Elements from one row of a 2D tensor to the next (one row: its width), as a 2D copy of rows takes it (the
+    driver's, the kernel's); None where its rows are not contiguous, overlap (a broadcast) or it is empty."""
+    if t.dim() != 2 or t.stride(1) != 1 or not t.numel():
+        return None
+    pitch = t.stride(0) if t.shape[0] > 1 else t.shape[1]
+    return pitch if pitch >= t.shape[1] else None
 
 
 def clear() -> None:
