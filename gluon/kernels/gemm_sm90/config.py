@@ -235,6 +235,12 @@ class GemmConfig:
         return self.CLUSTER_M * self.CLUSTER_K
 
     @property
+    def consumer_roles(self) -> int:
+        """Consumer roles: one for all warpgroups, or with SPLIT_WGS one per warpgroup (4 * CONSUMER_WGS //
+        consumer_roles warps each; the first role's are the kernel's default warps)."""
+        return self.CONSUMER_WGS if self.SPLIT_WGS else 1
+
+    @property
     def resolved(self) -> bool:
         return AUTO not in (self.EPILOGUE, self.EARLY_LOADS, self.LEAN_PROLOGUE)
 
@@ -329,7 +335,7 @@ def _check_cluster_k(cfg: GemmConfig) -> None:
 def _check_rows(cfg: GemmConfig) -> None:
     """The accumulator rows of a consumer role (the tile's, or with SPLIT_WGS a warpgroup's share): whole 64-row
     WGMMA instructions, a power of two of them (the epilogue's row indices are a power-of-two range)."""
-    roles = cfg.CONSUMER_WGS if cfg.SPLIT_WGS else 1
+    roles = cfg.consumer_roles
     rows = cfg.BLOCK_M // roles
     if cfg.BLOCK_M % roles or rows % 64 or rows & (rows - 1):
         fix = f"BLOCK_M={roles * 64} or {roles * 128}"

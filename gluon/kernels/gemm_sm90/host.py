@@ -529,7 +529,7 @@ def _copies_in_kernel(cfg: GemmConfig, splits: int, programs: int, elements: int
     COPY_B): its programs meet at a counter of their own (not while the split-K fixup's or SPLITK_GRID's counters
     are in use), the default warps that copy are a power of two (`grid_meet_all`), and at most COPY_ROUNDS rounds of
     their loads do it (a grid of few programs copying much is slower than a copy of its own before the launch)."""
-    warps = 4 * (1 if cfg.SPLIT_WGS else cfg.CONSUMER_WGS)
+    warps = 4 * cfg.CONSUMER_WGS // cfg.consumer_roles
     return (not (splits > 1 and cfg.SPLITK_FIXUP) and cfg.SPLITK_GRID == 1 and warps & (warps - 1) == 0
             and elements <= COPY_ROUNDS * programs * warps * 32 * 32)
 

@@ -282,7 +282,7 @@ def _gemm(A, B, C, W, CNT, SA, SB, SPLITS, CFG, B_KMAJOR: bool, N_MULTIPLE_16: b
     sw = SwizzleMode(CFG.SWIZZLE)
     # consumer roles: one for all warpgroups (cooperative), or with SPLIT_WGS one per warpgroup, each with
     # its own ring of A rows, staging tile and arrive on `empty`, so they never wait for each other
-    ROLES = CFG.CONSUMER_WGS if CFG.SPLIT_WGS else 1
+    ROLES = CFG.consumer_roles
     RW = 4 * CFG.CONSUMER_WGS // ROLES          # warps per consumer role
     RM = CFG.BLOCK_M // ROLES                   # accumulator rows per consumer role
     # fp8 block scales: a role's rows in two parts where the k-step's product beside the sum would not fit the
