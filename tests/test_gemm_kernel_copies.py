@@ -89,6 +89,37 @@ def test_configs_whose_kernel_copies():
     assert not host._copies_in_kernel(DEFAULT_CONFIG.replace(SPLITK_GRID=4), 4, 132, 1000)
 
 
+def test_the_kernel_copies_only_in_launches_planned_outside_a_graph_capture(monkeypatch):
+    """A launch first planned while its stream is captured takes the driver's copy (a memcpy node costs less GPU
+    time in replays, and no meeting counter is made inside the capture); nor does a caller's compiled kernel, the
+    interpreter or a CPU tensor copy."""
+    import gluon.runtime.cuda as rt_cuda
+
+    class Backend:
+        capture = False
+
+        def capturing(self):
+            return self.capture
+
+    class OnGpu:
+        def get_device(self):
+            return 0
+    be = Backend()
+    monkeypatch.setattr(rt_cuda, "DEFAULT_BACKEND", be)
+    assert host._kernel_may_copy(OnGpu(), None)
+    be.capture = True
+    assert not host._kernel_may_copy(OnGpu(), None)
+    be.capture = False
+    assert not host._kernel_may_copy(OnGpu(), object())                       # a caller's compiled kernel
+    assert not host._kernel_may_copy(torch.empty(2), None)                    # a CPU tensor
+    import gluon.interpret
+    was = gluon.interpret.set_enabled(True)
+    try:
+        assert not host._kernel_may_copy(OnGpu(), None)
+    finally:
+        gluon.interpret.set_enabled(was)
+
+
 @pytest.mark.parametrize("shape,b_kmajor", [((256, 256, 250), False), ((16, 4096, 1000), True),
                                             ((8192, 8192, 8191), False)])
 def test_a_kernel_that_copies_compiles_without_spills(shape, b_kmajor):

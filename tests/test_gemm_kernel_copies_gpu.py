@@ -167,3 +167,26 @@ def test_a_callers_compiled_kernel_has_them_copied_first():
         torch.cuda.synchronize()
         assert not torch.isnan(c).any() and _rel_err(c, a, b, False) < 1e-2
     assert gemm_host._PADS
+
+
+@pytest.mark.parametrize("b_kmajor", [False, True])
+def test_a_launch_first_planned_inside_a_capture_takes_the_drivers_copy(b_kmajor):
+    """Captured on a stream with no call before (torch's own capture stream, as `torch.cuda.graph` without a
+    stream): the plan is made inside the capture and takes the driver's copy (a PadPlan kept, no meeting counter
+    made there); the replays right against fp64 on new values."""
+    M, N, K = 256, 1000, 999
+    gemm_host._PADS.clear()
+    a, b = _operands(M, N, K, torch.bfloat16, b_kmajor, False, 0)
+    c = torch.full((M, N), float("nan"), device="cuda", dtype=torch.bfloat16)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        launch(a, b, c, b_kmajor=b_kmajor)
+    assert gemm_host._PADS, "the launch planned inside the capture did not take the driver's copy"
+    for seed in (5, 6):
+        a2, b2 = _operands(M, N, K, torch.bfloat16, b_kmajor, False, seed)
+        a.copy_(a2)
+        b.copy_(b2)
+        c.fill_(float("nan"))
+        graph.replay()
+        torch.cuda.synchronize()
+        assert not torch.isnan(c).any() and _rel_err(c, a, b, b_kmajor) < 1e-2, seed

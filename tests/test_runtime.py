@@ -73,6 +73,9 @@ class FakeBackend:
     def current_stream(self, device):
         return 1000 + max(device, 0)
 
+    def capturing(self):
+        return False
+
     def capability(self, device):
         return self.cap
 

@@ -64,6 +64,11 @@ class CudaBackend:
         self._get_stream = get
         return get(device)
 
+    def capturing(self) -> bool:
+        """Whether the current stream is being captured into a CUDA graph (asked when a launch is first planned,
+        not per call)."""
+        return bool(_torch().cuda.is_current_stream_capturing())
+
     def raw_getters(self):
         """(current device, current raw stream of a device): torch's C getters themselves, for the launch
         entries of fast_call.py (a Python frame less each per call), once `current_device` / `current_stream`

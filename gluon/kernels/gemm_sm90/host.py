@@ -124,6 +124,16 @@ def _launch_padded(a, b, c, config=None, b_kmajor=False, splits=None, compiled=N
     return _launch(a, b, c, config, b_kmajor, splits, compiled, scale_a, scale_b, fast_key)
 
 
+def _kernel_may_copy(a, compiled) -> bool:
+    """Whether this call's unaligned operands may be copied by the GEMM kernel itself (one launch): not by a caller's
+    `compiled` gemm_sm90 (which takes no copy arguments), in the interpreter or off the GPU, nor in a launch first
+    planned while its stream is captured into a CUDA graph: replays pay no host time, and there the driver's copy
+    (a memcpy node) costs less GPU time than the kernel's loads and grid meeting; nor is a meeting counter then made
+    inside a capture (zeroed only by the graph's replays). Asked once per call key (the stream is in it)."""
+    return (compiled is None and not interpreting() and a.get_device() >= 0
+            and not _cuda.DEFAULT_BACKEND.capturing())
+
+
 def _copied_first(pad: PadPlan, a, b, c, config, b_kmajor, splits, compiled, scale_a, scale_b, fast_key):
     """The caller's operands copied into `pad`'s buffers (C out of its own after), then the padded launch; the
     PadPlan kept by the call's key, so a repeat goes from launch's lookup straight to it."""
@@ -161,8 +171,7 @@ def _launch(a, b, c, config, b_kmajor: bool, splits, compiled, scale_a, scale_b,
     if not (tma_ready(a, sa) and tma_ready(b, sb) and (c_tma or c_addr)):
         stream = fast_key[-1] if fast_key is not None else _stream_of(a)
         pad = pad_plan(a, b, c, scale_b, stream, pad_c=not c_addr, row_copy=_row_copy_on(a, stream))
-        # one launch where the kernel copies them (not with a caller's `compiled` gemm_sm90, which cannot)
-        srcs = None if interpreting() or compiled is not None or a.get_device() < 0 else kernel_copies(pad, a, b)
+        srcs = kernel_copies(pad, a, b) if _kernel_may_copy(a, compiled) else None
         if srcs is not None:        # (its prepared launch kept by fast_key)
             pa, pb = pad.operands(a, b, c, scale_b)[:2]
             return _launch(pa, pb, c, config, b_kmajor, splits, compiled, scale_a, scale_b, fast_key, (pad, *srcs))
