@@ -119,6 +119,12 @@ class GemmConfig:
                                 grid holds two CTAs an SM, so small tiles run one a CTA, all resident at once (plain
                                 Triton's form at decode); the shared memory of a CTA must fit twice (the compile
                                 step checks: about 113 KiB each)
+    N_STEP                      columns from one tile to the next, a multiple of 16 (0: BLOCK_N). Below BLOCK_N the
+                                tiles overlap: each loads and multiplies BLOCK_N columns but writes only its first
+                                N_STEP (the rest are the next tile's), so a tile reaches widths the kernel's
+                                power-of-two tensors cannot (cuBLAS's 112- and 224-wide decode tiles, one wave where
+                                power-of-two ones make 0.85 or 1.7); C stored by address ("direct" or "coalesced"),
+                                no cluster, no K slices meeting in the kernel
     """
 
     BLOCK_M: int = 128
@@ -149,6 +155,7 @@ class GemmConfig:
     PIPELINED_PROMOTION: bool = False
     QUARTERS: bool = False
     SCALES_IN_RING: bool = False
+    N_STEP: int = 0
 
     __hash__ = cached_hash
     __getstate__ = state_without_hash
@@ -191,6 +198,7 @@ class GemmConfig:
             raise GluonError(f"GemmConfig SPLITK_FIXUP=True with EPILOGUE={self.EPILOGUE!r}: the fixup stores C from "
                              "registers, and a kernel reaches C either by pointer or by TMA; use EPILOGUE='direct' "
                              "(or 'auto')")
+        _check_n_step(self)
         if self.SWAP_AB:
             _check_swap_ab(self)
         else:
@@ -231,6 +239,11 @@ class GemmConfig:
         return self.CLUSTER_M == 1 and self.EPILOGUE != "ring" and not self.SCALES_IN_RING
 
     @property
+    def step_n(self) -> int:
+        """Columns from one output tile to the next: N_STEP, or BLOCK_N (tiles side by side)."""
+        return self.N_STEP or self.BLOCK_N
+
+    @property
     def cluster_size(self) -> int:
         return self.CLUSTER_M * self.CLUSTER_K
 
@@ -256,7 +269,7 @@ class GemmConfig:
         if self.EPILOGUE == AUTO:
             staged = out_size * self.BLOCK_M * self.BLOCK_N <= 64 * 1024 and not (
                 self.SPLITK_FIXUP or self.SWAP_AB or self.CLUSTER_K > 1 or self.SPLITK_GRID > 1)
-            kw["EPILOGUE"] = "tma" if staged else "direct"
+            kw["EPILOGUE"] = ("coalesced" if self.step_n < self.BLOCK_N else "tma") if staged else "direct"
         for name in _AUTO_BOOLS:
             if getattr(self, name) == AUTO:
                 kw[name] = self.early_loads_fit
@@ -276,10 +289,28 @@ class GemmConfig:
         return ", ".join(f"{k}={v}" for k, v in self.to_dict().items()
                          if (v is not False or k not in ("K_ZIGZAG", "TMA_PREFETCH", "SPLITK_FIXUP", "SWAP_AB",
                                                           "FFMA_YIELD"))
-                         and (k not in ("CLUSTER_K", "SPLITK_GRID", "CTAS_PER_SM") or v > 1))
+                         and (k not in ("CLUSTER_K", "SPLITK_GRID", "CTAS_PER_SM") or v > 1)
+                         and (k != "N_STEP" or v))
 
 
 FIELDS: tuple[str, ...] = tuple(f.name for f in fields(GemmConfig))
+
+
+def _check_n_step(cfg: GemmConfig) -> None:
+    """N_STEP's rules: a multiple of 16 up to BLOCK_N; overlapping tiles store only their own columns, by address,
+    and meet no other CTA over a tile (a cluster's, or the grid's K slices)."""
+    v = cfg.N_STEP
+    if isinstance(v, bool) or not isinstance(v, int) or v < 0 or v % 16 or v > cfg.BLOCK_N:
+        raise GluonError(f"GemmConfig N_STEP={v!r}: takes a multiple of 16 up to BLOCK_N={cfg.BLOCK_N} (the columns "
+                         "from one tile to the next), or 0 for BLOCK_N")
+    if cfg.step_n == cfg.BLOCK_N:
+        return
+    if cfg.EPILOGUE not in ("direct", "coalesced", AUTO) or cfg.SPLITK_FIXUP or cfg.cluster_size > 1 \
+            or cfg.SPLITK_GRID > 1:
+        raise GluonError(f"GemmConfig N_STEP={v} with BLOCK_N={cfg.BLOCK_N}: overlapping tiles store only their own "
+                         f"columns, from registers or the coalesced staging tile, and meet no other CTA over a tile; "
+                         f"use EPILOGUE='direct', 'coalesced' or 'auto' (got {cfg.EPILOGUE!r}) without SPLITK_FIXUP, "
+                         "CLUSTER_M, CLUSTER_K or SPLITK_GRID, or N_STEP=0")
 
 
 def _check_swap_ab(cfg: GemmConfig) -> None:

@@ -17,19 +17,19 @@ def cdiv(a: int, b: int) -> int:
 
 
 def tiles(M: int, N: int, config: GemmConfig) -> int:
-    return cdiv(M, config.BLOCK_M) * cdiv(N, config.BLOCK_N)
+    return cdiv(M, config.BLOCK_M) * cdiv(N, config.step_n)
 
 
 def slot_use(M: int, N: int, config: GemmConfig, num_sms: int) -> float:
     """The share of the persistent programs' tile slots (rounds x SMs x tile) that hold output: what a
     part-empty last round, or tiles hanging over the edges, cost."""
-    return M * N / (cdiv(tiles(M, N, config), num_sms) * num_sms * config.BLOCK_M * config.BLOCK_N)
+    return M * N / (cdiv(tiles(M, N, config), num_sms) * num_sms * config.BLOCK_M * config.step_n)
 
 
 def units(M: int, N: int, config: GemmConfig, splits: int = 1) -> int:
     """Units of work of the persistent grid: a cluster's tiles (CLUSTER_M stacked along M), times the K
     slices."""
-    return cdiv(cdiv(M, config.BLOCK_M), config.CLUSTER_M) * cdiv(N, config.BLOCK_N) * splits
+    return cdiv(cdiv(M, config.BLOCK_M), config.CLUSTER_M) * cdiv(N, config.step_n) * splits
 
 
 def num_warps(config: GemmConfig) -> int:

@@ -144,13 +144,14 @@ def _splitk_fixup(C, W, CNT, acc, off_m, off_n, split, M, N, SPLITS, RM: int):
 
 
 @gl.helper
-def _store_swapped(C, W, acc, off_m, off_n, split, M, N, SPLITS):
+def _store_swapped(C, W, acc, off_m, off_n, split, M, N, SPLITS, N_END):
     """SWAP_AB's epilogue: `acc` is the BLOCK_N x BLOCK_M tile of C^T at (off_n, off_m), stored into C (or
-    with split-K as this slice's fp32 partial into the workspace) from registers. Its rows run along N,
-    so a warp's stores are 16-byte runs of 8 rows: fine for the few rows of M it is chosen for."""
+    with split-K as this slice's fp32 partial into the workspace) from registers, its columns below N_END (N, or
+    the next tile's start with N_STEP). Its rows run along N, so a warp's stores are 16-byte runs of 8 rows: fine
+    for the few rows of M it is chosen for."""
     ns = off_n + gl.arange(0, acc.shape[0], layout=SliceLayout(1, acc.layout))
     ms = off_m + gl.arange(0, acc.shape[1], layout=SliceLayout(0, acc.layout))
-    mask = (ns[:, None] < N) & (ms[None, :] < M)
+    mask = (ns[:, None] < N_END) & (ms[None, :] < M)
     if SPLITS > 1:
         gl.store(W + ((split * M + ms[None, :]) * N + ns[:, None]), acc, mask=mask)
     else:
@@ -253,6 +254,10 @@ def _gemm(A, B, C, W, CNT, SA, SB, SPLITS, CFG, B_KMAJOR: bool, N_MULTIPLE_16: b
     if CFG.SCALES_IN_RING and SCALE != "block":
         raise GluonError(f"SCALES_IN_RING=True is for fp8 block scales (SCALE='block'), which the producer then copies "
                          f"into the ring; this launch has SCALE={SCALE!r}: leave SCALES_IN_RING=False")
+    STEP = CFG.step_n           # columns from one tile to the next: BLOCK_N, or fewer (N_STEP: overlapping tiles)
+    if STEP < CFG.BLOCK_N and SCALE == "block":
+        raise GluonError(f"N_STEP={STEP} (overlapping tiles) is not written for fp8 block scales, whose B scales go by "
+                         "128-column blocks of a tile at a multiple of 128; leave N_STEP=0 with SCALE='block'")
     if CFG.QUARTERS and SCALE != "block":
         raise GluonError(f"QUARTERS=True is for fp8 block scales (SCALE='block') at BLOCK_N=256; this launch has "
                          f"SCALE={SCALE!r}: leave QUARTERS=False")
@@ -393,7 +398,7 @@ def _gemm(A, B, C, W, CNT, SA, SB, SPLITS, CFG, B_KMAJOR: bool, N_MULTIPLE_16: b
     # work unit = (a cluster's tiles: CM stacked along M, K slice); a cluster's CTAs take the tiles of
     # one unit, which share their B columns: each CTA loads 1/CM of the shared tile and multicasts it
     num_pid_m = gl.cdiv(M, CFG.BLOCK_M)
-    num_pid_n = gl.cdiv(N, CFG.BLOCK_N)
+    num_pid_n = gl.cdiv(N, STEP)
     num_rows = gl.cdiv(num_pid_m, CM)           # rows of cluster tiles
     num_cols = num_pid_n                        # columns of cluster tiles
     k_tiles = gl.cdiv(K, CFG.BLOCK_K)
@@ -423,7 +428,7 @@ def _gemm(A, B, C, W, CNT, SA, SB, SPLITS, CFG, B_KMAJOR: bool, N_MULTIPLE_16: b
         for i in static_range(CFG.STAGES):
             if i < early:
                 ready[i].expect(stage_bytes)
-                _load_stage(a_rings, b_s, None, i, A, B, ready[i], row0 * CFG.BLOCK_M, col0 * CFG.BLOCK_N, k_lo0 + i,
+                _load_stage(a_rings, b_s, None, i, A, B, ready[i], row0 * CFG.BLOCK_M, col0 * STEP, k_lo0 + i,
                             0, RM, CFG.BLOCK_N, CFG.BLOCK_K, 1, B_KMAJOR)
 
     for g in static_range(ROLES):
@@ -467,7 +472,9 @@ def _gemm(A, B, C, W, CNT, SA, SB, SPLITS, CFG, B_KMAJOR: bool, N_MULTIPLE_16: b
                     acc3 = gl.zeros(ACC, gl.float32, layout=acc_layout)
                     acc4 = gl.zeros(ACC, gl.float32, layout=acc_layout)
                 off_m = pid_m * CFG.BLOCK_M + g * RM
-                off_n = pid_n * CFG.BLOCK_N
+                off_n = pid_n * STEP
+                # the columns this tile writes end at N_END (with N_STEP the next tile's start: they overlap)
+                N_END = gl.minimum(N, off_n + STEP) if STEP < CFG.BLOCK_N else N
                 # the scales asked for before the K loop (AHEAD, STAGED): their latency is then hidden (one tile
                 # per CTA, at one wave or a decode shape, has nothing else to hide it behind)
                 scales = load_scales(acc, SA, SB, off_m, off_n, M, N, SCALE, CFG.SWAP_AB) if AHEAD else None
@@ -520,9 +527,9 @@ def _gemm(A, B, C, W, CNT, SA, SB, SPLITS, CFG, B_KMAJOR: bool, N_MULTIPLE_16: b
                     tile = [acc, acc2, acc3, acc4][p] if COL_PARTS > 2 else (acc if p == 0 else acc2)
                     om = off_m + PR * p if PARTS > 1 else off_m
                     on = off_n + EW * p if COL_PARTS > 1 else off_n
-                    rows, cols, mask = _tile_indices(om, on, PR, EW, acc_layout, M, N)  # (unused: SWAP_AB)
+                    rows, cols, mask = _tile_indices(om, on, PR, EW, acc_layout, M, N_END)  # (unused: SWAP_AB)
                     if CFG.SWAP_AB:                     # C^T's tile, from registers (or its split-K partial)
-                        _store_swapped(C, W, tile, om, off_n, split, M, N, SPLITS)
+                        _store_swapped(C, W, tile, om, off_n, split, M, N, SPLITS, N_END)
                     elif SPLITS > 1:                    # split-K: fp32 partial tile into the workspace
                         if CFG.SPLITK_FIXUP:            # ... and the last slice of each element sums them
                             _splitk_fixup(C, W, CNT, tile, om, on, split, M, N, SPLITS, PR)
@@ -534,7 +541,7 @@ def _gemm(A, B, C, W, CNT, SA, SB, SPLITS, CFG, B_KMAJOR: bool, N_MULTIPLE_16: b
                         c_s = c_tiles[g]                # written with 16-byte stores by every consumer thread
                         c_s.store(tile.to(C.dtype))
                         out = c_s.load(layout=out_layout)
-                        orows, ocols, omask = _tile_indices(om, on, PR, EW, out_layout, M, N)
+                        orows, ocols, omask = _tile_indices(om, on, PR, EW, out_layout, M, N_END)
                         gl.store(C + (orows[:, None] * N + ocols[None, :]), out, mask=omask)
                     else:                               # staged in shared memory, written by a TMA store
                         if EPILOGUE == "tma2":          # the store of two before (this staging tile's) has read
@@ -593,7 +600,7 @@ def _gemm(A, B, C, W, CNT, SA, SB, SPLITS, CFG, B_KMAJOR: bool, N_MULTIPLE_16: b
             split, row, col = _unit(unit, rank, SPLITS, num_rows, num_cols, GROUP_ROWS, CK)
             pid_m, pid_n = _cta_tile(row, col, rank, CM)
             off_m = pid_m * CFG.BLOCK_M
-            off_n = pid_n * CFG.BLOCK_N
+            off_n = pid_n * STEP
             k_lo, k_hi = _k_slice(split, k_per_split, k_tiles)
             if CFG.K_ZIGZAG:                        # odd units of this program walk their K slice downward
                 k_top = gl.where(odd == 1, k_lo + k_hi - 1, -1)
