@@ -99,3 +99,16 @@ def test_overlapping_decode_tiles_compile_without_spills_and_store_16_bytes(kw, 
     assert ck.spills == 0
     if cfg.EPILOGUE == "coalesced":
         assert ck.asm["ptx"].count("st.global.v4.b32") >= 16
+
+
+def test_a_dict_asking_for_n_step_drops_what_overlapping_tiles_do_not_run_with():
+    """The pick under a dict with N_STEP loses its cluster and K slices meeting in the kernel where the dict leaves
+    them open (5x3000x4096's swapped pick splits K in a cluster); a field the dict sets that N_STEP refuses is
+    refused by name."""
+    from gluon.kernels.gemm_sm90.config import resolve_config
+    swapped = dict(SWAP_AB=True, BLOCK_N=256, BLOCK_K=64, STAGES=6)
+    assert resolve_config(5, 3000, 4096, 132, 2, b_kmajor=True, config=swapped).CLUSTER_K > 1
+    cfg = resolve_config(5, 3000, 4096, 132, 2, b_kmajor=True, config=dict(swapped, N_STEP=160))
+    assert (cfg.N_STEP, cfg.CLUSTER_K, cfg.EPILOGUE) == (160, 1, "direct")
+    with pytest.raises(GluonError, match=r"got CLUSTER_K=2"):
+        resolve_config(5, 3000, 4096, 132, 2, b_kmajor=True, config=dict(swapped, N_STEP=160, CLUSTER_K=2))

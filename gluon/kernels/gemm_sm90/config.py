@@ -305,11 +305,13 @@ def _check_n_step(cfg: GemmConfig) -> None:
                          "from one tile to the next), or 0 for BLOCK_N")
     if cfg.step_n == cfg.BLOCK_N:
         return
-    if cfg.EPILOGUE not in ("direct", "coalesced", AUTO) or cfg.SPLITK_FIXUP or cfg.cluster_size > 1 \
-            or cfg.SPLITK_GRID > 1:
+    bad = [f"{k}={getattr(cfg, k)!r}" for k, ok in (("EPILOGUE", ("direct", "coalesced", AUTO)), ("SPLITK_FIXUP", (False,)),
+                                                     ("CLUSTER_M", (1,)), ("CLUSTER_K", (1,)), ("SPLITK_GRID", (1,)))
+           if getattr(cfg, k) not in ok]
+    if bad:
         raise GluonError(f"GemmConfig N_STEP={v} with BLOCK_N={cfg.BLOCK_N}: overlapping tiles store only their own "
                          f"columns, from registers or the coalesced staging tile, and meet no other CTA over a tile; "
-                         f"use EPILOGUE='direct', 'coalesced' or 'auto' (got {cfg.EPILOGUE!r}) without SPLITK_FIXUP, "
+                         f"got {', '.join(bad)}: use EPILOGUE='direct', 'coalesced' or 'auto', no SPLITK_FIXUP, "
                          "CLUSTER_M, CLUSTER_K or SPLITK_GRID, or N_STEP=0")
 
 
@@ -761,10 +763,13 @@ def _base_for(given: Mapping, base: GemmConfig) -> GemmConfig:
     """`base` (a pick) without what the switch `given` turns on does not run with, where `given` leaves those
     fields open: SWAP_AB on an ordinary pick (no cluster along M, one or two cooperative warpgroups, C from
     registers). So `launch(a, b, c, {"SWAP_AB": True})` runs at any shape; a field the caller sets that the
-    switch refuses is still refused, by name."""
+    switch refuses is still refused, by name. Likewise N_STEP (overlapping tiles: no cluster, no K slices meeting
+    in the kernel, C stored by address)."""
     drop: dict = {}
     if given.get("SWAP_AB") and not base.SWAP_AB:
         drop.update(CLUSTER_M=1, SPLIT_WGS=False, SPLITK_FIXUP=False, MMA_TURNS=False,
                     CONSUMER_WGS=min(base.CONSUMER_WGS, 2), EPILOGUE=AUTO)
+    if given.get("N_STEP"):     # overlapping tiles: no cluster, no K slices meeting in the kernel, C by address
+        drop.update(CLUSTER_M=1, CLUSTER_K=1, SPLITK_GRID=1, SPLITK_FIXUP=False, EPILOGUE=AUTO)
     drop = {k: v for k, v in drop.items() if k not in given}
     return base.replace(**drop) if drop else base
