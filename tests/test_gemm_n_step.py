@@ -18,6 +18,9 @@ def test_n_step_takes_multiples_of_16_up_to_block_n():
     assert DEFAULT_CONFIG.N_STEP == 0 and DEFAULT_CONFIG.step_n == DEFAULT_CONFIG.BLOCK_N
     assert DEFAULT_CONFIG.replace(N_STEP=224, EPILOGUE="direct").step_n == 224
     assert DEFAULT_CONFIG.replace(N_STEP=256).step_n == 256            # side by side: any epilogue
+    numpy = pytest.importorskip("numpy")
+    from_table = DEFAULT_CONFIG.replace(N_STEP=numpy.int64(224), EPILOGUE="direct").N_STEP   # a results table's
+    assert from_table == 224 and type(from_table) is int
     for bad in (-16, 8, 100, 272, 1.5, True):
         with pytest.raises(GluonError, match=r"N_STEP=.*multiple of 16 up to BLOCK_N=256"):
             DEFAULT_CONFIG.replace(N_STEP=bad)

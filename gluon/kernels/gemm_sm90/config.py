@@ -8,6 +8,7 @@ overrides, converted once (`to_config`). Measurements behind the choices: docs/P
 """
 from __future__ import annotations
 
+import numbers
 from dataclasses import dataclass, fields, replace
 from typing import Mapping
 
@@ -300,9 +301,10 @@ def _check_n_step(cfg: GemmConfig) -> None:
     """N_STEP's rules: a multiple of 16 up to BLOCK_N; overlapping tiles store only their own columns, by address,
     and meet no other CTA over a tile (a cluster's, or the grid's K slices)."""
     v = cfg.N_STEP
-    if isinstance(v, bool) or not isinstance(v, int) or v < 0 or v % 16 or v > cfg.BLOCK_N:
+    if isinstance(v, bool) or not isinstance(v, numbers.Integral) or v < 0 or v % 16 or v > cfg.BLOCK_N:
         raise GluonError(f"GemmConfig N_STEP={v!r}: takes a multiple of 16 up to BLOCK_N={cfg.BLOCK_N} (the columns "
                          "from one tile to the next), or 0 for BLOCK_N")
+    object.__setattr__(cfg, "N_STEP", int(v))      # (a numpy integer from a results table, say)
     if cfg.step_n == cfg.BLOCK_N:
         return
     bad = [f"{k}={getattr(cfg, k)!r}" for k, ok in (("EPILOGUE", ("direct", "coalesced", AUTO)), ("SPLITK_FIXUP", (False,)),
