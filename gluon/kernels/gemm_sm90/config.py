@@ -307,9 +307,9 @@ def _check_n_step(cfg: GemmConfig) -> None:
     object.__setattr__(cfg, "N_STEP", int(v))      # (a numpy integer from a results table, say)
     if cfg.step_n == cfg.BLOCK_N:
         return
-    bad = [f"{k}={getattr(cfg, k)!r}" for k, ok in (("EPILOGUE", ("direct", "coalesced", AUTO)), ("SPLITK_FIXUP", (False,)),
-                                                     ("CLUSTER_M", (1,)), ("CLUSTER_K", (1,)), ("SPLITK_GRID", (1,)))
-           if getattr(cfg, k) not in ok]
+    takes = (("EPILOGUE", ("direct", "coalesced", AUTO)), ("SPLITK_FIXUP", (False,)), ("CLUSTER_M", (1,)),
+             ("CLUSTER_K", (1,)), ("SPLITK_GRID", (1,)))
+    bad = [f"{k}={getattr(cfg, k)!r}" for k, ok in takes if getattr(cfg, k) not in ok]
     if bad:
         raise GluonError(f"GemmConfig N_STEP={v} with BLOCK_N={cfg.BLOCK_N}: overlapping tiles store only their own "
                          f"columns, from registers or the coalesced staging tile, and meet no other CTA over a tile; "
