@@ -5,10 +5,10 @@ CONSUMER_WARPS -> CONSUMER_WGS = warps // 4; PRODUCER_WARPS must be 1 (one produ
 "auto" or 0 keeps the default (the second warpgroup's budget, with SPLIT_WGS); SPLIT_K ("auto"/0 = the split_k
 heuristic, else forced) is the launch's `splits`; the rest are GemmConfig fields (BLOCK_M, BLOCK_N, BLOCK_K, STAGES,
 GROUP_M, SWIZZLE, EPILOGUE, PRODUCER_REGS, SPLIT_WGS, CLUSTER_M, CLUSTER_K, EARLY_LOADS, LEAN_PROLOGUE, K_ZIGZAG,
-SWAP_AB, SPLITK_FIXUP, MMA_TURNS, SCALES_AHEAD, PDL, SPLITK_GRID, CTAS_PER_SM, PIPELINED_PROMOTION, QUARTERS) on top of
-DEFAULT_CONFIG, with the "auto" values resolved as `launch` resolves them. GemmConfig checks the knobs, the compiler
-passes the rest (shared memory, registers, warp roles, layouts). fp16/bf16: output dtype = input dtype, B is [K, N]
-row-major, against torch.matmul. fp8 (fp8e4m3, fp8e5m2): B is [N, K] (K-major, as WGMMA reads 8-bit operands),
+SWAP_AB, SPLITK_FIXUP, MMA_TURNS, SCALES_AHEAD, PDL, SPLITK_GRID, CTAS_PER_SM, PIPELINED_PROMOTION, QUARTERS,
+N_STEP) on top of DEFAULT_CONFIG, with the "auto" values resolved as `launch` resolves them. GemmConfig checks the
+knobs, the compiler passes the rest (shared memory, registers, warp roles, layouts). fp16/bf16: output dtype = input
+dtype, B is [K, N] row-major, against torch.matmul. fp8 (fp8e4m3, fp8e5m2): B is [N, K] (K-major, as WGMMA reads 8-bit operands),
 per-tensor fp32 scales, a bf16 output, against torch._scaled_mm (cuBLASLt).
 """
 from __future__ import annotations
@@ -54,7 +54,7 @@ class _GemmSM90Tuning(TuningTemplate):
     params = ("BLOCK_M", "BLOCK_N", "BLOCK_K", "STAGES", "GROUP_M", "SWIZZLE", "EPILOGUE", "CONSUMER_WARPS",
               "CONSUMER_REGS", "PRODUCER_WARPS", "PRODUCER_REGS", "CONSUMER_WGS", "SPLIT_K", "SPLIT_WGS", "CLUSTER_M",
               "CLUSTER_K", "EARLY_LOADS", "LEAN_PROLOGUE", "K_ZIGZAG", "SWAP_AB", "SPLITK_FIXUP", "MMA_TURNS",
-              "SCALES_AHEAD", "PDL", "SPLITK_GRID", "CTAS_PER_SM", "PIPELINED_PROMOTION", "QUARTERS")
+              "SCALES_AHEAD", "PDL", "SPLITK_GRID", "CTAS_PER_SM", "PIPELINED_PROMOTION", "QUARTERS", "N_STEP")
 
     SCALE = "tensor"                # the fp8 problems' scale kind (gemm_sm90_fp8_scales.py has the others)
 
