@@ -8,8 +8,8 @@ GROUP_M, SWIZZLE, EPILOGUE, PRODUCER_REGS, SPLIT_WGS, CLUSTER_M, CLUSTER_K, EARL
 SWAP_AB, SPLITK_FIXUP, MMA_TURNS, SCALES_AHEAD, PDL, SPLITK_GRID, CTAS_PER_SM, PIPELINED_PROMOTION, QUARTERS,
 N_STEP) on top of DEFAULT_CONFIG, with the "auto" values resolved as `launch` resolves them. GemmConfig checks the
 knobs, the compiler passes the rest (shared memory, registers, warp roles, layouts). fp16/bf16: output dtype = input
-dtype, B is [K, N] row-major, against torch.matmul. fp8 (fp8e4m3, fp8e5m2): B is [N, K] (K-major, as WGMMA reads 8-bit operands),
-per-tensor fp32 scales, a bf16 output, against torch._scaled_mm (cuBLASLt).
+dtype, B is [K, N] row-major, against torch.matmul. fp8 (fp8e4m3, fp8e5m2): B is [N, K] (K-major, as WGMMA reads
+8-bit operands), per-tensor fp32 scales, a bf16 output, against torch._scaled_mm (cuBLASLt).
 """
 from __future__ import annotations
 
