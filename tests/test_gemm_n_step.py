@@ -115,3 +115,21 @@ def test_a_dict_asking_for_n_step_drops_what_overlapping_tiles_do_not_run_with()
     assert (cfg.N_STEP, cfg.CLUSTER_K, cfg.EPILOGUE) == (160, 1, "direct")
     with pytest.raises(GluonError, match=r"got CLUSTER_K=2"):
         resolve_config(5, 3000, 4096, 132, 2, b_kmajor=True, config=dict(swapped, N_STEP=160, CLUSTER_K=2))
+
+
+def test_one_wave_step_overlaps_the_decode_picks_only_where_timed():
+    """DECODE_WIDE_DEEP (both B layouts) and DECODE_ROWS (B [N, K]) in tiles of the fewest 16-column multiple that
+    fits the SMs, where two tiles share at most a quarter of BLOCK_N and they make 0.9 of a wave or more; the other
+    decode picks (256-wide tiles, DECODE_WIDE) and DECODE_ROWS with B [K, N] as they were."""
+    from gluon.kernels.gemm_sm90.config import DECODE_ROWS, DECODE_WIDE, choose_config, one_wave_step
+    assert one_wave_step(14336, DECODE_ROWS, 132).N_STEP == 112
+    assert one_wave_step(12288, DECODE_ROWS, 132).N_STEP == 96
+    assert one_wave_step(16896, DECODE_ROWS, 132).N_STEP == 0           # 132 tiles already
+    assert one_wave_step(9000, DECODE_ROWS, 132).N_STEP == 0            # 80 columns: past a quarter of 128
+    assert one_wave_step(11008, DECODE_ROWS, 132).N_STEP == 0           # 115 of 96 columns: under 0.9 of a wave
+    assert choose_config(64, 14336, 4096, 132, b_kmajor=True) == DECODE_ROWS.replace(N_STEP=112)
+    assert choose_config(64, 14336, 4096, 132) == DECODE_ROWS
+    assert choose_config(128, 11008, 4096, 132, b_kmajor=True) == DECODE_WIDE
+    assert choose_config(128, 28672, 4096, 132, b_kmajor=True).N_STEP == 0
+    assert choose_config(128, 14336, 4096, 132, pairs=False).N_STEP == 0             # a caller's overrides
+    assert choose_config(64, 14336, 4096, 132, b_kmajor=True, in_size=1).N_STEP == 0  # fp8: not timed

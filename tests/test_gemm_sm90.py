@@ -630,9 +630,11 @@ def test_m_up_to_128_swaps_or_pairs_unless_the_tiles_fill_a_wave():
     assert choose_config(128, 11008, 4096, 132) == DECODE_WIDE       # 86 tiles
     assert choose_config(128, 9216, 4096, 132) == DECODE_WIDE        # 72
     assert choose_config(128, 11776, 4096, 132) == DECODE_WIDE       # 92: under 0.7 of 132
-    assert choose_config(128, 11904, 4096, 132) == DECODE_WIDE_DEEP  # 93
-    assert choose_config(128, 12288, 4096, 132) == DECODE_WIDE_DEEP  # 96
-    assert choose_config(96, 14336, 4096, 132) == DECODE_WIDE_DEEP   # 112
+    # ... in overlapping tiles where those make 0.9 of a wave or more (one_wave_step)
+    assert choose_config(128, 11904, 4096, 132) == DECODE_WIDE_DEEP.replace(N_STEP=96)      # 93 -> 124 tiles
+    assert choose_config(128, 12288, 4096, 132) == DECODE_WIDE_DEEP.replace(N_STEP=96)      # 96 -> 128 tiles
+    assert choose_config(96, 14336, 4096, 132) == DECODE_WIDE_DEEP.replace(N_STEP=112)      # 112 -> 128
+    assert choose_config(128, 13000, 4096, 132) == DECODE_WIDE_DEEP  # 102: 117 of 112 columns, under 0.9 of 132
     assert choose_config(128, 16896, 4096, 132) == DECODE_WIDE_DEEP  # 132
     for w in (DECODE_WIDE, DECODE_WIDE_DEEP):
         assert (w.BLOCK_M, w.BLOCK_N, w.CONSUMER_WGS, w.CLUSTER_M, w.CTAS_PER_SM) == (128, 128, 1, 1, 1)

@@ -61,12 +61,15 @@ def test_the_decode_spec_searches_the_small_m_family():
     # pairs
     from gluon.kernels.gemm_sm90.config import DECODE_PAIRS, DECODE_WIDE, DECODE_WIDE_DEEP, choose_config
     from gluon.tuning.templates.gemm_sm90 import TUNING
-    assert p["CLUSTER_M"] == Choice((1, 2)) and choose_config(128, 14336, 4096, 132) == DECODE_WIDE_DEEP
+    assert p["CLUSTER_M"] == Choice((1, 2))
+    assert choose_config(128, 14336, 4096, 132) == DECODE_WIDE_DEEP.replace(N_STEP=112)      # overlapping tiles
     assert (128, 14336, 4096) in decode.shapes
     held = {TUNING.knobs(c) for c in decode.space.grid()}
     assert DECODE_PAIRS.replace(EPILOGUE="direct", GROUP_M=16) in held
     assert DECODE_WIDE.replace(EPILOGUE="direct", GROUP_M=16) in held
     assert DECODE_WIDE_DEEP.replace(EPILOGUE="direct", GROUP_M=16) in held
+    assert DECODE_WIDE_DEEP.replace(EPILOGUE="direct", GROUP_M=16, N_STEP=112) in held
+    assert not any(c.N_STEP and (c.BLOCK_N != 128 or c.cluster_size > 1) for c in held)
     assert not any(c.CLUSTER_M == 2 and (c.SWAP_AB or c.CLUSTER_K > 1) for c in held)
     # and two CTAs an SM, only where two rings fit
     assert p["CTAS_PER_SM"] == Choice((1, 2))
