@@ -684,10 +684,11 @@ def _rows_fit(M: int, N: int, swapped: GemmConfig, num_sms: int) -> bool:
 def one_wave_step(N: int, cfg: GemmConfig, num_sms: int) -> GemmConfig:
     """`cfg` (one row of tiles, fewer than the SMs) with overlapping tiles (N_STEP) that make one wave: the fewest
     columns a tile (a multiple of 16) at which they fit the SMs, where two tiles then share at most a quarter of
-    BLOCK_N and make 0.9 of a wave or more (what was timed: 128 on 132 SMs). On an H100, same runs: DECODE_WIDE_DEEP so +0.4 / +0.8 / +1.0% at 128 / 96 x 14336 x 4096 and
-    128x12288x4096 with B [N, K], +0.3 / +0.5% at 128 x 14336 / 12288 x 4096 with B [K, N]; DECODE_ROWS +1.2% at
-    64x14336x4096 with B [N, K], +0.0% with B [K, N] (so taken for B [N, K] only); 128x256 tiles stepping 224 at N 28672
-    -0.3 / -0.4%, DECODE_WIDE at 128x11008x4096 -0.1%: not taken (docs/PERF.md, fifty-first session)."""
+    BLOCK_N and make 0.9 of a wave or more (what was timed: 128 on 132 SMs). On an H100, same runs:
+    DECODE_WIDE_DEEP so +0.4 / +0.8 / +1.0% at 128 / 96 x 14336 x 4096 and 128x12288x4096 with B [N, K], +0.3 /
+    +0.5% at 128 x 14336 / 12288 x 4096 with B [K, N]; DECODE_ROWS +1.2% at 64x14336x4096 with B [N, K], +0.0% with
+    B [K, N] (so taken for B [N, K] only); 128x256 tiles stepping 224 at N 28672 -0.3 / -0.4%, DECODE_WIDE at
+    128x11008x4096 -0.1%: not taken (docs/PERF.md, fifty-first session)."""
     step = 16 * cdiv(cdiv(N, num_sms), 16)
     if step >= cfg.BLOCK_N or 4 * step < 3 * cfg.BLOCK_N or 10 * cdiv(N, step) < 9 * num_sms:
         return cfg
