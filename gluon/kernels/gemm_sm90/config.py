@@ -297,6 +297,12 @@ class GemmConfig:
 FIELDS: tuple[str, ...] = tuple(f.name for f in fields(GemmConfig))
 
 
+# what overlapping tiles (N_STEP below BLOCK_N) take of other fields: the first of each is what `_base_for` sets
+# where a caller's dict asks for N_STEP and leaves the field open
+_OVERLAP_TAKES = {"EPILOGUE": (AUTO, "direct", "coalesced"), "SPLITK_FIXUP": (False,), "CLUSTER_M": (1,),
+                  "CLUSTER_K": (1,), "SPLITK_GRID": (1,)}
+
+
 def _check_n_step(cfg: GemmConfig) -> None:
     """N_STEP's rules: a multiple of 16 up to BLOCK_N; overlapping tiles store only their own columns, by address,
     and meet no other CTA over a tile (a cluster's, or the grid's K slices)."""
@@ -307,9 +313,7 @@ def _check_n_step(cfg: GemmConfig) -> None:
     object.__setattr__(cfg, "N_STEP", int(v))      # (a numpy integer from a results table, say)
     if cfg.step_n == cfg.BLOCK_N:
         return
-    takes = (("EPILOGUE", ("direct", "coalesced", AUTO)), ("SPLITK_FIXUP", (False,)), ("CLUSTER_M", (1,)),
-             ("CLUSTER_K", (1,)), ("SPLITK_GRID", (1,)))
-    bad = [f"{k}={getattr(cfg, k)!r}" for k, ok in takes if getattr(cfg, k) not in ok]
+    bad = [f"{k}={getattr(cfg, k)!r}" for k, ok in _OVERLAP_TAKES.items() if getattr(cfg, k) not in ok]
     if bad:
         raise GluonError(f"GemmConfig N_STEP={v} with BLOCK_N={cfg.BLOCK_N}: overlapping tiles store only their own "
                          f"columns, from registers or the coalesced staging tile, and meet no other CTA over a tile; "
@@ -786,6 +790,6 @@ def _base_for(given: Mapping, base: GemmConfig) -> GemmConfig:
         drop.update(CLUSTER_M=1, SPLIT_WGS=False, SPLITK_FIXUP=False, MMA_TURNS=False,
                     CONSUMER_WGS=min(base.CONSUMER_WGS, 2), EPILOGUE=AUTO)
     if given.get("N_STEP"):     # overlapping tiles: no cluster, no K slices meeting in the kernel, C by address
-        drop.update(CLUSTER_M=1, CLUSTER_K=1, SPLITK_GRID=1, SPLITK_FIXUP=False, EPILOGUE=AUTO)
+        drop.update({k: takes[0] for k, takes in _OVERLAP_TAKES.items()})
     drop = {k: v for k, v in drop.items() if k not in given}
     return base.replace(**drop) if drop else base
