@@ -210,7 +210,7 @@ def test_cluster_gemm_rejects_k_major_b_rows_wider_than_the_swizzle(dtype, bk, r
     swizzle span (BLOCK_K=128 of 16-bit elements) is stored as column blocks of all the rows, so the halves are
     not contiguous parts: the H100 computed garbage (rel err 1.0, twenty-seventh session). Refused at trace;
     64-deep 16-bit and 128-deep fp8 k-steps (128-byte rows) trace."""
-    from gluon.kernels.gemm_sm90.config import DEEP_K_CONFIG
+    from gluon.kernels.gemm_sm90.picks import DEEP_K_CONFIG
     cfg = DEEP_K_CONFIG.replace(BLOCK_K=bk, STAGES=3).resolve(2)
     args = (*stand_ins(dtype, DType.bf16),)
     if refused:

@@ -12,7 +12,8 @@ from gluon.arch import resident_ctas
 from gluon.ir import GluonError
 from gluon.jit import lower, run_passes
 from gluon.kernels.gemm_sm90 import compile_variant, grid, split_k
-from gluon.kernels.gemm_sm90.config import DECODE_PAIRS, DEEP_K_CONFIG, GemmConfig
+from gluon.kernels.gemm_sm90.config import GemmConfig
+from gluon.kernels.gemm_sm90.picks import DECODE_PAIRS, DEEP_K_CONFIG
 from gluon.language import warp_role
 from gluon.types import TensorRef, WarpRole
 

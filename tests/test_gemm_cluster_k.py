@@ -9,7 +9,8 @@ from gluon import DType
 from gluon.backend.machine_code import sass_instructions
 from gluon.ir import GluonError
 from gluon.kernels.gemm_sm90 import DEFAULT_CONFIG, gemm_sm90, num_warps, split_k, stand_ins
-from gluon.kernels.gemm_sm90.config import DEEP_K_CONFIG, grid, small_m_config
+from gluon.kernels.gemm_sm90.geometry import grid
+from gluon.kernels.gemm_sm90.picks import DEEP_K_CONFIG, small_m_config
 from gluon.kernels.gemm_sm90.kernel import _cluster_sum
 
 DEEP_CK = DEEP_K_CONFIG.replace(CLUSTER_M=1, CLUSTER_K=8)

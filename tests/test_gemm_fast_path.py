@@ -194,7 +194,7 @@ def test_a_scale_off_its_specialized_alignment_takes_the_full_path(backend):
 def test_a_cluster_grid_holds_no_more_clusters_than_the_device_does(backend, monkeypatch, resident, grid):
     """CLUSTER_K=8: the persistent grid asks sm_count / 8 = 16 clusters, unless the backend's occupancy query
     (asked once, of the loaded binary) says fewer fit at once; a backend that cannot say keeps 16."""
-    from gluon.kernels.gemm_sm90.config import DEEP_K_CONFIG
+    from gluon.kernels.gemm_sm90.picks import DEEP_K_CONFIG
     asked = []
     if resident is not None:
         backend.max_active_clusters = lambda fn, shared, size, dev: asked.append((fn, size, dev)) or resident

@@ -4,7 +4,8 @@ one warpgroup over six stages where the pick's are 64 x 64 and K slices stay dee
 import pytest
 
 from gluon.kernels.gemm_sm90.block_scaled import BLOCK_SCALED_ROWS, block_scaled_overrides
-from gluon.kernels.gemm_sm90.config import FP8_RESIDENT, resolve_config, split_k
+from gluon.kernels.gemm_sm90.geometry import split_k
+from gluon.kernels.gemm_sm90.picks import FP8_RESIDENT, resolve_config
 
 
 def _block_pick(M, N, K, asked=None):

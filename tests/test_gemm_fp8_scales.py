@@ -190,7 +190,7 @@ def test_a_callers_256_rows_take_a_warpgroup_per_128(shape):
     """BLOCK_M=256 alone: two warpgroups of 128 rows each run in two parts (four of 64 rows do not fit the
     registers), each warpgroup its own role or both cooperative, as the pick's SPLIT_WGS says; the picks keep theirs."""
     from gluon.kernels.gemm_sm90 import host
-    from gluon.kernels.gemm_sm90.config import resolve_config
+    from gluon.kernels.gemm_sm90.picks import resolve_config
     given = block_scaled_overrides(*shape, 132, 2, True, dict(BLOCK_M=256))
     assert resolve_config(*shape, 132, 2, True, given, 1).CONSUMER_WGS == 2
     given = block_scaled_overrides(*shape, 132, 2, True, dict(BLOCK_M=128))
@@ -201,7 +201,8 @@ def _block_pick(kw: dict | None, out: str = "bf16", shape=(4096, 4096, 4096)):
     """The block-scaled launch's config at `shape` with the caller's `kw` and an `out` C, and its sm_90 compile."""
     from gluon.dtypes import DType
     from gluon.kernels.gemm_sm90 import host
-    from gluon.kernels.gemm_sm90.config import num_warps, resolve_config
+    from gluon.kernels.gemm_sm90.geometry import num_warps
+    from gluon.kernels.gemm_sm90.picks import resolve_config
     from gluon.kernels.gemm_sm90.kernel import gemm_sm90
     out = DType[out]
     given = block_scaled_overrides(*shape, 132, out.bits // 8, True, kw)
@@ -258,7 +259,7 @@ def test_block_scales_on_256_columns_in_two_halves(interpret_env, monkeypatch, M
     each k-step's scales loaded a k-step early). Scales that differ by block, so a half promoted with the other's B
     scale or another k-step's shows; a grid of 2, so programs run several units."""
     from gluon.kernels.gemm_sm90 import host
-    from gluon.kernels.gemm_sm90.config import resolve_config
+    from gluon.kernels.gemm_sm90.picks import resolve_config
     given = block_scaled_overrides(M, N, K, 2, 2, True, dict(BLOCK_N=256, QUARTERS=quarters,
                                                                     SCALES_AHEAD=ahead, **kw))
     cfg = resolve_config(M, N, K, 2, 2, True, given, splits or 1)
@@ -533,7 +534,7 @@ def test_block_scaled_tiles_where_they_measured_faster(shape, kind):
     22%; 1024x2048x8192 15%); over 192x128 tiles from K 4096 (1-6% faster; 4-25% slower at K 2048-3072). The
     caller's tile fields keep theirs."""
     from gluon.kernels.gemm_sm90 import host
-    from gluon.kernels.gemm_sm90.config import resolve_config
+    from gluon.kernels.gemm_sm90.picks import resolve_config
     cfg = resolve_config(*shape, 132, 2, True, block_scaled_overrides(*shape, 132, 2, True, None), 1)
     want = {"wide": (128, 256, 2), "tall": (192, 128, 3), "square": (cfg.BLOCK_M, cfg.BLOCK_N, 2)}[kind]
     assert (cfg.BLOCK_M, cfg.BLOCK_N, cfg.CONSUMER_WGS) == want
@@ -561,7 +562,7 @@ def test_block_scaled_decode_takes_64_row_tiles_where_they_measured_faster(shape
     past M; 2-34% faster at N 8192 to 28672), or 64 columns in as many units (N 4096 at K 14336, 4-5%). The
     caller's tile fields and stages keep theirs."""
     from gluon.kernels.gemm_sm90.block_scaled import BLOCK_SCALED_ROWS
-    from gluon.kernels.gemm_sm90.config import resolve_config
+    from gluon.kernels.gemm_sm90.picks import resolve_config
     cfg = resolve_config(*shape, 132, 2, True, block_scaled_overrides(*shape, 132, 2, True, None), 1)
     assert {k: getattr(cfg, k) for k in BLOCK_SCALED_ROWS} == BLOCK_SCALED_ROWS and cfg.BLOCK_K == 128
     asked = resolve_config(*shape, 132, 2, True, block_scaled_overrides(*shape, 132, 2, True, dict(STAGES=4)), 1)
@@ -575,7 +576,8 @@ def test_block_scaled_decode_takes_two_ctas_an_sm_from_65_rows_where_they_measur
     """65 to 128 rows, where the pick's tiles had 128 rows and these need no K split: 64 x 128 tiles on one
     warpgroup over four stages at two CTAs an SM (2-7% faster than the pick, 128 x 256 halves at 128 x 28672)."""
     from gluon.kernels.gemm_sm90.block_scaled import BLOCK_SCALED_RESIDENT
-    from gluon.kernels.gemm_sm90.config import resolve_config, split_k
+    from gluon.kernels.gemm_sm90.geometry import split_k
+    from gluon.kernels.gemm_sm90.picks import resolve_config
     cfg = resolve_config(*shape, 132, 2, True, block_scaled_overrides(*shape, 132, 2, True, None), 1)
     assert {k: getattr(cfg, k) for k in BLOCK_SCALED_RESIDENT} == BLOCK_SCALED_RESIDENT
     assert split_k(*shape, cfg, 132) == 1
@@ -586,7 +588,7 @@ def test_block_scaled_decode_keeps_the_pick_where_it_measured_faster(M, N, K, ti
     """N = K = 4096 up to 128 rows: 64 x 64 tiles over two K slices, twice the units 64 x 128 tiles make (those 1-4%
     slower; 7-10% at 96 and 128 rows); 128 x 8192 x 28672 (two CTAs an SM of 64 x 128 tiles, split in two, 0-4%
     slower)."""
-    from gluon.kernels.gemm_sm90.config import resolve_config
+    from gluon.kernels.gemm_sm90.picks import resolve_config
     cfg = resolve_config(M, N, K, 132, 2, True, block_scaled_overrides(M, N, K, 132, 2, True, None), 1)
     assert (cfg.BLOCK_M, cfg.BLOCK_N, cfg.CONSUMER_WGS) == tile
 

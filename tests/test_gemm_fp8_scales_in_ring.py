@@ -62,7 +62,8 @@ def test_the_consumers_read_the_scales_from_shared_memory(tiles):
     but the producer's cp.async copies (LDGSTS), which an ARRIVES.LDGSTSBAR hands to the stage's barrier before
     the expect that arms it and the TMA loads; the consumers' scales are shared-memory loads."""
     from gluon.kernels.gemm_sm90 import host
-    from gluon.kernels.gemm_sm90.config import num_warps, resolve_config
+    from gluon.kernels.gemm_sm90.geometry import num_warps
+    from gluon.kernels.gemm_sm90.picks import resolve_config
     from gluon.kernels.gemm_sm90.kernel import gemm_sm90
     from gluon.types import DType
     given = host.block_scaled_overrides(4096, 4096, 4096, 132, 2, True, dict(SCALES_IN_RING=True, **tiles))

@@ -8,7 +8,8 @@ torch = pytest.importorskip("torch")
 from gluon.dtypes import DType  # noqa: E402
 from gluon.ir import GluonError  # noqa: E402
 from gluon.kernels.gemm_sm90 import host, launch  # noqa: E402
-from gluon.kernels.gemm_sm90.config import DEFAULT_CONFIG, grid, num_warps, slot_use, tiles, units  # noqa: E402
+from gluon.kernels.gemm_sm90.config import DEFAULT_CONFIG  # noqa: E402
+from gluon.kernels.gemm_sm90.geometry import grid, num_warps, slot_use, tiles, units  # noqa: E402
 from gluon.kernels.gemm_sm90.kernel import gemm_sm90  # noqa: E402
 
 NAN = float("nan")
@@ -108,7 +109,7 @@ def test_a_dict_asking_for_n_step_drops_what_overlapping_tiles_do_not_run_with()
     """The pick under a dict with N_STEP loses its cluster and K slices meeting in the kernel where the dict leaves
     them open (5x3000x4096's swapped pick splits K in a cluster); a field the dict sets that N_STEP refuses is
     refused by name."""
-    from gluon.kernels.gemm_sm90.config import resolve_config
+    from gluon.kernels.gemm_sm90.picks import resolve_config
     swapped = dict(SWAP_AB=True, BLOCK_N=256, BLOCK_K=64, STAGES=6)
     assert resolve_config(5, 3000, 4096, 132, 2, b_kmajor=True, config=swapped).CLUSTER_K > 1
     cfg = resolve_config(5, 3000, 4096, 132, 2, b_kmajor=True, config=dict(swapped, N_STEP=160))
@@ -121,7 +122,7 @@ def test_one_wave_step_overlaps_the_decode_picks_only_where_timed():
     """DECODE_WIDE_DEEP (both B layouts) and DECODE_ROWS (B [N, K]) in tiles of the fewest 16-column multiple that
     fits the SMs, where two tiles share at most a quarter of BLOCK_N and they make 0.9 of a wave or more; the other
     decode picks (256-wide tiles, DECODE_WIDE) and DECODE_ROWS with B [K, N] as they were."""
-    from gluon.kernels.gemm_sm90.config import DECODE_ROWS, DECODE_WIDE, choose_config, one_wave_step
+    from gluon.kernels.gemm_sm90.picks import DECODE_ROWS, DECODE_WIDE, choose_config, one_wave_step
     assert one_wave_step(14336, DECODE_ROWS, 132).N_STEP == 112
     assert one_wave_step(12288, DECODE_ROWS, 132).N_STEP == 96
     assert one_wave_step(16896, DECODE_ROWS, 132).N_STEP == 0           # 132 tiles already

@@ -11,7 +11,7 @@ from gluon.ir import GluonError
 from gluon.jit import run_passes
 from gluon.kernels.gemm_sm90 import (DEFAULT_CONFIG, FP32_OUT_CONFIG, SMALL_CONFIGS, GemmConfig, choose_config,
                                      gemm_sm90, num_warps, resolve_config, split_k, stand_ins)
-from gluon.kernels.gemm_sm90.config import SHALLOW_K
+from gluon.kernels.gemm_sm90.picks import SHALLOW_K
 
 
 def _cfg(**kw):
@@ -215,7 +215,7 @@ def test_a_compiled_kernel_promising_n_multiple_16_is_refused_for_other_rows(int
     multiples) on a C whose rows are not: one line naming the promise, before any launch."""
     torch = pytest.importorskip("torch")
     from gluon.kernels.gemm_sm90 import launch
-    from gluon.kernels.gemm_sm90.config import DEEP_K_CONFIG
+    from gluon.kernels.gemm_sm90.picks import DEEP_K_CONFIG
     cfg = DEEP_K_CONFIG.replace(CLUSTER_M=1).resolve(2)
     ck = gemm_sm90.compile(*stand_ins(DType.f16, splits=4), num_warps=num_warps(cfg), CFG=cfg, B_KMAJOR=True,
                            N_MULTIPLE_16=True)
@@ -525,7 +525,7 @@ def test_k_major_b_decode_takes_128_deep_steps_where_256_rows_fit_only_64(M, N, 
     """B [N, K] up to 32 rows: the 256-row B tiles (64-deep k-steps of 16-bit elements, 128 of fp8: TMA reads 128
     bytes a row of B) give way to 64-row ones on k-steps twice as deep; B [K, N], 33 rows and more, and tiles that fit
     the deeper steps keep their picks."""
-    from gluon.kernels.gemm_sm90.config import DECODE_ROWS_WIDE
+    from gluon.kernels.gemm_sm90.picks import DECODE_ROWS_WIDE
     nk = resolve_config(M, N, K, 132, 2, b_kmajor=True)
     assert (nk.SWAP_AB, nk.BLOCK_N, nk.BLOCK_K, nk.STAGES, nk.CLUSTER_K) == (True, 64, 128, stages, 1)
     assert (resolve_config(M, N, K, 132, 2).BLOCK_N, resolve_config(M, N, K, 132, 2).BLOCK_K) == (256, 64)
@@ -537,7 +537,7 @@ def test_k_major_b_decode_takes_128_deep_steps_where_256_rows_fit_only_64(M, N, 
 
 
 def test_m_from_32_to_64_takes_unswapped_64x128_tiles_where_they_make_most_of_a_wave():
-    from gluon.kernels.gemm_sm90.config import DECODE_ROWS
+    from gluon.kernels.gemm_sm90.picks import DECODE_ROWS
     r = DECODE_ROWS
     assert (r.BLOCK_M, r.BLOCK_N, r.BLOCK_K, r.STAGES, r.SWAP_AB, r.PDL) == (64, 128, 128, 4, False, True)
     assert choose_config(32, 11008, 4096, 132) == DECODE_ROWS       # 86 tiles (the swapped pick: 172 of 64 rows of B)
@@ -554,7 +554,7 @@ def test_m_from_32_to_64_takes_unswapped_64x128_tiles_where_they_make_most_of_a_
 
 
 def test_m_from_33_to_64_takes_the_swapped_64x256_tiles_unswapped():
-    from gluon.kernels.gemm_sm90.config import DECODE_ROWS_WIDE
+    from gluon.kernels.gemm_sm90.picks import DECODE_ROWS_WIDE
     w = DECODE_ROWS_WIDE
     assert (w.BLOCK_M, w.BLOCK_N, w.BLOCK_K, w.STAGES, w.SWAP_AB, w.PDL) == (64, 256, 64, 4, False, True)
     assert (w.CLUSTER_M, w.CLUSTER_K, w.CONSUMER_WGS) == (1, 1, 1)
@@ -602,7 +602,7 @@ def test_fp8_from_33_to_64_rows_takes_256_deep_steps_over_the_swapped_64x256_pic
     0.8 of a wave or more: DECODE_ROWS on 256-deep k-steps, which passes the compiler's checks. 16-bit inputs with B
     [N, K] keep B [K, N]'s picks (DECODE_ROWS_WIDE; 128x256 tiles from 65 to 128 rows: the deeper forms lost on the
     H200), fp8 above 64 rows the 128x256 tiles, and shapes either side their picks."""
-    from gluon.kernels.gemm_sm90.config import DECODE_ROWS, DECODE_ROWS_WIDE
+    from gluon.kernels.gemm_sm90.picks import DECODE_ROWS, DECODE_ROWS_WIDE
     for M in (33, 48, 64):
         for N in (28672, 33792):                                                                # 132 B tiles
             assert resolve_config(M, N, 4096, 132, 2, in_size=1) == DECODE_ROWS.replace(BLOCK_K=256).resolve(2)
@@ -623,7 +623,7 @@ def test_fp8_from_33_to_64_rows_takes_256_deep_steps_over_the_swapped_64x256_pic
 
 
 def test_m_up_to_128_swaps_or_pairs_unless_the_tiles_fill_a_wave():
-    from gluon.kernels.gemm_sm90.config import DECODE_PAIRS, DECODE_WIDE, DECODE_WIDE_DEEP
+    from gluon.kernels.gemm_sm90.picks import DECODE_PAIRS, DECODE_WIDE, DECODE_WIDE_DEEP
     assert choose_config(128, 4096, 4096, 132).SWAP_AB               # two K slices: summed in the cluster
     assert choose_config(96, 14336, 4096, 132, pairs=False).SWAP_AB
     # no K split above 64 rows: 128x128 tiles where they make half a wave to one, 128-deep k-steps from 0.7 of one
@@ -655,7 +655,7 @@ def test_m_up_to_128_swaps_or_pairs_unless_the_tiles_fill_a_wave():
 
 
 def test_balanced_splits_even_out_the_last_wave():
-    from gluon.kernels.gemm_sm90.config import balanced_splits
+    from gluon.kernels.gemm_sm90.geometry import balanced_splits
     assert balanced_splits(64, 32, 132) == 2          # 128 of 132 busy
     assert balanced_splits(448, 64, 132) == 5         # 2240 units = 16.97 waves
     assert balanced_splits(448, 8, 132) == 1          # slices of 8 k-steps at least
@@ -702,7 +702,7 @@ def test_swap_and_fixup_rules_name_the_field(kw, match):
 @pytest.mark.parametrize("dt,name", [(DType.f8e4m3, "E4M3"), (DType.f8e5m2, "E5M2")])
 @pytest.mark.parametrize("M,scale", [(8192, "tensor"), (16, "rowcol"), (1000, "rowcol")])
 def test_fp8_compiles_to_qgmma_with_the_k_step_in_bytes(dt, name, M, scale):
-    from gluon.kernels.gemm_sm90.config import resolve_config
+    from gluon.kernels.gemm_sm90.picks import resolve_config
     cfg = resolve_config(M, 4096, 4096, 132, 2, True, None, 1)
     assert cfg.BLOCK_K == 2 * choose_config(M, 4096, 4096, 132).BLOCK_K      # 8-bit: twice the elements
     ck = gemm_sm90.compile(*stand_ins(dt, DType.bf16, splits=2), num_warps=num_warps(cfg), CFG=cfg, B_KMAJOR=True,
@@ -781,7 +781,7 @@ def test_deep_k_slices_fill_one_wave_of_ctas(M, N, K):
     """The deep-K pick's units in CTAs (2-CTA clusters along M: an odd count of tile rows leaves the last pair's
     second CTA without rows, and it still takes an SM) fit one wave: 640x640 made 150 CTAs on 132 SMs, so 9
     clusters ran a second unit."""
-    from gluon.kernels.gemm_sm90.config import units
+    from gluon.kernels.gemm_sm90.geometry import units
     cfg = resolve_config(M, N, K, 132, 2, True, None)
     S = split_k(M, N, K, cfg, 132)
     assert S > 1 and units(M, N, cfg, S) * cfg.cluster_size <= 132
@@ -805,7 +805,8 @@ def test_deep_k_takes_128x256_tiles_where_a_ctas_share_is_smaller(M, N, K, wide,
     """128x256 tiles make more K slices, which fill the SMs better where 128x128 tiles leave many idle (768^2: 126
     CTAs against 108); at an equal share of the work a CTA (1024^2, 512^2: the same 128 CTAs) the narrow tiles' fewer
     slices won. 16-bit outputs and inputs only: fp32 outputs and fp8 keep the 128x128 tiles."""
-    from gluon.kernels.gemm_sm90.config import DEEP_K_CONFIG, DEEP_K_WIDE, slice_work, units
+    from gluon.kernels.gemm_sm90.geometry import slice_work, units
+    from gluon.kernels.gemm_sm90.picks import DEEP_K_CONFIG, DEEP_K_WIDE
     cfg = choose_config(M, N, K, 132)
     assert (cfg.BLOCK_N, cfg.CONSUMER_WGS, cfg.STAGES) == ((256, 2, 4) if wide else (128, 1, 6))
     assert cfg.CLUSTER_M == (2 if pairs else 1)

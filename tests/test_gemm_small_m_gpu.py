@@ -6,8 +6,8 @@ pytestmark = pytest.mark.gpu
 torch = pytest.importorskip("torch")
 
 from gluon.kernels.gemm_sm90 import DEFAULT_CONFIG, launch  # noqa: E402
-from gluon.kernels.gemm_sm90.config import (DECODE_PAIRS, DECODE_ROWS, DECODE_ROWS_WIDE, DECODE_WIDE,  # noqa: E402
-                                            DECODE_WIDE_DEEP, choose_config, one_wave_step, resolve_config)
+from gluon.kernels.gemm_sm90.picks import (DECODE_PAIRS, DECODE_ROWS, DECODE_ROWS_WIDE, DECODE_WIDE, DECODE_WIDE_DEEP,
+                                           choose_config, one_wave_step, resolve_config)
 from gluon.kernels.gemm_sm90 import host as gemm_host  # noqa: E402
 
 FIXUP = DEFAULT_CONFIG.replace(BLOCK_M=64, BLOCK_N=64, CONSUMER_WGS=1, STAGES=8, SPLITK_FIXUP=True)
@@ -377,7 +377,7 @@ def test_deep_k_default_config_matches_fp64(M, N, K, wide, b_kmajor):
     """Few output tiles over a deep K: launch's pick (`deep_k_config`: 128x128 or 128x256 tiles, 2-CTA clusters
     where A has an even count of tile rows, K split), on poisoned outputs, at sizes that are and are not multiples
     of the tiles, twice."""
-    from gluon.kernels.gemm_sm90.config import DEEP_K_CONFIG, DEEP_K_WIDE, choose_config
+    from gluon.kernels.gemm_sm90.picks import DEEP_K_CONFIG, DEEP_K_WIDE, choose_config
     assert choose_config(M, N, K, 132).BLOCK_N == (DEEP_K_WIDE if wide else DEEP_K_CONFIG).BLOCK_N
     a, b = _operands(M, N, K, torch.bfloat16, b_kmajor)
     outs = []
@@ -401,7 +401,7 @@ def test_cluster_k_matches_fp64_and_the_two_pass_sum_bit_for_bit(M, N, K, ck, ba
     """CLUSTER_K: the K slices of a tile on the CTAs of one cluster, summed by them after a cluster barrier.
     Against the same config with the slices summed by splitk_reduce (bit for bit: both add the slices in
     order), on poisoned outputs, repeated calls, fresh inputs twice; within 1e-2 of fp64."""
-    from gluon.kernels.gemm_sm90.config import DEEP_K_CONFIG
+    from gluon.kernels.gemm_sm90.picks import DEEP_K_CONFIG
     if base == "swap":
         bm = max(8, 1 << (M - 1).bit_length())
         cfg = _swap(M, 64, 128, STAGES=min(8, 216 * 1024 // ((bm + 64) * 128 * 2))).replace(CLUSTER_K=ck)
@@ -419,7 +419,7 @@ def test_cluster_k_with_early_loads_matches_the_kernel_without_them_bit_for_bit(
     first tile's K slice loaded before the roles start and the cluster meets, and with LEAN_PROLOGUE the prologue's
     barriers dropped but the one before the first load of another thread. Bit for bit the same config without
     them, on poisoned outputs, fresh inputs twice; several tiles a cluster in the last case."""
-    from gluon.kernels.gemm_sm90.config import DEEP_K_CONFIG
+    from gluon.kernels.gemm_sm90.picks import DEEP_K_CONFIG
     if base == "swap":
         bm = max(8, 1 << (M - 1).bit_length())
         cfg = _swap(M, 64, 128, STAGES=min(8, 216 * 1024 // ((bm + 64) * 128 * 2))).replace(CLUSTER_K=ck)
@@ -433,7 +433,7 @@ def test_cluster_k_with_early_loads_matches_the_kernel_without_them_bit_for_bit(
 
 def test_cluster_k_with_several_tiles_per_cluster():
     """More tiles than clusters: each cluster walks several tiles, meeting at one barrier per tile."""
-    from gluon.kernels.gemm_sm90.config import DEEP_K_CONFIG
+    from gluon.kernels.gemm_sm90.picks import DEEP_K_CONFIG
     cfg = DEEP_K_CONFIG.replace(CLUSTER_M=1, CLUSTER_K=4, BLOCK_N=64)
     a, b = _operands(2048, 4096, 4096, torch.bfloat16)
     c = torch.full((2048, 4096), float("nan"), device="cuda", dtype=torch.bfloat16)
@@ -446,7 +446,7 @@ def test_cluster_k_with_several_tiles_per_cluster():
 def test_the_device_says_how_many_clusters_it_holds_and_the_grid_keeps_to_it():
     """cuOccupancyMaxActiveClusters of the CLUSTER_K kernel: at least one cluster, never more CTAs than SMs,
     and the launch's persistent grid no larger (a cluster beyond it would wait for another to end)."""
-    from gluon.kernels.gemm_sm90.config import DEEP_K_CONFIG
+    from gluon.kernels.gemm_sm90.picks import DEEP_K_CONFIG
     from gluon.runtime.cuda import sm_count
     gemm_host._PLANS.clear()
     sms = sm_count(0)

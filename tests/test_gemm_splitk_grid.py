@@ -13,7 +13,8 @@ from gluon import DType
 from gluon.backend.machine_code import sass_instructions
 from gluon.ir import GluonError
 from gluon.kernels.gemm_sm90 import DEFAULT_CONFIG, gemm_sm90, num_warps, split_k, stand_ins
-from gluon.kernels.gemm_sm90.config import DEEP_K_CONFIG, grid, units
+from gluon.kernels.gemm_sm90.geometry import grid, units
+from gluon.kernels.gemm_sm90.picks import DEEP_K_CONFIG
 from gluon.language import PointerArg
 from gluon.language.nvidia import ptx
 

@@ -8,7 +8,7 @@ torch = pytest.importorskip("torch")
 
 from gluon.kernels.gemm_sm90 import launch  # noqa: E402
 from gluon.kernels.gemm_sm90 import host as gemm_host  # noqa: E402
-from gluon.kernels.gemm_sm90.config import DEEP_K_CONFIG  # noqa: E402
+from gluon.kernels.gemm_sm90.picks import DEEP_K_CONFIG  # noqa: E402
 from test_gemm_small_m_gpu import _agree_bit_for_bit, _operands  # noqa: E402
 
 

@@ -6,7 +6,8 @@ import torch
 
 from bench.gemm import SHAPES
 from gluon.kernels.gemm_sm90 import DEFAULT_CONFIG, choose_config, host, launch, resolve_config
-from gluon.kernels.gemm_sm90.config import WAVE_CONFIGS, slot_use, wave_config
+from gluon.kernels.gemm_sm90.geometry import slot_use
+from gluon.kernels.gemm_sm90.picks import WAVE_CONFIGS, wave_config
 
 TALL, SQUARE = WAVE_CONFIGS[0][0], WAVE_CONFIGS[1][0]
 

@@ -468,7 +468,8 @@ def test_a_kernel_past_the_shared_memory_is_refused_as_compiling_refuses_it():
                                   dict(BLOCK_M=128, BLOCK_N=128, EPILOGUE="ring", STAGES=4),
                                   dict(EPILOGUE="coalesced", K_ZIGZAG=True, BLOCK_K=32)])
 def test_the_shipped_gemm_256_cubed_interprets_right_and_fast(over):
-    from gluon.kernels.gemm_sm90.config import grid, num_warps, resolve_config
+    from gluon.kernels.gemm_sm90.geometry import grid, num_warps
+    from gluon.kernels.gemm_sm90.picks import resolve_config
     from gluon.kernels.gemm_sm90.kernel import gemm_sm90
     M = N = K = 256
     cfg = resolve_config(M, N, K, 132, 2, True, over, 2)
@@ -489,7 +490,8 @@ def test_the_gemm_with_two_staging_tiles_a_role_walks_tiles_right(over):
     """EPILOGUE="tma2": one program walks all 8 tiles, staging each in the role's other tile while the previous
     tile's TMA store may still read its own (`tma_store_wait(1)`): right values, and no shared write under a store
     in flight (the interpreter's hazard check)."""
-    from gluon.kernels.gemm_sm90.config import num_warps, resolve_config
+    from gluon.kernels.gemm_sm90.geometry import num_warps
+    from gluon.kernels.gemm_sm90.picks import resolve_config
     from gluon.kernels.gemm_sm90.kernel import gemm_sm90
     M, N, K = 256, 256, 128
     cfg = resolve_config(M, N, K, 132, 2, True, over, 2)
@@ -504,7 +506,8 @@ def test_two_staging_tiles_with_both_stores_left_in_flight_are_caught(monkeypatc
     """The same walk with the wait before staging letting two stores stay in flight (`tma_store_wait(2)`): the
     staging tile is written while the store of two tiles before still reads it, which the interpreter reports."""
     import gluon.kernels.gemm_sm90.kernel as gemm_kernel
-    from gluon.kernels.gemm_sm90.config import num_warps, resolve_config
+    from gluon.kernels.gemm_sm90.geometry import num_warps
+    from gluon.kernels.gemm_sm90.picks import resolve_config
     real = gemm_kernel.tma_store_wait
     monkeypatch.setattr(gemm_kernel, "tma_store_wait", lambda pendings=0: real(2 if pendings == 1 else pendings))
     cfg = resolve_config(256, 256, 128, 132, 2, True, dict(BLOCK_M=128, BLOCK_N=64, STAGES=3, EPILOGUE="tma2",

@@ -122,7 +122,7 @@ def test_the_decode_picks_lose_their_prologue_barriers_with_early_loads(M):
     on there (with EARLY_LOADS: 1-3% faster on the GPU), and it drops most of the barriers the early loads
     brought, keeping the one before the first load of another thread. (The swapped family's pick, as with overrides:
     with none, A's row tile halved takes the K halves' place at these shapes.)"""
-    from gluon.kernels.gemm_sm90.config import choose_config
+    from gluon.kernels.gemm_sm90.picks import choose_config
     pick = choose_config(M, 4096, 4096, 132, pairs=False)
     assert pick.CLUSTER_K == 2 and pick.PDL and pick.resolve(2).LEAN_PROLOGUE and pick.resolve(2).EARLY_LOADS
     kw = dict(pick.to_dict(), EARLY_LOADS=True)

@@ -15,7 +15,8 @@ def _block_scaled(ffma_yield: bool, **kw):
     from gluon.dtypes import DType
     from gluon.kernels.gemm_sm90 import host
     from gluon.kernels.gemm_sm90.block_scaled import block_scaled_overrides
-    from gluon.kernels.gemm_sm90.config import num_warps, resolve_config
+    from gluon.kernels.gemm_sm90.geometry import num_warps
+    from gluon.kernels.gemm_sm90.picks import resolve_config
     from gluon.kernels.gemm_sm90.kernel import gemm_sm90
     shape = (4096, 4096, 4096)
     cfg = resolve_config(*shape, 132, 2, True, block_scaled_overrides(*shape, 132, 2, True,

@@ -59,7 +59,7 @@ def test_the_decode_spec_searches_the_small_m_family():
     assert p["CONSUMER_WARPS"] == Choice((4, 8))          # under the swap: one warpgroup, or two sharing A
     # and what `launch` picks above 64 rows where the swap needs no K split: 128x128 tiles, or 64x128 tiles in 2-CTA
     # pairs
-    from gluon.kernels.gemm_sm90.config import DECODE_PAIRS, DECODE_WIDE, DECODE_WIDE_DEEP, choose_config
+    from gluon.kernels.gemm_sm90.picks import DECODE_PAIRS, DECODE_WIDE, DECODE_WIDE_DEEP, choose_config
     from gluon.tuning.templates.gemm_sm90 import TUNING
     assert p["CLUSTER_M"] == Choice((1, 2))
     assert choose_config(128, 14336, 4096, 132) == DECODE_WIDE_DEEP.replace(N_STEP=112)      # overlapping tiles
@@ -81,7 +81,8 @@ def test_a_gemm_study_is_seeded_with_launchs_pick_at_each_bucket():
     """The decode spec's buckets need different configs (M = 1 .. 128): a fresh study measures `launch`'s pick at
     each of them first (the template's `pick`, in the spec's names), so `gluon build --best` serves no bucket
     slower than the pick. Each pick maps back to the very config and split count `launch` runs."""
-    from gluon.kernels.gemm_sm90.config import resolve_config, split_k
+    from gluon.kernels.gemm_sm90.geometry import split_k
+    from gluon.kernels.gemm_sm90.picks import resolve_config
     from gluon.tuning.template import template_seeds
     from gluon.tuning.templates.gemm_sm90 import TUNING
     decode = load_spec(SPECS / "gemm_sm90_decode.toml")
@@ -106,7 +107,8 @@ def test_a_gemm_study_is_seeded_with_launchs_pick_at_each_bucket():
 def test_the_waves_spec_holds_what_choose_config_takes_there():
     """Its shapes are the few-wave picks', and its space holds wave_config's tiles (so `gluon build --best`
     can serve at least what `launch` runs) and 128x256 with SPLIT_WGS and K_ZIGZAG."""
-    from gluon.kernels.gemm_sm90.config import DEFAULT_CONFIG, WAVE_CONFIGS, wave_config
+    from gluon.kernels.gemm_sm90.config import DEFAULT_CONFIG
+    from gluon.kernels.gemm_sm90.picks import WAVE_CONFIGS, wave_config
     from gluon.tuning.templates.gemm_sm90 import TUNING
     waves = load_spec(SPECS / "gemm_sm90_waves.toml")
     assert all(wave_config(M, N, 132) != DEFAULT_CONFIG for M, N, _ in waves.shapes)

@@ -6,8 +6,9 @@ between are in fp8_scales.py.
 """
 from __future__ import annotations
 
-from .config import (DEFAULT_CONFIG, WAVE_MARGIN, GemmConfig, choose_config, fills_a_wave, slot_use, split_k,
-                     stages_beside, tiles)
+from .config import DEFAULT_CONFIG, GemmConfig
+from .geometry import slot_use, split_k, tiles
+from .picks import WAVE_MARGIN, choose_config, fills_a_wave, stages_beside
 
 # fp8 with 128 x 128 block scales (one B block per tile, so 128 columns): 192-row tiles on three warpgroups run
 # a round about 6% faster than 128x128 on two (8192^3 +5.3%, 8192x28672x4096 +6.4%; at 4096^3 their part-empty

@@ -28,8 +28,10 @@ from ..config_checks import (NOT_KEYED, fast_config_key, in_config_terms, past_t
                              stage_bytes, stages_that_fit)
 from ..tensor_checks import device_sms, interpreting, on_the_launch_device
 from .block_scaled import block_scaled_overrides
-from .config import (CLUSTER_K_SIZES, DEFAULT_CONFIG, SPLITK_GRID_SIZES, GemmConfig, by_address, choose_config, grid,
-                     num_warps, resolve_config, split_k, stores_by_address, tiles, to_config, units)
+from .config import (CLUSTER_K_SIZES, DEFAULT_CONFIG, SPLITK_GRID_SIZES, GemmConfig, by_address, stores_by_address,
+                     to_config)
+from .geometry import grid, num_warps, split_k, tiles, units
+from .picks import choose_config, resolve_config
 from .kernel import gemm_sm90, gemm_sm90_copying
 from .padding import PadPlan, kernel_copies, pad_plan, row_pitch, tma_ready
 

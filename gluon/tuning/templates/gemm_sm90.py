@@ -21,7 +21,7 @@ from gluon.dtypes import DType
 from gluon.ir import GluonError
 from gluon.kernels.gemm_sm90 import (DEFAULT_CONFIG, GemmConfig, gemm_sm90, launch, num_warps, promises_n16,
                                      resolve_config, split_k, stand_ins, tiles)
-from gluon.kernels.gemm_sm90.config import SMALL_M
+from gluon.kernels.gemm_sm90.picks import SMALL_M
 from gluon.tuning.declared_replay import tensor_type
 from gluon.tuning.template import (H200_PEAK_BW, H200_PEAK_FLOPS, H200_SMS, TuningTemplate, dtype_name, element_size,
                                    gluon_dtype, log_distance, torch_dtype, waves_efficiency)
