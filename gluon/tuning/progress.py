@@ -85,6 +85,7 @@ class _Progress:
             while not all(done.is_set() for done in threads):
                 next(d for d in threads if not d.is_set()).wait(0.1)
                 self._drain(bar, task)
+                st.ctrl_c.check()                       # Ctrl-C raises here (interrupt.py says why)
             self._drain(bar, task)
         finally:
             if bar is not None:

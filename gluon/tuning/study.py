@@ -20,6 +20,7 @@ import threading
 import time
 import uuid
 
+from .interrupt import CtrlC, noted
 from .jobs import FINAL, _Jobs
 from .progress import _Progress
 from .retime import _Retiming
@@ -114,6 +115,7 @@ class _Study:
         _ACTIVE_RUNS.add(self.run_id)
         self.lock = threading.Lock()
         self.stop = threading.Event()
+        self.ctrl_c = CtrlC()                           # SIGINT while the run waits (interrupt.py)
         self.events: queue.Queue = queue.Queue()
         self.stopped = ""
         self.summary = TuneSummary(spec_name=self.spec.name, dry_run=False, results_root=tuner.results_root,
@@ -259,25 +261,26 @@ class _Study:
         self.summary.trials = start_counted
         if self.tn.progress:
             self.progress.say_start(start_counted)
-        threads = self.progress.start(self.loop.thread, "tune-gpu")
-        try:
-            self.progress.wait(threads)
-            if self.loop.errors:
-                raise self.loop.errors[0]
-            self.retiming.retime()
-        except KeyboardInterrupt:
-            self.stop.set()
-            self.stopped = "interrupted"
-            for w in self.workers:
-                w.kill()
-            self.pool.close(kill=True)
-            for done in threads:
-                done.wait(30)
-            self.summary.interrupted = True
-            self._finish_counts()
-            print(f"\ninterrupted: {self.summary.new_trials} trials recorded in {self.storage_desc}, rows under "
-                  f"{self.tn.results_root}/; run the same command again to resume", file=sys.stderr, flush=True)
-            raise
+        with noted(self.ctrl_c):
+            threads = self.progress.start(self.loop.thread, "tune-gpu")
+            try:
+                self.progress.wait(threads)
+                if self.loop.errors:
+                    raise self.loop.errors[0]
+                self.retiming.retime()
+            except KeyboardInterrupt:
+                self.stop.set()
+                self.stopped = "interrupted"
+                for w in self.workers:
+                    w.kill()
+                self.pool.close(kill=True)
+                for done in threads:
+                    done.wait(30)
+                self.summary.interrupted = True
+                self._finish_counts()
+                print(f"\ninterrupted: {self.summary.new_trials} trials recorded in {self.storage_desc}, rows under "
+                      f"{self.tn.results_root}/; run the same command again to resume", file=sys.stderr, flush=True)
+                raise
         self._finish_counts()
         self.retiming.best()
         if self.tn.progress:
