@@ -550,8 +550,11 @@ def test_two_tuner_processes_on_one_journal_never_measure_a_config_twice(tmp_pat
 
 
 def _tune_subprocess(spec, tmp_path, env_extra, trials=None, context="spawn"):
+    # SIGINT as a tuner started from a terminal has it: a shell starting pytest in the background without job
+    # control passes SIGINT on ignored, and the Ctrl-C test would then send one that nothing hears
     code = textwrap.dedent(f"""
-        import sys
+        import signal, sys
+        signal.signal(signal.SIGINT, signal.default_int_handler)
         sys.path[:0] = [{TESTS!r}, {REPO!r}]
         from gluon.tuning.spec import load_spec
         from gluon.tuning.tuner import tune
@@ -619,7 +622,7 @@ def test_ctrl_c_leaves_a_resumable_study(tmp_path, env):
     _wait_for_calls(env.log, 3, p)
     os.kill(p.pid, signal.SIGINT)
     out, err = p.communicate(timeout=60)
-    assert p.returncode != 0 and "KeyboardInterrupt" in err and "resume" in err
+    assert p.returncode != 0 and "KeyboardInterrupt" in err and "resume" in err, (p.returncode, out[-2000:], err[-4000:])
     import optuna
 
     from gluon.tuning.storage import journal_storage

@@ -11,6 +11,7 @@ _PRELUDE = f"""
 import os, signal, sys, threading, time
 sys.path.insert(0, {REPO!r})
 from gluon.tuning.interrupt import CtrlC, noted
+signal.signal(signal.SIGINT, signal.default_int_handler)    # as from a terminal (pytest may run with it ignored)
 
 def press():
     os.kill(os.getpid(), signal.SIGINT)

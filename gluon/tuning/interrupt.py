@@ -1,10 +1,10 @@
 """Ctrl-C during a tuning run, noted by a flag that the main thread's waits check, not raised wherever it lands.
 
 CPython raises KeyboardInterrupt at whatever line the main thread runs when SIGINT arrives. Where that line is in
-a finalizer (a `__del__`, a weakref callback: SQLAlchemy's connection pool returns connections in them, and the
-progress loop reads the study through it) the exception is printed as "Exception ignored in ..." and lost: the
-run went on to the end as if never interrupted, and exited 0. So while a run waits for its threads, SIGINT only
-sets a flag (`pressed`); `check`, called by those waits, raises KeyboardInterrupt where the run handles it. A
+a finalizer (a `__del__`, a weakref callback: SQLAlchemy's connection pool, behind an RDB study, returns connections
+in them) the exception is printed as "Exception ignored in ..." and lost, and the run would go on to its end as if
+never interrupted (tests/test_tuning_ctrl_c.py shows Python doing so). So while a run waits for its threads, SIGINT
+only sets a flag (`pressed`); `check`, called by those waits, raises KeyboardInterrupt where the run handles it. A
 second Ctrl-C raises at once, wherever it lands (a run that does not stop must not need kill).
 """
 from __future__ import annotations
