@@ -511,7 +511,7 @@ def test_a_repeated_call_launches_what_the_first_call_did(monkeypatch, case):
     import sys
     import os
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-    from test_runtime import FakeBackend
+    from runtime_fakes import FakeBackend
     import gluon.kernels.attention_sm90.host as host
     import gluon.runtime.cuda as cuda
     fake = FakeBackend()                                 # records launches; CPU tensors pass its device check
@@ -553,7 +553,7 @@ def test_a_dict_config_equal_in_value_but_not_in_type_meets_the_checks(monkeypat
     may take it: its field's error, as on a first call."""
     import gluon.kernels.attention_sm90.host as host
     import gluon.runtime.cuda as cuda
-    from test_runtime import FakeBackend
+    from runtime_fakes import FakeBackend
     monkeypatch.setattr(cuda, "DEFAULT_BACKEND", FakeBackend())
     monkeypatch.setattr(host, "sm_count", lambda d: 132)
     _fresh_caches(monkeypatch, host)
@@ -571,7 +571,7 @@ def test_a_repeated_call_with_a_misaligned_input_takes_the_full_path(monkeypatch
     import sys
     import os
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-    from test_runtime import FakeBackend
+    from runtime_fakes import FakeBackend
     import gluon.kernels.attention_sm90.host as host
     import gluon.runtime.cuda as cuda
     fake = FakeBackend()

@@ -11,7 +11,7 @@ torch = pytest.importorskip("torch")
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from test_declared import _write  # noqa: E402
-from test_runtime import FakeBackend  # noqa: E402
+from runtime_fakes import FakeBackend  # noqa: E402
 
 from gluon.arch import SM90  # noqa: E402
 from gluon.tuning.spec import load_spec, template_of  # noqa: E402
@@ -117,7 +117,7 @@ def test_a_loaded_kernels_last_key_goes_straight_to_its_replays_entry(tmp_path, 
     """A repeat of the key replayed last skips the call key and the lookup (Replay.entry checks the key
     itself); another key, and the interpreter, go the other way and launch the same."""
     import gluon.loader as loader
-    from test_runtime import DirectBackend
+    from runtime_fakes import DirectBackend
     be = DirectBackend(device_type="cpu")
     k = _loaded(tmp_path, monkeypatch, capsys, be)
     keys = [0]
@@ -142,7 +142,7 @@ def test_a_loaded_kernels_last_key_goes_straight_to_its_replays_entry(tmp_path, 
 def test_the_templates_call_takes_the_last_entry_for_an_equal_config_only(tmp_path, monkeypatch):
     import gluon.runtime.cuda as rt_cuda
     import gluon.tuning.declared as declared
-    from test_runtime import DirectBackend
+    from runtime_fakes import DirectBackend
     be = DirectBackend(device_type="cpu")
     monkeypatch.setattr(rt_cuda, "DEFAULT_BACKEND", be)
     monkeypatch.setattr(sys.modules["gluon.jit"], "current_arch", lambda: SM90)

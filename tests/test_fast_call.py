@@ -15,8 +15,8 @@ torch = pytest.importorskip("torch")
 from gluon.runtime import LaunchError, Launcher  # noqa: E402
 from gluon.runtime import fast_call  # noqa: E402
 from gluon.runtime.launcher import _BOOL, _DESC, _FLOAT, _INT, _PTR  # noqa: E402
-from test_runtime import (COPY_ARGS, TMA_ARGS, DirectBackend, FakeBackend, abi, cuda_like, fake_binary,  # noqa: E402
-                          param)
+from runtime_fakes import (COPY_ARGS, TMA_ARGS, DirectBackend, FakeBackend, abi, cuda_like, fake_binary,  # noqa: E402
+                           param)
 
 ARGS = [param("x", "pointer", "f16", rank=1, divisibility=16),
         param("y", "pointer", "f32", rank=2, needs_contiguous=True),

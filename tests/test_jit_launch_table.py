@@ -16,7 +16,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples"))
 
 from copy_kernel import copy_kernel_explicit  # noqa: E402
-from test_runtime import FakeBackend  # noqa: E402
+from runtime_fakes import FakeBackend  # noqa: E402
 
 KW = dict(XBLOCK=256, VEC=4, NUM_WARPS=2, num_warps=2)
 

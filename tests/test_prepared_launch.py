@@ -10,8 +10,8 @@ import pytest
 torch = pytest.importorskip("torch")
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from test_runtime import (COPY_ARGS, TMA_ARGS, DirectBackend, FakeBackend, abi, copy_launcher,  # noqa: E402
-                          fake_binary, param)
+from runtime_fakes import (COPY_ARGS, TMA_ARGS, DirectBackend, FakeBackend, abi, copy_launcher,  # noqa: E402
+                           fake_binary, param)
 
 from gluon.runtime import Launcher  # noqa: E402
 from gluon.runtime.descriptors import clear_descriptor_cache  # noqa: E402

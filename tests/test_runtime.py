@@ -1,6 +1,6 @@
 """Tests of gluon.runtime that need no GPU.
 
-Every launch here goes through a fake backend (the object the Launcher calls for everything
+Every launch here goes through a fake backend (runtime_fakes.py: the object the Launcher calls for everything
 GPU-side), so the whole Python path runs: validation, specialization, TMA descriptor planning and
 caching, the flat argument list handed to triton's C launcher, grid and stream handling. Tensors
 are CPU tensors; ``cuda_like`` wraps one so that it reports itself as a CUDA tensor (is_cuda,
@@ -9,8 +9,6 @@ device, get_device), which lets the "cuda" backend configuration be validated he
 
 from __future__ import annotations
 
-import contextlib
-import pathlib
 import re
 import time
 from types import SimpleNamespace
@@ -24,149 +22,11 @@ from gluon.abi import ABIError, KernelABI, KernelParam, ParamKind  # noqa: E402
 from gluon.dtypes import DType  # noqa: E402
 from gluon.runtime import (LaunchError, Launcher, TensorDescriptor, make_tensor_descriptor,  # noqa: E402
                            tma_box_shape)
-from gluon.runtime import cuda as rt_cuda  # noqa: E402
+from gluon.runtime import cuda as rt_cuda  # noqa: E402, F401
 from gluon.runtime import descriptors as rt_desc  # noqa: E402
-
-SHARED = pathlib.Path(__file__).resolve().parents[1].parent / "shared" / "ttgir"
-DATA = pathlib.Path(__file__).resolve().parent / "data" / "ttgir"
-
-
-def ttgir_path(name: str) -> pathlib.Path:
-    for d in (DATA, SHARED):
-        if (d / name).exists():
-            return d / name
-    pytest.skip(f"{name} not found in tests/data/ttgir or shared/ttgir")
-
-
-# --------------------------------------------------------------------------------------------
-# fakes
-# --------------------------------------------------------------------------------------------
-
-class FakeBackend:
-    """Records what the Launcher would do on a GPU."""
-
-    def __init__(self, device_type="cpu", max_threads=1024, capability=(9, 0), max_shared=232448,
-                 current=0):
-        self.device_type = device_type
-        self.calls = []
-        self.fills = []
-        self.loads = []
-        self.launcher_types = None
-        self.launcher_meta = None
-        self.max_threads = max_threads
-        self.cap = capability
-        self.max_shared_mem = max_shared
-        self.current = current
-        self.contexts = []
-        self.hooks = (None, None)
-
-    def check_available(self, kernel):
-        pass
-
-    def current_device(self):
-        return self.current
-
-    def device_context(self, device):
-        self.contexts.append(device)
-        return contextlib.nullcontext()
-
-    def current_stream(self, device):
-        return 1000 + max(device, 0)
-
-    def capturing(self):
-        return False
-
-    def capability(self, device):
-        return self.cap
-
-    def max_shared(self, device):
-        return self.max_shared_mem
-
-    def load(self, name, cubin, shared, device):
-        self.loads.append((name, shared, device))
-        return 0xF00 + max(device, 0), self.max_threads
-
-    def make_launcher(self, launch_types, meta):
-        self.launcher_types = list(launch_types)
-        self.launcher_meta = meta
-
-        def launch(*a):
-            self.calls.append(a)
-        return launch
-
-    def fill_tma_descriptor(self, *a):
-        self.fills.append(a)
-        return ("CUtensorMap", a)
-
-    def launch_hooks(self):
-        return self.hooks
-
-
-class NoGPU:
-    """A backend that fails the test if anything GPU-side is reached."""
-
-    device_type = "cuda"
-
-    def __getattr__(self, name):
-        raise AssertionError(f"touched the GPU backend ({name}) before validation finished")
-
-
-class _CudaLike(torch.Tensor):
-    """A CPU tensor that says it lives on cuda:<_dev> (slices and views keep the class)."""
-
-    _dev = 0
-
-    @property
-    def is_cuda(self):
-        return True
-
-    @property
-    def device(self):
-        return torch.device("cuda", self._dev)
-
-    def get_device(self):
-        return self._dev
-
-
-def cuda_like(t, dev=0):
-    cls = _CudaLike if dev == 0 else type(f"_CudaLike{dev}", (_CudaLike,), {"_dev": dev})
-    return t.as_subclass(cls)
-
-
-def param(name, kind, dtype, *, block_shape=None, swizzle_bytes=0, source=None, **kw):
-    """A KernelParam the way the lowering writes one (descriptors get their TMA box by the one rule)."""
-    dt = DType.from_name(dtype)
-    box = tma_box_shape(block_shape, dt.bytes, swizzle_bytes) if block_shape is not None else None
-    return KernelParam(name, ParamKind(kind), dt, block_shape=block_shape, swizzle_bytes=swizzle_bytes, box=box,
-                       loc=source, **kw)
-
-
-def abi(params, name="k", source=None, target=("cuda", 90, 32)):
-    return KernelABI(name, target, tuple(params), loc=source)
-
-
-def fake_binary(*, num_warps=4, shared=1024, name="k", target=("cuda", 90, 32)):
-    md = {"name": name, "num_warps": num_warps, "num_ctas": 1, "shared": shared,
-          "global_scratch_size": 0, "global_scratch_align": 1, "profile_scratch_size": 0,
-          "profile_scratch_align": 1, "launch_cooperative_grid": False, "launch_pdl": False}
-    return SimpleNamespace(name=name, target=target, key="k", path=None, asm={"cubin": b"\0"}, metadata=md,
-                           num_warps=num_warps, shared_bytes=shared)
-
-
-COPY_ARGS = [param("src", "pointer", "f16", rank=1, source="copy.py:3"),
-             param("dst", "pointer", "f16", rank=1, needs_contiguous=True, source="copy.py:3"),
-             param("n", "scalar", "i32", source="copy.py:3")]
-COPY_ABI = abi(COPY_ARGS, "copy_kernel", "copy.py:2")
-
-TMA_ARGS = [param("a_desc", "tensordesc", "f16", block_shape=(128, 64), swizzle_bytes=128),
-            param("b_desc", "tensordesc", "f16", block_shape=(64, 128), swizzle_bytes=128),
-            param("c_desc", "tensordesc", "f16", block_shape=(128, 128), swizzle_bytes=128),
-            param("K", "scalar", "i32")]
-TMA_ABI = abi(TMA_ARGS, "tma_wgmma_kernel")
-
-
-def copy_launcher(backend=None, params=COPY_ARGS, **kw):
-    return Launcher(fake_binary(**kw), abi(params, "copy_kernel", "copy.py:2"), backend=backend or FakeBackend())
+from runtime_fakes import (COPY_ABI, COPY_ARGS, DATA, SHARED, TMA_ABI, TMA_ARGS, DirectBackend,  # noqa: E402
+                           FakeBackend, NoGPU, abi, copy_launcher, cuda_like, fake_binary, param, tma_inputs,
+                           ttgir_path)
 
 
 @pytest.fixture(autouse=True)
@@ -185,10 +45,6 @@ def tma_kernel(tmp_path_factory):
     from gluon.cache import KernelCache
     return compile_ttgir(ttgir_path("hopper_tma_wgmma.ttgir").read_text(), ("cuda", 90, 32), abi=TMA_ABI,
                          cache=KernelCache(tmp_path_factory.mktemp("tma")))
-
-
-def tma_inputs(M=256, N=256, K=512):
-    return (torch.randn(M, K).half(), torch.randn(K, N).half(), torch.empty(M, N).half())
 
 
 # --------------------------------------------------------------------------------------------
@@ -764,15 +620,6 @@ def test_direct_launch_only_without_scratch():
     assert CudaBackend().direct_launch(plain) == (c_fn, False, True)
     assert CudaBackend().direct_launch(SimpleNamespace(**{**vars(plain), "global_scratch_size": 128})) is None
     assert CudaBackend().direct_launch(SimpleNamespace(**{**vars(plain), "profile_scratch_size": 64})) is None
-
-
-class DirectBackend(FakeBackend):
-    """A backend whose launcher has no scratch: the Launcher calls the 'C function' itself."""
-
-    def direct_launch(self, launcher):
-        def c_fn(*a):
-            self.calls.append(("direct",) + a)
-        return c_fn, False, False
 
 
 def test_the_launcher_calls_the_c_function_with_the_scratch_slots_empty():

@@ -108,7 +108,7 @@ def test_the_gemm_template_launches_the_given_kernel_without_tracing(tmp_path, m
     """TUNING.run(..., kernel=K) launches K (the pool's binary, loaded by key) through the plan's grid and
     splits, and traces nothing (a fake GPU backend records the launch; CPU tensors)."""
     sys.path.insert(0, TESTS)
-    from test_runtime import FakeBackend
+    from runtime_fakes import FakeBackend
     import gluon.kernels.gemm_sm90.host as gemm_launch
     import gluon.runtime.cuda as rt_cuda
     from gluon.language.kernel import KernelTemplate
