@@ -37,8 +37,13 @@ def postgres_test_url() -> str:
     pytest.skip(why)
 
 
+@pytest.hookimpl(tryfirst=True)      # before xdist's own hook, which reads the groups
 def pytest_collection_modifyitems(config, items):
     if _has_cuda():
+        # with `-n auto --dist loadgroup` (README's command) the GPU tests share one worker: one GPU, one process
+        for item in items:
+            if "gpu" in item.keywords:
+                item.add_marker(pytest.mark.xdist_group("gpu"))
         return
     skip = pytest.mark.skip(reason="needs a CUDA GPU")
     for item in items:
