@@ -622,7 +622,8 @@ def test_ctrl_c_leaves_a_resumable_study(tmp_path, env):
     _wait_for_calls(env.log, 3, p)
     os.kill(p.pid, signal.SIGINT)
     out, err = p.communicate(timeout=60)
-    assert p.returncode != 0 and "KeyboardInterrupt" in err and "resume" in err, (p.returncode, out[-2000:], err[-4000:])
+    assert p.returncode != 0 and "KeyboardInterrupt" in err and "resume" in err, (p.returncode, out[-2000:],
+                                                                                  err[-4000:])
     import optuna
 
     from gluon.tuning.storage import journal_storage
