@@ -31,7 +31,7 @@ from .block_scaled import block_scaled_overrides
 from .config import (CLUSTER_K_SIZES, DEFAULT_CONFIG, SPLITK_GRID_SIZES, GemmConfig, by_address, stores_by_address,
                      to_config)
 from .geometry import grid, num_warps, split_k, tiles, units
-from .picks import choose_config, resolve_config
+from .picks import resolve_config
 from .kernel import gemm_sm90, gemm_sm90_copying
 from .padding import PadPlan, kernel_copies, pad_plan, row_pitch, tma_ready
 
